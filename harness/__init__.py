@@ -1,0 +1,1 @@
+"""specrace harness: runtime -> detect -> policies -> oracle -> report (no back edges)."""

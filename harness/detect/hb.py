@@ -1,0 +1,170 @@
+"""Happens-before race detection over a trace, with vector clocks (the CSAN model, extended).
+
+Actors are the streams and the host. The log is in host program order, and every op is
+enqueued by the host, so clocks are computed from the *program's* synchronisation alone --
+never from the schedule that happened to run. A race hidden by a lucky schedule is still
+reported. Edges:
+
+* program order within a stream and within the host;
+* host -> op at enqueue (the op cannot start before the host launched it);
+* event record -> wait_event (a wait marker joins the clock of the recorded position);
+* position -> host at ``synchronize()`` / blocking copies / implicit syncs, and at a
+  ``query()`` that returned True (CSAN has no callback for it and reports polling loops
+  as races; we do not);
+* host accesses of pinned memory are accesses like any other (CSAN ignores CPU tensors,
+  so it cannot see a host reading a buffer a non_blocking D2H copy is still filling).
+
+Shadow state per storage keeps the accesses not yet superseded (FastTrack-style pruning),
+with byte ranges, so distinct rows of one buffer do not conflict, but overlapping views do.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Set, Tuple
+
+from ..runtime.trace import (HOST, Frame, HostAccess, OpRecord, Position, QueryRecord,
+                             SyncRecord, Trace, short_path)
+
+VC = Dict[int, int]
+
+
+@dataclass(frozen=True)
+class AccessInfo:
+    actor: str  # stream name or "host"
+    op: str
+    seq: int
+    write: bool
+    frame: Optional[Frame]
+    index: int  # position in the trace log
+
+    def where(self) -> str:
+        if self.frame is None:
+            return "?"
+        return f"{short_path(self.frame[0])}:{self.frame[1]} ({self.frame[2]})"
+
+    def to_json(self) -> dict:
+        return {"actor": self.actor, "op": self.op, "seq": self.seq,
+                "access": "write" if self.write else "read",
+                "file": short_path(self.frame[0]) if self.frame else None,
+                "line": self.frame[1] if self.frame else None,
+                "function": self.frame[2] if self.frame else None,
+                "trace_index": self.index}
+
+
+@dataclass
+class Race:
+    kind: str  # RAW | WAR | WAW (first access, then second, in host enqueue order)
+    storage: str
+    first: AccessInfo
+    second: AccessInfo
+    count: int = 1
+
+    def key(self) -> tuple:
+        return (self.kind, self.first.actor, self.first.op, self.first.frame,
+                self.second.actor, self.second.op, self.second.frame)
+
+    def summary(self) -> str:
+        return (f"{self.kind} on {self.storage}: {self.first.actor} {self.first.op} "
+                f"[{'write' if self.first.write else 'read'}] at {self.first.where()} is "
+                f"unordered with {self.second.actor} {self.second.op} "
+                f"[{'write' if self.second.write else 'read'}] at {self.second.where()}"
+                + (f" (x{self.count})" if self.count > 1 else ""))
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "storage": self.storage, "count": self.count,
+                "first": self.first.to_json(), "second": self.second.to_json(),
+                "summary": self.summary()}
+
+
+class _Entry:
+    __slots__ = ("actor", "n", "lo", "hi", "write", "info")
+
+    def __init__(self, actor: int, n: int, lo: int, hi: int, write: bool,
+                 info: AccessInfo) -> None:
+        self.actor, self.n, self.lo, self.hi, self.write, self.info = actor, n, lo, hi, write, info
+
+
+def _join(into: VC, other: VC) -> None:
+    for k, v in other.items():
+        if into.get(k, 0) < v:
+            into[k] = v
+
+
+def detect(trace: Trace) -> List[Race]:
+    """All unordered conflicting access pairs in ``trace``, deduplicated by site."""
+    needed = _referenced_positions(trace)
+    clocks: Dict[int, VC] = {HOST: {HOST: 0}}
+    at_position: Dict[Position, VC] = {}
+    shadow: Dict[int, List[_Entry]] = {}
+    races: Dict[tuple, Race] = {}
+    names = trace.storage_names
+
+    def check(actor: int, n: int, vc: VC, sid: int, lo: int, hi: int, write: bool,
+              info: AccessInfo) -> None:
+        entries = shadow.setdefault(sid, [])
+        keep: List[_Entry] = []
+        for e in entries:
+            overlap = e.lo < hi and lo < e.hi
+            ordered = e.actor == actor or e.n <= vc.get(e.actor, 0)
+            if overlap and (e.write or write) and not ordered:
+                kind = ("WAW" if write else "RAW") if e.write else "WAR"
+                race = Race(kind, names.get(sid, f"storage {sid}"), e.info, info)
+                old = races.get(race.key())
+                if old is None:
+                    races[race.key()] = race
+                else:
+                    old.count += 1
+            covered = lo <= e.lo and e.hi <= hi
+            # Superseded: ordered before this access and inside its range (a later access
+            # racing with it would race with this one too). Writes survive reads, since a
+            # later unordered read of their value is a race of its own.
+            if ordered and covered and (write or not e.write):
+                continue
+            keep.append(e)
+        keep.append(_Entry(actor, n, lo, hi, write, info))
+        shadow[sid] = keep
+
+    host = clocks[HOST]
+    for rec in trace.log:
+        if isinstance(rec, OpRecord):
+            s = rec.stream
+            vc = clocks.get(s)
+            if vc is None:
+                vc = clocks[s] = {}
+            host[HOST] += 1
+            _join(vc, host)
+            vc[s] = rec.seq
+            if rec.kind == "wait" and rec.wait_for is not None:
+                _join(vc, at_position.get(rec.wait_for, {}))
+            if (s, rec.seq) in needed:
+                at_position[(s, rec.seq)] = dict(vc)
+            actor = trace.stream_name(s)
+            for write, accesses in ((False, rec.reads), (True, rec.writes)):
+                for sid, lo, hi in accesses:
+                    check(s, rec.seq, vc, sid, lo, hi, write,
+                          AccessInfo(actor, rec.name, rec.seq, write, rec.frame, rec.index))
+        elif isinstance(rec, HostAccess):
+            host[HOST] += 1
+            sid, lo, hi = rec.access
+            check(HOST, host[HOST], host, sid, lo, hi, rec.write,
+                  AccessInfo("host", "host read" if not rec.write else "host write",
+                             host[HOST], rec.write, rec.frame, rec.index))
+        elif isinstance(rec, SyncRecord):
+            for pos in rec.waits:
+                _join(host, at_position.get(pos, {}))
+        elif isinstance(rec, QueryRecord):
+            _join(host, at_position.get(rec.position, {}))
+    return list(races.values())
+
+
+def _referenced_positions(trace: Trace) -> Set[Position]:
+    needed: Set[Position] = set()
+    for rec in trace.log:
+        if isinstance(rec, OpRecord):
+            if rec.wait_for is not None:
+                needed.add(rec.wait_for)
+        elif isinstance(rec, SyncRecord):
+            needed.update(rec.waits)
+        elif isinstance(rec, QueryRecord):
+            needed.add(rec.position)
+    return needed

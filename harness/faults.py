@@ -1,0 +1,45 @@
+"""The fault-point hook: the only piece of the harness that ``impl/`` imports.
+
+``impl/`` calls ``fault_point("name", **context)`` at named places in the engine loop.
+With no plan installed this is a dictionary-free no-op, so the server code pays nothing
+for being testable. A scenario installs a *plan* (any object with ``hit(name, ctx)``) that
+may stall the current stream there or answer a question the engine asks (``ask``).
+This module sits below every other harness layer and imports nothing from them.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Optional
+
+_plan: Optional[Any] = None
+
+
+def fault_point(name: str, **ctx: Any) -> None:
+    """Mark a named place in the engine; a plan may stall the current stream here."""
+    plan = _plan
+    if plan is not None:
+        plan.hit(name, ctx)
+
+
+def ask(name: str, default: Any, **ctx: Any) -> Any:
+    """A decision point the plan may answer (e.g. host-step order); ``default`` otherwise.
+
+    The engine's behaviour with no plan is always ``default`` -- the production order.
+    """
+    plan = _plan
+    if plan is None:
+        return default
+    return plan.ask(name, default, ctx)
+
+
+@contextlib.contextmanager
+def installed(plan: Any) -> Iterator[Any]:
+    """Install ``plan`` for the duration of the block (not re-entrant by design)."""
+    global _plan
+    if _plan is not None:
+        raise RuntimeError("a fault plan is already installed")
+    _plan = plan
+    try:
+        yield plan
+    finally:
+        _plan = None

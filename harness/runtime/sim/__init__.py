@@ -1,0 +1,122 @@
+"""The ``sim`` device: a deterministic asynchronous device on the CPU.
+
+``install()`` (idempotent) renames torch's PrivateUse1 backend to ``sim`` and registers
+``torch.sim`` as its device module, so ``torch.device("sim")`` parses and
+``torch.get_device_module("sim")`` returns the stream/event API below -- the same calls
+server code makes on ``torch.cuda``. ``session(policy)`` gives a fresh device, with the
+dispatch mode active, for one run.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+from typing import Iterator, Optional
+
+import torch
+
+from .. import hostmem
+from ..policy import Policy
+from . import tensor as _tensor
+from .device import (Event, SimDevice, SimDeviceError, Stream, current_device, set_device)
+
+__all__ = ["install", "session", "module", "SimDevice", "SimDeviceError", "Stream", "Event"]
+
+_INSTALLED = False
+
+
+def _current_stream(device=None) -> Stream:
+    return current_device().current
+
+
+def _default_stream(device=None) -> Stream:
+    return current_device().default_stream
+
+
+def _set_stream(stream: Stream) -> None:
+    current_device().current = stream
+
+
+class _StreamContext:
+    """``with torch.sim.stream(s):`` -- make ``s`` current for the block."""
+
+    def __init__(self, stream: Optional[Stream]) -> None:
+        self.stream = stream
+        self.prev: Optional[Stream] = None
+
+    def __enter__(self) -> Optional[Stream]:
+        if self.stream is not None:
+            dev = current_device()
+            self.prev = dev.current
+            dev.current = self.stream
+        return self.stream
+
+    def __exit__(self, *exc) -> None:
+        if self.stream is not None:
+            current_device().current = self.prev
+
+
+def _synchronize(device=None) -> None:
+    current_device().synchronize_all()
+
+
+def _make_module() -> types.ModuleType:
+    m = types.ModuleType("torch.sim")
+    m.__doc__ = "specrace's simulated asynchronous device (stream/event API as torch.cuda)."
+    m.Stream = Stream
+    m.Event = Event
+    m.StreamContext = _StreamContext
+    m.stream = _StreamContext
+    m.current_stream = _current_stream
+    m.default_stream = _default_stream
+    m.set_stream = _set_stream
+    m.synchronize = _synchronize
+    m.is_available = lambda: True
+    m.is_initialized = lambda: True
+    m._lazy_init = lambda: None
+    m._is_in_bad_fork = lambda: False
+    m.device_count = lambda: 1
+    m.current_device = lambda: 0
+    m.set_device = lambda d: None
+    m.get_device_name = lambda d=None: "specrace sim"
+    m.manual_seed = lambda seed: None
+    m.manual_seed_all = lambda seed: None
+    m.get_rng_state = lambda device=None: torch.empty(0, dtype=torch.uint8)
+    m.set_rng_state = lambda state, device=None: None
+    m.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]
+    m.SimDeviceError = SimDeviceError
+    return m
+
+
+module = _make_module()
+
+
+def install() -> None:
+    """Make ``sim`` a torch device (once per process)."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+    # rename, generate Tensor.sim()/is_sim, register the module, the hooks and the device
+    # guard -- in the order torch needs them.
+    _setup_privateuseone_for_python_backend(rename="sim", backend_module=module)
+    sys.modules.setdefault("torch.sim", module)
+    _tensor.SIM = torch.device("sim", 0)
+    _INSTALLED = True
+
+
+@contextlib.contextmanager
+def session(policy: Optional[Policy] = None) -> Iterator[SimDevice]:
+    """A fresh simulated device with ``policy``, the dispatch mode on, autograd off."""
+    install()
+    dev = SimDevice(policy)
+    set_device(dev)
+    hostmem.clear()
+    hostmem.RECORDER = dev.note_host_access
+    try:
+        with torch.no_grad(), _tensor.SimMode():
+            yield dev
+    finally:
+        hostmem.RECORDER = None
+        hostmem.clear()
+        set_device(None)

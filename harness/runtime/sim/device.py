@@ -1,0 +1,323 @@
+"""The simulated asynchronous device: FIFO streams, events, host syncs, a virtual clock.
+
+Semantics (CUDA's, see SPEC §1):
+
+1. A stream is a FIFO. Its head may execute once every event it waits on has completed
+   (a wait is itself a queued marker op) and, for a timed stall, once the host clock has
+   passed its end.
+2. Enqueueing never blocks the host; *when* runnable heads execute is the policy's choice.
+3. A host sync waits for the positions it names only, plus what they transitively wait on:
+   ``drain`` executes exactly those ops and nothing else, which is how stale data reaches
+   the host under a lazy or stalled schedule.
+4. A device-side error (an out-of-range gather) is sticky and surfaces at the next sync,
+   as CUDA's asynchronous errors do.
+
+Everything is single-threaded and deterministic; the order of execution is a function of
+the program and the policy (and its seed) alone.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+from typing import Any, Deque, Dict, Iterable, List, Optional
+
+from ..policy import Policy, RunAll
+from ..trace import (EventRecord, HostAccess, OpRecord, Position, QueryRecord, SyncRecord,
+                     Trace, user_frame)
+
+import torch
+
+_NoDispatch = torch._C._DisableTorchDispatch
+_NoSubclassFunction = torch._C.DisableTorchFunctionSubclass
+
+HOST_STEP_US = 1.0  # virtual host time per device API call
+FOREVER = float("inf")
+
+
+class SimDeviceError(RuntimeError):
+    """A kernel failed on the simulated device (like a CUDA device-side assert)."""
+
+
+class Stream:
+    """A simulated stream. Construct through the device module: ``torch.sim.Stream()``."""
+
+    def __init__(self, device: Any = None, priority: int = 0, *,
+                 _sim: Optional["SimDevice"] = None) -> None:
+        self._dev = _sim or current_device()
+        self.sid = len(self._dev.streams)
+        self._dev.streams.append(self)
+        self.priority = priority
+        self.pending: Deque[OpRecord] = collections.deque()
+        self.enq = 0  # ops enqueued so far
+        self.done = 0  # ops executed so far
+        self.clock = 0.0  # virtual time the last executed op ended
+        self.ends: List[float] = [0.0]  # end time of op n at index n
+
+    # --- CUDA's Stream API -------------------------------------------------------------
+    def wait_event(self, event: "Event") -> None:
+        event.wait(self)
+
+    def wait_stream(self, stream: "Stream") -> None:
+        if stream is self:
+            return
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event: Optional["Event"] = None) -> "Event":
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return self._dev.poll((self.sid, self.enq), "stream.query")
+
+    def synchronize(self) -> None:
+        self._dev.host_sync([(self.sid, self.enq)], "stream.synchronize")
+
+    @property
+    def cuda_stream(self) -> int:  # some code keys dictionaries on this
+        return self.sid
+
+    @property
+    def device(self) -> Any:
+        import torch
+        return torch.device("sim", 0)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and other.sid == self.sid
+
+    def __hash__(self) -> int:
+        return hash(("sim-stream", self.sid))
+
+    def __repr__(self) -> str:
+        return f"<sim stream {self._dev.trace.stream_name(self.sid)}>"
+
+
+class Event:
+    """A simulated event: ``record`` captures the stream position, waits are positional."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False) -> None:
+        self.eid = next(Event._ids)
+        self.position: Optional[Position] = None
+        self.time = 0.0
+
+    def record(self, stream: Optional[Stream] = None) -> None:
+        dev = current_device()
+        stream = stream or dev.current
+        self.position = (stream.sid, stream.enq)
+        dev.trace.add(EventRecord(self.eid, self.position, user_frame(2), dev.host_clock))
+
+    def wait(self, stream: Optional[Stream] = None) -> None:
+        dev = current_device()
+        stream = stream or dev.current
+        if self.position is None or self.position[1] == 0:
+            return  # CUDA: waiting on a never-recorded (or empty-stream) event is a no-op
+        dev.enqueue(OpRecord(stream.sid, "wait_event", [], [], user_frame(2), kind="wait",
+                             wait_for=self.position, duration=0.0))
+
+    def query(self) -> bool:
+        if self.position is None:
+            return True
+        return current_device().poll(self.position, "event.query")
+
+    def synchronize(self) -> None:
+        if self.position is not None:
+            current_device().host_sync([self.position], "event.synchronize")
+
+    def elapsed_time(self, end: "Event") -> float:
+        dev = current_device()
+        t0 = dev.position_end(self.position)
+        t1 = dev.position_end(end.position)
+        return (t1 - t0) / 1000.0
+
+    def __repr__(self) -> str:
+        return f"<sim event {self.eid} at {self.position}>"
+
+
+class SimDevice:
+    """State of the one simulated device: its streams, the policy, the trace."""
+
+    def __init__(self, policy: Optional[Policy] = None) -> None:
+        self.trace = Trace()
+        self.streams: List[Stream] = []
+        self.default_stream = self.new_stream(name="default")
+        self.current = self.default_stream
+        self.host_clock = 0.0
+        self.last_start = 0.0
+        self.error: Optional[BaseException] = None
+        self.policy: Policy = RunAll()
+        self.set_policy(policy or RunAll())
+
+    # --- setup ------------------------------------------------------------------------
+    def set_policy(self, policy: Policy) -> None:
+        self.policy = policy
+        policy.bind(self)
+
+    def new_stream(self, name: Optional[str] = None, priority: int = 0) -> Stream:
+        s = Stream(priority=priority, _sim=self)
+        if name:
+            self.trace.stream_names[s.sid] = name
+        return s
+
+    def label(self, stream: Stream, name: str) -> None:
+        self.trace.stream_names[stream.sid] = name
+
+    def stream(self, sid: int) -> Stream:
+        return self.streams[sid]
+
+    def stream_named(self, name: str) -> Optional[Stream]:
+        for sid, n in self.trace.stream_names.items():
+            if n == name:
+                return self.streams[sid]
+        return None
+
+    # --- enqueue and execute ----------------------------------------------------------
+    def enqueue(self, op: OpRecord) -> OpRecord:
+        s = self.streams[op.stream]
+        s.enq += 1
+        op.seq = s.enq
+        self.host_clock += HOST_STEP_US
+        op.enq = self.host_clock
+        self.trace.add(op)
+        s.pending.append(op)
+        self.policy.on_point(self, s)
+        return op
+
+    def runnable(self, s: Stream) -> bool:
+        if not s.pending:
+            return False
+        op = s.pending[0]
+        if op.kind == "wait":
+            ws, wseq = op.wait_for
+            return self.streams[ws].done >= wseq
+        if op.kind == "stall":
+            return op.enq + op.duration <= self.host_clock
+        return True
+
+    def run_head(self, s: Stream) -> None:
+        """Execute the head of ``s`` (the caller checked it may run)."""
+        op = s.pending.popleft()
+        dep = 0.0
+        if op.kind == "wait":
+            ws, wseq = op.wait_for
+            dep = self.streams[ws].ends[wseq]
+        start = max(s.clock, op.enq, dep, self.last_start)
+        duration = op.duration
+        if op.kind == "stall" and duration == FOREVER:
+            duration = max(0.0, self.host_clock - start)  # held until something forced it
+        op.start = start
+        op.end = start + duration
+        self.last_start = start
+        s.clock = op.end
+        s.done += 1
+        s.ends.append(op.end)
+        fn = op.fn
+        op.fn = None
+        if fn is not None and self.error is None:
+            try:
+                # Kernels compute on plain CPU buffers: keep them out of our own dispatch
+                # (and out of the pinned-memory host-access accounting).
+                with _NoDispatch(), _NoSubclassFunction():
+                    fn()
+            except Exception as exc:  # the sticky device error; raised at the next sync
+                where = f" ({op.frame[0]}:{op.frame[1]})" if op.frame else ""
+                self.error = SimDeviceError(
+                    f"device-side error in {op.name} on {self.trace.stream_name(s.sid)}"
+                    f"{where}: {type(exc).__name__}: {exc}")
+        self.trace.executed.append(op)
+
+    def run_runnable(self, streams: Optional[Iterable[Stream]] = None) -> None:
+        """Run runnable heads of ``streams`` (default all) until none is left."""
+        pool = list(self.streams if streams is None else streams)
+        progress = True
+        while progress:
+            progress = False
+            for s in pool:
+                while self.runnable(s):
+                    self.run_head(s)
+                    progress = True
+
+    def drain(self, sid: int, seq: int) -> None:
+        """Execute stream ``sid`` up to ``seq``, and exactly what that needs from others."""
+        s = self.streams[sid]
+        while s.done < seq:
+            op = s.pending[0]
+            if op.kind == "wait":
+                self.drain(*op.wait_for)
+            self.run_head(s)
+
+    # --- host side --------------------------------------------------------------------
+    def host_sync(self, waits: List[Position], label: str) -> None:
+        for sid, seq in waits:
+            self.drain(sid, seq)
+            self.host_clock = max(self.host_clock, self.streams[sid].ends[seq])
+        self.trace.add(SyncRecord(label, list(waits), user_frame(3), self.host_clock))
+        self.policy.on_point(self, None)
+        if self.error is not None:
+            raise self.error
+
+    def sync_current(self, label: str) -> None:
+        s = self.current
+        self.host_sync([(s.sid, s.enq)], label)
+
+    def synchronize_all(self) -> None:
+        self.host_sync([(s.sid, s.enq) for s in self.streams], "device.synchronize")
+
+    def poll(self, position: Position, label: str) -> bool:
+        """``query()``: True once ``position`` executed (a sync edge for the detector).
+
+        A False answer is a scheduling point, and the device keeps working while the host
+        polls: one op on the way to ``position`` executes, so a polling loop terminates
+        under every policy, however lazy.
+        """
+        sid, seq = position
+        if self.streams[sid].done < seq:
+            self.policy.on_point(self, None)
+            if self.streams[sid].done < seq:
+                self._step_towards(sid, seq)
+            self.host_clock += HOST_STEP_US
+            return False
+        self.trace.add(QueryRecord(label, position, user_frame(3), self.host_clock))
+        return True
+
+    def _step_towards(self, sid: int, seq: int) -> None:
+        s = self.streams[sid]
+        op = s.pending[0]
+        if op.kind == "wait":
+            ws, wseq = op.wait_for
+            if self.streams[ws].done < wseq:
+                self._step_towards(ws, wseq)
+                return
+        self.run_head(s)
+
+    def note_host_access(self, access, write: bool, name: str, frame) -> None:
+        self.host_clock += HOST_STEP_US
+        self.trace.add(HostAccess(access, write, name, frame, self.host_clock))
+        self.trace.storage_names.setdefault(access[0], name)
+
+    def position_end(self, position: Optional[Position]) -> float:
+        if position is None:
+            return 0.0
+        sid, seq = position
+        self.drain(sid, seq)
+        return self.streams[sid].ends[seq]
+
+    def pending_ops(self) -> int:
+        return sum(len(s.pending) for s in self.streams)
+
+
+# The process has one simulated device at a time; ``install``/``reset`` swap it.
+_DEVICE: Optional[SimDevice] = None
+
+
+def current_device() -> SimDevice:
+    if _DEVICE is None:
+        raise RuntimeError("the sim device is not set up: use harness.runtime.sim.session()")
+    return _DEVICE
+
+
+def set_device(dev: Optional[SimDevice]) -> None:
+    global _DEVICE
+    _DEVICE = dev

@@ -1,0 +1,164 @@
+"""The trace: what the host asked of the device, in host program order, plus what executed.
+
+Both backends write the same records, so one detector and one timeline serve both:
+
+* ``OpRecord``     -- an operation enqueued on a stream (kernel, copy, wait marker, stall);
+                      ``start``/``end`` are filled in when it executes (virtual microseconds
+                      on the simulator, ``None`` on CUDA where nothing is timed per op).
+* ``SyncRecord``   -- the host blocked until the listed stream positions had executed.
+* ``QueryRecord``  -- ``event.query()`` / ``stream.query()`` returned True: a host
+                      synchronisation as good as ``synchronize()`` (CSAN misses this).
+* ``HostAccess``   -- the host read or wrote pinned host memory (CSAN misses this).
+* ``EventRecord``  -- an event recorded on a stream (for the timeline's flow arrows).
+
+A *position* is ``(stream_id, seq)``: seq is the 1-based index of an op in its stream, and
+position ``(s, n)`` is complete once the first ``n`` ops of stream ``s`` have executed.
+An *access* is ``(sid, lo, hi)``: a storage id and a byte range within that storage.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Tuple
+
+Access = Tuple[int, int, int]  # (storage id, first byte, one past the last byte)
+Position = Tuple[int, int]  # (stream id, seq)
+Frame = Tuple[str, int, str]  # (file, line, function)
+
+HOST = -1  # actor id of the host thread in vector clocks
+
+
+class OpRecord:
+    """One operation on a stream. Slots keep the simulator's per-op cost down."""
+
+    __slots__ = (
+        "stream", "seq", "name", "reads", "writes", "frame", "kind", "wait_for",
+        "duration", "enq", "start", "end", "fn", "index", "labels",
+    )
+
+    def __init__(self, stream: int, name: str, reads: List[Access], writes: List[Access],
+                 frame: Optional[Frame], kind: str = "kernel",
+                 wait_for: Optional[Position] = None, duration: float = 1.0,
+                 fn: Optional[Callable[[], Any]] = None,
+                 labels: Optional[dict] = None) -> None:
+        self.stream = stream
+        self.seq = 0
+        self.name = name
+        self.reads = reads
+        self.writes = writes
+        self.frame = frame
+        self.kind = kind  # kernel | copy | wait | stall
+        self.wait_for = wait_for
+        self.duration = duration
+        self.enq = 0.0
+        self.start: Optional[float] = None
+        self.end: Optional[float] = None
+        self.fn = fn
+        self.index = -1  # position in the trace's log
+        self.labels = labels  # sid -> human name, for reports
+
+    def __repr__(self) -> str:
+        return f"<op {self.name} s{self.stream}#{self.seq} {self.kind}>"
+
+
+@dataclass
+class SyncRecord:
+    label: str
+    waits: List[Position]
+    frame: Optional[Frame]
+    time: float = 0.0
+    index: int = -1
+
+
+@dataclass
+class QueryRecord:
+    label: str
+    position: Position
+    frame: Optional[Frame]
+    time: float = 0.0
+    index: int = -1
+
+
+@dataclass
+class HostAccess:
+    access: Access
+    write: bool
+    name: str
+    frame: Optional[Frame]
+    time: float = 0.0
+    index: int = -1
+
+
+@dataclass
+class EventRecord:
+    event: int
+    position: Position
+    frame: Optional[Frame]
+    time: float = 0.0
+    index: int = -1
+
+
+@dataclass
+class Trace:
+    """Everything one run asked of the device, in host order; ``executed`` in device order."""
+
+    log: List[Any] = field(default_factory=list)
+    executed: List[OpRecord] = field(default_factory=list)
+    stream_names: dict = field(default_factory=dict)
+    storage_names: dict = field(default_factory=dict)  # sid -> "int32[8] accept_lens" etc.
+
+    def add(self, rec: Any) -> Any:
+        rec.index = len(self.log)
+        self.log.append(rec)
+        return rec
+
+    def stream_name(self, sid: int) -> str:
+        if sid == HOST:
+            return "host"
+        return self.stream_names.get(sid, f"stream{sid}")
+
+    def ops(self) -> List[OpRecord]:
+        return [r for r in self.log if isinstance(r, OpRecord)]
+
+
+# ---------------------------------------------------------------------------------------
+# Source frames: the innermost frame of user code (impl/, scenarios, tests), never the
+# harness runtime or torch itself -- that is the line a race report must point at.
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(__import__("torch").__file__))
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
+_SKIP_PREFIXES = (_TORCH_DIR, _RUNTIME_DIR, os.path.dirname(os.__file__))
+
+
+def user_frame(depth: int = 2) -> Optional[Frame]:
+    """The innermost caller outside torch, the stdlib and the runtime package."""
+    f = sys._getframe(depth)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SKIP_PREFIXES) and not fn.startswith("<"):
+            return (fn, f.f_lineno, f.f_code.co_name)
+        f = f.f_back
+    return None
+
+
+def short_path(path: str) -> str:
+    """Path relative to the project root when inside it (for reports)."""
+    root = os.path.dirname(os.path.dirname(_RUNTIME_DIR))
+    if path.startswith(root + os.sep):
+        return path[len(root) + 1:]
+    return path
+
+
+def tensor_range(t: Any) -> Tuple[int, int]:
+    """Byte range ``[lo, hi)`` a tensor view covers in its storage (conservative for strides)."""
+    n = t.numel()
+    item = t.element_size()
+    lo = t.storage_offset() * item
+    if n == 0:
+        return lo, lo
+    span = 1
+    for size, stride in zip(t.shape, t.stride()):
+        if size > 1:
+            span += (size - 1) * abs(stride)
+    return lo, lo + span * item
