@@ -1,0 +1,75 @@
+"""Layer 1: the asynchronous device runtime -- real CUDA or the deterministic simulator.
+
+``open_runtime(backend, policy)`` yields a ``Runtime``: the ``device`` that ``impl/`` code
+is handed, the device module (``torch.get_device_module(device)``), stream labels, the
+stall primitive behind fault points, and the trace the detector reads.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Optional
+
+import torch
+
+from .policy import Policy
+from .trace import Trace
+
+__all__ = ["Runtime", "open_runtime", "cuda_available", "resolve_backend", "BackendError"]
+
+
+class BackendError(RuntimeError):
+    """The requested backend cannot run here (e.g. ``cuda`` on a machine without a GPU)."""
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def resolve_backend(backend: str) -> str:
+    if backend == "auto":
+        return "cuda" if cuda_available() else "sim"
+    if backend == "cuda" and not cuda_available():
+        raise BackendError("--backend cuda: no CUDA device is available on this machine")
+    if backend not in ("sim", "cuda"):
+        raise BackendError(f"unknown backend {backend!r}; expected sim, cuda or auto")
+    return backend
+
+
+class Runtime:
+    """What a run needs from its backend; both backends implement this."""
+
+    backend: str
+    device: torch.device
+    trace: Trace
+
+    @property
+    def module(self):
+        return torch.get_device_module(self.device)
+
+    def label(self, stream, name: str) -> None:
+        raise NotImplementedError
+
+    def stall(self, ms: Optional[float]) -> None:
+        """Hold the *current* stream busy for ``ms`` (None: until something needs it)."""
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        self.module.synchronize()
+
+    @property
+    def policy_name(self) -> str:
+        return "hardware"
+
+
+@contextlib.contextmanager
+def open_runtime(backend: str = "auto", policy: Optional[Policy] = None,
+                 trace: bool = True) -> Iterator[Runtime]:
+    backend = resolve_backend(backend)
+    if backend == "sim":
+        from .sim.runtime import sim_runtime
+        with sim_runtime(policy) as rt:
+            yield rt
+    else:
+        from .cuda import cuda_runtime
+        with cuda_runtime(trace=trace) as rt:
+            yield rt

@@ -1,0 +1,52 @@
+"""The simulator behind the ``Runtime`` interface."""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Optional
+
+import torch
+
+from .. import Runtime
+from ..policy import Policy
+from ..trace import OpRecord, user_frame
+from . import session
+from .device import FOREVER, SimDevice
+
+MAX_STALL_MS = 10_000.0  # every stall is capped, on the simulator too
+
+
+class SimRuntime(Runtime):
+    backend = "sim"
+
+    def __init__(self, dev: SimDevice) -> None:
+        self.dev = dev
+        self.device = torch.device("sim", 0)
+        self.trace = dev.trace
+
+    @property
+    def module(self):
+        return torch.get_device_module(self.device)
+
+    @property
+    def policy_name(self) -> str:
+        return self.dev.policy.describe()
+
+    def label(self, stream, name: str) -> None:
+        self.dev.label(stream, name)
+
+    def stall(self, ms: Optional[float]) -> None:
+        """A stall marker on the current stream: later ops there wait until the virtual
+        host clock passes it, or until a sync or an event wait forces it (``None``: only
+        then)."""
+        duration = FOREVER if ms is None else min(max(ms, 0.0), MAX_STALL_MS) * 1000.0
+        self.dev.enqueue(OpRecord(self.dev.current.sid, "stall", [], [], user_frame(3),
+                                  kind="stall", duration=duration))
+
+    def synchronize(self) -> None:
+        self.dev.synchronize_all()
+
+
+@contextlib.contextmanager
+def sim_runtime(policy: Optional[Policy] = None) -> Iterator[SimRuntime]:
+    with session(policy) as dev:
+        yield SimRuntime(dev)
