@@ -402,7 +402,9 @@ def _wrap_outputs(result, args, kwargs, eff, bargs, bkwargs) -> Any:
             wrapped.append(wrap(r))
         else:
             wrapped.append(r)
-    if isinstance(result, torch.Tensor):
+    # Non-sequence results (a tensor, or a Python bool/int from ops like aten.equal) are
+    # returned as themselves: ``type(False)([False])`` would be ``bool([False]) == True``.
+    if not isinstance(result, (list, tuple)):
         return wrapped[0]
     return type(result)(wrapped)
 

@@ -1,0 +1,108 @@
+"""The stale-value oracle: every accept value that reaches the host, and every output
+token, must equal the synchronous reference's for the same request and step.
+
+The engine reports host-visible values through observation points (``observe.*``):
+
+* ``observe.draft_prep`` -- the relayed accept state read on the host (blocking copy on
+  the forward stream) at the start of a verify step: the seed race's victim;
+* ``observe.result``     -- a result committed by the host after ``copy_done``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+Key = Tuple[int, int]  # (rid, step)
+
+
+class StaleValue(Exception):
+    """Raised at the first divergence when a run stops early (keeps garbage ids away
+    from the device, where a real GPU would take a sticky device-side assert)."""
+
+    def __init__(self, divergence: dict) -> None:
+        super().__init__(divergence["message"])
+        self.divergence = divergence
+
+
+@dataclass
+class Reference:
+    results: Dict[Key, Tuple[int, List[int]]]
+    outputs: Dict[int, List[int]]
+
+
+class Recorder:
+    """Collects the reference run's per-step results."""
+
+    def __init__(self) -> None:
+        self.results: Dict[Key, Tuple[int, List[int]]] = {}
+
+    def __call__(self, name: str, ctx: dict) -> None:
+        if name == "observe.result":
+            self.results[(ctx["req"].rid, ctx["step"])] = (ctx["accept_len"], list(ctx["tokens"]))
+
+
+class StaleValueOracle:
+    def __init__(self, reference: Reference, stop_early: bool = True) -> None:
+        self.ref = reference
+        self.stop_early = stop_early
+        self.divergences: List[dict] = []
+        self.checked = 0
+
+    @property
+    def first(self) -> Optional[dict]:
+        return self.divergences[0] if self.divergences else None
+
+    def __call__(self, name: str, ctx: dict) -> None:
+        if name == "observe.result":
+            self._check(ctx["req"].rid, ctx["step"], ctx["accept_len"], ctx["tokens"],
+                        "result processing (host, after copy_done)", "copy")
+        elif name == "observe.draft_prep":
+            D = ctx["stride"]
+            lens, toks = ctx["accept_lens"], ctx["accept_tokens"]
+            for i, req in enumerate(ctx["reqs"]):
+                n = lens[i] if i < len(lens) else None
+                row = toks[i * D:(i + 1) * D]
+                got = row[:n] if isinstance(n, int) and 0 <= n <= D else row
+                self._check(req.rid, req.launched - 2, n, got,
+                            "draft prep (host, blocking .cpu on the forward stream)", "forward")
+
+    def _check(self, rid: int, step: int, n, tokens, where: str, stream: str) -> None:
+        expected = self.ref.results.get((rid, step))
+        if expected is None:
+            return  # a step the reference never ran (past the request's finish)
+        self.checked += 1
+        exp_len, exp_tokens = expected
+        what = None
+        if n != exp_len:
+            what, exp, got = "accept_lens", exp_len, n
+        elif list(tokens) != exp_tokens:
+            what, exp, got = "accept_tokens", exp_tokens, list(tokens)
+        if what is None:
+            return
+        self._diverge({"kind": what, "rid": rid, "step": step, "where": where,
+                       "stream": stream, "expected": exp, "observed": got,
+                       "message": f"stale {what} for request {rid} step {step} at {where}: "
+                                  f"expected {exp}, observed {got}"})
+
+    def check_outputs(self, outputs: Dict[int, List[int]]) -> None:
+        for rid, exp in sorted(self.ref.outputs.items()):
+            got = outputs.get(rid)
+            if got != exp:
+                k = next((i for i, (a, b) in enumerate(zip(exp, got or [])) if a != b),
+                         min(len(exp), len(got or [])))
+                self._diverge({"kind": "output", "rid": rid, "step": None, "position": k,
+                               "where": "final output", "stream": "host",
+                               "expected": exp, "observed": got,
+                               "message": f"output of request {rid} diverges at token {k}: "
+                                          f"expected {exp}, observed {got}"}, stop=False)
+                return
+
+    def note_crash(self, exc: BaseException) -> None:
+        self._diverge({"kind": "crash", "rid": None, "step": None, "where": "engine",
+                       "stream": None, "expected": None, "observed": f"{type(exc).__name__}: {exc}",
+                       "message": f"engine crashed: {type(exc).__name__}: {exc}"}, stop=False)
+
+    def _diverge(self, d: dict, stop: bool = True) -> None:
+        self.divergences.append(d)
+        if stop and self.stop_early:
+            raise StaleValue(d)

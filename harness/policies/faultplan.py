@@ -1,0 +1,43 @@
+"""Fault plans: data that says where to stall which stream, and how to answer the
+engine's host-order questions. A plan is installed through ``harness.faults`` and the
+engine reaches it only through named fault points.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+
+@dataclass(frozen=True)
+class StallAt:
+    point: str  # fault point name, e.g. "forward.after_read_done"
+    ms: Optional[float]  # None: until forced (simulator) / the default long stall (CUDA)
+    every: int = 1  # stall at every n-th hit (1 = each time)
+
+    def to_json(self) -> dict:
+        return {"point": self.point, "ms": self.ms, "every": self.every}
+
+
+@dataclass
+class FaultPlan:
+    stalls: List[StallAt] = field(default_factory=list)
+    answers: Dict[str, Any] = field(default_factory=dict)
+    runtime: Any = None  # set when installed for a run
+    observer: Optional[Callable[[str, dict], None]] = None
+    hits: Dict[str, int] = field(default_factory=dict)
+
+    def hit(self, name: str, ctx: dict) -> None:
+        if name.startswith("observe."):
+            if self.observer is not None:
+                self.observer(name, ctx)
+            return
+        n = self.hits[name] = self.hits.get(name, 0) + 1
+        for st in self.stalls:
+            if st.point == name and n % st.every == 0 and self.runtime is not None:
+                self.runtime.stall(st.ms)
+
+    def ask(self, name: str, default: Any, ctx: dict) -> Any:
+        return self.answers.get(name, default)
+
+    def to_json(self) -> dict:
+        return {"stalls": [s.to_json() for s in self.stalls], "answers": dict(self.answers)}

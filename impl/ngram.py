@@ -1,0 +1,68 @@
+"""The host n-gram proposer: a BFS draft tree of ``D`` nodes per request.
+
+Node 0 is the root -- the last committed token. The tree is a trie of the continuations
+that followed earlier occurrences of the context's suffix (longest suffix first); nodes
+are in BFS order, and unused slots are padding nodes: token 0 hanging off the root, as
+in the server's corpus. The tree links are derived on the host (after #32380), so the
+grammar path never reads them back from the device.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+MAX_MATCH = 3  # longest suffix looked up
+
+
+def tree_links(parents: Sequence[int]) -> Tuple[List[int], List[int]]:
+    """First child and next sibling of each node (-1 = none) from a BFS parent list."""
+    n = len(parents)
+    next_token = [-1] * n
+    next_sibling = [-1] * n
+    last_child: dict = {}
+    for i in range(1, n):
+        p = parents[i]
+        if p in last_child:
+            next_sibling[last_child[p]] = i
+        else:
+            next_token[p] = i
+        last_child[p] = i
+    return next_token, next_sibling
+
+
+class NgramProposer:
+    def __init__(self, draft_token_num: int) -> None:
+        if draft_token_num < 1:
+            raise ValueError("draft_token_num must be >= 1")
+        self.D = draft_token_num
+
+    def propose(self, context: Sequence[int]) -> Tuple[List[int], List[int]]:
+        """(tokens, parents) of one request's BFS draft tree; ``parents[0] == -1``."""
+        D = self.D
+        root = context[-1]
+        tokens = [root]
+        parents = [-1]
+        trie: dict = {}
+        for k in range(min(MAX_MATCH, len(context) - 1), 0, -1):
+            suffix = list(context[-k:])
+            # most recent occurrences first: their continuations are the likeliest
+            for p in range(len(context) - 1, k - 1, -1):
+                if list(context[p - k:p]) == suffix:
+                    node = trie
+                    for tok in context[p:p + D - 1]:
+                        node = node.setdefault(tok, {})
+        # BFS over the trie, capped at D nodes
+        frontier = [(0, trie)]
+        while frontier and len(tokens) < D:
+            nxt = []
+            for parent, node in frontier:
+                for tok, sub in node.items():
+                    if len(tokens) >= D:
+                        break
+                    tokens.append(tok)
+                    parents.append(parent)
+                    nxt.append((len(tokens) - 1, sub))
+            frontier = nxt
+        while len(tokens) < D:  # padding: token 0 under the root
+            tokens.append(0)
+            parents.append(0)
+        return tokens, parents

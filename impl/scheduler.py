@@ -1,0 +1,313 @@
+"""The overlap scheduler: schedule, forward and copy streams around the NGRAM worker.
+
+One ``step()`` is one iteration of the server's ``event_loop_overlap``, on the host with
+the schedule stream current:
+
+1. ``get_next_batch_to_run`` (schedule stream): merge the last prefill batch into the
+   running batch, filter requests found finished, or form a new prefill batch;
+2. ``run_batch``: the forward stream waits on the schedule stream, resolves the relayed
+   inputs, runs the worker, stashes the relay payload (``_relay_forward_payload``), and the
+   copy stream copies the result to pinned host memory and records ``copy_done``;
+3. the WAR barrier: the schedule stream waits on the shared-read-done event (fine) or on
+   the whole forward stream (coarse);
+4. ``pop_and_process`` the *previous* batch's result: ``copy_done.synchronize()``, then the
+   host commits tokens, advances grammars and finds finished requests.
+
+With ``overlap=False`` each result is processed right after its launch and nothing is
+spliced: the synchronous reference the oracle compares against. A decode batch with a
+grammar is also processed synchronously (NGRAM has no device draft phase to hide the
+grammar work under: ``grammar_needs_sync``).
+"""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any, Deque, List, Optional, Tuple
+
+import torch
+
+from harness.faults import fault_point
+
+from .model import ToyTargetModel
+from .ngram import NgramProposer
+from .overlap import FutureMap, RelayPayload
+from .spec_info import RELAY_MODES, NgramVerifyInput
+from .vocab import EOS_ID, VOCAB_SIZE
+from .worker import GenerationBatchResult, NgramWorker
+
+WAR_BARRIERS = ("fine", "coarse")
+
+
+@dataclass
+class ServerArgs:
+    draft_token_num: int = 4
+    relay: str = "future_map"  # "spec_info" is the pre-#35198 relay
+    war_barrier: str = "fine"
+    overlap: bool = True
+    req_pool_size: int = 64
+    max_prefill_reqs: int = 4
+    dp_attention: bool = False  # an idle rank still runs (empty) batches
+    spec_algorithm: str = "ngram"  # "eagle": a device drafter builds the tree
+
+    def validate(self) -> None:
+        if self.relay not in RELAY_MODES:
+            raise ValueError(f"relay must be one of {RELAY_MODES}")
+        if self.war_barrier not in WAR_BARRIERS:
+            raise ValueError(f"war_barrier must be one of {WAR_BARRIERS}")
+        if not 1 <= self.draft_token_num <= 16:
+            raise ValueError("draft_token_num must be in 1..16")
+        if self.spec_algorithm not in ("ngram", "eagle"):
+            raise ValueError("spec_algorithm must be ngram or eagle")
+
+
+@dataclass
+class Req:
+    rid: int
+    prompt: List[int]
+    max_new_tokens: int
+    grammar: Any = None
+    output_ids: List[int] = field(default_factory=list)
+    finished: bool = False
+    pool_idx: int = -1
+    launched: int = 0  # forward steps launched for this request (prefill = step 0)
+    committed_step: int = -1  # last step whose result the host has committed
+
+    def needs_splice(self) -> bool:
+        """Is the previous step's result still in flight (relayed, not yet committed)?"""
+        return self.committed_step < self.launched - 2
+
+    def context(self) -> List[int]:
+        return self.prompt + self.output_ids
+
+
+@dataclass
+class SamplingBatchInfo:
+    vocab_size: int
+    vocab_mask: Optional[torch.Tensor] = None
+
+
+class ScheduleBatch:
+    def __init__(self, reqs: List[Req], req_pool_indices: torch.Tensor, forward_mode: str,
+                 vocab_size: int) -> None:
+        self.reqs = reqs
+        self.req_pool_indices = req_pool_indices
+        self.forward_mode = forward_mode  # extend | decode | idle
+        self.spec_info: Optional[NgramVerifyInput] = None
+        self.sampling_info = SamplingBatchInfo(vocab_size)
+        self.sync_processed = False  # previous result already committed (grammar sync)
+        self.staging: Any = None
+
+    @property
+    def has_grammar(self) -> bool:
+        return any(r.grammar is not None for r in self.reqs)
+
+    def filter_batch(self, keep: List[int], device) -> None:
+        """Schedule stream. ``keep`` are positions of the requests that stay."""
+        self.reqs = [self.reqs[i] for i in keep]
+        keep_dev = torch.tensor(keep, dtype=torch.int64).pin_memory().to(device, non_blocking=True)
+        self.req_pool_indices = self.req_pool_indices[keep_dev]
+        if self.spec_info is not None:
+            self.spec_info.filter_batch(keep_dev)
+
+    def merge_batch(self, other: "ScheduleBatch") -> None:
+        """Schedule stream: append ``other`` (a finished prefill) to this running batch."""
+        self.reqs = self.reqs + other.reqs
+        self.req_pool_indices = torch.cat((self.req_pool_indices, other.req_pool_indices))
+        if self.spec_info is not None and other.spec_info is not None:
+            self.spec_info.merge_batch(other.spec_info)
+        if other.sampling_info.vocab_mask is not None:
+            self.sampling_info.vocab_mask = other.sampling_info.vocab_mask
+
+
+class Scheduler:
+    def __init__(self, args: ServerArgs, device, grammar_backend: Any = None,
+                 model: Optional[ToyTargetModel] = None, drafter: Any = None) -> None:
+        args.validate()
+        self.args = args
+        self.device = torch.device(device)
+        self.mod = torch.get_device_module(self.device)
+        self.schedule_stream = self.mod.Stream()
+        self.forward_stream = self.mod.Stream()
+        self.copy_stream = self.mod.Stream()
+        self.model = model or ToyTargetModel(self.device)
+        self.vocab_size = self.model.vocab_size
+        self.worker = NgramWorker(self.model, NgramProposer(args.draft_token_num), self.device,
+                                  args.draft_token_num, args.relay, args.overlap,
+                                  grammar_backend, drafter)
+        self.future_map = FutureMap(args.req_pool_size, self.device)
+        self.free_slots = list(range(1, args.req_pool_size))  # slot 0: padding row
+        self.waiting: Deque[Req] = collections.deque()
+        self.running_batch: Optional[ScheduleBatch] = None
+        self.last_batch: Optional[ScheduleBatch] = None
+        self.result_queue: Deque[Tuple[ScheduleBatch, List[Req], List[int], GenerationBatchResult]] = \
+            collections.deque()
+        self.read_done: Any = None
+        self.finished: List[Req] = []
+        self.iteration = 0
+
+    @property
+    def streams(self) -> dict:
+        return {"schedule": self.schedule_stream, "forward": self.forward_stream,
+                "copy": self.copy_stream}
+
+    # --- requests -----------------------------------------------------------------------
+    def add_request(self, req: Req) -> None:
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running_batch or self.result_queue
+                    or (self.last_batch is not None and self.last_batch.reqs))
+
+    # --- the event loop -----------------------------------------------------------------
+    def step(self) -> None:
+        self.iteration += 1
+        with self.mod.stream(self.schedule_stream):
+            batch = self.get_next_batch_to_run()
+            sync_step = batch is not None and self._needs_sync(batch)
+            if sync_step:
+                while self.result_queue:
+                    self.pop_and_process()
+                batch.sync_processed = True
+            if batch is not None:
+                result = self.run_batch(batch)
+                self._apply_war_barrier()
+                self.result_queue.append((batch, list(batch.reqs),
+                                          [r.launched - 1 for r in batch.reqs], result))
+            if not self.args.overlap or sync_step:
+                while self.result_queue:
+                    self.pop_and_process()
+            elif len(self.result_queue) > 1 or (batch is None and self.result_queue):
+                self.pop_and_process()
+            self.last_batch = batch
+
+    def run_to_completion(self, max_iterations: int = 10_000) -> None:
+        while self.has_work() and self.iteration < max_iterations:
+            self.step()
+        with self.mod.stream(self.schedule_stream):
+            while self.result_queue:
+                self.pop_and_process()
+
+    def _needs_sync(self, batch: ScheduleBatch) -> bool:
+        # NGRAM grammar batches: process the previous result before launching
+        # (grammar_needs_sync); the device-drafted path keeps the host tree in sync too.
+        return batch.forward_mode == "decode" and (
+            batch.has_grammar or self.args.spec_algorithm == "eagle")
+
+    def get_next_batch_to_run(self) -> Optional[ScheduleBatch]:
+        """Schedule stream: merge the last prefill, filter finished, pick the next batch."""
+        last = self.last_batch
+        if last is not None and last.forward_mode == "extend":
+            self._filter_finished(last)
+            if last.reqs:
+                if self.running_batch is None:
+                    self.running_batch = last
+                else:
+                    fault_point("schedule.before_merge")
+                    self.running_batch.merge_batch(last)
+                self.running_batch.forward_mode = "decode"
+        if self.running_batch is not None:
+            self._filter_finished(self.running_batch)
+            if not self.running_batch.reqs:
+                self.running_batch = None
+        if self.waiting and len(self.free_slots) > 0:
+            return self._new_prefill_batch()
+        if self.running_batch is not None:
+            self.running_batch.sync_processed = False
+            for r in self.running_batch.reqs:
+                r.launched += 1
+            return self.running_batch
+        if self.args.dp_attention:
+            return self._idle_batch()
+        return None
+
+    def _filter_finished(self, batch: ScheduleBatch) -> None:
+        keep = [i for i, r in enumerate(batch.reqs) if not r.finished]
+        if len(keep) < len(batch.reqs):
+            fault_point("schedule.before_filter", batch=batch)
+            batch.filter_batch(keep, self.device)
+
+    def _new_prefill_batch(self) -> ScheduleBatch:
+        reqs = []
+        while self.waiting and self.free_slots and len(reqs) < self.args.max_prefill_reqs:
+            req = self.waiting.popleft()
+            req.pool_idx = self.free_slots.pop(0)
+            req.launched = 1
+            reqs.append(req)
+        indices = torch.tensor([r.pool_idx for r in reqs], dtype=torch.int64,
+                               device=self.device)
+        return ScheduleBatch(reqs, indices, "extend", self.vocab_size)
+
+    def _idle_batch(self) -> ScheduleBatch:
+        return ScheduleBatch([], torch.empty((0,), dtype=torch.int64, device=self.device),
+                             "idle", self.vocab_size)
+
+    # --- forward ------------------------------------------------------------------------
+    def run_batch(self, batch: ScheduleBatch) -> GenerationBatchResult:
+        fi = batch.req_pool_indices
+        fwd = self.forward_stream
+        with self.mod.stream(fwd):
+            fwd.wait_stream(self.schedule_stream)
+            if batch.forward_mode == "decode" and self.args.relay == "future_map":
+                self.future_map.resolve_spec_extras(batch.spec_info)
+            if batch.forward_mode == "extend":
+                result = self.worker.forward_extend(batch)
+            else:
+                result = self.worker.forward_decode(batch)
+            self._relay_forward_payload(fi, result)
+            result.copy_done = self.mod.Event()
+            self.copy_stream.wait_stream(fwd)
+            with self.mod.stream(self.copy_stream):
+                result.copy_to_cpu()
+                result.copy_done.record()
+        batch.spec_info = result.next_draft_input
+        batch.spec_info.future_indices = fi
+        self.read_done = result.read_done
+        return result
+
+    def _relay_forward_payload(self, future_indices: torch.Tensor,
+                               result: GenerationBatchResult) -> None:
+        """Forward stream, right after the worker returns: stash for the next resolve."""
+        if self.args.relay != "future_map":
+            return  # pre-#35198: ngram state rides on batch.spec_info instead
+        if result.next_draft_input is not None:
+            self.future_map.stash(future_indices, RelayPayload.from_ngram(result.next_draft_input))
+
+    def _apply_war_barrier(self) -> None:
+        """Order the schedule stream's next writes after the forward's shared reads."""
+        event, self.read_done = self.read_done, None  # consumed once
+        if self.args.war_barrier == "fine" and event is not None:
+            self.schedule_stream.wait_event(event)
+        else:
+            self.schedule_stream.wait_stream(self.forward_stream)
+
+    # --- results ------------------------------------------------------------------------
+    def pop_and_process(self) -> None:
+        batch, reqs, steps, result = self.result_queue.popleft()
+        if not reqs:
+            return
+        result.copy_done.synchronize()
+        tokens = result.host_tokens.tolist()
+        lens = result.host_lens.tolist()
+        D = result.stride
+        for i, req in enumerate(reqs):
+            if req.finished:
+                continue  # it ran one step past its finish under overlap; drop that step
+            accepted = tokens[i * D: i * D + lens[i]]
+            fault_point("observe.result", req=req, step=steps[i], accept_len=lens[i],
+                        tokens=accepted)
+            req.committed_step = steps[i]
+            self._commit(req, accepted)
+
+    def _commit(self, req: Req, tokens: List[int]) -> None:
+        for tok in tokens:
+            req.output_ids.append(tok)
+            if req.grammar is not None and not req.grammar.is_terminated():
+                req.grammar.accept_token(tok)
+            if tok == EOS_ID or len(req.output_ids) >= req.max_new_tokens:
+                self._finish(req)
+                return
+
+    def _finish(self, req: Req) -> None:
+        req.finished = True
+        self.free_slots.append(req.pool_idx)
+        self.finished.append(req)

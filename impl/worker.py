@@ -1,0 +1,185 @@
+"""The NGRAM worker: one forward (prefill or draft-prep + verify) on the forward stream.
+
+``forward_batch_generation`` runs with the forward stream current. For a decode batch:
+
+1. draft prep: the previous step's accept state comes to the host with a blocking
+   ``.cpu()`` on the forward stream; under overlap (and without grammar) it is spliced
+   onto each request's context, because result processing lags one iteration;
+2. the host proposer builds the draft trees; they are staged in pinned memory and copied
+   to the device ``non_blocking``;
+3. the shared-read-done event is recorded -- the fine WAR fence the schedule stream
+   waits on (everything the scheduler may overwrite next has been read by now);
+4. the verify forward, the grammar mask (built on the host while the forward runs),
+   greedy tree verification -> ``predict``, ``accept_index``, ``accept_lens``, and the
+   accepted tokens ``predict[accept_index]``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+import torch
+
+from harness.faults import fault_point
+
+from .spec_info import NgramVerifyInput
+from .verify import verify_tree_greedy
+
+
+@dataclass
+class GenerationBatchResult:
+    next_token_ids: torch.Tensor  # (bs*D,) int32: row i holds request i's accepted tokens
+    accept_lens: torch.Tensor  # (bs,) int32, bonus included
+    next_draft_input: NgramVerifyInput
+    stride: int
+    read_done: Optional[Any] = None  # shared-read-done event (fine WAR fence)
+    copy_done: Optional[Any] = None
+    host_tokens: Optional[torch.Tensor] = None
+    host_lens: Optional[torch.Tensor] = None
+    keep_alive: List[torch.Tensor] = field(default_factory=list)
+
+    def copy_to_cpu(self) -> None:
+        """On the copy stream, after it waited on the forward stream."""
+        self.host_tokens = torch.empty(self.next_token_ids.shape, dtype=torch.int32,
+                                       pin_memory=True)
+        self.host_lens = torch.empty(self.accept_lens.shape, dtype=torch.int32, pin_memory=True)
+        self.host_tokens.copy_(self.next_token_ids, non_blocking=True)
+        self.host_lens.copy_(self.accept_lens, non_blocking=True)
+        self.keep_alive = [self.next_token_ids, self.accept_lens]
+
+
+class NgramWorker:
+    def __init__(self, model, proposer, device, draft_token_num: int, relay: str,
+                 overlap: bool, grammar_backend: Any = None, drafter: Any = None) -> None:
+        self.model = model
+        self.proposer = proposer
+        self.device = torch.device(device)
+        self.D = draft_token_num
+        self.relay = relay
+        self.overlap = overlap
+        self.grammar_backend = grammar_backend
+        self.drafter = drafter  # device drafter: the EAGLE-style path
+        self.mod = torch.get_device_module(self.device)
+
+    # --- prefill ------------------------------------------------------------------------
+    def forward_extend(self, batch) -> GenerationBatchResult:
+        bs, D = len(batch.reqs), self.D
+        input_ids = torch.tensor([r.context()[-1] for r in batch.reqs], dtype=torch.int64,
+                                 device=self.device)
+        logits = self.model.forward(input_ids)
+        if batch.has_grammar:
+            self._apply_extend_grammar(batch, logits)
+        predict = logits.argmax(dim=-1)
+        accept_tokens = torch.zeros((bs, D), dtype=torch.int32, device=self.device)
+        accept_tokens[:, 0] = predict.to(torch.int32)
+        accept_tokens = accept_tokens.flatten()
+        accept_lens = torch.ones((bs,), dtype=torch.int32, device=self.device)
+        return self._result(accept_tokens, accept_lens, read_done=None)
+
+    def _apply_extend_grammar(self, batch, logits: torch.Tensor) -> None:
+        from .grammar import apply_vocab_mask
+        first = next(r.grammar for r in batch.reqs if r.grammar is not None)
+        mask = first.allocate_vocab_mask(batch.sampling_info.vocab_size, len(batch.reqs),
+                                         self.device)
+        for i, r in enumerate(batch.reqs):
+            if r.grammar is not None and not r.grammar.is_terminated():
+                r.grammar.fill_vocab_mask(mask, i)
+        mask = mask.to(self.device, non_blocking=True)
+        apply_vocab_mask(logits, mask)
+        # The extend-stage mask stays on sampling_info; verify must clear it.
+        batch.sampling_info.vocab_mask = mask
+
+    # --- decode: draft prep + verify ----------------------------------------------------
+    def forward_decode(self, batch) -> GenerationBatchResult:
+        bs, D = len(batch.reqs), self.D
+        if bs == 0:
+            return self._idle_result()
+        spec = batch.spec_info
+        prev_tokens = spec.accept_tokens.cpu().tolist()  # blocking, on the forward stream
+        prev_lens = spec.accept_lens.cpu().tolist()
+        fault_point("observe.draft_prep", reqs=batch.reqs, accept_lens=prev_lens,
+                    accept_tokens=prev_tokens, stride=D)
+        # Under overlap the previous step's result is not yet in output_ids; with a grammar
+        # the step was processed synchronously, and splicing again would duplicate it.
+        use_prev = self.overlap and not batch.sync_processed
+        if self.drafter is not None:
+            drafts_dev, nt_dev, ns_dev, tree = self._device_tree(batch)
+        else:
+            drafts_dev, nt_dev, ns_dev, tree = self._host_tree(batch, prev_tokens, prev_lens,
+                                                               use_prev)
+        read_done = self.mod.Event()
+        read_done.record()
+        fault_point("forward.after_read_done")
+        logits = self.model.forward(drafts_dev)  # the verify forward
+        self._apply_sampling_masks(batch, logits, tree)
+        target_predict = logits.argmax(dim=-1).view(bs, D)
+        fault_point("forward.before_verify")
+        predict, accept_index, accept_lens = verify_tree_greedy(
+            target_predict, drafts_dev.view(bs, D), nt_dev, ns_dev)
+        accept_tokens = predict[accept_index].flatten().to(torch.int32)
+        return self._result(accept_tokens, accept_lens, read_done)
+
+    def _host_tree(self, batch, prev_tokens, prev_lens, use_prev):
+        from .ngram import tree_links
+        D = self.D
+        drafts: List[int] = []
+        next_token: List[List[int]] = []
+        next_sibling: List[List[int]] = []
+        for i, req in enumerate(batch.reqs):
+            context = req.context()
+            if use_prev and req.needs_splice():
+                context = context + prev_tokens[i * D: i * D + prev_lens[i]]
+            tokens, parents = self.proposer.propose(context)
+            nt, ns = tree_links(parents)
+            drafts += tokens
+            next_token.append(nt)
+            next_sibling.append(ns)
+        # Stage in pinned memory, copy non_blocking: the copy is ordered on this stream.
+        staged = [torch.tensor(x, dtype=torch.int64).pin_memory()
+                  for x in (drafts, next_token, next_sibling)]
+        on_dev = [t.to(self.device, non_blocking=True) for t in staged]
+        tree = None
+        if batch.has_grammar:
+            from .grammar import GrammarTree
+            bs = len(batch.reqs)
+            tree = GrammarTree.from_host(staged[1], staged[2], staged[0].view(bs, D))
+        batch.staging = staged  # keep the pinned sources alive until the copies ran
+        return on_dev[0], on_dev[1], on_dev[2], tree
+
+    def _device_tree(self, batch):
+        """EAGLE-style: a device drafter builds the tree on this stream; the grammar tree is
+        copied to the host *before* the verify launch, resolved after it."""
+        roots = torch.tensor([r.context()[-1] for r in batch.reqs], dtype=torch.int64,
+                             device=self.device)
+        drafts, next_token, next_sibling = self.drafter.draft(roots, self.D)
+        tree = None
+        if batch.has_grammar:
+            from .grammar import GrammarTree
+            tree = GrammarTree.from_device(next_token, next_sibling,
+                                           drafts.view(len(batch.reqs), self.D))
+        return drafts, next_token, next_sibling, tree
+
+    def _apply_sampling_masks(self, batch, logits, tree) -> None:
+        """Grammar mask first (it clears the stale extend-stage mask), then the sampler
+        applies whatever ``sampling_info`` still carries, then the verify mask."""
+        info = batch.sampling_info
+        mask = None
+        if tree is not None:
+            from .grammar import build_grammar_vocab_mask
+            mask = build_grammar_vocab_mask(reqs=batch.reqs, tree=tree, sampling_info=info,
+                                            device=self.device)
+        if info is not None and info.vocab_mask is not None:
+            from .grammar import apply_vocab_mask
+            apply_vocab_mask(logits, info.vocab_mask)
+        if mask is not None:
+            mask.apply(logits)
+
+    # --- results ------------------------------------------------------------------------
+    def _result(self, accept_tokens, accept_lens, read_done) -> GenerationBatchResult:
+        nxt = NgramVerifyInput(draft_token_num=self.D, relay=self.relay,
+                               accept_tokens=accept_tokens, accept_lens=accept_lens)
+        return GenerationBatchResult(accept_tokens, accept_lens, nxt, self.D, read_done)
+
+    def _idle_result(self) -> GenerationBatchResult:
+        idle = NgramVerifyInput.create_idle_input(self.D, self.device, self.relay)
+        return GenerationBatchResult(idle.accept_tokens, idle.accept_lens, idle, self.D)

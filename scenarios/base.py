@@ -1,0 +1,29 @@
+"""What a scenario is: a workload generator, a fault plan, variants, expected verdicts.
+
+Scenario files stay short and declarative; ``harness.oracle.runner`` runs them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from harness.oracle.workload import Workload
+from harness.policies.faultplan import StallAt
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    workload: Callable[[int], Workload]  # seed -> workload
+    stalls: Callable[[Optional[float]], List[StallAt]]  # stall ms -> plan
+    variants: Dict[str, Dict[str, object]]  # variant -> ServerArgs overrides
+    default_variant: str
+    # (variant, war_barrier) -> "race" | "clean"; war_barrier None = either
+    expect: Dict[Tuple[str, Optional[str]], str] = field(default_factory=dict)
+    default_policy: str = "eager"
+    sim_trials: int = 20
+    cuda_trials: int = 200
+
+    def expected(self, variant: str, war_barrier: str) -> str:
+        return self.expect.get((variant, war_barrier), self.expect.get((variant, None), "clean"))
