@@ -1,0 +1,293 @@
+"""``specrace``: list | repro | replay | litmus | matrix | bench.
+
+Exit codes: 0 = the outcome matches what was expected, 1 = it does not, 2 = bad input
+(always one line on stderr, never a traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import List, Optional
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+MAX_TRIALS = 100_000
+MAX_STALL_MS = 2_000.0
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1 or v > MAX_TRIALS:
+        raise argparse.ArgumentTypeError(f"{v} is out of range (1..{MAX_TRIALS})")
+    return v
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 0 or v > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"{v} is out of range (0..{2**31 - 1})")
+    return v
+
+
+def _stall_ms(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v) or v < 0 or v > MAX_STALL_MS:
+        raise argparse.ArgumentTypeError(f"{text} is out of range (0..{MAX_STALL_MS:g} ms)")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="specrace", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    sub.required = True
+
+    sub.add_parser("list", help="list scenarios, litmus programs and mutations")
+
+    r = sub.add_parser("repro", help="stall-amplified reproduction of a scenario")
+    r.add_argument("scenario")
+    r.add_argument("--variant", help="fixed | pre-fix | ... (per scenario)")
+    r.add_argument("--war-barrier", choices=["fine", "coarse"], default="fine")
+    r.add_argument("--backend", choices=["sim", "cuda", "auto"], default="auto")
+    r.add_argument("--policy", help="simulator schedule policy (eager, lazy, stall(S), "
+                                    "random(SEED), pct(SEED,DEPTH))")
+    r.add_argument("--stall-ms", type=_stall_ms, default=None,
+                   help="stall length; default: until forced (sim) / 50 ms (cuda)")
+    r.add_argument("--trials", type=_positive_int)
+    r.add_argument("--seed", type=_seed, default=0)
+    r.add_argument("--expect", choices=["clean", "race"], default="clean")
+    r.add_argument("--json", action="store_true", help="print one JSON object")
+    r.add_argument("--report-dir", default=None, help="default: reports/runs")
+    r.add_argument("--no-report", action="store_true")
+
+    rp = sub.add_parser("replay", help="re-run a repro report and compare the verdict")
+    rp.add_argument("report")
+    rp.add_argument("--json", action="store_true")
+
+    li = sub.add_parser("litmus", help="run the litmus programs, check expected verdicts")
+    li.add_argument("--backend", choices=["sim", "cuda", "auto"], default="sim")
+    li.add_argument("--json", action="store_true")
+
+    m = sub.add_parser("matrix", help="the mutation kill matrix")
+    m.add_argument("--backend", choices=["sim", "cuda", "auto"], default="sim")
+    m.add_argument("--json", action="store_true")
+
+    b = sub.add_parser("bench", help="benchmarks (figures, not tests)")
+    b.add_argument("what", nargs="?", default="all", choices=["all", "runtime", "engine",
+                                                              "matrix", "cuda"])
+    b.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return _dispatch(args)
+    except UsageError as exc:
+        print(f"specrace: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("specrace: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args) -> int:
+    from harness.runtime import BackendError
+    try:
+        if args.command == "list":
+            return cmd_list()
+        if args.command == "repro":
+            return cmd_repro(args)
+        if args.command == "replay":
+            return cmd_replay(args)
+        if args.command == "litmus":
+            return cmd_litmus(args)
+        if args.command == "matrix":
+            return cmd_matrix(args)
+        if args.command == "bench":
+            return cmd_bench(args)
+    except BackendError as exc:
+        raise UsageError(str(exc)) from None
+    raise UsageError(f"unknown command {args.command!r}")
+
+
+# --- commands -------------------------------------------------------------------------
+
+def cmd_list() -> int:
+    from scenarios.registry import SCENARIOS
+    print("scenarios:")
+    for s in SCENARIOS.values():
+        variants = ", ".join(s.variants)
+        print(f"  {s.name:<24} {s.summary}  [variants: {variants}]")
+    try:
+        from scenarios.litmus import PROGRAMS
+        print(f"litmus programs: {len(PROGRAMS)} (specrace litmus)")
+    except ImportError:
+        pass
+    try:
+        from scenarios.mutations import MUTATIONS
+        print("mutations:")
+        for mu in MUTATIONS:
+            print(f"  {mu.name:<32} {mu.summary}")
+    except ImportError:
+        pass
+    return EXIT_OK
+
+
+def _check_repro_args(args, scenario) -> None:
+    if args.variant is not None and args.variant not in scenario.variants:
+        raise UsageError(f"unknown variant {args.variant!r} for {scenario.name}; "
+                         f"expected one of: {', '.join(scenario.variants)}")
+    if args.policy is not None:
+        from harness.policies import parse_policy
+        try:
+            parse_policy(args.policy)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+
+def cmd_repro(args) -> int:
+    from harness.oracle.repro import ReproConfig, run_repro, verdict_line
+    from harness.runtime import resolve_backend
+    from scenarios.registry import get
+    try:
+        scenario = get(args.scenario)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    _check_repro_args(args, scenario)
+    backend = resolve_backend(args.backend)
+    if backend == "cuda" and args.policy:
+        raise UsageError("--policy applies to the simulator only (--backend sim)")
+    cfg = ReproConfig(scenario=scenario.name, variant=args.variant, war_barrier=args.war_barrier,
+                      backend=backend, policy=args.policy, stall_ms=args.stall_ms,
+                      trials=args.trials, seed=args.seed, expect=args.expect)
+    outcome = _with_progress(lambda prog: run_repro(cfg, scenario, prog),
+                             args.trials or (scenario.cuda_trials if backend == "cuda"
+                                             else scenario.sim_trials),
+                             f"{scenario.name} on {backend}", quiet=args.json)
+    result = outcome.result
+    result["command"] = "specrace " + " ".join(sys.argv[1:]) if sys.argv else None
+    if not args.no_report:
+        from harness.report import write_reports
+        paths = write_reports(result, outcome.first_trace, outcome.trace_races,
+                              args.report_dir or os.path.join("reports", "runs"))
+        result["report_files"] = paths
+    if args.json:
+        print(json.dumps(result, indent=None, default=str))
+    else:
+        print(verdict_line(result))
+        if result["first_divergence"]:
+            print("  first divergence: " + result["first_divergence"]["message"])
+        for race in result["races"][:5]:
+            print("  race: " + race["summary"])
+        if result.get("report_files"):
+            print("  report: " + result["report_files"]["markdown"])
+    return EXIT_OK if result["matches_expectation"] else EXIT_MISMATCH
+
+
+def cmd_replay(args) -> int:
+    from harness.report.replay import replay_report
+    try:
+        verdict = replay_report(args.report)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(verdict, default=str))
+    else:
+        print(verdict["summary"])
+    return EXIT_OK if verdict["same"] else EXIT_MISMATCH
+
+
+def cmd_litmus(args) -> int:
+    from harness.oracle.litmus import run_litmus
+    from harness.runtime import resolve_backend
+    res = run_litmus(backend=resolve_backend(args.backend))
+    if args.json:
+        print(json.dumps(res, default=str))
+    else:
+        for p in res["programs"]:
+            mark = "ok " if p["agree"] else "BAD"
+            print(f"{mark} {p['name']:<36} {p['policy']:<16} expected {p['expected']:<14} "
+                  f"observed {p['observed']}")
+        print(f"{res['agree']}/{res['total']} agree ({res['backend']})")
+    return EXIT_OK if res["agree"] == res["total"] else EXIT_MISMATCH
+
+
+def cmd_matrix(args) -> int:
+    from harness.runtime import resolve_backend
+    from scenarios.matrix import run_matrix
+    res = _with_progress(lambda prog: run_matrix(resolve_backend(args.backend), prog), None,
+                         "mutation matrix", quiet=args.json)
+    if args.json:
+        print(json.dumps(res, default=str))
+    else:
+        from scenarios.matrix import format_matrix
+        print(format_matrix(res))
+    ok = res["fixed_findings"] == 0 and res["killed"] == res["total"]
+    return EXIT_OK if ok else EXIT_MISMATCH
+
+
+def cmd_bench(args) -> int:
+    from harness.bench import run_bench
+    res = run_bench(args.what)
+    if args.json:
+        print(json.dumps(res, default=str))
+    return EXIT_OK
+
+
+def _with_progress(fn, total, label: str, quiet: bool):
+    """Progress on stderr while ``fn(progress_callback)`` runs: a rich bar on a terminal,
+    a line every tenth of the way in a CI log, nothing with ``--json``."""
+    if quiet:
+        return fn(lambda n, total=None: None)
+    if not sys.stderr.isatty():
+        state = {"total": total, "last": -1}
+
+        def log(n: int, total: Optional[int] = None) -> None:
+            if total is not None:
+                state["total"] = total
+            t = state["total"]
+            step = max(1, (t or 10) // 10)
+            if n // step != state["last"] or n == t:
+                state["last"] = n // step
+                print(f"specrace: {label}: {n}/{t if t else '?'}", file=sys.stderr, flush=True)
+        return fn(log)
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), transient=True, console=_stderr_console()) as prog:
+        task = prog.add_task(label, total=total)
+
+        def update(n: int, total: Optional[int] = None) -> None:
+            if total is not None:
+                prog.update(task, total=total)
+            prog.update(task, completed=n)
+        return fn(update)
+
+
+def _stderr_console():
+    from rich.console import Console
+    return Console(stderr=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""``repro``: run a scenario for N trials and aggregate a verdict a CI job can gate on.
+
+Trial ``i`` runs the scenario's workload for seed ``seed + i`` (and, for seeded schedule
+policies, the policy's seed is offset the same way), so trials differ but the whole run
+is a function of its parameters: on the simulator, replaying it gives the same verdict.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from harness.runtime import resolve_backend
+
+from .runner import run_trial, server_args
+
+
+@dataclass
+class ReproConfig:
+    scenario: str
+    variant: Optional[str] = None
+    war_barrier: str = "fine"
+    backend: str = "auto"
+    policy: Optional[str] = None
+    stall_ms: Optional[float] = None
+    trials: Optional[int] = None
+    seed: int = 0
+    expect: str = "clean"
+    detect: bool = True
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in ("scenario", "variant", "war_barrier", "backend",
+                                              "policy", "stall_ms", "trials", "seed", "expect")}
+
+
+@dataclass
+class ReproOutcome:
+    result: Dict[str, Any]
+    first_trace: Any = None  # trace of the first failing trial (or the first trial)
+    trace_races: List[Any] = field(default_factory=list)
+
+
+def trial_policy(policy: str, i: int) -> str:
+    """Offset the seed of seeded policies per trial (``random(7)`` -> ``random(7+i)``)."""
+    m = re.match(r"^(random|pct)\((\d+)(.*)\)$", policy.replace(" ", ""))
+    if not m:
+        return policy
+    return f"{m.group(1)}({int(m.group(2)) + i}{m.group(3)})"
+
+
+def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], None]] = None
+              ) -> ReproOutcome:
+    backend = resolve_backend(cfg.backend)
+    variant = cfg.variant or scenario.default_variant
+    policy = cfg.policy or scenario.default_policy
+    trials = cfg.trials or (scenario.cuda_trials if backend == "cuda" else scenario.sim_trials)
+    stalls = scenario.stalls(cfg.stall_ms)
+    per_trial: List[dict] = []
+    races: Dict[tuple, Any] = {}
+    first_div = None
+    first_trial = None
+    first_trace = None
+    trace_races: List[Any] = []
+    times: List[float] = []
+    for i in range(trials):
+        workload = scenario.workload(cfg.seed + i)
+        args = server_args(workload, {**scenario.variants[variant], "war_barrier": cfg.war_barrier})
+        # Keep traces until a failing trial is found: its timeline is the one to show
+        # (a clean run shows trial 0).
+        want_trace = first_trial is None
+        res = run_trial(backend, trial_policy(policy, i) if backend == "sim" else policy,
+                        workload, args, stalls, detect_races=cfg.detect, keep_trace=want_trace)
+        times.append(res.wall_ms)
+        for r in res.races:
+            old = races.get(r.key())
+            if old is None:
+                races[r.key()] = dataclasses.replace(r)
+            else:
+                old.count += r.count
+        if res.reproduced and first_trial is None:
+            first_trial, first_div = i, res.divergence
+            first_trace, trace_races = res.trace, res.races
+        elif i == 0:
+            first_trace, trace_races = res.trace, res.races
+        per_trial.append({"trial": i, "seed": cfg.seed + i, "reproduced": res.reproduced,
+                          "divergence": res.divergence["kind"] if res.divergence else None,
+                          "races": len(res.races), "ms": round(res.wall_ms, 3),
+                          "checked": res.checked})
+        if progress is not None:
+            progress(i + 1)
+    n_repro = sum(t["reproduced"] for t in per_trial)
+    outcome = "race" if n_repro else "clean"
+    expect = cfg.expect
+    result = {
+        "scenario": scenario.name, "variant": variant, "war_barrier": cfg.war_barrier,
+        "backend": backend, "policy": policy if backend == "sim" else "hardware",
+        "stall_ms": cfg.stall_ms, "stall_plan": [s.to_json() for s in stalls],
+        "seed": cfg.seed, "trials": trials, "reproduced": n_repro,
+        "rate": n_repro / trials if trials else 0.0,
+        "first_trial": first_trial,
+        "median_trial_ms": round(statistics.median(times), 3) if times else None,
+        "expect": expect, "expected_by_scenario": scenario.expected(variant, cfg.war_barrier),
+        "outcome": outcome, "matches_expectation": outcome == expect,
+        "first_divergence": first_div,
+        "races": [r.to_json() for r in races.values()],
+        "trial_results": per_trial,
+    }
+    return ReproOutcome(result, first_trace, trace_races)
+
+
+def verdict_line(result: dict) -> str:
+    n, t = result["reproduced"], result["trials"]
+    pct = 100.0 * n / t if t else 0.0
+    head = "reproduced" if n else "clean"
+    extra = f", first at trial {result['first_trial'] + 1}" if result["first_trial"] is not None else ""
+    races = len(result["races"])
+    return (f"{head} {n}/{t} ({pct:.0f}%){extra}, median trial {result['median_trial_ms']:.1f} ms"
+            f" -- {result['scenario']} [{result['variant']}, {result['war_barrier']} fence] on "
+            f"{result['backend']} ({result['policy']}); {races} race site(s); "
+            f"expected {result['expect']}: {'OK' if result['matches_expectation'] else 'MISMATCH'}")
