@@ -36,18 +36,33 @@ def successor(token: int, vocab_size: int = VOCAB_SIZE) -> int:
     raise ValueError(f"token {token} out of range")
 
 
+_WEIGHTS: dict = {}  # "the checkpoint": computed once per process, uploaded per engine
+
+
+def _weights(vocab_size: int, hidden: int, seed: int):
+    key = (vocab_size, hidden, seed)
+    if key not in _WEIGHTS:
+        _WEIGHTS[key] = _make_weights(vocab_size, hidden, seed)
+    return _WEIGHTS[key]
+
+
+def _make_weights(vocab_size: int, hidden: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    emb = torch.randn(vocab_size, hidden, generator=g)
+    # The projection maps each token's embedding to a peak at its successor; the
+    # least-squares solve keeps it a real (dense) matmul rather than a lookup.
+    target = torch.full((vocab_size, vocab_size), -1.0)
+    target += 0.01 * torch.randn(vocab_size, vocab_size, generator=g)
+    for t in range(vocab_size):
+        target[t, successor(t, vocab_size)] = 4.0
+    proj = torch.linalg.lstsq(emb, target).solution
+    return emb, proj
+
+
 class ToyTargetModel:
     def __init__(self, device, vocab_size: int = VOCAB_SIZE, hidden: int = 128,
                  seed: int = 0) -> None:
-        g = torch.Generator().manual_seed(seed)
-        emb = torch.randn(vocab_size, hidden, generator=g)
-        # The projection maps each token's embedding to a peak at its successor; the
-        # least-squares solve keeps it a real (dense) matmul rather than a lookup.
-        target = torch.full((vocab_size, vocab_size), -1.0)
-        target += 0.01 * torch.randn(vocab_size, vocab_size, generator=g)
-        for t in range(vocab_size):
-            target[t, successor(t, vocab_size)] = 4.0
-        proj = torch.linalg.lstsq(emb, target).solution
+        emb, proj = _weights(vocab_size, hidden, seed)
         self.vocab_size = vocab_size
         self.embed = emb.to(device)
         self.proj = proj.to(device)

@@ -121,7 +121,7 @@ class ScheduleBatch:
 
 class Scheduler:
     def __init__(self, args: ServerArgs, device, grammar_backend: Any = None,
-                 model: Optional[ToyTargetModel] = None, drafter: Any = None) -> None:
+                 model: Optional[ToyTargetModel] = None) -> None:
         args.validate()
         self.args = args
         self.device = torch.device(device)
@@ -133,7 +133,7 @@ class Scheduler:
         self.vocab_size = self.model.vocab_size
         self.worker = NgramWorker(self.model, NgramProposer(args.draft_token_num), self.device,
                                   args.draft_token_num, args.relay, args.overlap,
-                                  grammar_backend, drafter)
+                                  grammar_backend, args.spec_algorithm)
         self.future_map = FutureMap(args.req_pool_size, self.device)
         self.free_slots = list(range(1, args.req_pool_size))  # slot 0: padding row
         self.waiting: Deque[Req] = collections.deque()

@@ -50,7 +50,8 @@ class GenerationBatchResult:
 
 class NgramWorker:
     def __init__(self, model, proposer, device, draft_token_num: int, relay: str,
-                 overlap: bool, grammar_backend: Any = None, drafter: Any = None) -> None:
+                 overlap: bool, grammar_backend: Any = None,
+                 spec_algorithm: str = "ngram") -> None:
         self.model = model
         self.proposer = proposer
         self.device = torch.device(device)
@@ -58,7 +59,7 @@ class NgramWorker:
         self.relay = relay
         self.overlap = overlap
         self.grammar_backend = grammar_backend
-        self.drafter = drafter  # device drafter: the EAGLE-style path
+        self.device_drafted = spec_algorithm == "eagle"  # the EAGLE-style path
         self.mod = torch.get_device_module(self.device)
 
     # --- prefill ------------------------------------------------------------------------
@@ -66,6 +67,7 @@ class NgramWorker:
         bs, D = len(batch.reqs), self.D
         input_ids = torch.tensor([r.context()[-1] for r in batch.reqs], dtype=torch.int64,
                                  device=self.device)
+        read_done = self._record_shared_read_done()
         logits = self.model.forward(input_ids)
         if batch.has_grammar:
             self._apply_extend_grammar(batch, logits)
@@ -74,7 +76,15 @@ class NgramWorker:
         accept_tokens[:, 0] = predict.to(torch.int32)
         accept_tokens = accept_tokens.flatten()
         accept_lens = torch.ones((bs,), dtype=torch.int32, device=self.device)
-        return self._result(accept_tokens, accept_lens, read_done=None)
+        return self._result(accept_tokens, accept_lens, read_done)
+
+    def _record_shared_read_done(self):
+        """The fine WAR fence: past this point the forward reads nothing the scheduler may
+        overwrite next. Everything written after it is *not* covered by the fence."""
+        read_done = self.mod.Event()
+        read_done.record()
+        fault_point("forward.after_read_done")
+        return read_done
 
     def _apply_extend_grammar(self, batch, logits: torch.Tensor) -> None:
         from .grammar import apply_vocab_mask
@@ -102,14 +112,12 @@ class NgramWorker:
         # Under overlap the previous step's result is not yet in output_ids; with a grammar
         # the step was processed synchronously, and splicing again would duplicate it.
         use_prev = self.overlap and not batch.sync_processed
-        if self.drafter is not None:
+        if self.device_drafted:
             drafts_dev, nt_dev, ns_dev, tree = self._device_tree(batch)
         else:
             drafts_dev, nt_dev, ns_dev, tree = self._host_tree(batch, prev_tokens, prev_lens,
                                                                use_prev)
-        read_done = self.mod.Event()
-        read_done.record()
-        fault_point("forward.after_read_done")
+        read_done = self._record_shared_read_done()
         logits = self.model.forward(drafts_dev)  # the verify forward
         self._apply_sampling_masks(batch, logits, tree)
         target_predict = logits.argmax(dim=-1).view(bs, D)
@@ -151,7 +159,9 @@ class NgramWorker:
         copied to the host *before* the verify launch, resolved after it."""
         roots = torch.tensor([r.context()[-1] for r in batch.reqs], dtype=torch.int64,
                              device=self.device)
-        drafts, next_token, next_sibling = self.drafter.draft(roots, self.D)
+        from .drafter import draft_tree
+        drafts, next_token, next_sibling = draft_tree(roots, self.D, self.model.vocab_size)
+        fault_point("forward.after_draft")
         tree = None
         if batch.has_grammar:
             from .grammar import GrammarTree

@@ -4,9 +4,11 @@ from __future__ import annotations
 from typing import Dict
 
 from .base import Scenario
+from .grammar import GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING
 from .ngram_filter_race import SCENARIO as _NGRAM_FILTER_RACE
 
-SCENARIOS: Dict[str, Scenario] = {s.name: s for s in (_NGRAM_FILTER_RACE,)}
+SCENARIOS: Dict[str, Scenario] = {
+    s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING)}
 
 
 def get(name: str) -> Scenario:

@@ -7,6 +7,7 @@ requests, and the happens-before detector over the trace.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -19,6 +20,7 @@ from harness.policies import Eager, parse_policy
 from harness.policies.faultplan import FaultPlan, StallAt
 from harness.runtime import open_runtime
 
+from .grammar import check_constrained_outputs
 from .stale import Recorder, Reference, StaleValue, StaleValueOracle
 from .workload import Workload
 
@@ -40,9 +42,10 @@ class TrialResult:
 
 
 def server_args(workload: Workload, overrides: Dict[str, Any]):
+    """ServerArgs for a workload; a variant's ``mutation`` key is not a server arg."""
     from impl.scheduler import ServerArgs
     args = ServerArgs(draft_token_num=workload.draft_token_num)
-    return dataclasses.replace(args, **overrides)
+    return dataclasses.replace(args, **{k: v for k, v in overrides.items() if k != "mutation"})
 
 
 _BACKEND_CACHE: Dict[str, Any] = {}
@@ -62,13 +65,9 @@ def drive(runtime, workload: Workload, args, plan: FaultPlan,
           patches: Optional[List[Callable[[], Any]]] = None) -> Dict[int, List[int]]:
     """Run ``workload`` through a fresh scheduler on ``runtime`` with ``plan`` installed."""
     from impl.scheduler import Req, Scheduler
-    drafter = None
-    if args.spec_algorithm == "eagle":
-        from impl.drafter import DeviceDrafter
-        drafter = DeviceDrafter(runtime.device)
     needs_grammar = any(r.schema for r in workload.requests)
     gb = grammar_backend() if needs_grammar else None
-    sched = Scheduler(args, runtime.device, grammar_backend=gb, drafter=drafter)
+    sched = Scheduler(args, runtime.device, grammar_backend=gb)
     for name, stream in sched.streams.items():
         runtime.label(stream, name)
     pending = sorted(workload.requests, key=lambda r: (r.arrive, r.rid))
@@ -108,17 +107,21 @@ def reference(workload: Workload, args, backend: str) -> Reference:
 
 def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[StallAt],
               detect_races: bool = True, keep_trace: bool = False,
-              stop_early: bool = True) -> TrialResult:
+              stop_early: bool = True, mutation: Any = None) -> TrialResult:
+    """One run. ``mutation`` (a ``scenarios.mutations.Mutation``) is applied around the run
+    only -- never around the reference."""
     ref = reference(workload, args, backend)
     oracle = StaleValueOracle(ref, stop_early=stop_early)
     plan = FaultPlan(stalls=list(stalls), observer=oracle)
     pol = parse_policy(policy) if backend == "sim" else None
     t0 = time.perf_counter()
     outputs: Dict[int, List[int]] = {}
-    with open_runtime(backend, pol, trace=detect_races) as rt:
+    patch = mutation.applied() if mutation is not None else contextlib.nullcontext()
+    with open_runtime(backend, pol, trace=detect_races) as rt, patch:
         try:
             outputs = drive(rt, workload, args, plan)
             oracle.check_outputs(outputs)
+            check_constrained_outputs(workload, outputs, oracle)
         except StaleValue:
             pass
         except Exception as exc:  # a crash of the engine is a finding, not a harness error

@@ -97,6 +97,12 @@ class StaleValueOracle:
                                           f"expected {exp}, observed {got}"}, stop=False)
                 return
 
+    def diverge_grammar(self, rid: int, position, message: str) -> None:
+        self._diverge({"kind": "grammar", "rid": rid, "step": None, "position": position,
+                       "where": "final output", "stream": "host", "expected": "schema-valid",
+                       "observed": message, "message": f"request {rid}: {message}"},
+                      stop=False)
+
     def note_crash(self, exc: BaseException) -> None:
         self._diverge({"kind": "crash", "rid": None, "step": None, "where": "engine",
                        "stream": None, "expected": None, "observed": f"{type(exc).__name__}: {exc}",

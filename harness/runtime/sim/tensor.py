@@ -200,7 +200,7 @@ def _to_meta(v: Any) -> Any:
 def _meta_outputs(func, args, kwargs) -> Any:
     try:
         key = (func, tuple(_meta_key(a) for a in args),
-               tuple(sorted((k, _meta_key(v)) for k, v in kwargs.items())))
+               tuple(sorted((k, _meta_key(v)) for k, v in kwargs.items())) if kwargs else ())
         hash(key)
     except TypeError:
         key = None
@@ -264,7 +264,7 @@ def handle(func, args: tuple, kwargs: dict) -> Any:
         return special(func, args, kwargs)
     if not _has_sim(args, kwargs):
         return _host_op(func, args, kwargs)
-    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+    if _is_composite(func):
         with SimMode():
             return func.decompose(*args, **kwargs)
     if torch.Tag.inplace_view in func.tags:
@@ -274,6 +274,18 @@ def handle(func, args: tuple, kwargs: dict) -> Any:
         return _view(func, args, kwargs)
     _check_devices(args, kwargs, func.name())
     return _launch(func, args, kwargs, eff)
+
+
+_COMPOSITE: Dict[Any, bool] = {}
+
+
+def _is_composite(func) -> bool:
+    """CompositeImplicitAutograd ops are decomposed (cached: asked for every op)."""
+    c = _COMPOSITE.get(func)
+    if c is None:
+        c = _COMPOSITE[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), "CompositeImplicitAutograd")
+    return c
 
 
 def _host_op(func, args, kwargs) -> Any:
@@ -336,12 +348,25 @@ def _launch(func, args, kwargs, eff) -> Any:
         # exactly as a queued one would be.
         bargs = _unwrap(args)
         bkwargs = _unwrap(kwargs)
-        result = func(*bargs, **bkwargs)
-        outs = _wrap_outputs(result, args, kwargs, eff, bargs, bkwargs)
-        writes = writes + [access(o) for o in _new_outputs(outs, args, kwargs)]
-        op = OpRecord(stream.sid, name, reads, writes, frame)
-        _enqueue_executed(dev, op)
-        return outs
+        try:
+            result = func(*bargs, **bkwargs)
+        except Exception as exc:
+            # A kernel failing on its *data* (an out-of-range gather index) is a device-side
+            # error: CUDA reports it at the next sync, not at the launch, on every schedule.
+            # So take the queued path below, whose kernel fails when it executes and leaves
+            # the sticky error. Errors the host would raise (shapes, dtypes) raise here.
+            if meta is not None or _is_user_error(exc):
+                raise
+            meta = _meta_outputs(func, args, kwargs)
+            if meta is _DATA_DEPENDENT:
+                raise
+            idle = False
+        if idle:
+            outs = _wrap_outputs(result, args, kwargs, eff, bargs, bkwargs)
+            writes = writes + [access(o) for o in _new_outputs(outs, args, kwargs)]
+            op = OpRecord(stream.sid, name, reads, writes, frame)
+            _enqueue_executed(dev, op)
+            return outs
 
     outs = _alloc_outputs(meta, args, kwargs, eff)
     new = _new_outputs(outs, args, kwargs)
@@ -571,6 +596,25 @@ def _empty(func, args, kwargs) -> Any:
     return hostmem.register(poison_fill(out)) if pinned else out
 
 
+def _empty_like(func, args, kwargs) -> Any:
+    """``empty_like`` allocates like ``empty``: on the device it is poison, not zeros.
+
+    (Routed through ``_launch`` it would run CPU ``empty_like`` as a kernel and hand back
+    whatever the CPU allocator had -- often zeros, hiding the empty-for-zeros bug.)
+    """
+    src = args[0]
+    device = kwargs.get("device")
+    on_sim = torch.device(device).type == "sim" if device is not None else type(src) is SimTensor
+    kw = dict(kwargs)
+    pinned = kw.pop("pin_memory", False)
+    kw["device"] = torch.device("cpu")
+    base = src._buf if type(src) is SimTensor else src
+    buf = func(base, *args[1:], **kw)
+    if on_sim:
+        return wrap(poison_fill(buf))
+    return hostmem.register(poison_fill(buf)) if pinned else buf
+
+
 def _noop_first(func, args, kwargs) -> Any:
     return args[0] if args else None
 
@@ -592,6 +636,7 @@ _SPECIAL = {
     aten.empty_strided.default: _empty,
     aten.new_empty.default: _empty,
     aten.new_empty_strided.default: _empty,
+    aten.empty_like.default: _empty_like,
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
     aten._local_scalar_dense.default: _local_scalar_dense,

@@ -1,0 +1,257 @@
+"""The catalogue of seeded bugs: each a small source patch applied to ``impl/`` at run time.
+
+A mutation names a function or method in ``impl/``, a snippet of its source and the
+replacement -- a diff, as a mutation-testing tool would apply it. ``applied()`` compiles
+the patched function in its module's namespace and swaps it in for the duration of the
+block; the snippet must occur exactly once, so a refactor of ``impl/`` that moves the code
+breaks the mutation loudly instead of silently testing nothing. ``impl/`` stays the clean
+server code; the bugs live here.
+
+Sources: the seeds' risk sections and ``reference/sglang_digest.md`` §4 (M-numbers).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import Iterator, List, Tuple
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    summary: str
+    source: str  # where the bug class comes from (seed / digest M-number)
+    target: str  # "module:qualname", e.g. "impl.spec_info:NgramVerifyInput.filter_batch"
+    edits: Tuple[Tuple[str, str], ...]  # (snippet, replacement), each snippet unique
+    probes: Tuple[str, ...]  # probe names (scenarios.matrix.PROBES), tried in order
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        owner, attr, original = _resolve(self.target)
+        raw = inspect.getattr_static(owner, attr)
+        func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
+        src = inspect.getsource(func)  # snippets match the file's own indentation
+        for old, new in self.edits:
+            count = src.count(old)
+            if count != 1:
+                raise RuntimeError(f"mutation {self.name}: snippet occurs {count} times in "
+                                   f"{self.target}: {old!r}")
+            src = src.replace(old, new)
+        src = textwrap.dedent(src)
+        module = inspect.getmodule(func)
+        namespace = dict(module.__dict__)
+        filename = f"<mutation {self.name}: {inspect.getsourcefile(func)}>"
+        exec(compile(src, filename, "exec"), namespace)  # our own source, patched
+        patched = namespace[func.__name__]
+        # ``from .verify import verify_tree_greedy`` binds the original elsewhere in impl/:
+        # rebind every such name too, or the mutation would test nothing there.
+        aliases = [(m, k) for name, m in list(sys.modules.items())
+                   if name == "impl" or name.startswith("impl.")
+                   for k, v in list(vars(m).items()) if v is raw and m is not owner]
+        setattr(owner, attr, patched)
+        for m, k in aliases:
+            setattr(m, k, patched)
+        try:
+            yield
+        finally:
+            setattr(owner, attr, raw)
+            for m, k in aliases:
+                setattr(m, k, raw)
+
+
+def _resolve(target: str):
+    mod_name, qual = target.split(":")
+    owner = importlib.import_module(mod_name)
+    parts = qual.split(".")
+    for p in parts[:-1]:
+        owner = getattr(owner, p)
+    return owner, parts[-1], getattr(owner, parts[-1])
+
+
+def M(name, summary, source, target, edits, probes) -> Mutation:
+    return Mutation(name, summary, source, target, tuple(edits), tuple(probes))
+
+
+SEED = ("seed-eager", "seed-lazy", "seed-stall")
+GRAMMAR = ("grammar-ngram", "grammar-eagle")
+
+MUTATIONS: List[Mutation] = [
+    # --- the NGRAM relay and its streams (seed 002, digest §2.8, M1-M12) --------------
+    M("filter-gathers-accept-on-schedule",
+      "filter_batch gathers accept_tokens/accept_lens on the schedule stream (fine fence)",
+      "seed 002 / M1", "impl.spec_info:NgramVerifyInput.filter_batch",
+      [('if self.relay == "future_map" and self.future_indices is not None:', "if False:")],
+      SEED),
+    M("merge-cats-accept-on-schedule",
+      "merge_batch concatenates accept state on the schedule stream (fine fence)",
+      "seed 002 / M1", "impl.spec_info:NgramVerifyInput.merge_batch",
+      [('if self.relay == "future_map" and self.future_indices is not None:', "if False:")],
+      SEED),
+    M("resolve-before-forward-waits",
+      "the forward stream resolves relayed inputs before waiting on the schedule stream",
+      "M3", "impl.scheduler:Scheduler.run_batch",
+      [("            fwd.wait_stream(self.schedule_stream)\n", ""),
+       ("            if batch.forward_mode == \"extend\":\n",
+        "            fwd.wait_stream(self.schedule_stream)\n"
+        "            if batch.forward_mode == \"extend\":\n")],
+      SEED),
+    M("resolve-on-schedule-stream",
+      "_resolve_spec_extras runs on the schedule stream, with no event on the stash",
+      "M4", "impl.scheduler:Scheduler.run_batch",
+      [("                self.future_map.resolve_spec_extras(batch.spec_info)",
+        "                with self.mod.stream(self.schedule_stream):\n"
+        "                    self.future_map.resolve_spec_extras(batch.spec_info)")],
+      SEED),
+    M("stash-on-schedule-stream",
+      "stash runs on the schedule stream instead of the forward stream",
+      "M4", "impl.scheduler:Scheduler._relay_forward_payload",
+      [("            self.future_map.stash(",
+        "            with self.mod.stream(self.schedule_stream):\n"
+        "                self.future_map.stash(")],
+      SEED),
+    M("copy-done-not-recorded",
+      "copy_done is never recorded, so the host's synchronize() waits for nothing",
+      "M5", "impl.scheduler:Scheduler.run_batch",
+      [("                result.copy_done.record()", "                pass")],
+      SEED),
+    M("copy-done-before-copies",
+      "copy_done is recorded before the D2H copies are enqueued",
+      "M5", "impl.scheduler:Scheduler.run_batch",
+      [("                result.copy_to_cpu()\n                result.copy_done.record()",
+        "                result.copy_done.record()\n                result.copy_to_cpu()")],
+      SEED),
+    M("copy-done-on-forward-stream",
+      "copy_done is recorded on the forward stream, not after the copies on the copy stream",
+      "M5", "impl.scheduler:Scheduler.run_batch",
+      [("                result.copy_done.record()",
+        "                result.copy_done.record(fwd)")],
+      SEED),
+    M("copy-without-waiting-forward",
+      "the copy stream does not wait on the forward stream before the result D2H",
+      "M6", "impl.scheduler:Scheduler.run_batch",
+      [("            self.copy_stream.wait_stream(fwd)\n", "")],
+      SEED),
+    M("result-read-without-sync",
+      "result processing reads the pinned host result without copy_done.synchronize()",
+      "M5", "impl.scheduler:Scheduler.pop_and_process",
+      [("        result.copy_done.synchronize()\n", "")],
+      SEED),
+    M("future-indices-not-filtered",
+      "filter_batch (FutureMap relay) returns without slicing future_indices",
+      "M10", "impl.spec_info:NgramVerifyInput.filter_batch",
+      [("            self.future_indices = self.future_indices[new_indices]\n            return",
+        "            return")],
+      SEED),
+    M("future-indices-wrong-keep",
+      "future_indices filtered with different keep indices than the requests (reversed)",
+      "M10", "impl.spec_info:NgramVerifyInput.filter_batch",
+      [("            self.future_indices = self.future_indices[new_indices]\n            return",
+        "            self.future_indices = self.future_indices[new_indices.flip(0)]\n"
+        "            return")],
+      SEED),
+    M("merge-order-swapped",
+      "merge_batch concatenates future_indices in (other, self) order, unlike the requests",
+      "M10", "impl.spec_info:NgramVerifyInput.merge_batch",
+      [("torch.cat((self.future_indices, other.future_indices))\n            return",
+        "torch.cat((other.future_indices, self.future_indices))\n            return")],
+      SEED),
+    M("splice-after-commit",
+      "draft prep splices the relayed tokens even when they are already committed",
+      "M11", "impl.scheduler:Req.needs_splice",
+      [("return self.committed_step < self.launched - 2", "return True")],
+      SEED),
+    M("no-splice-under-overlap",
+      "draft prep never splices the in-flight step's tokens under overlap",
+      "M11", "impl.scheduler:Req.needs_splice",
+      [("return self.committed_step < self.launched - 2", "return False")],
+      SEED),
+    M("accept-stride-mismatch",
+      "draft prep slices the relayed accept tokens with a stride of D-1",
+      "M12", "impl.worker:NgramWorker._host_tree",
+      [("prev_tokens[i * D: i * D + prev_lens[i]]",
+        "prev_tokens[i * (D - 1): i * (D - 1) + prev_lens[i]]")],
+      SEED),
+    M("verify-accept-index-empty",
+      "accept_index allocated with torch.empty instead of full(-1)",
+      "M24 / empty-vs-zeros", "impl.verify:verify_tree_greedy",
+      [("accept_index = torch.full((bs, D), -1, dtype=torch.int64, device=device)",
+        "accept_index = torch.empty((bs, D), dtype=torch.int64, device=device)")],
+      SEED),
+    M("verify-target-at-child",
+      "verification compares a child's draft with the target at the child, not the parent",
+      "M16 (verify)", "impl.verify:verify_tree_greedy",
+      [("match = valid & (draft_token.gather(1, safe[:, None]).squeeze(1) == target)",
+        "match = valid & (draft_token.gather(1, safe[:, None]).squeeze(1) == "
+        "target_predict.gather(1, safe[:, None]).squeeze(1))")],
+      SEED),
+    M("stash-drops-accept-lens",
+      "stash writes the accept tokens but not their lengths (rows resolve to length 0)",
+      "M7 (relay buffers)", "impl.overlap:FutureMap.stash",
+      [("        self.accept_lens_buf[future_indices] = payload.accept_lens\n", "")],
+      SEED),
+    # --- grammar staging and traversal (seed 000, digest §1, M14-M23) ------------------
+    M("tree-copy-no-event",
+      "GrammarTree.from_device records no event: resolve() does not wait for the copies",
+      "seed 000 / M21", "impl.grammar:GrammarTree.from_device",
+      [("        return cls(host, done)", "        return cls(host, None)")],
+      ("grammar-eagle",)),
+    M("tree-read-before-resolve",
+      "the host reads the staged tree without resolve() waiting on the event",
+      "seed 000 / M21", "impl.grammar:GrammarTree.resolve",
+      [("self._done.synchronize()", "pass")],
+      ("grammar-eagle",)),
+    M("stale-extend-mask",
+      "build_grammar_vocab_mask does not clear the extend-stage sampling_info.vocab_mask",
+      "seed 000 / M14", "impl.grammar:build_grammar_vocab_mask",
+      [("    sampling_info.vocab_mask = None\n", "")],
+      GRAMMAR),
+    M("grammar-mask-not-applied",
+      "the verify mask is built but never applied to the logits",
+      "M15", "impl.grammar:GrammarMask.apply",
+      [("apply_vocab_mask(logits, self.vocab_mask)", "pass")],
+      GRAMMAR),
+    M("bitmask-init-zero",
+      "the bitmask starts all-zero (deny all) instead of all-ones",
+      "M20", "impl.grammar:allocate_vocab_mask",
+      [("torch.full((rows, bitmask_width(vocab_size)), -1,",
+        "torch.full((rows, bitmask_width(vocab_size)), 0,")],
+      GRAMMAR),
+    M("child-tested-against-own-row",
+      "the traversal tests a child's token against its own row instead of its parent's",
+      "M16", "impl.grammar:traverse_tree",
+      [("int(bitmask[parent, tok // _BITS])", "int(bitmask[curr, tok // _BITS])")],
+      GRAMMAR),
+    M("sibling-uses-previous-sibling-row",
+      "a sibling is tested against the previous sibling's row",
+      "M16", "impl.grammar:traverse_tree",
+      [("dfs(next_sibling[curr], parent)", "dfs(next_sibling[curr], curr)")],
+      GRAMMAR),
+    M("missing-rollback",
+      "an accepted node's token is never rolled back",
+      "M17", "impl.grammar:traverse_tree",
+      [("                grammar.rollback(1)\n", "                pass\n")],
+      GRAMMAR),
+    M("root-reaccepted",
+      "the root token is accepted again by the matcher",
+      "M18", "impl.grammar:traverse_tree",
+      [("            if curr != 0:\n                grammar.accept_token(tok)",
+        "            grammar.accept_token(draft_tokens[curr])")],
+      GRAMMAR),
+    M("descend-below-terminated",
+      "the traversal fills rows and descends below a terminated grammar",
+      "M19", "impl.grammar:traverse_tree",
+      [("            if not grammar.is_terminated():", "            if True:")],
+      GRAMMAR),
+    M("bitmask-word-bit-swapped",
+      "the parent-row bit test swaps word and bit (tok % 32 as the word)",
+      "M19", "impl.grammar:traverse_tree",
+      [("int(bitmask[parent, tok // _BITS]) >> (tok % _BITS)",
+        "int(bitmask[parent, tok % _BITS]) >> (tok // _BITS)")],
+      GRAMMAR),
+]
+
+BY_NAME = {m.name: m for m in MUTATIONS}
