@@ -37,6 +37,9 @@ class AccessInfo:
     frame: Optional[Frame]
     index: int  # position in the trace log
 
+    def access_kind(self) -> str:
+        return "write" if self.write else "read"
+
     def where(self) -> str:
         if self.frame is None:
             return "?"
