@@ -34,12 +34,11 @@ def ask(name: str, default: Any, **ctx: Any) -> Any:
 
 @contextlib.contextmanager
 def installed(plan: Any) -> Iterator[Any]:
-    """Install ``plan`` for the duration of the block (not re-entrant by design)."""
+    """Install ``plan`` for the duration of the block; an outer plan (a trial around a
+    nested reference run) is restored afterwards."""
     global _plan
-    if _plan is not None:
-        raise RuntimeError("a fault plan is already installed")
-    _plan = plan
+    outer, _plan = _plan, plan
     try:
         yield plan
     finally:
-        _plan = None
+        _plan = outer

@@ -17,7 +17,9 @@ class Scenario:
     summary: str
     workload: Callable[[int], Workload]  # seed -> workload
     stalls: Callable[[Optional[float]], List[StallAt]]  # stall ms -> plan
-    variants: Dict[str, Dict[str, object]]  # variant -> ServerArgs overrides
+    # variant -> ServerArgs overrides; the key "mutation" holds a seeded bug
+    # (scenarios.mutations.Mutation) applied around each trial
+    variants: Dict[str, Dict[str, object]]
     default_variant: str
     # (variant, war_barrier) -> "race" | "clean"; war_barrier None = either
     expect: Dict[Tuple[str, Optional[str]], str] = field(default_factory=dict)

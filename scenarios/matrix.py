@@ -48,7 +48,8 @@ def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None
         wl = sc.workload(seed)
         args = server_args(wl, {**sc.variants[probe.variant], "war_barrier": probe.war_barrier})
         res = run_trial(backend, probe.policy if backend == "sim" else "hardware", wl, args,
-                        sc.stalls(None), mutation=mutation)
+                        sc.stalls(None),
+                        mutation=mutation or sc.variants[probe.variant].get("mutation"))
         if res.reproduced:
             detail = (res.divergence["message"] if res.divergence
                       else res.races[0].summary())

@@ -93,28 +93,76 @@ def _join(into: VC, other: VC) -> None:
             into[k] = v
 
 
-def detect(trace: Trace) -> List[Race]:
-    """All unordered conflicting access pairs in ``trace``, deduplicated by site."""
-    needed = _referenced_positions(trace)
-    clocks: Dict[int, VC] = {HOST: {HOST: 0}}
-    at_position: Dict[Position, VC] = {}
-    shadow: Dict[int, List[_Entry]] = {}
-    races: Dict[tuple, Race] = {}
-    names = trace.storage_names
+class HBDetector:
+    """Incremental: ``update()`` consumes the trace records added since the last call, so
+    a state machine can check after every step without re-reading the whole trace."""
 
-    def check(actor: int, n: int, vc: VC, sid: int, lo: int, hi: int, write: bool,
-              info: AccessInfo) -> None:
-        entries = shadow.setdefault(sid, [])
+    def __init__(self, trace: Trace, positions: Optional[Set[Position]] = None) -> None:
+        self.trace = trace
+        # Clocks at stream positions are kept only where something waits on them; when the
+        # trace is still growing we cannot know that, so keep them all.
+        self.needed = positions
+        self.clocks: Dict[int, VC] = {HOST: {HOST: 0}}
+        self.at_position: Dict[Position, VC] = {}
+        self.shadow: Dict[int, List[_Entry]] = {}
+        self.found: Dict[tuple, Race] = {}
+        self.consumed = 0
+
+    @property
+    def races(self) -> List[Race]:
+        return list(self.found.values())
+
+    def update(self) -> List[Race]:
+        log = self.trace.log
+        for rec in log[self.consumed:]:
+            self._feed(rec)
+        self.consumed = len(log)
+        return self.races
+
+    def _feed(self, rec) -> None:
+        host = self.clocks[HOST]
+        if isinstance(rec, OpRecord):
+            s = rec.stream
+            vc = self.clocks.get(s)
+            if vc is None:
+                vc = self.clocks[s] = {}
+            host[HOST] += 1
+            _join(vc, host)
+            vc[s] = rec.seq
+            if rec.kind == "wait" and rec.wait_for is not None:
+                _join(vc, self.at_position.get(rec.wait_for, {}))
+            if self.needed is None or (s, rec.seq) in self.needed:
+                self.at_position[(s, rec.seq)] = dict(vc)
+            actor = self.trace.stream_name(s)
+            for write, accesses in ((False, rec.reads), (True, rec.writes)):
+                for sid, lo, hi in accesses:
+                    self._check(s, rec.seq, vc, sid, lo, hi, write,
+                                AccessInfo(actor, rec.name, rec.seq, write, rec.frame, rec.index))
+        elif isinstance(rec, HostAccess):
+            host[HOST] += 1
+            sid, lo, hi = rec.access
+            self._check(HOST, host[HOST], host, sid, lo, hi, rec.write,
+                        AccessInfo("host", "host read" if not rec.write else "host write",
+                                   host[HOST], rec.write, rec.frame, rec.index))
+        elif isinstance(rec, SyncRecord):
+            for pos in rec.waits:
+                _join(host, self.at_position.get(pos, {}))
+        elif isinstance(rec, QueryRecord):
+            _join(host, self.at_position.get(rec.position, {}))
+
+    def _check(self, actor: int, n: int, vc: VC, sid: int, lo: int, hi: int, write: bool,
+               info: AccessInfo) -> None:
+        entries = self.shadow.get(sid, ())
         keep: List[_Entry] = []
         for e in entries:
             overlap = e.lo < hi and lo < e.hi
             ordered = e.actor == actor or e.n <= vc.get(e.actor, 0)
             if overlap and (e.write or write) and not ordered:
                 kind = ("WAW" if write else "RAW") if e.write else "WAR"
-                race = Race(kind, names.get(sid, f"storage {sid}"), e.info, info)
-                old = races.get(race.key())
+                race = Race(kind, self.trace.storage_names.get(sid, f"storage {sid}"), e.info, info)
+                old = self.found.get(race.key())
                 if old is None:
-                    races[race.key()] = race
+                    self.found[race.key()] = race
                 else:
                     old.count += 1
             covered = lo <= e.lo and e.hi <= hi
@@ -125,39 +173,12 @@ def detect(trace: Trace) -> List[Race]:
                 continue
             keep.append(e)
         keep.append(_Entry(actor, n, lo, hi, write, info))
-        shadow[sid] = keep
+        self.shadow[sid] = keep
 
-    host = clocks[HOST]
-    for rec in trace.log:
-        if isinstance(rec, OpRecord):
-            s = rec.stream
-            vc = clocks.get(s)
-            if vc is None:
-                vc = clocks[s] = {}
-            host[HOST] += 1
-            _join(vc, host)
-            vc[s] = rec.seq
-            if rec.kind == "wait" and rec.wait_for is not None:
-                _join(vc, at_position.get(rec.wait_for, {}))
-            if (s, rec.seq) in needed:
-                at_position[(s, rec.seq)] = dict(vc)
-            actor = trace.stream_name(s)
-            for write, accesses in ((False, rec.reads), (True, rec.writes)):
-                for sid, lo, hi in accesses:
-                    check(s, rec.seq, vc, sid, lo, hi, write,
-                          AccessInfo(actor, rec.name, rec.seq, write, rec.frame, rec.index))
-        elif isinstance(rec, HostAccess):
-            host[HOST] += 1
-            sid, lo, hi = rec.access
-            check(HOST, host[HOST], host, sid, lo, hi, rec.write,
-                  AccessInfo("host", "host read" if not rec.write else "host write",
-                             host[HOST], rec.write, rec.frame, rec.index))
-        elif isinstance(rec, SyncRecord):
-            for pos in rec.waits:
-                _join(host, at_position.get(pos, {}))
-        elif isinstance(rec, QueryRecord):
-            _join(host, at_position.get(rec.position, {}))
-    return list(races.values())
+
+def detect(trace: Trace) -> List[Race]:
+    """All unordered conflicting access pairs in a finished ``trace``, deduplicated by site."""
+    return HBDetector(trace, _referenced_positions(trace)).update()
 
 
 def _referenced_positions(trace: Trace) -> Set[Position]:

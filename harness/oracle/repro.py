@@ -71,7 +71,8 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         # (a clean run shows trial 0).
         want_trace = first_trial is None
         res = run_trial(backend, trial_policy(policy, i) if backend == "sim" else policy,
-                        workload, args, stalls, detect_races=cfg.detect, keep_trace=want_trace)
+                        workload, args, stalls, detect_races=cfg.detect, keep_trace=want_trace,
+                        mutation=scenario.variants[variant].get("mutation"))
         times.append(res.wall_ms)
         for r in res.races:
             old = races.get(r.key())

@@ -25,6 +25,11 @@ class FaultPlan:
     runtime: Any = None  # set when installed for a run
     observer: Optional[Callable[[str, dict], None]] = None
     hits: Dict[str, int] = field(default_factory=dict)
+    once: List[StallAt] = field(default_factory=list)  # one-shot stalls, consumed at a hit
+
+    def stall_next(self, point: str, ms: Optional[float] = None) -> None:
+        """Stall the current stream the next time ``point`` is hit (state machines)."""
+        self.once.append(StallAt(point, ms))
 
     def hit(self, name: str, ctx: dict) -> None:
         if name.startswith("observe."):
@@ -34,6 +39,10 @@ class FaultPlan:
         n = self.hits[name] = self.hits.get(name, 0) + 1
         for st in self.stalls:
             if st.point == name and n % st.every == 0 and self.runtime is not None:
+                self.runtime.stall(st.ms)
+        for st in [s for s in self.once if s.point == name]:
+            self.once.remove(st)
+            if self.runtime is not None:
                 self.runtime.stall(st.ms)
 
     def ask(self, name: str, default: Any, ctx: dict) -> Any:

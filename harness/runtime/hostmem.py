@@ -76,6 +76,18 @@ def clear() -> None:
     _PINNED.clear()
 
 
+def save() -> Dict[int, Tuple[int, str, torch.Tensor]]:
+    """Detach the current registry (a nested run starts empty); ``restore`` puts it back."""
+    saved = dict(_PINNED)
+    _PINNED.clear()
+    return saved
+
+
+def restore(saved: Dict[int, Tuple[int, str, torch.Tensor]]) -> None:
+    _PINNED.clear()
+    _PINNED.update(saved)
+
+
 _HOST_READS = {torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__}
 
 

@@ -107,16 +107,22 @@ def install() -> None:
 
 @contextlib.contextmanager
 def session(policy: Optional[Policy] = None) -> Iterator[SimDevice]:
-    """A fresh simulated device with ``policy``, the dispatch mode on, autograd off."""
+    """A fresh simulated device with ``policy``, the dispatch mode on, autograd off.
+
+    Sessions nest (a reference run inside a running trial): the outer device, its pinned
+    memory registry and its host-access recorder are restored on exit.
+    """
     install()
+    from .device import _DEVICE as outer
+    saved_pinned = hostmem.save()
+    saved_recorder = hostmem.RECORDER
     dev = SimDevice(policy)
     set_device(dev)
-    hostmem.clear()
     hostmem.RECORDER = dev.note_host_access
     try:
         with torch.no_grad(), _tensor.SimMode():
             yield dev
     finally:
-        hostmem.RECORDER = None
-        hostmem.clear()
-        set_device(None)
+        hostmem.RECORDER = saved_recorder
+        hostmem.restore(saved_pinned)
+        set_device(outer)

@@ -288,6 +288,22 @@ def _is_composite(func) -> bool:
     return c
 
 
+_METADATA_ONLY: Dict[Any, bool] = {}
+
+
+def _metadata_only(func) -> bool:
+    """Ops that touch no tensor data: views, in-place restrides, ``new_*`` / ``*_like``
+    factories (as CSAN classifies them). Taking a view of a pinned buffer whose D2H copy
+    is still pending is not a host read -- recording one was a false race report."""
+    m = _METADATA_ONLY.get(func)
+    if m is None:
+        base = func.name().split("::")[-1].split(".")[0]
+        m = _METADATA_ONLY[func] = (
+            effects(func).is_view or torch.Tag.inplace_view in func.tags
+            or base.startswith("new_") or base.endswith("_like"))
+    return m
+
+
 def _host_op(func, args, kwargs) -> Any:
     """An op on host tensors only: run it, report touches of watched pinned memory."""
     if kwargs.get("pin_memory"):
@@ -296,7 +312,7 @@ def _host_op(func, args, kwargs) -> Any:
         out = func(*args, **kwargs)
         return hostmem.register(out) if isinstance(out, torch.Tensor) else out
     dev = current_device()
-    if hostmem._PINNED:
+    if hostmem._PINNED and not _metadata_only(func):
         frame = None
         for key, is_write in effects(func).tensor_args:
             for t in iter_tensors(arg_value(args, kwargs, key)):
@@ -311,7 +327,13 @@ def _inplace_view(func, args, kwargs) -> Any:
     if func is aten.detach_.default:
         return args[0]
     self = args[0]
-    func(self._buf, *_unwrap(args[1:]), **_unwrap(kwargs))
+    # Kernels already queued hold ``self._buf`` itself as an argument, so don't restride
+    # that object: give the wrapper a fresh alias of the same memory and change *its*
+    # metadata (else, under lazy, ``y = x * 10; x.t_()`` ran the multiply transposed).
+    buf = self._buf
+    buf = buf.as_strided(buf.size(), buf.stride(), buf.storage_offset())
+    func(buf, *_unwrap(args[1:]), **_unwrap(kwargs))
+    self._buf = buf
     with torch._C._DisableTorchDispatch():
         func(self, *args[1:], **kwargs)
     return self
@@ -521,6 +543,10 @@ def _h2d_into(dev, dst: SimTensor, src: torch.Tensor, non_blocking: bool) -> Non
 
     dev.enqueue(OpRecord(dev.current.sid, "copy H2D", reads, [access(dst)], user_frame(4),
                          kind="copy", fn=kernel))
+    if not non_blocking:
+        # torch's blocking H2D is a copy plus a sync of the current stream
+        # (memcpy_and_sync): the host waits for everything queued there, as on CUDA.
+        dev.sync_current("blocking H2D")
 
 
 def _contig_stride(shape) -> Tuple[int, ...]:

@@ -1,0 +1,124 @@
+"""A Hypothesis state machine over the engine: arrivals, steps, stalls, drains.
+
+Rules are what a server sees and what a fault plan can do: a request arrives (prompt,
+budget, optional JSON schema), the scheduler steps, a stream is stalled at a named fault
+point, everything drains. After every rule the oracles are invariants:
+
+* stale values: every accept value and committed result the host sees equals the
+  request's *solo* reference (the engine is batch-invariant: a request's tokens and
+  accept lengths do not depend on its batch-mates, so each request is checked against a
+  synchronous run of it alone, computed when it arrives);
+* happens-before: no unordered conflicting access in the trace so far;
+* grammar: once drained, every constrained output is a sentence of its grammar.
+
+Runs on the simulator (deterministic, so Hypothesis can shrink) and, with
+``SPECRACE_BACKEND=cuda``, the printed shrunk program replays on a GPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Dict
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from harness import faults
+from harness.detect import HBDetector
+from harness.policies import parse_policy
+from harness.policies.faultplan import FaultPlan
+from harness.runtime import open_runtime, resolve_backend
+
+from .runner import grammar_backend, reference
+from .stale import Reference, StaleValueOracle
+from .workload import RequestSpec, Workload
+
+POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "random(2)", "pct(1,3)", "pct(2,2)"]
+STALL_POINTS = ["forward.after_read_done", "forward.before_verify", "future_map.before_stash"]
+
+
+class EngineMachine(RuleBasedStateMachine):
+    relay = "future_map"
+    war_barrier = "fine"
+    schemas = ()  # JSON schemas requests may carry
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack = contextlib.ExitStack()
+        self.sched = None
+
+    @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5))
+    def start(self, policy: str, draft: int) -> None:
+        from impl.scheduler import Scheduler, ServerArgs
+        self.backend = resolve_backend(os.environ.get("SPECRACE_BACKEND", "sim"))
+        pol = parse_policy(policy) if self.backend == "sim" else None
+        self.rt = self.stack.enter_context(open_runtime(self.backend, pol))
+        self.args = ServerArgs(draft_token_num=draft, relay=self.relay,
+                               war_barrier=self.war_barrier)
+        gb = grammar_backend() if self.schemas else None
+        self.sched = Scheduler(self.args, self.rt.device, grammar_backend=gb)
+        for name, stream in self.sched.streams.items():
+            self.rt.label(stream, name)
+        self.ref = Reference({}, {})
+        self.oracle = StaleValueOracle(self.ref, stop_early=False)
+        self.plan = FaultPlan(observer=self.oracle, runtime=self.rt)
+        self.stack.enter_context(faults.installed(self.plan))
+        self.detector = HBDetector(self.rt.trace)
+        self.reqs: Dict[int, object] = {}
+        self.specs: Dict[int, RequestSpec] = {}
+
+    @precondition(lambda self: self.sched is not None and len(self.specs) < 8)
+    @rule(motif=st.lists(st.integers(1, 93), min_size=1, max_size=4),
+          length=st.integers(1, 10), budget=st.integers(1, 12), grammar=st.integers(0, 3))
+    def arrive(self, motif, length, budget, grammar) -> None:
+        from impl.scheduler import Req
+        rid = len(self.specs)
+        schema = self.schemas[grammar % len(self.schemas)] if self.schemas and grammar else None
+        spec = RequestSpec(rid, 0, (motif * length)[:max(length, 1)], budget, schema)
+        solo = reference(Workload([spec], self.args.draft_token_num), self.args, self.backend)
+        self.ref.results.update(solo.results)
+        self.ref.outputs.update(solo.outputs)
+        self.specs[rid] = spec
+        g = grammar_backend().grammar_for_json_schema(schema) if schema else None
+        self.reqs[rid] = Req(rid, list(spec.prompt), budget, g)
+        self.sched.add_request(self.reqs[rid])
+
+    @precondition(lambda self: self.sched is not None)
+    @rule()
+    def step(self) -> None:
+        if self.sched.has_work():
+            self.sched.step()
+
+    @precondition(lambda self: self.sched is not None)
+    @rule(point=st.sampled_from(STALL_POINTS))
+    def stall(self, point: str) -> None:
+        self.plan.stall_next(point)
+
+    @precondition(lambda self: self.sched is not None)
+    @rule()
+    def drain(self) -> None:
+        self.sched.run_to_completion()
+        self.rt.synchronize()
+        outputs = {rid: r.output_ids for rid, r in self.reqs.items()}
+        self.oracle.check_outputs(outputs)
+        from .grammar import check_constrained_outputs
+        check_constrained_outputs(Workload(list(self.specs.values())), outputs, self.oracle)
+
+    @invariant()
+    def no_stale_value(self) -> None:
+        if self.sched is not None:
+            assert self.oracle.first is None, self.oracle.first["message"]
+
+    @invariant()
+    def no_race(self) -> None:
+        if self.sched is not None:
+            races = self.detector.update()
+            assert not races, races[0].summary()
+
+    def teardown(self) -> None:
+        self.stack.close()
+
+
+class PrefixEngineMachine(EngineMachine):
+    """The pre-#35198 relay under the fine fence: the machine should find the seed race."""
+    relay = "spec_info"

@@ -1,0 +1,216 @@
+"""specrace's pytest plugin (entry point ``pytest11: specrace``; ``tests/conftest.py`` loads
+it from a source tree that is not pip-installed).
+
+* ``--specrace-backend {sim,cuda,auto}`` (default ``auto``: cuda when a GPU is present);
+* the ``cuda`` marker: such tests are skipped, with a reason, when no GPU is available (or
+  when ``--specrace-backend sim`` is chosen);
+* fixtures: ``specrace_backend`` (the resolved name), ``specrace_runtime`` (an open
+  runtime), ``scenario_runner`` (``run_scenario(name, **kw)``), ``specrace_report``
+  (``.attach(path)``: a failing test's report shows "specrace report: PATH");
+* under pytest-xdist on a machine with several GPUs each worker pins itself to one GPU
+  (``CUDA_VISIBLE_DEVICES`` from the worker id), before anything initialises CUDA -- unless
+  the user already set ``CUDA_VISIBLE_DEVICES``.
+
+This module must not import torch at import time: the worker pinning has to happen first.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import shutil
+import subprocess
+from typing import Any, List, Optional
+
+import pytest
+
+BACKENDS = ("sim", "cuda", "auto")
+WATCHDOG_ENV = "SPECRACE_TEST_WATCHDOG_S"  # per-test limit for CUDA runtimes (0: off)
+DEFAULT_WATCHDOG_S = 300.0
+
+_REPORTS = pytest.StashKey[List[str]]()
+
+
+# ---------------------------------------------------------------------------------------
+# Worker -> GPU (pure, tested without a GPU)
+
+_WORKER_RE = re.compile(r"^gw(\d+)$")
+
+
+def gpu_for_worker(worker_id: str, count: int) -> Optional[int]:
+    """The GPU index an xdist worker (``gw0``, ``gw1``, ...) takes among ``count`` GPUs;
+    None when the id is not an xdist worker id or there is no GPU."""
+    if not worker_id or count is None or count <= 0:
+        return None
+    m = _WORKER_RE.match(worker_id.strip())
+    if m is None:
+        return None
+    return int(m.group(1)) % count
+
+
+def parse_nvidia_smi_list(text: str) -> Optional[int]:
+    """GPU count from ``nvidia-smi -L`` output; None when MIG devices are listed (their
+    ``CUDA_VISIBLE_DEVICES`` indexing differs: leave the choice to the user)."""
+    gpus = 0
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("MIG "):
+            return None
+        if s.startswith("GPU "):
+            gpus += 1
+    return gpus
+
+
+def count_gpus_without_cuda() -> Optional[int]:
+    """Count GPUs without initialising CUDA in this process (``nvidia-smi -L``)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return parse_nvidia_smi_list(proc.stdout)
+
+
+def _pin_worker_gpu() -> Optional[int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker or "CUDA_VISIBLE_DEVICES" in os.environ:
+        return None
+    count = count_gpus_without_cuda()
+    if not count:
+        return None  # unknown (no nvidia-smi, MIG) or none: leave it alone
+    gpu = gpu_for_worker(worker, count)
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        os.environ["SPECRACE_WORKER_GPU"] = str(gpu)
+    return gpu
+
+
+# ---------------------------------------------------------------------------------------
+# Hooks
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("specrace")
+    group.addoption("--specrace-backend", action="store", default="auto", choices=BACKENDS,
+                    help="device backend for specrace tests: sim, cuda or auto (default: "
+                         "cuda when a GPU is available, else sim)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    _pin_worker_gpu()  # first: before any plugin or test module can initialise CUDA
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU (auto-skipped without one)")
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    cuda_items = [it for it in items if it.get_closest_marker("cuda") is not None]
+    if not cuda_items:
+        return
+    backend = config.getoption("--specrace-backend")
+    if backend == "sim":
+        reason = "cuda test: --specrace-backend sim was chosen"
+    elif not _cuda_available():
+        reason = "cuda test: no CUDA GPU is available on this machine"
+    else:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for it in cuda_items:
+        it.add_marker(skip)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    rep = yield
+    if rep.failed:
+        paths = item.stash.get(_REPORTS, None)
+        if paths:
+            rep.sections.append(("specrace", "\n".join(f"specrace report: {p}"
+                                                       for p in paths)))
+    return rep
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures
+
+@pytest.fixture(scope="session")
+def specrace_backend(pytestconfig: pytest.Config) -> str:
+    """The resolved backend name ("sim" or "cuda")."""
+    from harness.runtime import BackendError, resolve_backend
+    try:
+        return resolve_backend(pytestconfig.getoption("--specrace-backend"))
+    except BackendError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def specrace_runtime(specrace_backend: str):
+    """An open runtime on the chosen backend (traced); a watchdog guards CUDA runs."""
+    from harness.runtime import open_runtime
+    if specrace_backend == "cuda":
+        from harness.runtime.cuda import watchdog
+        limit = float(os.environ.get(WATCHDOG_ENV, DEFAULT_WATCHDOG_S))
+        with watchdog(limit, "specrace_runtime test"), open_runtime(specrace_backend) as rt:
+            yield rt
+    else:
+        with open_runtime(specrace_backend) as rt:
+            yield rt
+
+
+class SpecraceReport:
+    """Collects report paths; a failing test shows them in its failure sections."""
+
+    def __init__(self, item: pytest.Item) -> None:
+        self._item = item
+
+    @property
+    def paths(self) -> List[str]:
+        return list(self._item.stash.get(_REPORTS, []))
+
+    def attach(self, path: Any) -> None:
+        paths = self._item.stash.setdefault(_REPORTS, [])
+        p = os.fspath(path)
+        if p not in paths:
+            paths.append(p)
+
+
+@pytest.fixture
+def specrace_report(request: pytest.FixtureRequest) -> SpecraceReport:
+    return SpecraceReport(request.node)
+
+
+@pytest.fixture
+def scenario_runner(specrace_backend: str):
+    """``run_scenario(name, **kw)`` from ``harness.scenario_runner``, on the chosen
+    backend unless ``backend=`` is given."""
+    try:
+        from harness.scenario_runner import run_scenario
+    except ImportError as exc:
+        if getattr(exc, "name", None) not in ("harness.scenario_runner", None) and \
+                "scenario_runner" not in str(exc):
+            raise  # the module exists but something it imports is broken: show it
+        pytest.skip("harness.scenario_runner.run_scenario is not available yet")
+
+    try:
+        params = inspect.signature(run_scenario).parameters
+        takes_backend = "backend" in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    except (TypeError, ValueError):
+        takes_backend = False
+
+    def run(name: str, **kw: Any) -> Any:
+        if takes_backend:
+            kw.setdefault("backend", specrace_backend)
+        return run_scenario(name, **kw)
+
+    return run

@@ -1,0 +1,149 @@
+"""The trace in Chrome trace-event format (ui.perfetto.dev, chrome://tracing).
+
+Process "specrace" (pid 1); tid 0 is the host, tid ``sid + 1`` is stream ``sid``.
+Ops are complete slices (``X``); host syncs, queries and pinned-memory accesses are
+instants (``i``) on the host lane; event record -> wait edges are flow arrows (``s``/``f``);
+both accesses of each race carry ``args.race`` and ``cname`` "terrible", with a flow
+arrow named "race" from the first access to the second.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from harness.runtime.trace import HostAccess, QueryRecord, SyncRecord
+
+from .common import (access_names, host_label, host_records, layout, op_at, race_marks,
+                     stream_ids, time_note, where)
+
+PID = 1
+HOST_TID = 0
+RACE_CNAME = "terrible"
+
+
+def tid_of(sid: int) -> int:
+    return sid + 1
+
+
+def _inside(ts: float, dur: float) -> float:
+    """A time strictly inside a slice, for binding flow events to it."""
+    return ts + dur / 2.0 if dur > 0 else ts
+
+
+def chrome_trace(trace: Any, races: List[Any], result: Optional[Dict[str, Any]] = None
+                 ) -> Dict[str, Any]:
+    result = result or {}
+    lay = layout(trace)
+    marks = race_marks(trace, races)
+    note = time_note(lay)
+    events: List[Dict[str, Any]] = []
+
+    # --- metadata: process, lanes ---
+    events.append({"ph": "M", "pid": PID, "tid": HOST_TID, "name": "process_name",
+                   "args": {"name": "specrace", "time_base": lay.mode, "time_note": note}})
+    label = (f"{result.get('scenario', '?')} [{result.get('variant', '?')}, "
+             f"{result.get('war_barrier', '?')} fence] {result.get('backend', '?')}")
+    events.append({"ph": "M", "pid": PID, "tid": HOST_TID, "name": "process_labels",
+                   "args": {"labels": label}})
+    events.append({"ph": "M", "pid": PID, "tid": HOST_TID, "name": "thread_name",
+                   "args": {"name": "host"}})
+    events.append({"ph": "M", "pid": PID, "tid": HOST_TID, "name": "thread_sort_index",
+                   "args": {"sort_index": 0}})
+    for sid in stream_ids(trace):
+        events.append({"ph": "M", "pid": PID, "tid": tid_of(sid), "name": "thread_name",
+                       "args": {"name": f"{trace.stream_name(sid)} (stream {sid})"}})
+        events.append({"ph": "M", "pid": PID, "tid": tid_of(sid), "name": "thread_sort_index",
+                       "args": {"sort_index": tid_of(sid)}})
+
+    # --- ops ---
+    slot: Dict[int, Dict[str, Any]] = {}  # log index -> event (ops and host instants)
+    for op in lay.ops:
+        ts, end = lay.span[op.index]
+        args: Dict[str, Any] = {
+            "stream": trace.stream_name(op.stream), "seq": op.seq, "kind": op.kind,
+            "reads": access_names(trace, op, op.reads),
+            "writes": access_names(trace, op, op.writes),
+            "where": where(op.frame), "trace_index": op.index,
+        }
+        if op.wait_for is not None:
+            args["wait_for"] = f"{trace.stream_name(op.wait_for[0])}#{op.wait_for[1]}"
+        if lay.mode == "virtual":
+            args["enqueued_at_us"] = op.enq
+            if op.kind == "stall":
+                args["held_from_us"], args["released_at_us"] = ts, op.start
+        ev = {"ph": "X", "pid": PID, "tid": tid_of(op.stream), "name": op.name,
+              "cat": op.kind, "ts": ts, "dur": max(0.0, end - ts), "args": args}
+        if op.index in marks:
+            args["race"] = ", ".join(marks[op.index])
+            ev["cname"] = RACE_CNAME
+        events.append(ev)
+        slot[op.index] = ev
+
+    # --- host instants ---
+    for rec in host_records(trace):
+        args = {"where": where(rec.frame), "trace_index": rec.index}
+        if isinstance(rec, SyncRecord):
+            args["waits"] = [f"{trace.stream_name(s)}#{n}" for s, n in rec.waits]
+            cat = "sync"
+        elif isinstance(rec, QueryRecord):
+            args["position"] = f"{trace.stream_name(rec.position[0])}#{rec.position[1]}"
+            cat = "query"
+        else:
+            assert isinstance(rec, HostAccess)
+            sid, lo, hi = rec.access
+            args["access"] = "write" if rec.write else "read"
+            args["storage"] = f"{rec.name} [{lo}:{hi})"
+            cat = "host_access"
+        ev = {"ph": "i", "s": "t", "pid": PID, "tid": HOST_TID, "name": host_label(rec, trace),
+              "cat": cat, "ts": lay.host_time(rec), "args": args}
+        if rec.index in marks:
+            args["race"] = ", ".join(marks[rec.index])
+            ev["cname"] = RACE_CNAME
+        events.append(ev)
+        slot[rec.index] = ev
+
+    # --- flows: event record -> wait, and race pairs ---
+    next_id = [1]
+
+    def flow(src: Dict[str, Any], dst: Dict[str, Any], name: str, cat: str,
+             args: Optional[dict] = None) -> None:
+        fid = next_id[0]
+        next_id[0] += 1
+        ts_src = _inside(src["ts"], src.get("dur", 0.0)) if src["ph"] == "X" else src["ts"]
+        ts_dst = _inside(dst["ts"], dst.get("dur", 0.0)) if dst["ph"] == "X" else dst["ts"]
+        args = dict(args or {})
+        if ts_dst < ts_src:
+            # Viewers bind a flow's "f" only after its "s" in time: a race whose second
+            # access (host order) ran first is drawn from the earlier slice to the later.
+            src, dst, ts_src, ts_dst = dst, src, ts_dst, ts_src
+            args["drawn"] = "from the access that ran first (the second in host order)"
+        s = {"ph": "s", "pid": PID, "tid": src["tid"], "name": name, "cat": cat, "id": fid,
+             "ts": ts_src}
+        f = {"ph": "f", "bp": "e", "pid": PID, "tid": dst["tid"], "name": name, "cat": cat,
+             "id": fid, "ts": ts_dst}
+        if args:
+            s["args"] = args
+        events.extend((s, f))
+
+    by_pos = op_at(trace)
+    for op in lay.ops:
+        if op.kind != "wait" or op.wait_for is None or op.wait_for[1] <= 0:
+            continue
+        rec_op = by_pos.get(tuple(op.wait_for))
+        if rec_op is None or rec_op.index not in slot or op.index not in slot:
+            continue
+        flow(slot[rec_op.index], slot[op.index], "event", "sync")
+
+    for n, race in enumerate(races, 1):
+        a, b = slot.get(race.first.index), slot.get(race.second.index)
+        if a is None or b is None:
+            continue
+        flow(a, b, "race", "race", {"race": f"{race.kind} #{n}", "storage": race.storage})
+
+    other = {"scenario": result.get("scenario"), "variant": result.get("variant"),
+             "war_barrier": result.get("war_barrier"), "backend": result.get("backend"),
+             "policy": result.get("policy"), "seed": result.get("seed"),
+             "trial": result.get("first_trial") if result.get("first_trial") is not None else 0,
+             "time_base": lay.mode, "time_note": note,
+             "ops_not_executed": lay.not_executed,
+             "races": [f"{r.kind} #{n}: {r.summary()}" for n, r in enumerate(races, 1)]}
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}

@@ -1,0 +1,441 @@
+"""Litmus programs: small stream programs with a known verdict (SPEC §1).
+
+Each program is a ``Litmus``: ``body(rt, stall) -> bool`` runs it on a runtime ``rt``
+(simulator or CUDA -- it touches only ``rt.device``, ``rt.module``, ``rt.label``,
+``rt.stall`` and ordinary torch ops) and returns True iff a stale, poisoned or otherwise
+wrong value reached the host, judged against the value a sequential execution (every op
+run the moment it is issued, in host program order) gives.
+
+``stall=True`` makes the body call ``rt.stall(STALL_MS)`` on ``stalled_stream`` at the one
+point whose delay exposes the race (right before the write / the read that races); the
+simulator's schedule policies expose it without that.
+
+Expectations:
+
+* ``race``  -- whether the happens-before detector must report a race. It is a property of
+  the program's synchronisation, so it holds on every schedule.
+* ``stale`` -- per policy kind: ``eager``, ``lazy``, ``stall`` (= ``stall(<stalled_stream>)``),
+  ``random``, ``pct``, ``cuda`` (real GPU, no injected stall) and ``cuda_stall`` (real GPU,
+  ``stall=True``): True (must be stale), False (must be fresh) or None (either).
+  ``expected_stale(kind)`` fills in ``cuda`` when a program leaves it out.
+
+Every body allocates its inputs, then ``synchronize()``s the device once so the setup is
+ordered before the program proper, and ends with a ``synchronize()`` so no work (or stall)
+outlives it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+STALL_MS = 20.0  # the injected delay; on CUDA it dwarfs the host's few µs per launch
+
+KINDS = ("eager", "lazy", "stall", "random", "pct", "cuda", "cuda_stall")
+
+
+@dataclass(frozen=True)
+class Litmus:
+    name: str
+    doc: str
+    body: Callable[..., bool]
+    race: bool
+    stale: Dict[str, Optional[bool]] = field(default_factory=dict)
+    stalled_stream: str = "forward"
+
+    def expected_stale(self, kind: str) -> Optional[bool]:
+        """True / False / None (either) for a policy kind (see the module docstring)."""
+        if kind in self.stale:
+            return self.stale[kind]
+        if kind == "cuda":  # unstalled hardware: a racy program may go either way
+            return None if self.race else self.stale.get("eager")
+        raise KeyError(f"{self.name}: no expectation for policy kind {kind!r}")
+
+    def run(self, rt, stall: bool = False) -> bool:
+        return bool(self.body(rt, stall))
+
+
+# Expectation tables --------------------------------------------------------------------
+
+def _racy(lazy: bool = True) -> Dict[str, Optional[bool]]:
+    """A racy program: fresh when every op runs at issue; stale when the stalled stream
+    (or, with ``lazy``, every stream) runs only on demand; either under the random ones."""
+    return {"eager": False, "lazy": lazy, "stall": True, "random": None, "pct": None,
+            "cuda": None, "cuda_stall": True}
+
+
+_CLEAN = {k: False for k in KINDS}
+_POISON = {k: True for k in KINDS}
+
+
+# Helpers -------------------------------------------------------------------------------
+
+def _streams(rt):
+    """The device module and the two streams of the overlap scheduler, labelled."""
+    m = rt.module
+    S, F = m.Stream(), m.Stream()
+    rt.label(S, "schedule")
+    rt.label(F, "forward")
+    return m, S, F
+
+
+def _stall(rt, stall: bool) -> None:
+    if stall:
+        rt.stall(STALL_MS)
+
+
+def _i32(values, rt) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32, device=rt.device)
+
+
+def _pinned_zeros(n: int) -> torch.Tensor:
+    return torch.zeros(n, dtype=torch.int32, pin_memory=True)
+
+
+# 1-3: message passing ------------------------------------------------------------------
+
+def mp_nosync(rt, stall: bool) -> bool:
+    m, S, F = _streams(rt)
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        x.add_(5)  # producer
+    with m.stream(S):
+        got = x.tolist()  # consumer: nothing orders it after the producer
+    m.synchronize()
+    return got != [5, 5, 5, 5]
+
+
+def mp_wait_event(rt, stall: bool) -> bool:
+    m, S, F = _streams(rt)
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        x.add_(5)
+        ready = m.Event()
+        ready.record()
+    with m.stream(S):
+        S.wait_event(ready)
+        got = x.tolist()
+    m.synchronize()
+    return got != [5, 5, 5, 5]
+
+
+def mp_wait_stream(rt, stall: bool) -> bool:
+    m, S, F = _streams(rt)
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        x.add_(5)
+    with m.stream(S):
+        S.wait_stream(F)
+        got = x.tolist()
+    m.synchronize()
+    return got != [5, 5, 5, 5]
+
+
+# 4-5: the seed (NGRAM accept relay, pre-fix filter_batch) ------------------------------
+
+def _seed(rt, stall: bool, coarse: bool) -> bool:
+    m, S, F = _streams(rt)
+    accept_lens = torch.zeros(8, dtype=torch.int32, device=rt.device)  # req-pool indexed
+    pool_idx = torch.tensor([1, 4, 6], dtype=torch.int64, device=rt.device)
+    verified = _i32([3, 2, 4], rt)
+    m.synchronize()
+    with m.stream(F):
+        shared_view = accept_lens.sum()  # the shared read the fine fence was meant for
+        shared_read_done = m.Event()
+        shared_read_done.record()  # fine fence: recorded BEFORE the accept write
+        _stall(rt, stall)
+        accept_lens[pool_idx] = verified  # verify writes accept_lens
+    with m.stream(S):
+        if coarse:
+            S.wait_stream(F)  # coarse WAR fence: everything F has issued, write included
+        else:
+            S.wait_event(shared_read_done)
+        got = accept_lens[pool_idx].tolist()  # filter_batch gathers on the schedule stream
+    m.synchronize()
+    del shared_view
+    return got != [3, 2, 4]
+
+
+def seed_fine_fence(rt, stall: bool) -> bool:
+    return _seed(rt, stall, coarse=False)
+
+
+def seed_coarse_fence(rt, stall: bool) -> bool:
+    return _seed(rt, stall, coarse=True)
+
+
+# 6-8, 17-18: non_blocking D2H into pinned memory ---------------------------------------
+
+def _d2h(rt, stall: bool, how: str) -> bool:
+    m, S, F = _streams(rt)
+    x = torch.arange(1, 5, dtype=torch.int32, device=rt.device)
+    host = _pinned_zeros(4)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        y = x * 10
+        host.copy_(y, non_blocking=True)
+        copied = m.Event()
+        copied.record()
+    if how == "event.synchronize":
+        copied.synchronize()
+    elif how == "query":
+        while not copied.query():
+            pass
+    elif how == "wrong stream":
+        S.synchronize()  # the schedule stream -- not the one doing the copy
+    elif how == "right stream":
+        F.synchronize()
+    got = host.tolist()  # plain host read of pinned memory
+    m.synchronize()
+    return got != [10, 20, 30, 40]
+
+
+def d2h_before_sync(rt, stall: bool) -> bool:
+    return _d2h(rt, stall, "none")
+
+
+def d2h_after_sync(rt, stall: bool) -> bool:
+    return _d2h(rt, stall, "event.synchronize")
+
+
+def query_poll(rt, stall: bool) -> bool:
+    return _d2h(rt, stall, "query")
+
+
+def wrong_stream_sync(rt, stall: bool) -> bool:
+    return _d2h(rt, stall, "wrong stream")
+
+
+def right_stream_sync(rt, stall: bool) -> bool:
+    return _d2h(rt, stall, "right stream")
+
+
+# 9: WAR -- the reader is stalled while another stream overwrites its input -------------
+
+def war_overwrite(rt, stall: bool) -> bool:
+    m, S, F = _streams(rt)
+    x = torch.arange(1, 5, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(S):
+        _stall(rt, stall)
+        snap = x.clone()  # reader
+    with m.stream(F):
+        x.fill_(99)  # writer: does not wait for the reader
+    S.synchronize()
+    got = snap.tolist()
+    m.synchronize()
+    return got != [1, 2, 3, 4]
+
+
+# 10-11: an index tensor filtered on one stream, consumed on another ----------------------
+
+def _filter(rt, stall: bool, synced: bool) -> bool:
+    m, S, F = _streams(rt)
+    table = torch.arange(0, 80, 10, dtype=torch.int64, device=rt.device)
+    idx = torch.arange(8, dtype=torch.int64, device=rt.device)
+    keep = torch.tensor([1, 3, 5, 7], dtype=torch.int64, device=rt.device)
+    # Zero-initialised, so whatever F reads is a valid index (no device assert on CUDA).
+    filtered = torch.zeros(4, dtype=torch.int64, device=rt.device)
+    m.synchronize()
+    with m.stream(S):
+        _stall(rt, stall)
+        torch.index_select(idx, 0, keep, out=filtered)  # filter_batch on schedule
+    with m.stream(F):
+        if synced:
+            F.wait_stream(S)
+        got = table.index_select(0, filtered).tolist()  # consumed on forward
+    m.synchronize()
+    return got != [10, 30, 50, 70]
+
+
+def filter_index_nosync(rt, stall: bool) -> bool:
+    return _filter(rt, stall, synced=False)
+
+
+def filter_index_sync(rt, stall: bool) -> bool:
+    return _filter(rt, stall, synced=True)
+
+
+# 12: a reused pinned staging buffer ---------------------------------------------------
+
+def pinned_reuse(rt, stall: bool) -> bool:
+    m, S, F = _streams(rt)
+    staging = _pinned_zeros(4)
+    staging.copy_(torch.tensor([1, 2, 3, 4], dtype=torch.int32))  # batch 1, on the host
+    dev = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        dev.copy_(staging, non_blocking=True)  # reads the pinned buffer when it executes
+    staging.fill_(9)  # batch 2 reuses the buffer while batch 1's copy may be pending
+    with m.stream(F):
+        got = dev.tolist()
+    m.synchronize()
+    return got != [1, 2, 3, 4]
+
+
+# 13-14: uninitialised device memory ---------------------------------------------------
+
+def _alloc(rt, stall: bool, factory) -> bool:
+    m, S, F = _streams(rt)
+    with m.stream(F):
+        # On CUDA the caching allocator hands this block straight back to the allocation
+        # below, so ``empty`` shows 7s there (poison on the simulator): never zeros.
+        junk = torch.full((4,), 7, dtype=torch.int32, device=rt.device)
+        del junk
+        buf = factory(4, dtype=torch.int32, device=rt.device)
+        _stall(rt, stall)
+        buf[:2] = 1  # the code writes only the rows it uses ...
+        got = buf.tolist()  # ... and reads them all
+    m.synchronize()
+    return got != [1, 1, 0, 0]
+
+
+def empty_vs_zeros(rt, stall: bool) -> bool:
+    return _alloc(rt, stall, torch.empty)
+
+
+def zeros_read(rt, stall: bool) -> bool:
+    return _alloc(rt, stall, torch.zeros)
+
+
+# 15-16: waits are point-in-time --------------------------------------------------------
+
+def _event_point(rt, stall: bool, after: bool) -> bool:
+    m, S, F = _streams(rt)
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    ev = m.Event()
+    with m.stream(F):
+        x.fill_(1)
+        if not after:
+            ev.record()  # captures F's position now: the add below is not covered
+        _stall(rt, stall)
+        x.add_(10)
+        if after:
+            ev.record()
+    with m.stream(S):
+        S.wait_event(ev)
+        got = x.tolist()
+    m.synchronize()
+    return got != [11, 11, 11, 11]
+
+
+def event_before_write(rt, stall: bool) -> bool:
+    return _event_point(rt, stall, after=False)
+
+
+def event_after_write(rt, stall: bool) -> bool:
+    return _event_point(rt, stall, after=True)
+
+
+# 19-21: other host sync points ---------------------------------------------------------
+
+def device_synchronize(rt, stall: bool) -> bool:
+    m, S, F = _streams(rt)
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        x.add_(5)
+    m.synchronize()  # waits for every stream
+    with m.stream(S):
+        got = x.tolist()
+    m.synchronize()
+    return got != [5, 5, 5, 5]
+
+
+def blocking_cpu(rt, stall: bool) -> bool:
+    m, S, F = _streams(rt)
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        x.add_(5)
+        got = x.cpu().tolist()  # blocking D2H: syncs the stream it is issued on
+    m.synchronize()
+    return got != [5, 5, 5, 5]
+
+
+def d2h_pageable(rt, stall: bool) -> bool:
+    m, S, F = _streams(rt)
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    host = torch.zeros(4, dtype=torch.int32)  # pageable: non_blocking cannot apply
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        x.add_(5)
+        host.copy_(x, non_blocking=True)  # D2H into pageable memory returns when done
+    got = host.tolist()
+    m.synchronize()
+    return got != [5, 5, 5, 5]
+
+
+PROGRAMS: List[Litmus] = [
+    Litmus("mp_nosync", "message passing: forward writes, schedule reads with no sync",
+           mp_nosync, race=True, stale=_racy()),
+    Litmus("mp_wait_event", "message passing with an event recorded after the write",
+           mp_wait_event, race=False, stale=dict(_CLEAN)),
+    Litmus("mp_wait_stream", "message passing with schedule.wait_stream(forward)",
+           mp_wait_stream, race=False, stale=dict(_CLEAN)),
+    Litmus("seed_fine_fence", "the seed: schedule gathers accept_lens after waiting on an "
+           "event recorded before forward's write", seed_fine_fence, race=True,
+           stale=_racy()),
+    Litmus("seed_coarse_fence", "the seed with the coarse fence wait_stream(forward) after "
+           "the write", seed_coarse_fence, race=False, stale=dict(_CLEAN)),
+    Litmus("d2h_before_sync", "non_blocking D2H into pinned memory, read on the host "
+           "before event.synchronize()", d2h_before_sync, race=True, stale=_racy()),
+    Litmus("d2h_after_sync", "non_blocking D2H into pinned memory, read after "
+           "event.synchronize()", d2h_after_sync, race=False, stale=dict(_CLEAN)),
+    Litmus("query_poll", "non_blocking D2H, host polls event.query() until True, then "
+           "reads (CSAN flags this falsely)", query_poll, race=False, stale=dict(_CLEAN)),
+    Litmus("war_overwrite", "WAR: the reader stream is stalled while forward overwrites "
+           "its input", war_overwrite, race=True, stale=_racy(lazy=False),
+           stalled_stream="schedule"),
+    Litmus("filter_index_nosync", "an index tensor filtered on schedule, consumed on "
+           "forward without a wait", filter_index_nosync, race=True, stale=_racy(),
+           stalled_stream="schedule"),
+    Litmus("filter_index_sync", "an index tensor filtered on schedule, consumed on forward "
+           "after wait_stream(schedule)", filter_index_sync, race=False,
+           stale=dict(_CLEAN), stalled_stream="schedule"),
+    Litmus("pinned_reuse", "the host refills a pinned staging buffer while its "
+           "non_blocking H2D copy is still pending", pinned_reuse, race=True,
+           stale=_racy()),
+    Litmus("empty_vs_zeros", "torch.empty where torch.zeros was meant: the unwritten "
+           "rows read as garbage (poison), on every schedule; no race", empty_vs_zeros,
+           race=False, stale=dict(_POISON)),
+    Litmus("zeros_read", "the same program with torch.zeros", zeros_read, race=False,
+           stale=dict(_CLEAN)),
+    Litmus("event_before_write", "wait on an event recorded before the write: the wait is "
+           "point-in-time, the write is not covered", event_before_write, race=True,
+           stale=_racy()),
+    Litmus("event_after_write", "wait on an event recorded after the write",
+           event_after_write, race=False, stale=dict(_CLEAN)),
+    Litmus("wrong_stream_sync", "non_blocking D2H on forward, host synchronizes the "
+           "schedule stream, then reads", wrong_stream_sync, race=True, stale=_racy()),
+    Litmus("right_stream_sync", "non_blocking D2H on forward, host synchronizes forward, "
+           "then reads", right_stream_sync, race=False, stale=dict(_CLEAN)),
+    Litmus("device_synchronize", "forward writes, the host synchronizes the device, "
+           "schedule reads", device_synchronize, race=False, stale=dict(_CLEAN)),
+    Litmus("blocking_cpu", "forward writes, a blocking .cpu() on forward reads",
+           blocking_cpu, race=False, stale=dict(_CLEAN)),
+    Litmus("d2h_pageable", "copy_(non_blocking=True) into pageable host memory is "
+           "synchronous", d2h_pageable, race=False, stale=dict(_CLEAN)),
+]
+
+BY_NAME: Dict[str, Litmus] = {p.name: p for p in PROGRAMS}
+
+
+def get(name: str) -> Litmus:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown litmus program {name!r}; known: {', '.join(BY_NAME)}") from None

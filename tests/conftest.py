@@ -1,0 +1,39 @@
+"""Suite-wide setup: the specrace pytest plugin and the Hypothesis profiles.
+
+The plugin (``harness/pytest_plugin.py``) is registered by the ``pytest11`` entry point when
+the project is pip-installed; pytest loads entry-point plugins before any conftest, so it is
+already imported here in that case. From a plain source tree it is not, and we register it
+ourselves -- never both (pluggy refuses one module under two names).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from hypothesis import settings
+from hypothesis.errors import InvalidArgument
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    try:
+        import harness  # noqa: F401  (installed, or already on the path)
+    except ImportError:
+        sys.path.insert(0, str(_ROOT))
+
+if "harness.pytest_plugin" not in sys.modules:  # not loaded by entry point or -p
+    pytest_plugins = ["harness.pytest_plugin"]
+
+
+def _ci_parent():
+    try:
+        return settings.get_profile("ci")  # Hypothesis' own CI profile, where it has one
+    except InvalidArgument:
+        return settings.get_profile("default")
+
+
+settings.register_profile("ci", parent=_ci_parent(), derandomize=True, deadline=None,
+                          database=None, print_blob=True)
+settings.register_profile("dev", deadline=None)
+_ON_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+settings.load_profile("ci" if _ON_CI else "dev")

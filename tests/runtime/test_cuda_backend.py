@@ -1,0 +1,636 @@
+"""The CUDA backend: calibration, stalls, trace capture -- and the parts testable on a CPU.
+
+Tests marked ``cuda`` run on a GPU only (the plugin skips them elsewhere). The others
+exercise, without a GPU: backend resolution, the worker -> GPU mapping, the calibration
+math, the watchdog, and the capture logic itself (the dispatch mode with CPU tensors
+standing in for device memory, the stream/event wrappers on fake stream classes that
+behave like ``torch.cuda.Stream`` / ``torch.cuda.Event``), fed to the real detector.
+"""
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.detect import detect
+from harness.pytest_plugin import gpu_for_worker, parse_nvidia_smi_list
+from harness.runtime import BackendError, open_runtime, resolve_backend
+from harness.runtime import cuda as C
+from harness.runtime.trace import (EventRecord, HostAccess, OpRecord, QueryRecord,
+                                   SyncRecord, Trace)
+
+ROOT = Path(__file__).resolve().parents[2]
+HAS_CUDA = torch.cuda.is_available()
+
+
+# =======================================================================================
+# CPU-runnable
+# =======================================================================================
+
+@pytest.mark.skipif(HAS_CUDA, reason="this machine has a GPU")
+def test_resolve_cuda_without_gpu_raises():
+    with pytest.raises(BackendError):
+        resolve_backend("cuda")
+    with pytest.raises(BackendError):
+        with open_runtime("cuda"):
+            pass
+    assert resolve_backend("auto") == "sim"
+
+
+@pytest.mark.parametrize("worker,count,gpu", [
+    ("gw0", 4, 0), ("gw1", 4, 1), ("gw5", 4, 1), ("gw7", 8, 7), ("gw3", 1, 0),
+    ("gw2", 0, None), ("master", 4, None), ("", 4, None), ("gwx", 2, None), ("gw12", 5, 2),
+])
+def test_gpu_for_worker(worker, count, gpu):
+    assert gpu_for_worker(worker, count) == gpu
+
+
+def test_nvidia_smi_parsing():
+    two = ("GPU 0: NVIDIA H200 (UUID: GPU-aaaa)\n"
+           "GPU 1: NVIDIA H200 (UUID: GPU-bbbb)\n")
+    assert parse_nvidia_smi_list(two) == 2
+    assert parse_nvidia_smi_list("") == 0
+    mig = ("GPU 0: NVIDIA H200 (UUID: GPU-aaaa)\n"
+           "  MIG 1g.18gb     Device  0: (UUID: MIG-cccc)\n")
+    assert parse_nvidia_smi_list(mig) is None
+
+
+def test_calibration_math():
+    samples = [(1_000_000, 0.52), (2_000_000, 1.04), (1_000_000, 0.50), (2_000_000, 5.0)]
+    rate = C.cycles_per_ms_from_samples(samples)
+    # median of 1.923e6, 1.923e6, 2.0e6, 0.4e6 -> 1.923e6: one slow outlier does not move it
+    assert rate == pytest.approx(1_000_000 / 0.52)
+    assert C.cycles_per_ms_from_samples([(1e6, 0.0), (1e6, -1.0), (1e6, 0.5)]) == 2e6
+    with pytest.raises(ValueError):
+        C.cycles_per_ms_from_samples([(1e6, 0.0)])
+    with pytest.raises(ValueError):
+        C.cycles_per_ms_from_samples([])
+
+
+def test_stall_cycles_caps_and_defaults():
+    cpm = 2e6
+    assert C.stall_cycles(1.0, cpm) == 2_000_000
+    assert C.stall_cycles(None, cpm) == int(C.DEFAULT_STALL_MS * cpm)
+    assert C.stall_cycles(10 * C.MAX_STALL_MS, cpm) == int(C.MAX_STALL_MS * cpm)
+    assert C.stall_cycles(-5, cpm) == 0
+    assert C.stall_cycles(0, cpm) == 0
+
+
+def _run_py(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_watchdog_fires_and_stays_quiet():
+    proc = _run_py("""
+        import time
+        from harness.runtime.cuda import watchdog
+        with watchdog(30, "quick block"):
+            pass
+        with watchdog(None):
+            pass
+        print("passed-quiet", flush=True)
+        with watchdog(0.3, "hung block"):
+            time.sleep(30)
+        print("not reached")
+    """)
+    assert proc.returncode == 3, proc.stderr
+    assert "passed-quiet" in proc.stdout
+    assert "not reached" not in proc.stdout
+    assert "hung block" in proc.stderr and "watchdog" in proc.stderr
+
+
+# --- the capture logic on CPU stand-ins -------------------------------------------------
+
+class FakeEvent:
+    """Behaves like torch.cuda.Event as far as the wrappers can tell."""
+
+    def __init__(self, enable_timing=False):
+        self.recorded = False
+
+    def record(self, stream=None):
+        self.recorded = True
+
+    def wait(self, stream=None):
+        pass
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+
+class FakeStream:
+    """Like torch.cuda.Stream: wait_event -> event.wait, wait_stream -> record + wait."""
+
+    def __init__(self, handle):
+        self.cuda_stream = handle
+
+    def wait_event(self, event):
+        event.wait(self)
+
+    def wait_stream(self, stream):
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event=None):
+        event = event or FakeEvent()
+        event.record(self)
+        return event
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+
+class FakeDevice:
+    """A current-stream slot, like the CUDA current stream, plus a fake device module."""
+
+    def __init__(self):
+        self.current = 0
+        self.module = types.SimpleNamespace(synchronize=lambda device=None: None)
+
+    @contextlib.contextmanager
+    def on(self, stream):
+        prev, self.current = self.current, stream.cuda_stream
+        try:
+            yield
+        finally:
+            self.current = prev
+
+
+@contextlib.contextmanager
+def cpu_capture():
+    """The CUDA capture with CPU tensors as device memory and fake streams/events."""
+    fake = FakeDevice()
+    cap = C._Capture(Trace(), lambda: fake.current, default_handle=0, dev_type="cpu")
+    undo = C._install_patches(cap, FakeStream, FakeEvent, fake.module)
+    try:
+        with torch.no_grad(), C._CaptureMode(cap):
+            yield cap, fake
+    finally:
+        undo()
+
+
+def _ops(trace):
+    return [r for r in trace.log if isinstance(r, OpRecord)]
+
+
+def test_capture_records_reads_writes_and_skips_views():
+    with cpu_capture() as (cap, fake):
+        x = torch.zeros(8)  # factory: writes fresh memory
+        v = x[2:4]  # view: metadata only
+        v.add_(1)  # in-place: read + write of x's storage
+        y = x * 2  # reads x, writes y
+        e = torch.empty(3)  # allocation only: no op
+        z = torch.zeros_like(x)  # uses x's metadata only
+        del e
+    ops = _ops(cap.trace)
+    names = [o.name for o in ops]
+    assert names == ["zeros.default", "add_.Tensor", "mul.Tensor", "zeros_like.default"]
+    zeros, add, mul, zl = ops
+    sx = zeros.writes[0][0]
+    assert zeros.reads == [] and zeros.writes == [(sx, 0, 32)]
+    assert add.reads == [(sx, 8, 16)] and add.writes == [(sx, 8, 16)]
+    assert mul.reads == [(sx, 0, 32)] and len(mul.writes) == 1 and mul.writes[0][0] != sx
+    assert zl.reads == [] and len(zl.writes) == 1
+    assert [o.seq for o in ops] == [1, 2, 3, 4] and all(o.stream == 0 for o in ops)
+    assert all(o.frame is not None and o.frame[0] == __file__ for o in ops)
+    assert y.shape == z.shape == (8,)
+
+
+def test_capture_implicit_syncs():
+    with cpu_capture() as (cap, fake):
+        x = torch.arange(6.0)
+        x.nonzero()
+        x[x > 2]  # boolean mask: data-dependent shape
+        x[torch.tensor([0, 1])]  # integer index: no sync
+        x.sum().item()
+    log = [r for r in cap.trace.log if isinstance(r, (OpRecord, SyncRecord))]
+    kinds = [(type(r).__name__, getattr(r, "name", getattr(r, "label", ""))) for r in log]
+    syncs = [r for r in log if isinstance(r, SyncRecord)]
+    assert [s.label for s in syncs] == ["implicit sync: nonzero.default",
+                                       "implicit sync: index.Tensor",
+                                       "blocking D2H (.item)"], kinds
+    for s in syncs:  # each sync covers the op just before it
+        before = log[log.index(s) - 1]
+        assert s.waits == [(0, before.seq)]
+
+
+def test_capture_new_sid_after_free():
+    with cpu_capture() as (cap, fake):
+        a = torch.full((1024,), 1.0)
+        sid_a = _ops(cap.trace)[-1].writes[0][0]
+        del a
+        b = torch.full((1024,), 2.0)
+        sid_b = _ops(cap.trace)[-1].writes[0][0]
+    assert sid_a != sid_b
+    del b
+
+
+def _seed_program(coarse: bool):
+    with cpu_capture() as (cap, fake):
+        fwd, sch = FakeStream(11), FakeStream(22)
+        default = FakeStream(0)
+        C_label = cap.stream_id
+        C_label(11, "forward")
+        C_label(22, "schedule")
+        accept = torch.zeros(8)  # default stream
+        fwd.wait_stream(default)
+        sch.wait_stream(default)
+        early = FakeEvent()
+        with fake.on(fwd):
+            early.record()  # the fine fence: recorded BEFORE the write
+            accept.fill_(3.0)  # forward writes accept_lens
+        with fake.on(sch):
+            if coarse:
+                sch.wait_stream(fwd)
+            else:
+                sch.wait_event(early)
+            got = accept[1:3].clone()  # schedule gathers
+    return cap, got
+
+
+def test_seed_race_detected_through_wrappers():
+    cap, _ = _seed_program(coarse=False)
+    races = detect(cap.trace)
+    raw = [r for r in races if r.kind == "RAW"]
+    assert raw, [r.summary() for r in races]
+    r = raw[0]
+    assert (r.first.actor, r.first.op, r.first.write) == ("forward", "fill_.Scalar", True)
+    assert (r.second.actor, r.second.op, r.second.write) == ("schedule", "clone.default", False)
+    assert r.first.frame[0] == __file__ and r.second.frame[0] == __file__
+
+
+def test_wait_stream_orders_and_logs_one_wait():
+    cap, _ = _seed_program(coarse=True)
+    assert detect(cap.trace) == []
+    waits = [o for o in _ops(cap.trace) if o.kind == "wait"]
+    # fwd.wait_stream(default), sch.wait_stream(default), sch.wait_stream(fwd): one each,
+    # despite wait_stream calling record_event + wait_event + Event.wait internally.
+    assert len(waits) == 3
+    assert [w.name for w in waits] == ["wait_event"] * 3
+    sch = cap.stream_id(22)
+    fwd = cap.stream_id(11)
+    last = waits[-1]
+    assert last.stream == sch and last.wait_for == (fwd, cap.seqs[fwd])
+    events = [r for r in cap.trace.log if isinstance(r, EventRecord)]
+    assert len(events) == 4  # three wait_stream markers and the early event
+
+
+def test_event_wait_is_a_stream_op_and_point_in_time():
+    with cpu_capture() as (cap, fake):
+        s = FakeStream(5)
+        x = torch.zeros(4)
+        ev = FakeEvent()
+        ev.record()  # on the default stream, after the zeros
+        ev.wait(s)
+        with fake.on(s):
+            y = x + 1
+        never = FakeEvent()
+        never.wait(s)  # never recorded: CUDA makes it a no-op; nothing logged
+    sid = cap.stream_id(5)
+    ops = [o for o in _ops(cap.trace) if o.stream == sid]
+    assert [(o.kind, o.seq) for o in ops] == [("wait", 1), ("kernel", 2)]
+    assert ops[0].wait_for == (0, 1)
+    assert detect(cap.trace) == []
+    del y
+
+
+def test_syncs_and_queries_are_logged():
+    with cpu_capture() as (cap, fake):
+        s = FakeStream(7)
+        with fake.on(s):
+            x = torch.ones(4)
+            ev = FakeEvent()
+            ev.record()
+        assert ev.query() is True
+        ev.synchronize()
+        assert s.query() is True
+        s.synchronize()
+        fake.module.synchronize()
+    sid = cap.stream_id(7)
+    recs = [r for r in cap.trace.log if isinstance(r, (SyncRecord, QueryRecord))]
+    assert [(type(r).__name__, r.label) for r in recs] == [
+        ("QueryRecord", "event.query"), ("SyncRecord", "event.synchronize"),
+        ("QueryRecord", "stream.query"), ("SyncRecord", "stream.synchronize"),
+        ("SyncRecord", "device.synchronize")]
+    assert recs[0].position == (sid, 1) and recs[1].waits == [(sid, 1)]
+    assert sorted(recs[-1].waits) == [(0, 0), (sid, 1)]
+    del x
+
+
+def test_patches_are_restored():
+    originals = {n: FakeEvent.__dict__[n] for n in ("record", "wait", "query", "synchronize")}
+    with cpu_capture():
+        assert FakeEvent.record is not originals["record"]
+    for n, f in originals.items():
+        assert FakeEvent.__dict__[n] is f
+    assert "wait_stream" in FakeStream.__dict__
+
+
+def test_host_read_of_pinned_buffer_is_recorded():
+    """The hostmem path (pinned registry) is backend-neutral: check the CUDA recorder."""
+    from harness.runtime import hostmem
+    trace = Trace()
+    cap = C._Capture(trace, lambda: 0, dev_type="cuda")
+    buf = hostmem.register(torch.zeros(4), "pinned float32[4] test")
+    prev = hostmem.RECORDER
+    hostmem.RECORDER = cap.note_host_access
+    try:
+        buf.tolist()
+        with C._CaptureMode(cap):
+            buf[1].item()  # a view (no access) then a host read through dispatch
+            buf.fill_(1)  # host write
+    finally:
+        hostmem.RECORDER = prev
+        hostmem.clear()
+    accs = [r for r in trace.log if isinstance(r, HostAccess)]
+    assert [(a.write, a.access[1:]) for a in accs] == [(False, (0, 16)), (False, (4, 8)),
+                                                       (True, (0, 16))]
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Enough of torch.cuda faked for ``cuda_runtime`` to run its whole lifecycle on a CPU
+    (CPU tensors stand for device memory; streams and events are the fakes above)."""
+    state = types.SimpleNamespace(current=0, sleeps=[])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "default_stream",
+                        lambda device=None: types.SimpleNamespace(cuda_stream=0))
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device=None: types.SimpleNamespace(cuda_stream=state.current))
+    monkeypatch.delattr(torch._C, "_cuda_getCurrentRawStream", raising=False)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: state.sleeps.append(cycles))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(C, "_ensure_gpu_trace", lambda: None)
+    monkeypatch.setattr(C, "_CYCLES_PER_MS", 2e6)
+    monkeypatch.setattr(C.CudaRuntime, "_dev_type", "cpu")
+
+    @contextlib.contextmanager
+    def on(stream):
+        prev, state.current = state.current, stream.cuda_stream
+        try:
+            yield
+        finally:
+            state.current = prev
+
+    state.on = on
+    return state
+
+
+def test_runtime_lifecycle_on_fake_cuda(fake_cuda):
+    from harness.runtime import hostmem
+    sync_before = torch.cuda.synchronize
+    record_before = FakeEvent.__dict__["record"]
+    with C.cuda_runtime() as rt:
+        assert rt.backend == "cuda" and rt.cycles_per_ms == 2e6
+        fwd = FakeStream(3)
+        rt.label(fwd, "forward")
+        x = torch.zeros(4)
+        torch.cuda.synchronize()
+        with fake_cuda.on(fwd):
+            rt.stall(2)
+            x.add_(1)
+            ev = torch.cuda.Event()
+            ev.record()
+        with C.cuda_runtime() as inner:  # nested: the outer capture pauses
+            y = torch.ones(2)
+            inner.stall(None)
+            ev.synchronize()
+        with C.cuda_runtime(trace=False) as plain:
+            torch.ones(3)
+            plain.stall(1)
+        assert hostmem.RECORDER == rt._cap.note_host_access
+        ev.wait()
+        z = x + 1
+    assert [(o.name, o.stream, o.seq) for o in rt.trace.ops()] == [
+        ("zeros.default", 0, 1), ("stall", 1, 1), ("add_.Tensor", 1, 2),
+        ("wait_event", 0, 2), ("add.Tensor", 0, 3)]
+    assert rt.trace.stream_names == {0: "default", 1: "forward"}
+    assert [o.name for o in inner.trace.ops()] == ["ones.default", "stall"]
+    assert inner.trace.ops()[1].duration == C.DEFAULT_STALL_MS * 1000.0
+    assert plain.trace.log == []
+    assert fake_cuda.sleeps == [4_000_000, int(C.DEFAULT_STALL_MS * 2e6), 2_000_000]
+    syncs = [r for r in rt.trace.log if isinstance(r, SyncRecord)]
+    assert [s.label for s in syncs] == ["device.synchronize"]  # not the inner's
+    assert detect(rt.trace) == []
+    # everything is put back
+    assert torch.cuda.synchronize is sync_before
+    assert FakeEvent.__dict__["record"] is record_before
+    assert hostmem.RECORDER is None
+    assert torch._C._only_lift_cpu_tensors() is False
+    assert C._ACTIVE is None
+    del y, z
+
+
+# --- the pytest plugin ------------------------------------------------------------------
+
+def test_plugin_marker_skip_and_report_section(tmp_path):
+    (tmp_path / "test_demo.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.cuda
+        def test_needs_gpu():
+            pass
+
+        def test_fails_with_report(specrace_report):
+            specrace_report.attach("/tmp/specrace/run-1/report.json")
+            assert False
+
+        def test_backend(specrace_backend):
+            assert specrace_backend in ("sim", "cuda")
+
+        def test_runtime(specrace_runtime, specrace_backend):
+            assert specrace_runtime.backend == specrace_backend
+
+        def test_runner(scenario_runner):
+            assert callable(scenario_runner)
+    """))
+    import os
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin", "-p",
+         "no:cacheprovider", "-rs", "--specrace-backend", "auto", str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    out = proc.stdout + proc.stderr
+    assert "specrace report: /tmp/specrace/run-1/report.json" in out, out
+    assert " error" not in out.lower(), out
+    assert "1 failed" in out and "test_fails_with_report" in out, out
+    if not HAS_CUDA:
+        assert "cuda test: no CUDA GPU is available" in out, out
+
+
+# =======================================================================================
+# GPU only
+# =======================================================================================
+
+cuda = pytest.mark.cuda
+
+
+@pytest.fixture
+def rt():
+    with C.watchdog(120, "cuda backend test"), open_runtime("cuda") as runtime:
+        yield runtime
+
+
+def _elapsed_ms(fn) -> float:
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+@cuda
+def test_calibration_and_stall_duration():
+    with C.watchdog(120, "calibration test"), open_runtime("cuda", trace=False) as rt:
+        assert rt.backend == "cuda" and rt.device.type == "cuda"
+        assert rt.module is torch.cuda
+        assert rt.cycles_per_ms > 0
+        rt.stall(1)  # warm
+        torch.cuda.synchronize()
+        # other processes sharing the GPU (xdist workers) can only lengthen a measurement
+        ms = min(_elapsed_ms(lambda: rt.stall(5)) for _ in range(3))
+        assert 2.5 <= ms <= 20, f"a 5 ms stall took {ms:.2f} ms (cycles/ms {rt.cycles_per_ms:.3g})"
+        assert rt.trace.log == []  # trace=False records nothing
+
+
+def _two_streams(rt):
+    fwd, sch = torch.cuda.Stream(), torch.cuda.Stream()
+    rt.label(fwd, "forward")
+    rt.label(sch, "schedule")
+    return fwd, sch
+
+
+def _seed_on_gpu(rt, coarse: bool):
+    fwd, sch = _two_streams(rt)
+    accept_lens = torch.zeros(8, dtype=torch.int32, device=rt.device)
+    pool_idx = torch.tensor([1, 4, 6], dtype=torch.int64, device=rt.device)
+    verified = torch.tensor([3, 2, 4], dtype=torch.int32, device=rt.device)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(fwd):
+        shared_read_done = torch.cuda.Event()
+        shared_read_done.record()  # recorded BEFORE the write: the fine fence
+        rt.stall(5)
+        accept_lens[pool_idx] = verified  # forward writes
+    with torch.cuda.stream(sch):
+        if coarse:
+            sch.wait_stream(fwd)
+        else:
+            sch.wait_event(shared_read_done)
+        got = accept_lens[pool_idx].tolist()  # schedule reads
+    torch.cuda.synchronize()
+    return got
+
+
+@cuda
+def test_gpu_seed_race_reported(rt):
+    _seed_on_gpu(rt, coarse=False)
+    races = detect(rt.trace)
+    raw = [r for r in races if r.kind == "RAW" and r.first.actor == "forward"
+           and r.second.actor == "schedule"]
+    assert raw, [r.summary() for r in races]
+    assert raw[0].first.write and not raw[0].second.write
+    assert raw[0].first.frame is not None and raw[0].first.frame[0] == __file__
+
+
+@cuda
+def test_gpu_seed_with_wait_stream_is_clean(rt):
+    got = _seed_on_gpu(rt, coarse=True)
+    assert got == [3, 2, 4]
+    assert detect(rt.trace) == [], [r.summary() for r in detect(rt.trace)]
+    waits = [o for o in rt.trace.ops() if o.kind == "wait"]
+    assert len(waits) == 1  # wait_stream logs exactly one wait
+
+
+def _d2h_on_gpu(rt, how: str, staging: str):
+    fwd, _ = _two_streams(rt)
+    x = torch.arange(1, 5, dtype=torch.int32, device=rt.device)
+    host = torch.zeros(4, dtype=torch.int32, pin_memory=True) if staging == "copy_" else None
+    torch.cuda.synchronize()
+    with torch.cuda.stream(fwd):
+        rt.stall(5)
+        y = x * 10
+        if staging == "copy_":
+            host.copy_(y, non_blocking=True)
+        else:
+            host = y.to("cpu", non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+    if how == "event.synchronize":
+        copied.synchronize()
+    elif how == "query":
+        while not copied.query():
+            pass
+    got = host.tolist()
+    torch.cuda.synchronize()
+    return got
+
+
+@cuda
+@pytest.mark.parametrize("staging", ["copy_", "to"])
+def test_gpu_pinned_read_before_sync_is_a_race(rt, staging):
+    _d2h_on_gpu(rt, "none", staging)
+    races = detect(rt.trace)
+    host = [r for r in races if r.second.actor == "host" and r.first.actor == "forward"]
+    assert host and host[0].kind == "RAW", [r.summary() for r in races]
+
+
+@cuda
+@pytest.mark.parametrize("staging", ["copy_", "to"])
+@pytest.mark.parametrize("how", ["event.synchronize", "query"])
+def test_gpu_pinned_read_after_sync_is_clean(rt, how, staging):
+    got = _d2h_on_gpu(rt, how, staging)
+    assert got == [10, 20, 30, 40]
+    assert detect(rt.trace) == [], [r.summary() for r in detect(rt.trace)]
+
+
+@cuda
+def test_gpu_trace_shape(rt):
+    """Streams are labelled, waits/stalls count as stream ops, blocking reads sync."""
+    fwd, sch = _two_streams(rt)
+    x = torch.ones(4, device=rt.device)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(fwd):
+        rt.stall(1)
+        x.add_(1)
+    sch.wait_stream(fwd)
+    with torch.cuda.stream(sch):
+        v = x.sum().item()
+    assert v == 8.0
+    f, s = rt.stream_id(fwd), rt.stream_id(sch)
+    assert rt.trace.stream_names[f] == "forward" and rt.trace.stream_names[s] == "schedule"
+    assert rt.trace.stream_names[0] == "default"
+    fops = [(o.kind, o.seq) for o in rt.trace.ops() if o.stream == f]
+    assert fops == [("stall", 1), ("kernel", 2)]
+    sops = [o for o in rt.trace.ops() if o.stream == s]
+    assert [o.kind for o in sops] == ["wait", "kernel", "copy"]
+    assert sops[0].wait_for == (f, 2)
+    syncs = [r for r in rt.trace.log if isinstance(r, SyncRecord)]
+    assert syncs[-1].waits == [(s, 3)]
+    assert detect(rt.trace) == []
+
+
+@cuda
+def test_gpu_patches_restored_after_exit():
+    rec = torch.cuda.Event.record
+    with open_runtime("cuda"):
+        assert torch.cuda.Event.record is not rec
+    assert torch.cuda.Event.record is rec
+    assert torch.cuda.synchronize.__module__ == "torch.cuda"

@@ -1,0 +1,440 @@
+"""The happens-before detector, one rule at a time.
+
+Each test pins one rule of ``harness/detect/hb.py``; breaking that rule makes the test
+fail. Most build traces by hand (exactly the records the rule is about); the sync-API
+tests run real programs on the simulator under ``lazy`` so the records come from the
+runtime itself.
+"""
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+from harness.detect import detect
+from harness.policies import parse_policy
+from harness.runtime.sim.runtime import sim_runtime
+from harness.runtime.trace import HostAccess, OpRecord, QueryRecord, SyncRecord, Trace
+from scenarios.litmus import PROGRAMS
+
+F, S, T = 1, 2, 3  # stream ids: forward, schedule, a third
+X, Y = 100, 200  # storage ids
+
+
+class Prog:
+    """Builds a trace the way the runtime does: every record in host order."""
+
+    def __init__(self) -> None:
+        self.trace = Trace(stream_names={0: "default", F: "forward", S: "schedule", T: "third"})
+        self.enq = collections.Counter()
+
+    def op(self, stream, name, reads=(), writes=(), wait_for=None):
+        self.enq[stream] += 1
+        rec = OpRecord(stream, name, list(reads), list(writes),
+                       ("prog.py", len(self.trace.log), name),
+                       kind="wait" if wait_for else "kernel", wait_for=wait_for)
+        rec.seq = self.enq[stream]
+        self.trace.add(rec)
+        return (stream, rec.seq)
+
+    def write(self, stream, acc, name="write"):
+        return self.op(stream, name, writes=[acc])
+
+    def read(self, stream, acc, name="read"):
+        return self.op(stream, name, reads=[acc])
+
+    def wait(self, stream, position):
+        return self.op(stream, "wait_event", wait_for=position)
+
+    def sync(self, *positions, label="stream.synchronize"):
+        self.trace.add(SyncRecord(label, list(positions), None))
+
+    def query(self, position):
+        self.trace.add(QueryRecord("event.query", position, None))
+
+    def host(self, acc, write=False, name="host"):
+        self.trace.add(HostAccess(acc, write, name, ("prog.py", len(self.trace.log), name)))
+
+    def races(self):
+        return detect(self.trace)
+
+
+def _acc(sid=X, lo=0, hi=16):
+    return (sid, lo, hi)
+
+
+# --- program order ----------------------------------------------------------------------
+
+def test_program_order_same_stream():
+    p = Prog()
+    p.write(F, _acc())
+    p.read(F, _acc())
+    p.write(F, _acc())
+    p.host(_acc(Y), write=True)
+    p.host(_acc(Y))
+    assert p.races() == []
+
+
+def test_program_order_carries_through_an_event():
+    """An event recorded after two writes covers the first one too."""
+    p = Prog()
+    p.write(F, _acc())
+    pos = p.op(F, "other", writes=[_acc(Y)])
+    p.wait(S, pos)
+    p.read(S, _acc())
+    p.read(S, _acc(Y))
+    assert p.races() == []
+
+
+# --- host -> op at enqueue ----------------------------------------------------------------
+
+def test_host_write_then_enqueued_op_is_ordered():
+    p = Prog()
+    p.host(_acc(Y), write=True, name="host fills staging")
+    p.read(F, _acc(Y), name="copy H2D")
+    assert p.races() == []
+
+
+def test_host_sync_then_later_enqueue_on_another_stream():
+    p = Prog()
+    w = p.write(F, _acc())
+    p.sync(w)
+    p.read(S, _acc())  # enqueued after the host learned F finished
+    assert p.races() == []
+
+
+# --- event record / wait ------------------------------------------------------------------
+
+def test_event_wait_orders():
+    p = Prog()
+    w = p.write(F, _acc())
+    p.wait(S, w)
+    p.read(S, _acc())
+    assert p.races() == []
+
+
+def test_event_wait_is_point_in_time():
+    p = Prog()
+    w1 = p.write(F, _acc(), name="w1")
+    p.write(F, _acc(), name="w2")
+    p.wait(S, w1)
+    p.read(S, _acc())
+    races = p.races()
+    assert len(races) == 1 and races[0].first.op == "w2" and races[0].kind == "RAW"
+
+
+def test_event_wait_is_transitive():
+    p = Prog()
+    w = p.write(F, _acc())
+    p.wait(S, w)
+    s2 = p.op(S, "noop")
+    p.wait(T, s2)
+    p.read(T, _acc())
+    assert p.races() == []
+
+
+# --- host sync edges (through the simulator's own records) ---------------------------------
+
+def _sync_program(how: str) -> list:
+    with sim_runtime(parse_policy("lazy")) as rt:
+        m = rt.module
+        Fs, Ss = m.Stream(), m.Stream()
+        rt.label(Fs, "forward")
+        rt.label(Ss, "schedule")
+        x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+        host = torch.zeros(4, dtype=torch.int32, pin_memory=True)
+        m.synchronize()
+        with m.stream(Fs):
+            x.add_(1)
+            host.copy_(x, non_blocking=True)
+            ev = m.Event()
+            ev.record()
+            if how == "blocking .cpu":
+                x.cpu()
+            elif how == "blocking .item":
+                x[0].item()
+            elif how == "blocking .tolist":
+                x.tolist()
+            elif how == "int()":
+                int(x[1])
+            elif how == "nonzero (implicit)":
+                x.nonzero()
+            elif how == "copy_ into pageable":
+                torch.zeros(4, dtype=torch.int32).copy_(x)
+        if how == "stream.synchronize":
+            Fs.synchronize()
+        elif how == "event.synchronize":
+            ev.synchronize()
+        elif how == "device.synchronize":
+            m.synchronize()
+        elif how == "wrong stream.synchronize":
+            Ss.synchronize()
+        elif how == "none":
+            pass
+        host.tolist()  # host read of the pinned buffer
+        with m.stream(Ss):
+            x.tolist()  # a schedule-stream read of the device buffer
+        m.synchronize()
+        return detect(rt.trace)
+
+
+@pytest.mark.parametrize("how", ["stream.synchronize", "event.synchronize", "device.synchronize",
+                                 "blocking .cpu", "blocking .item", "blocking .tolist", "int()",
+                                 "nonzero (implicit)", "copy_ into pageable"])
+def test_host_sync_edge(how):
+    assert _sync_program(how) == []
+
+
+@pytest.mark.parametrize("how", ["none", "wrong stream.synchronize"])
+def test_missing_host_sync_is_a_race(how):
+    races = _sync_program(how)
+    kinds = sorted((r.kind, r.first.actor, r.second.actor, r.storage.startswith("pinned"))
+                   for r in races)
+    assert kinds == [("RAW", "forward", "host", True), ("RAW", "forward", "schedule", False)]
+
+
+def test_sync_record_joins_only_the_named_position():
+    p = Prog()
+    w1 = p.write(F, _acc(), name="w1")
+    p.write(F, _acc(Y), name="w2")
+    p.sync(w1, label="event.synchronize")
+    p.host(_acc())  # covered
+    p.host(_acc(Y))  # not covered: w2 came after the event
+    races = p.races()
+    assert [(r.first.op, r.second.actor) for r in races] == [("w2", "host")]
+
+
+# --- query() == True ----------------------------------------------------------------------
+
+def test_query_true_is_a_sync():
+    p = Prog()
+    w = p.write(F, _acc(), name="copy D2H")
+    p.query(w)
+    p.host(_acc())
+    assert p.races() == []
+
+
+def test_query_poll_loop_on_sim_no_false_positive():
+    for policy in ("lazy", "stall(forward)", "eager", "random(4)"):
+        with sim_runtime(parse_policy(policy)) as rt:
+            m = rt.module
+            Fs = m.Stream()
+            rt.label(Fs, "forward")
+            x = torch.arange(4, device=rt.device)
+            host = torch.zeros(4, dtype=torch.int64, pin_memory=True)
+            m.synchronize()
+            with m.stream(Fs):
+                rt.stall(None)
+                host.copy_(x * 3, non_blocking=True)
+                ev = m.Event()
+                ev.record()
+            while not ev.query():
+                pass
+            assert host.tolist() == [0, 3, 6, 9]
+            assert detect(rt.trace) == [], policy
+
+
+def test_query_false_is_not_a_sync():
+    with sim_runtime(parse_policy("lazy")) as rt:
+        m = rt.module
+        Fs = m.Stream()
+        rt.label(Fs, "forward")
+        x = torch.arange(4, device=rt.device)
+        host = torch.zeros(4, dtype=torch.int64, pin_memory=True)
+        m.synchronize()
+        with m.stream(Fs):
+            rt.stall(None)
+            host.copy_(x, non_blocking=True)
+            ev = m.Event()
+            ev.record()
+        assert ev.query() is False
+        host.tolist()
+        races = detect(rt.trace)
+        assert [(r.kind, r.second.actor) for r in races] == [("RAW", "host")]
+
+
+# --- host reads of pinned memory (what CSAN lacks) -----------------------------------------
+
+def test_host_read_of_pending_d2h_is_a_race():
+    p = Prog()
+    p.op(F, "copy D2H", reads=[_acc(X)], writes=[_acc(Y)])
+    p.host(_acc(Y), name="host read")
+    races = p.races()
+    assert len(races) == 1
+    r = races[0]
+    assert (r.kind, r.first.actor, r.first.op, r.second.actor) == (
+        "RAW", "forward", "copy D2H", "host")
+
+
+def test_host_write_of_pending_h2d_source_is_a_race():
+    p = Prog()
+    p.op(F, "copy H2D", reads=[_acc(Y)], writes=[_acc(X)])
+    p.host(_acc(Y), write=True, name="host refill")
+    races = p.races()
+    assert [(r.kind, r.first.op, r.second.actor) for r in races] == [("WAR", "copy H2D", "host")]
+
+
+def test_pinned_tolist_is_recorded_on_sim():
+    """tolist() reads memory without dispatching; the pinned subclass still reports it."""
+    with sim_runtime(parse_policy("lazy")) as rt:
+        host = torch.zeros(3, dtype=torch.int32, pin_memory=True)
+        host.tolist()
+        host[1:].tolist()
+        accesses = [r for r in rt.trace.log if isinstance(r, HostAccess)]
+        assert len(accesses) >= 2 and not any(a.write for a in accesses[-2:])
+        assert accesses[-1].access[1:] == (4, 12)  # the view's byte range
+
+
+def test_pinned_views_are_not_host_reads():
+    """Slicing / reshaping a pinned buffer before the sync touches no data: no race."""
+    with sim_runtime(parse_policy("lazy")) as rt:
+        m = rt.module
+        Fs = m.Stream()
+        rt.label(Fs, "forward")
+        x = torch.arange(4, device=rt.device)
+        host = torch.zeros(4, dtype=torch.int64, pin_memory=True)
+        m.synchronize()
+        with m.stream(Fs):
+            host.copy_(x, non_blocking=True)
+            done = m.Event()
+            done.record()
+        first, grid, col = host[:2], host.view(2, 2), host.view(2, 2)[:, 0]
+        grid.t_()
+        like = (torch.zeros_like(host), host.new_zeros(3))
+        before = sum(isinstance(r, HostAccess) for r in rt.trace.log)
+        done.synchronize()
+        assert (first.tolist(), grid.tolist(), col.tolist()) == ([0, 1], [[0, 2], [1, 3]], [0, 2])
+        assert like[0].tolist() == [0, 0, 0, 0]
+        assert detect(rt.trace) == []
+        reads = [r for r in rt.trace.log if isinstance(r, HostAccess)]
+        assert len(reads) - before == 3 and not any(r.write for r in reads[before:])
+
+
+# --- byte ranges --------------------------------------------------------------------------
+
+def test_disjoint_byte_ranges_do_not_race():
+    p = Prog()
+    p.write(F, _acc(X, 0, 16))
+    p.read(S, _acc(X, 16, 32))
+    p.write(S, _acc(X, 32, 48))
+    p.read(F, _acc(Y, 0, 16))
+    p.write(S, _acc(X + 1, 0, 16))  # another storage, same bytes
+    assert p.races() == []
+
+
+def test_overlapping_byte_ranges_race():
+    p = Prog()
+    p.write(F, _acc(X, 0, 16))
+    p.read(S, _acc(X, 12, 20))
+    assert len(p.races()) == 1
+
+
+def test_rows_and_views_on_sim():
+    def run(reader):
+        with sim_runtime(parse_policy("eager")) as rt:
+            m = rt.module
+            Fs, Ss = m.Stream(), m.Stream()
+            rt.label(Fs, "forward")
+            rt.label(Ss, "schedule")
+            x = torch.zeros(4, 8, dtype=torch.int32, device=rt.device)
+            m.synchronize()
+            with m.stream(Fs):
+                x[0].fill_(1)  # row 0 only
+            with m.stream(Ss):
+                reader(x).add_(2)
+            m.synchronize()
+            return detect(rt.trace)
+
+    def kinds(races):
+        return sorted(r.kind for r in races)
+
+    assert run(lambda x: x[1]) == []  # distinct rows
+    assert run(lambda x: x[2:4]) == []
+    # add_ reads and writes what it overwrites: both conflicts with forward's fill
+    assert kinds(run(lambda x: x[:, 3])) == ["RAW", "WAW"]  # a column view crosses row 0
+    assert kinds(run(lambda x: x.view(-1)[4:12])) == ["RAW", "WAW"]  # a flat view into row 0
+    assert kinds(run(lambda x: x.view(-1)[8:12])) == []  # ... or just past it
+
+
+# --- classification ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("first,second,kind", [(True, False, "RAW"), (False, True, "WAR"),
+                                               (True, True, "WAW")])
+def test_classification(first, second, kind):
+    p = Prog()
+    p.op(F, "a", **({"writes": [_acc()]} if first else {"reads": [_acc()]}))
+    p.op(S, "b", **({"writes": [_acc()]} if second else {"reads": [_acc()]}))
+    races = p.races()
+    assert len(races) == 1
+    r = races[0]
+    assert r.kind == kind
+    assert (r.first.actor, r.first.op, r.first.write) == ("forward", "a", first)
+    assert (r.second.actor, r.second.op, r.second.write) == ("schedule", "b", second)
+
+
+def test_read_read_is_not_a_race():
+    p = Prog()
+    p.read(F, _acc())
+    p.read(S, _acc())
+    p.host(_acc())
+    assert p.races() == []
+
+
+# --- shadow-state pruning must not lose races -----------------------------------------------
+
+def test_write_survives_an_ordered_read():
+    p = Prog()
+    w = p.write(F, _acc(), name="w")
+    p.wait(S, w)
+    p.read(S, _acc())  # ordered after w, covers it
+    p.read(T, _acc(), name="late")  # NOT ordered after w
+    races = p.races()
+    assert [(r.first.op, r.second.op) for r in races] == [("w", "late")]
+
+
+def test_unordered_reads_all_survive():
+    p = Prog()
+    p.read(S, _acc(), name="r1")
+    r2 = p.read(T, _acc(), name="r2")
+    p.wait(F, r2)
+    p.write(F, _acc(), name="w")  # waits for r2 only
+    races = p.races()
+    assert [(r.kind, r.first.op) for r in races] == [("WAR", "r1")]
+
+
+# --- dedupe --------------------------------------------------------------------------------
+
+def test_races_deduplicated_by_site_and_counted():
+    p = Prog()
+    for _ in range(5):
+        # the same two sites every iteration (frames are per site, not per record)
+        p.trace.add(_rec(p, F, "w", writes=[_acc()], line=10))
+        p.trace.add(_rec(p, S, "r", reads=[_acc()], line=20))
+    p.trace.add(_rec(p, S, "r", reads=[_acc()], line=30))  # another site
+    races = sorted(p.races(), key=lambda r: r.second.frame[1])
+    # RAW w@10 -> r@20 every iteration; WAR r@20 -> the next iteration's w@10; RAW -> r@30
+    assert [(r.kind, r.first.frame[1], r.second.frame[1], r.count) for r in races] == [
+        ("WAR", 20, 10, 4), ("RAW", 10, 20, 5), ("RAW", 10, 30, 1)]
+    assert "(x5)" in races[1].summary() and "(x" not in races[2].summary()
+
+
+def _rec(p, stream, name, reads=(), writes=(), line=0):
+    p.enq[stream] += 1
+    rec = OpRecord(stream, name, list(reads), list(writes), ("prog.py", line, name))
+    rec.seq = p.enq[stream]
+    return rec
+
+
+# --- schedule independence ------------------------------------------------------------------
+
+@pytest.mark.parametrize("prog", [p for p in PROGRAMS if p.race], ids=lambda p: p.name)
+def test_verdict_independent_of_schedule(prog):
+    keys = set()
+    for policy in ("eager", "lazy", f"stall({prog.stalled_stream})", "random(1)", "pct(2,3)"):
+        with sim_runtime(parse_policy(policy)) as rt:
+            prog.run(rt, False)
+            keys.add(tuple(sorted((r.kind, r.first.actor, r.first.op, r.first.frame,
+                                   r.second.actor, r.second.op, r.second.frame)
+                                  for r in detect(rt.trace))))
+    assert len(keys) == 1 and len(next(iter(keys))) == 1

@@ -1,0 +1,300 @@
+"""Reports: the four files, the Chrome trace format, replay, and replay's input checks."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+
+from harness.detect.hb import AccessInfo, Race
+from harness.oracle.repro import ReproConfig, run_repro
+from harness.report import report_name, write_reports
+from harness.report.chrome import chrome_trace
+from harness.report.replay import MAX_BYTES, replay_report
+from harness.report.schema import REPORT_SCHEMA
+from harness.report.timeline import render_timeline
+from harness.runtime.trace import EventRecord, HostAccess, OpRecord, SyncRecord, Trace
+from scenarios.registry import get
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PHASES = {"X", "i", "s", "f", "M"}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reports")
+    cfg = ReproConfig("ngram-filter-race", variant="pre-fix", war_barrier="fine",
+                      backend="sim", trials=2, expect="race")
+    outcome = run_repro(cfg, get("ngram-filter-race"))
+    paths = write_reports(outcome.result, outcome.first_trace, outcome.trace_races, str(out))
+    return outcome, paths, out
+
+
+def _load(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+# --- write_reports ---------------------------------------------------------------------
+
+def test_four_files_under_one_base_name(written):
+    outcome, paths, out = written
+    assert set(paths) == {"json", "markdown", "trace", "timeline"}
+    base = report_name(outcome.result)
+    assert base == "ngram-filter-race-pre-fix-fine-sim-seed0"
+    assert paths["json"].endswith(base + ".json")
+    assert paths["markdown"].endswith(base + ".md")
+    assert paths["trace"].endswith(base + ".trace.json")
+    assert paths["timeline"].endswith(base + ".png")
+    for p in paths.values():
+        assert os.path.isfile(p) and os.path.getsize(p) > 0
+    with open(paths["timeline"], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    # atomic writes leave no temp files behind
+    assert sorted(os.listdir(out)) == sorted(os.path.basename(p) for p in paths.values())
+
+
+def test_json_report_validates_and_round_trips(written):
+    outcome, paths, _ = written
+    doc = _load(paths["json"])
+    jsonschema.validate(doc, REPORT_SCHEMA)
+    assert json.loads(json.dumps(doc)) == doc
+    assert doc["specrace_report"] == 1
+    for k in ("scenario", "variant", "war_barrier", "backend", "policy", "stall_ms", "seed",
+              "trials", "reproduced", "races", "first_divergence"):
+        assert doc[k] == json.loads(json.dumps(outcome.result[k], default=str))
+    env = doc["environment"]
+    for k in ("python", "platform", "torch", "xgrammar", "specrace"):
+        assert k in env
+    assert doc["replay"]["command"] == f"specrace replay {paths['json']}"
+
+
+def test_markdown_says_what_raced_and_how_to_replay(written):
+    outcome, paths, _ = written
+    with open(paths["markdown"], encoding="utf-8") as f:
+        md = f.read()
+    assert "RACE REPRODUCED" in md
+    for race in outcome.result["races"]:
+        assert f"{race['first']['file']}:{race['first']['line']}" in md
+        assert f"{race['second']['file']}:{race['second']['line']}" in md
+    assert f"specrace replay {paths['json']}" in md
+    assert "ui.perfetto.dev" in md and "chrome://tracing" in md
+    assert f"]({os.path.basename(paths['timeline'])})" in md
+    div = outcome.result["first_divergence"]
+    assert div is not None and str(div["observed"]) in md
+
+
+def test_chrome_trace_format(written):
+    outcome, paths, _ = written
+    doc = _load(paths["trace"])
+    events = doc["traceEvents"]
+    assert doc["displayTimeUnit"] == "ms"
+    assert events
+    for ev in events:
+        assert ev["ph"] in PHASES, ev
+        assert ev["pid"] == 1
+        if ev["ph"] == "X":
+            assert isinstance(ev["ts"], (int, float)) and isinstance(ev["dur"], (int, float))
+            assert ev["dur"] >= 0
+            assert "where" in ev["args"] and "reads" in ev["args"] and "writes" in ev["args"]
+    names = {ev["tid"]: ev["args"]["name"] for ev in events
+             if ev["ph"] == "M" and ev["name"] == "thread_name"}
+    assert names[0] == "host"
+    trace = outcome.first_trace
+    for sid, sname in trace.stream_names.items():
+        assert names[sid + 1].startswith(sname)
+    # one X per executed op; flows come in s/f pairs with unique ids
+    assert sum(ev["ph"] == "X" for ev in events) == len(trace.executed)
+    starts = [ev["id"] for ev in events if ev["ph"] == "s"]
+    ends = [ev["id"] for ev in events if ev["ph"] == "f"]
+    assert len(starts) == len(set(starts)) and sorted(starts) == sorted(ends)
+    by_id = {}
+    for ev in events:
+        if ev["ph"] in ("s", "f"):
+            by_id.setdefault(ev["id"], {})[ev["ph"]] = ev
+    for pair in by_id.values():
+        assert pair["s"]["ts"] <= pair["f"]["ts"]
+        assert pair["f"]["bp"] == "e"
+    assert any(ev["ph"] == "s" and ev["name"] == "event" for ev in events)
+
+
+def test_chrome_trace_marks_the_racing_pair(written):
+    outcome, paths, _ = written
+    races = outcome.trace_races
+    assert races, "the pre-fix seed race must race"
+    events = _load(paths["trace"])["traceEvents"]
+    marked = {}
+    for ev in events:
+        if ev["ph"] in ("X", "i") and "race" in ev.get("args", {}):
+            marked[ev["args"]["trace_index"]] = ev
+            assert ev["cname"] == "terrible"
+    for n, race in enumerate(races, 1):
+        for acc in (race.first, race.second):
+            assert acc.index in marked
+            assert f"{race.kind} #{n}" in marked[acc.index]["args"]["race"]
+    race_flows = [ev for ev in events if ev["ph"] == "s" and ev["name"] == "race"]
+    assert len(race_flows) == len(races)
+
+
+def test_no_trace_skips_trace_and_png(tmp_path, written):
+    outcome, _, _ = written
+    paths = write_reports(outcome.result, None, [], str(tmp_path))
+    assert paths["trace"] is None and paths["timeline"] is None
+    assert os.path.isfile(paths["json"]) and os.path.isfile(paths["markdown"])
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        os.path.basename(p) for p in (paths["json"], paths["markdown"]))
+
+
+def _untimed_trace():
+    """A CUDA-like trace (no per-op times) whose race has a host side."""
+    t = Trace(stream_names={0: "compute", 1: "copy"}, storage_names={7: "pinned int32[4]"})
+    frame = (os.path.join(ROOT, "impl", "worker.py"), 10, "f")
+    w = t.add(OpRecord(0, "fill", [], [(7, 0, 16)], frame))
+    w.seq = 1
+    t.add(EventRecord(1, (0, 1), frame))
+    wait = t.add(OpRecord(1, "wait_event", [], [], frame, kind="wait", wait_for=(0, 1)))
+    wait.seq = 1
+    t.add(SyncRecord("event.synchronize", [(1, 1)], frame))
+    host = t.add(HostAccess((7, 0, 16), False, "pinned int32[4]", frame))
+    race = Race("RAW", "pinned int32[4]",
+                AccessInfo("compute", "fill", 1, True, frame, w.index),
+                AccessInfo("host", "host read", 1, False, frame, host.index))
+    return t, race
+
+
+def test_untimed_trace_is_laid_out_in_host_order_and_says_so():
+    t, race = _untimed_trace()
+    result = {"scenario": "x", "variant": "v", "war_barrier": "fine", "backend": "cuda",
+              "policy": "hardware", "seed": 0, "trials": 1, "reproduced": 1,
+              "first_trial": 0, "first_divergence": None}
+    doc = chrome_trace(t, [race], result)
+    events = doc["traceEvents"]
+    assert doc["otherData"]["time_base"] == "synthetic"
+    meta = [e for e in events if e["ph"] == "M" and e["name"] == "process_name"][0]
+    assert meta["args"]["time_base"] == "synthetic" and "synthetic" in meta["args"]["time_note"]
+    xs = [e for e in events if e["ph"] == "X"]
+    assert [e["args"]["trace_index"] for e in sorted(xs, key=lambda e: e["ts"])] == [0, 2]
+    host = [e for e in events if e["ph"] == "i" and "race" in e.get("args", {})]
+    assert len(host) == 1 and host[0]["tid"] == 0 and host[0]["args"]["race"] == "RAW #1"
+    assert any(e["ph"] == "X" and e["args"].get("race") == "RAW #1" for e in events)
+    buf = io.BytesIO()
+    render_timeline(t, [race], result, buf)
+    assert buf.getvalue()[:4] == b"\x89PNG"
+
+
+# --- replay ----------------------------------------------------------------------------
+
+def test_replay_of_a_fresh_sim_report_is_identical(written):
+    _, paths, _ = written
+    verdict = replay_report(paths["json"])
+    assert verdict["same"] is True, verdict["summary"]
+    assert verdict["summary"].startswith("replay: identical verdict (reproduced 2/2")
+    assert "\n" not in verdict["summary"]
+    assert verdict["original"] == verdict["replayed"]
+
+
+def test_replay_notices_a_different_verdict(tmp_path, written):
+    _, paths, _ = written
+    doc = _load(paths["json"])
+    doc["reproduced"], doc["first_divergence"], doc["races"] = 0, None, []
+    p = tmp_path / "edited.json"
+    p.write_text(json.dumps(doc))
+    verdict = replay_report(str(p))
+    assert verdict["same"] is False
+    assert verdict["summary"].startswith("replay: DIFFERENT verdict: reproduced 0/2 -> 2/2")
+    assert "\n" not in verdict["summary"]
+
+
+def _bad_reports(tmp_path, good):
+    cases = {}
+
+    def put(name, text):
+        p = tmp_path / name
+        p.write_text(text)
+        cases[name] = (str(p), None)
+        return p
+
+    cases["missing"] = (str(tmp_path / "nope.json"), "No such file")
+    cases["directory"] = (str(tmp_path), "directory")
+    put("garbage.json", "{\n  \"scenario\": \n")
+    cases["garbage.json"] = (cases["garbage.json"][0], "not valid JSON (line 3")
+    put("array.json", "[1, 2, 3]")
+    cases["array.json"] = (cases["array.json"][0], "expected a JSON object, got an array")
+    put("nan.json", json.dumps({**good, "stall_ms": 1.0}).replace("1.0", "NaN", 1))
+    cases["nan.json"] = (cases["nan.json"][0], "not valid JSON")
+    no_scenario = {k: v for k, v in good.items() if k != "scenario"}
+    put("no-scenario.json", json.dumps(no_scenario))
+    cases["no-scenario.json"] = (cases["no-scenario.json"][0],
+                                 "not a specrace report: missing 'scenario'")
+    put("bad-seed.json", json.dumps({**good, "seed": "0; rm -rf /"}))
+    cases["bad-seed.json"] = (cases["bad-seed.json"][0], "'seed' must be an integer, not a string")
+    put("bad-version.json", json.dumps({**good, "specrace_report": 2}))
+    cases["bad-version.json"] = (cases["bad-version.json"][0], "unsupported format version")
+    put("bad-backend.json", json.dumps({**good, "backend": "tpu"}))
+    cases["bad-backend.json"] = (cases["bad-backend.json"][0], "'backend' must be one of")
+    put("bad-trials.json", json.dumps({**good, "trials": 10**9}))
+    cases["bad-trials.json"] = (cases["bad-trials.json"][0], "'trials'")
+    put("unknown-scenario.json", json.dumps({**good, "scenario": "../../etc/passwd"}))
+    cases["unknown-scenario.json"] = (cases["unknown-scenario.json"][0], "unknown scenario")
+    put("unknown-variant.json", json.dumps({**good, "variant": "post-apocalypse"}))
+    cases["unknown-variant.json"] = (cases["unknown-variant.json"][0], "unknown variant")
+    marker = tmp_path / "pwned"
+    put("evil-policy.json", json.dumps(
+        {**good, "policy": f"__import__('os').system('touch {marker}')"}))
+    cases["evil-policy.json"] = (cases["evil-policy.json"][0], "bad policy")
+    put("multiline.json", json.dumps({**good, "scenario": "a\nb\r\nc"}))
+    cases["multiline.json"] = (cases["multiline.json"][0], "unknown scenario")
+    big = tmp_path / "huge.json"
+    with open(big, "wb") as f:
+        f.truncate(MAX_BYTES + 1)
+    cases["huge.json"] = (str(big), "MB limit")
+    return cases, marker
+
+
+def test_replay_rejects_bad_input_with_one_line(tmp_path, written):
+    _, paths, _ = written
+    good = _load(paths["json"])
+    cases, marker = _bad_reports(tmp_path, good)
+    for name, (path, needle) in cases.items():
+        with pytest.raises(ValueError) as info:
+            replay_report(path)
+        msg = str(info.value)
+        assert msg and "\n" not in msg and "\r" not in msg, (name, msg)
+        assert len(msg) < 400, (name, msg)
+        if needle:
+            assert needle in msg, (name, msg)
+    assert not marker.exists()
+
+
+def test_replay_of_a_cuda_report_without_a_gpu(tmp_path, written):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    _, paths, _ = written
+    doc = {**_load(paths["json"]), "backend": "cuda", "policy": "hardware"}
+    p = tmp_path / "cuda.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(ValueError) as info:
+        replay_report(str(p))
+    msg = str(info.value)
+    assert msg.startswith("report was recorded on cuda; this machine has no GPU (use "
+                          "--backend sim")
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("case", ["missing", "evil-policy.json"])
+def test_cli_replay_bad_input_exits_2_with_one_line(tmp_path, written, case):
+    _, paths, _ = written
+    cases, _ = _bad_reports(tmp_path, _load(paths["json"]))
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "replay", cases[case][0]],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("specrace: error: ")
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
