@@ -15,9 +15,10 @@
     ``OpRecord`` on the current stream, with reads/writes from the op schema
     (``schema.effects``, as the simulator and CSAN do: in-place arguments are read and
     written, fresh outputs are written, views and allocations are metadata only);
-  - storages get ids from ``hostmem.new_sid()`` on first sight; the id is dropped when the
-    caching allocator frees the block (``torch.cuda._gpu_trace`` deallocation callback,
-    with a storage weak reference as a second guard), so a reused block is a new storage;
+  - storages get ids from ``hostmem.new_sid()`` on first sight; a storage weak reference
+    tells when the block was freed, so a block the caching allocator hands out again is a
+    new storage (``torch.cuda._gpu_trace``'s deallocation callback is not used: with it
+    active, a multi-trial run crashed in the allocator's Python callback on the H200);
   - host syncs (blocking D2H, ``.item()``, data-dependent output shapes such as
     ``nonzero`` / boolean masks) append a ``SyncRecord`` on the current stream after the op;
     a ``non_blocking`` D2H into pinned memory is an op writing the pinned buffer, which is
@@ -227,32 +228,6 @@ def watchdog(seconds: Optional[float], what: str = "block") -> Iterator[None]:
 # The capture: stream ids, per-stream seq counters, storage ids, event positions
 
 _ACTIVE: Optional["_Capture"] = None  # the capture of the open traced runtime, if any
-_GPU_TRACE_ON = False
-
-
-def _on_dealloc(ptr: int) -> None:
-    cap = _ACTIVE
-    if cap is not None:
-        cap.ptr_sid.pop(ptr, None)
-
-
-def _ensure_gpu_trace() -> None:
-    """Register the deallocation callback once per process (it cannot be unregistered;
-    it is a no-op while no traced runtime is open)."""
-    global _GPU_TRACE_ON
-    if _GPU_TRACE_ON:
-        return
-    _GPU_TRACE_ON = True
-    try:
-        import torch.cuda._gpu_trace as gpu_trace
-    except ImportError:
-        return
-    if not hasattr(gpu_trace, "register_callback_for_memory_deallocation"):
-        return
-    if not hasattr(torch._C, "_activate_gpu_trace"):
-        return
-    torch._C._activate_gpu_trace()
-    gpu_trace.register_callback_for_memory_deallocation(_on_dealloc)
 
 
 try:
@@ -963,7 +938,6 @@ def cuda_runtime(trace: bool = True) -> Iterator[CudaRuntime]:
             with torch.no_grad():
                 yield rt
             return
-        _ensure_gpu_trace()
         cap = rt._cap
         hostmem.RECORDER = cap.note_host_access
         undo = _install_patches(cap, torch.cuda.Stream, torch.cuda.Event, torch.cuda)

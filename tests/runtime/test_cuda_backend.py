@@ -375,7 +375,6 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(C, "_ensure_gpu_trace", lambda: None)
     monkeypatch.setattr(C, "_CYCLES_PER_MS", 2e6)
     monkeypatch.setattr(C.CudaRuntime, "_dev_type", "cpu")
 
