@@ -23,6 +23,8 @@ import xgrammar
 
 from harness.faults import fault_point
 
+from .memory import host_empty, pin_for
+
 logger = logging.getLogger(__name__)
 
 # A traversal slower than this is worth a warning: it runs on the host while the target
@@ -46,9 +48,8 @@ def allocate_vocab_mask(vocab_size: int, rows: int, device: Any) -> torch.Tensor
     from pageable memory silently degrades to a blocking one. CPU-only torch cannot pin at
     all, so a CPU target gets ordinary memory.
     """
-    pin = torch.device(device).type != "cpu"
     return torch.full((rows, bitmask_width(vocab_size)), -1, dtype=torch.int32,
-                      pin_memory=pin)
+                      pin_memory=pin_for(device))
 
 
 def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
@@ -218,7 +219,7 @@ def _async_d2h(t: torch.Tensor) -> torch.Tensor:
     """
     if t.device.type == "cpu":
         return t
-    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host = host_empty(t.shape, t.dtype, t.device)
     host.copy_(t, non_blocking=True)
     # The copy is queued, not done: keep the source's memory from being reused by the
     # caching allocator until the current stream has passed the copy.

@@ -28,6 +28,7 @@ import torch
 
 from harness.faults import fault_point
 
+from .memory import staged
 from .model import ToyTargetModel
 from .ngram import NgramProposer
 from .overlap import FutureMap, RelayPayload
@@ -104,7 +105,7 @@ class ScheduleBatch:
     def filter_batch(self, keep: List[int], device) -> None:
         """Schedule stream. ``keep`` are positions of the requests that stay."""
         self.reqs = [self.reqs[i] for i in keep]
-        keep_dev = torch.tensor(keep, dtype=torch.int64).pin_memory().to(device, non_blocking=True)
+        keep_dev = staged(torch.tensor(keep, dtype=torch.int64), device).to(device, non_blocking=True)
         self.req_pool_indices = self.req_pool_indices[keep_dev]
         if self.spec_info is not None:
             self.spec_info.filter_batch(keep_dev)

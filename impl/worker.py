@@ -22,6 +22,7 @@ import torch
 
 from harness.faults import fault_point
 
+from .memory import host_empty, staged
 from .spec_info import NgramVerifyInput
 from .verify import verify_tree_greedy
 
@@ -40,9 +41,9 @@ class GenerationBatchResult:
 
     def copy_to_cpu(self) -> None:
         """On the copy stream, after it waited on the forward stream."""
-        self.host_tokens = torch.empty(self.next_token_ids.shape, dtype=torch.int32,
-                                       pin_memory=True)
-        self.host_lens = torch.empty(self.accept_lens.shape, dtype=torch.int32, pin_memory=True)
+        device = self.next_token_ids.device
+        self.host_tokens = host_empty(self.next_token_ids.shape, torch.int32, device)
+        self.host_lens = host_empty(self.accept_lens.shape, torch.int32, device)
         self.host_tokens.copy_(self.next_token_ids, non_blocking=True)
         self.host_lens.copy_(self.accept_lens, non_blocking=True)
         self.keep_alive = [self.next_token_ids, self.accept_lens]
@@ -143,15 +144,16 @@ class NgramWorker:
             next_token.append(nt)
             next_sibling.append(ns)
         # Stage in pinned memory, copy non_blocking: the copy is ordered on this stream.
-        staged = [torch.tensor(x, dtype=torch.int64).pin_memory()
-                  for x in (drafts, next_token, next_sibling)]
-        on_dev = [t.to(self.device, non_blocking=True) for t in staged]
+        staged_tree = [staged(torch.tensor(x, dtype=torch.int64), self.device)
+                       for x in (drafts, next_token, next_sibling)]
+        on_dev = [t.to(self.device, non_blocking=True) for t in staged_tree]
         tree = None
         if batch.has_grammar:
             from .grammar import GrammarTree
             bs = len(batch.reqs)
-            tree = GrammarTree.from_host(staged[1], staged[2], staged[0].view(bs, D))
-        batch.staging = staged  # keep the pinned sources alive until the copies ran
+            tree = GrammarTree.from_host(staged_tree[1], staged_tree[2],
+                                         staged_tree[0].view(bs, D))
+        batch.staging = staged_tree  # keep the pinned sources alive until the copies ran
         return on_dev[0], on_dev[1], on_dev[2], tree
 
     def _device_tree(self, batch):

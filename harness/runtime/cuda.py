@@ -15,10 +15,10 @@
     ``OpRecord`` on the current stream, with reads/writes from the op schema
     (``schema.effects``, as the simulator and CSAN do: in-place arguments are read and
     written, fresh outputs are written, views and allocations are metadata only);
-  - storages get ids from ``hostmem.new_sid()`` on first sight; a storage weak reference
-    tells when the block was freed, so a block the caching allocator hands out again is a
-    new storage (``torch.cuda._gpu_trace``'s deallocation callback is not used: with it
-    active, a multi-trial run crashed in the allocator's Python callback on the H200);
+  - storages get ids from ``hostmem.new_sid()`` on first sight and are held until the
+    runtime closes, so no block is reused mid-run and a data pointer names one storage
+    (the allocator's deallocation callback and storage weak references both crashed
+    multi-trial runs on the H200);
   - host syncs (blocking D2H, ``.item()``, data-dependent output shapes such as
     ``nonzero`` / boolean masks) append a ``SyncRecord`` on the current stream after the op;
     a ``non_blocking`` D2H into pinned memory is an op writing the pinned buffer, which is
@@ -230,10 +230,6 @@ def watchdog(seconds: Optional[float], what: str = "block") -> Iterator[None]:
 _ACTIVE: Optional["_Capture"] = None  # the capture of the open traced runtime, if any
 
 
-try:
-    from torch.multiprocessing.reductions import StorageWeakRef as _StorageWeakRef
-except Exception:  # pragma: no cover - very old or unusual torch
-    _StorageWeakRef = None  # type: ignore[assignment]
 
 
 def _describe(t: torch.Tensor) -> str:
@@ -317,17 +313,13 @@ class _Capture:
         ptr = st.data_ptr()
         hit = self.ptr_sid.get(ptr)
         if hit is not None:
-            sid, ref = hit
-            if ref is None or not ref.expired():
-                return sid, ptr
+            return hit[0], ptr
         sid = hostmem.new_sid()
-        ref = None
-        if _StorageWeakRef is not None:
-            try:
-                ref = _StorageWeakRef(st)
-            except Exception:
-                ref = None
-        self.ptr_sid[ptr] = (sid, ref)
+        # Hold the storage for the runtime's lifetime: its block cannot be freed and handed
+        # to another tensor mid-run, so a data pointer names one storage (as on the
+        # simulator, which never reuses memory). Storage weak references and the
+        # allocator's deallocation callback both crashed multi-trial runs on the H200.
+        self.ptr_sid[ptr] = (sid, st)
         self.trace.storage_names.setdefault(sid, _describe(t))
         return sid, ptr
 

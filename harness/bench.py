@@ -1,0 +1,282 @@
+"""``specrace bench``: figures, measured in one run, printed as ratios where possible.
+
+Benchmarks, never tests: the machines are noisy and shared, so nothing here asserts a
+speed; each figure is printed next to the goal it is held against (SPEC §5).
+
+* runtime -- µs per op of a realistic op mix (gather, index_put_, cat, small int
+  arithmetic on 64..4096 elements) on plain CPU torch and on the simulator under each
+  policy, and the detector's cost per traced op;
+* engine  -- one NGRAM engine iteration on plain CPU torch vs on the simulator;
+* matrix  -- wall time of the mutation matrix on the simulator;
+* cuda    -- on a GPU: seed-race repro rate and median trial time across a stall sweep,
+  stale values over >= 10,000 stalled iterations of the fixed code, and trace-capture
+  cost per op against CSAN's on the same workload.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List
+
+import torch
+
+SIZES = (64, 512, 4096)
+
+
+def _op_mix(device, n_iter: int) -> int:
+    """The op mix; returns the number of ops issued."""
+    ops = 0
+    for size in SIZES:
+        a = torch.arange(size, dtype=torch.int64, device=device)
+        idx = torch.arange(0, size, 2, dtype=torch.int64, device=device)
+        buf = torch.zeros(size, dtype=torch.int64, device=device)
+        ops += 3
+        for _ in range(n_iter):
+            g = a[idx]  # gather
+            buf[idx] = g + 1  # arithmetic + index_put_
+            c = torch.cat((g, g))
+            a = a * 3 + c[:size] % 7  # small arithmetic
+            ops += 7
+    return ops
+
+
+def _best(fn: Callable[[], float], repeat: int = 3) -> float:
+    return min(fn() for _ in range(repeat))
+
+
+def bench_runtime(n_iter: int = 150) -> Dict[str, float]:
+    from harness.detect import detect
+    from harness.policies import parse_policy
+    from harness.runtime.sim.runtime import sim_runtime
+    torch.set_num_threads(1)
+    out: Dict[str, float] = {}
+
+    def plain() -> float:
+        t = time.perf_counter()
+        with torch.no_grad():
+            n = _op_mix("cpu", n_iter)
+        return (time.perf_counter() - t) / n * 1e6
+    out["plain_cpu_us_per_op"] = _best(plain)
+    for pol in ("eager", "lazy", "stall(forward)", "random(1)", "pct(1,3)"):
+        def run(pol=pol) -> float:
+            with sim_runtime(parse_policy(pol)) as rt:
+                fwd = rt.module.Stream()
+                rt.label(fwd, "forward")
+                t = time.perf_counter()
+                with rt.module.stream(fwd):
+                    n = _op_mix(rt.device, n_iter)
+                rt.synchronize()
+                return (time.perf_counter() - t) / n * 1e6
+        out[f"sim_{pol}_us_per_op"] = _best(run)
+
+    def detector() -> float:
+        with sim_runtime(parse_policy("eager")) as rt:
+            n = _op_mix(rt.device, n_iter)
+            t = time.perf_counter()
+            detect(rt.trace)
+            return (time.perf_counter() - t) / n * 1e6
+    out["detector_us_per_op"] = _best(detector)
+    base = out["plain_cpu_us_per_op"]
+    for k in list(out):
+        if k.startswith("sim_") or k == "detector_us_per_op":
+            out[k.replace("_us_per_op", "_x_plain")] = out[k] / base
+    return out
+
+
+class _PlainCPU:
+    """The engine on plain CPU torch: torch.cpu's no-op streams, no dispatch mode."""
+    backend = "cpu"
+    device = torch.device("cpu")
+
+    def label(self, stream, name) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+def bench_engine(seeds=(0, 1, 2)) -> Dict[str, float]:
+    from harness.oracle.runner import drive, server_args
+    from harness.policies import parse_policy
+    from harness.policies.faultplan import FaultPlan
+    from harness.runtime.sim.runtime import sim_runtime
+    from scenarios.registry import get
+    sc = get("ngram-filter-race")
+    out: Dict[str, float] = {}
+
+    def per_iteration(make_rt) -> float:
+        total_t, total_it = 0.0, 0
+        for seed in seeds:
+            wl = sc.workload(seed)
+            args = server_args(wl, {"relay": "future_map"})
+            with make_rt() as rt:
+                plan = FaultPlan()
+                t = time.perf_counter()
+                drive(rt, wl, args, plan)
+                total_t += time.perf_counter() - t
+                total_it += _iterations(rt, wl, args)
+        return total_t / max(total_it, 1) * 1e3
+
+    import contextlib
+
+    @contextlib.contextmanager
+    def plain():
+        with torch.no_grad():
+            yield _PlainCPU()
+    drive_warm = per_iteration(plain)  # warm-up: weights, caches
+    out["plain_cpu_ms_per_iteration"] = min(per_iteration(plain), drive_warm)
+    for pol in ("eager", "lazy", "stall(forward)"):
+        out[f"sim_{pol}_ms_per_iteration"] = min(
+            per_iteration(lambda pol=pol: sim_runtime(parse_policy(pol))) for _ in range(2))
+        out[f"sim_{pol}_x_plain"] = out[f"sim_{pol}_ms_per_iteration"] / out["plain_cpu_ms_per_iteration"]
+    return out
+
+
+_ITER_CACHE: Dict[str, int] = {}
+
+
+def _iterations(rt, wl, args) -> int:
+    """Scheduler iterations the workload takes (counted once on plain CPU)."""
+    from harness.oracle.runner import MAX_ITERATIONS
+    from impl.scheduler import Req, Scheduler
+    key = json.dumps(wl.to_json())
+    if key not in _ITER_CACHE:
+        with torch.no_grad():
+            sched = Scheduler(args, "cpu")
+            pending = sorted(wl.requests, key=lambda r: (r.arrive, r.rid))
+            while (pending or sched.has_work()) and sched.iteration < MAX_ITERATIONS:
+                while pending and pending[0].arrive <= sched.iteration:
+                    s = pending.pop(0)
+                    sched.add_request(Req(s.rid, list(s.prompt), s.max_new_tokens))
+                sched.step()
+        _ITER_CACHE[key] = sched.iteration
+    return _ITER_CACHE[key]
+
+
+def bench_matrix() -> Dict[str, float]:
+    from scenarios.matrix import run_matrix
+    t = time.perf_counter()
+    res = run_matrix("sim")
+    wall = time.perf_counter() - t
+    secs = [m["seconds"] for m in res["mutations"]]
+    return {"matrix_wall_s": wall, "mutations": res["total"], "killed": res["killed"],
+            "fixed_findings": res["fixed_findings"],
+            "median_kill_s": statistics.median(secs) if secs else 0.0,
+            "max_kill_s": max(secs) if secs else 0.0}
+
+
+# --- CUDA ---------------------------------------------------------------------------------
+
+STALL_SWEEP_MS = (0.0, 0.05, 0.1, 0.5, 1.0)
+
+
+def bench_cuda(trials: int = 50, soak_iterations: int = 10_000) -> Dict[str, object]:
+    from harness.oracle.repro import ReproConfig, run_repro
+    from scenarios.registry import get
+    sc = get("ngram-filter-race")
+    out: Dict[str, object] = {"gpu": torch.cuda.get_device_name(0)}
+    sweep = []
+    for ms in STALL_SWEEP_MS:
+        res = run_repro(ReproConfig(sc.name, variant="pre-fix", war_barrier="fine",
+                                    backend="cuda", stall_ms=ms, trials=trials, detect=False),
+                        sc).result
+        sweep.append({"stall_ms": ms, "reproduced": res["reproduced"], "trials": trials,
+                      "rate": res["rate"], "median_trial_ms": res["median_trial_ms"]})
+        print(f"bench: stall {ms} ms: reproduced {res['reproduced']}/{trials}, "
+              f"median trial {res['median_trial_ms']:.1f} ms", file=sys.stderr, flush=True)
+    out["stall_sweep"] = sweep
+    out["fixed_soak"] = soak_fixed(soak_iterations)
+    out["capture_vs_csan"] = capture_vs_csan()
+    return out
+
+
+def soak_fixed(min_iterations: int, stall_ms: float = 0.5) -> Dict[str, object]:
+    """The fixed code, stalled after every shared-read-done record, for >= N iterations."""
+    from harness.oracle.runner import run_trial, server_args
+    from harness.oracle.workload import random_workload
+    from harness.policies.faultplan import StallAt
+    iterations, stale, trials, seed = 0, 0, 0, 1000
+    t0 = time.perf_counter()
+    while iterations < min_iterations:
+        wl = random_workload(seed, n_requests=24, max_arrive=60, min_tokens=20, max_tokens=60)
+        args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
+        res = run_trial("cuda", "hardware", wl, args,
+                        [StallAt("forward.after_read_done", stall_ms)], detect_races=False)
+        stale += res.divergence is not None
+        iterations += _iterations(None, wl, args)
+        trials += 1
+        seed += 1
+    return {"iterations": iterations, "trials": trials, "stale_trials": stale,
+            "stall_ms": stall_ms, "wall_s": time.perf_counter() - t0}
+
+
+_CAPTURE_SNIPPET = r"""
+import sys, time, torch
+mode = sys.argv[1]
+x = torch.zeros(1024, device="cuda")
+def run(n):
+    for _ in range(n):
+        x.add_(1)
+    torch.cuda.synchronize()
+run(300)
+if mode == "capture":
+    from harness.runtime import open_runtime
+    ctx = open_runtime("cuda", trace=True)
+    ctx.__enter__()
+    run(300)
+t = time.perf_counter(); run(3000); dt = time.perf_counter() - t
+print(dt / 3000 * 1e6)
+"""
+
+
+def capture_vs_csan() -> Dict[str, float]:
+    """µs/op of 3000 in-place adds: plain, our capture, CSAN (each in a fresh process,
+    as CSAN must be enabled at start-up)."""
+    res: Dict[str, float] = {}
+    for mode in ("plain", "capture", "csan"):
+        env = dict(os.environ)
+        if mode == "csan":
+            env["TORCH_CUDA_SANITIZER"] = "1"
+        p = subprocess.run([sys.executable, "-c", _CAPTURE_SNIPPET, mode], env=env,
+                           capture_output=True, text=True, timeout=300)
+        try:
+            res[f"{mode}_us_per_op"] = float(p.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            res[f"{mode}_error"] = (p.stderr or p.stdout).strip().splitlines()[-1:]
+    if "plain_us_per_op" in res:
+        for mode in ("capture", "csan"):
+            if f"{mode}_us_per_op" in res:
+                res[f"{mode}_x_plain"] = res[f"{mode}_us_per_op"] / res["plain_us_per_op"]
+    return res
+
+
+def run_bench(what: str = "all") -> Dict[str, object]:
+    out: Dict[str, object] = {}
+    if what in ("all", "runtime"):
+        out["runtime"] = bench_runtime()
+        _print("runtime", out["runtime"], {"sim_eager_x_plain": "<= 10x"})
+    if what in ("all", "engine"):
+        out["engine"] = bench_engine()
+        _print("engine", out["engine"], {"sim_eager_x_plain": "<= 5x"})
+    if what in ("all", "matrix"):
+        out["matrix"] = bench_matrix()
+        _print("matrix", out["matrix"], {"matrix_wall_s": "<= 60 s on 2 cores",
+                                         "median_kill_s": "<= 1 s"})
+    if what in ("all", "cuda") and torch.cuda.is_available():
+        out["cuda"] = bench_cuda()
+        print(json.dumps(out["cuda"], indent=1))
+    elif what == "cuda":
+        print("bench cuda: no GPU on this machine", file=sys.stderr)
+    return out
+
+
+def _print(section: str, figures: Dict[str, object], goals: Dict[str, str]) -> None:
+    print(f"[{section}]")
+    for k, v in figures.items():
+        goal = f"   (goal {goals[k]})" if k in goals else ""
+        val = f"{v:.3f}" if isinstance(v, float) else str(v)
+        print(f"  {k:<34} {val}{goal}")
