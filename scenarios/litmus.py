@@ -66,7 +66,10 @@ def _racy(lazy: bool = True) -> Dict[str, Optional[bool]]:
 
 
 _CLEAN = {k: False for k in KINDS}
-_POISON = {k: True for k in KINDS}
+# Uninitialised memory: poison on the simulator, always. On CUDA it is whatever the caching
+# allocator hands back -- a freed block's old contents, or fresh (often zero) memory when
+# the block is held (the trace capture holds every storage it saw) -- so either verdict.
+_POISON = {k: (None if k.startswith("cuda") else True) for k in KINDS}
 
 
 # Helpers -------------------------------------------------------------------------------

@@ -3,13 +3,16 @@ each seeded bug against its probes until one catches it. A probe is a scenario r
 one schedule on a few seeds; the oracle that fired is recorded as ``caught_by``."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from harness.oracle.runner import run_trial, server_args
 
-from .mutations import MUTATIONS, Mutation
+from .mutations import BY_NAME, MUTATIONS, Mutation
 from .registry import get
 
 
@@ -47,11 +50,10 @@ def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None
     for seed in probe.seeds:
         wl = sc.workload(seed)
         args = server_args(wl, {**sc.variants[probe.variant], "war_barrier": probe.war_barrier})
-        # On CUDA the matrix judges by values (stale / output / grammar / crash) only: a
-        # second trace-captured engine run in one process crashed torch 2.11 on the H200,
-        # so happens-before kills are the simulator's (see README, "CUDA").
+        # On CUDA only the first trial is trace-captured (one captured engine run per
+        # process: a second one crashed torch 2.11 on the H200); later seeds judge values.
         res = run_trial(backend, probe.policy if backend == "sim" else "hardware", wl, args,
-                        sc.stalls(None), detect_races=backend == "sim",
+                        sc.stalls(None), detect_races=backend == "sim" or seed == probe.seeds[0],
                         mutation=mutation or sc.variants[probe.variant].get("mutation"))
         if res.reproduced:
             detail = (res.divergence["message"] if res.divergence
@@ -60,32 +62,63 @@ def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None
     return False, None, None
 
 
+def fixed_row(probe: Probe, backend: str) -> dict:
+    killed, oracle, detail = run_probe(probe, backend)
+    return {"probe": probe.name, "finding": detail if killed else None, "oracle": oracle}
+
+
+def mutation_row(m: Mutation, backend: str) -> dict:
+    t0 = time.perf_counter()
+    row = {"name": m.name, "summary": m.summary, "source": m.source, "killed": False,
+           "caught_by": None, "probe": None, "detail": None}
+    for probe_name in m.probes:
+        killed, oracle, detail = run_probe(PROBES[probe_name], backend, m)
+        if killed:
+            row.update(killed=True, caught_by=oracle, probe=probe_name, detail=detail)
+            break
+    row["seconds"] = round(time.perf_counter() - t0, 3)
+    return row
+
+
+def _isolated(kind: str, name: str, backend: str) -> dict:
+    """Run one matrix cell in a fresh process. On a GPU a killed mutation often takes a
+    device-side assert, which is sticky: the process cannot run anything after it. A
+    process that dies that way has been killed by the crash oracle."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "scenarios.matrix", kind, name, backend],
+                          capture_output=True, text=True, timeout=600)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    err = next((ln for ln in proc.stderr.splitlines()[::-1] if "Error" in ln or "error" in ln),
+               (proc.stderr.strip().splitlines() or ["?"])[-1])
+    detail = f"process died (rc {proc.returncode}): {err.strip()[:200]}"
+    if kind == "probe":
+        return {"probe": name, "finding": detail, "oracle": "crash"}
+    m = BY_NAME[name]
+    return {"name": m.name, "summary": m.summary, "source": m.source, "killed": True,
+            "caught_by": "crash", "probe": None, "detail": detail,
+            "seconds": round(time.perf_counter() - t0, 3)}
+
+
 def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = None,
                mutations: Optional[List[Mutation]] = None) -> dict:
+    """On the simulator everything runs in this process; on CUDA each cell runs in a
+    process of its own (see ``_isolated``)."""
     mutations = MUTATIONS if mutations is None else mutations
     total_steps = len(PROBES) + len(mutations)
     done = 0
     t_start = time.perf_counter()
-    fixed = []
+    fixed, rows = [], []
     for probe in PROBES.values():
-        killed, oracle, detail = run_probe(probe, backend)
-        fixed.append({"probe": probe.name, "finding": detail if killed else None,
-                      "oracle": oracle})
+        fixed.append(fixed_row(probe, backend) if backend == "sim"
+                     else _isolated("probe", probe.name, backend))
         done += 1
         if progress:
             progress(done, total_steps)
-    rows = []
     for m in mutations:
-        t0 = time.perf_counter()
-        row = {"name": m.name, "summary": m.summary, "source": m.source, "killed": False,
-               "caught_by": None, "probe": None, "detail": None}
-        for probe_name in m.probes:
-            killed, oracle, detail = run_probe(PROBES[probe_name], backend, m)
-            if killed:
-                row.update(killed=True, caught_by=oracle, probe=probe_name, detail=detail)
-                break
-        row["seconds"] = round(time.perf_counter() - t0, 3)
-        rows.append(row)
+        rows.append(mutation_row(m, backend) if backend == "sim"
+                    else _isolated("mutation", m.name, backend))
         done += 1
         if progress:
             progress(done, total_steps)
@@ -107,3 +140,13 @@ def format_matrix(res: dict) -> str:
         by = f"{r['caught_by']} @ {r['probe']}" if r["killed"] else "-"
         lines.append(f"  {mark:<8} {r['name']:<36} {by:<34} {r['seconds']:6.2f}s")
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # one isolated cell: python -m scenarios.matrix KIND NAME BACKEND
+    _kind, _name, _backend = sys.argv[1:4]
+    _row = (fixed_row(PROBES[_name], _backend) if _kind == "probe"
+            else mutation_row(BY_NAME[_name], _backend))
+    print(json.dumps(_row, default=str), flush=True)
+    sys.stdout.flush()
+    import os
+    os._exit(0)  # a poisoned CUDA context must not get to run destructors

@@ -290,7 +290,8 @@ def test_replay_of_a_cuda_report_without_a_gpu(tmp_path, written):
 def test_cli_replay_bad_input_exits_2_with_one_line(tmp_path, written, case):
     _, paths, _ = written
     cases, _ = _bad_reports(tmp_path, _load(paths["json"]))
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "replay", cases[case][0]],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert proc.returncode == 2, proc.stderr
