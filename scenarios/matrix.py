@@ -3,7 +3,9 @@ each seeded bug against its probes until one catches it. A probe is a scenario r
 one schedule on a few seeds; the oracle that fired is recorded as ``caught_by``."""
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import os
 import subprocess
 import sys
 import time
@@ -110,18 +112,26 @@ def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = N
     done = 0
     t_start = time.perf_counter()
     fixed, rows = [], []
-    for probe in PROBES.values():
-        fixed.append(fixed_row(probe, backend) if backend == "sim"
-                     else _isolated("probe", probe.name, backend))
-        done += 1
-        if progress:
-            progress(done, total_steps)
-    for m in mutations:
-        rows.append(mutation_row(m, backend) if backend == "sim"
-                    else _isolated("mutation", m.name, backend))
-        done += 1
-        if progress:
-            progress(done, total_steps)
+    if backend == "sim":
+        for probe in PROBES.values():
+            fixed.append(fixed_row(probe, backend))
+            done += 1
+            if progress:
+                progress(done, total_steps)
+        for m in mutations:
+            rows.append(mutation_row(m, backend))
+            done += 1
+            if progress:
+                progress(done, total_steps)
+    else:
+        # Cells in parallel processes sharing the GPU: each is mostly host work.
+        cells = [("probe", p.name) for p in PROBES.values()] + \
+                [("mutation", m.name) for m in mutations]
+        workers = max(1, min(8, (os.cpu_count() or 2) // 2))
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(lambda c: _isolated(c[0], c[1], backend), cells))
+        fixed = [r for (kind, _), r in zip(cells, results) if kind == "probe"]
+        rows = [r for (kind, _), r in zip(cells, results) if kind == "mutation"]
     return {"backend": backend,
             "fixed_findings": sum(1 for f in fixed if f["finding"]),
             "fixed": fixed,
@@ -148,5 +158,4 @@ if __name__ == "__main__":  # one isolated cell: python -m scenarios.matrix KIND
             else mutation_row(BY_NAME[_name], _backend))
     print(json.dumps(_row, default=str), flush=True)
     sys.stdout.flush()
-    import os
     os._exit(0)  # a poisoned CUDA context must not get to run destructors

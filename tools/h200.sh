@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Regenerates reports/h200/: run from the repo root on a CUDA machine, one section per call
-# (each fits the device tool's 10-minute limit):  tools/h200.sh suite|repro|bench  OUTDIR
+# (each fits the device tool's 10-minute limit):  tools/h200.sh suite|matrix|repro|bench  OUTDIR
 # Needs xgrammar & co. on PYTHONPATH (see README "Running on a GPU").
 set -u
 section=$1; R=$2; mkdir -p "$R"
 export PYTHONUNBUFFERED=1
 case $section in
+matrix)
+  timeout 300 python3 -m harness.cli matrix --backend cuda --json > "$R/matrix_cuda.json"; echo "matrix cuda rc $?"
+  ;;
 suite)
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
     python3 -c "import torch,importlib.metadata as m;print('torch',torch.__version__,'cuda',torch.version.cuda,'xgrammar',m.version('xgrammar'))"; } > "$R/env.txt" 2>&1
   timeout 200 python3 -m pytest -n 8 -q -rs -p no:cacheprovider > "$R/pytest.log" 2>&1; echo "pytest rc $?"; tail -3 "$R/pytest.log"
   timeout 60 python3 -m harness.cli litmus --backend cuda --json > "$R/litmus_cuda.json"; echo "litmus cuda rc $?"
   timeout 60 python3 -m harness.cli litmus --backend sim --json > "$R/litmus_sim.json"; echo "litmus sim rc $?"
-  timeout 260 python3 -m harness.cli matrix --backend cuda --json > "$R/matrix_cuda.json"; echo "matrix cuda rc $?"
   ;;
 repro)
   timeout 170 python3 -m harness.cli repro ngram-filter-race --variant pre-fix --backend cuda --trials 100 --expect race --json --report-dir "$R/seed" > "$R/repro_prefix_fine.json"; echo "prefix rc $?"
