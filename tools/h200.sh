@@ -17,9 +17,9 @@ suite)
   timeout 60 python3 -m harness.cli litmus --backend sim --json > "$R/litmus_sim.json"; echo "litmus sim rc $?"
   ;;
 repro)
-  timeout 170 python3 -m harness.cli repro ngram-filter-race --variant pre-fix --backend cuda --trials 100 --expect race --json --report-dir "$R/seed" > "$R/repro_prefix_fine.json"; echo "prefix rc $?"
-  timeout 170 python3 -m harness.cli repro ngram-filter-race --variant fixed --backend cuda --trials 100 --json --report-dir "$R/fixed" > "$R/repro_fixed_fine.json"; echo "fixed rc $?"
-  timeout 80 python3 -m harness.cli repro ngram-filter-race --variant pre-fix --war-barrier coarse --backend cuda --trials 40 --json --no-report > "$R/repro_prefix_coarse.json"; echo "coarse rc $?"
+  timeout 150 python3 -m harness.cli repro ngram-filter-race --variant pre-fix --backend cuda --trials 200 --expect race --json --report-dir "$R/seed" > "$R/repro_prefix_fine.json"; echo "prefix rc $?"
+  timeout 150 python3 -m harness.cli repro ngram-filter-race --variant fixed --backend cuda --trials 200 --json --report-dir "$R/fixed" > "$R/repro_fixed_fine.json"; echo "fixed rc $?"
+  timeout 80 python3 -m harness.cli repro ngram-filter-race --variant pre-fix --war-barrier coarse --backend cuda --trials 50 --json --no-report > "$R/repro_prefix_coarse.json"; echo "coarse rc $?"
   for v in fixed no-event stale-mask; do
     timeout 50 python3 -m harness.cli repro grammar-tree-staging --variant $v --backend cuda --trials 6 --json --no-report > "$R/grammar_$v.json"; echo "grammar $v rc $?"
   done
