@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--policy", help="simulator schedule policy (eager, lazy, stall(S), "
                                     "random(SEED), pct(SEED,DEPTH))")
     r.add_argument("--stall-ms", type=_stall_ms, default=None,
-                   help="stall length; default: until forced (sim) / 50 ms (cuda)")
+                   help="stall length; default: until forced (sim) / 1 ms (cuda)")
     r.add_argument("--trials", type=_positive_int)
     r.add_argument("--seed", type=_seed, default=0)
     r.add_argument("--expect", choices=["clean", "race"], default="clean")

@@ -25,6 +25,6 @@ repro)
   done
   ;;
 bench)
-  timeout 560 python3 -m harness.cli bench cuda --json > "$R/bench_cuda.json"; echo "bench rc $?"
+  timeout 400 python3 -m harness.cli bench cuda --json > "$R/bench_cuda.json"; echo "bench rc $?"
   ;;
 esac
