@@ -254,8 +254,10 @@ def capture_vs_csan() -> Dict[str, float]:
     return res
 
 
-def run_bench(what: str = "all") -> Dict[str, object]:
+def run_bench(what: str = "all", quiet: bool = False) -> Dict[str, object]:
+    """Run the benchmarks; a human-readable table on stdout unless ``quiet`` (--json)."""
     out: Dict[str, object] = {}
+    _print = (lambda *a: None) if quiet else _print_table
     if what in ("all", "runtime"):
         out["runtime"] = bench_runtime()
         _print("runtime", out["runtime"], {"sim_eager_x_plain": "<= 10x"})
@@ -268,13 +270,13 @@ def run_bench(what: str = "all") -> Dict[str, object]:
                                          "median_kill_s": "<= 1 s"})
     if what in ("all", "cuda") and torch.cuda.is_available():
         out["cuda"] = bench_cuda()
-        print(json.dumps(out["cuda"], indent=1))
+        _print("cuda", out["cuda"], {})
     elif what == "cuda":
         print("bench cuda: no GPU on this machine", file=sys.stderr)
     return out
 
 
-def _print(section: str, figures: Dict[str, object], goals: Dict[str, str]) -> None:
+def _print_table(section: str, figures: Dict[str, object], goals: Dict[str, str]) -> None:
     print(f"[{section}]")
     for k, v in figures.items():
         goal = f"   (goal {goals[k]})" if k in goals else ""

@@ -248,7 +248,7 @@ def cmd_matrix(args) -> int:
 
 def cmd_bench(args) -> int:
     from harness.bench import run_bench
-    res = run_bench(args.what)
+    res = run_bench(args.what, quiet=args.json)
     if args.json:
         print(json.dumps(res, default=str))
     return EXIT_OK
