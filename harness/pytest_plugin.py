@@ -129,6 +129,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         it.add_marker(skip)
 
 
+_CHILD_ENV = "SPECRACE_ISOLATED_CHILD"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Optional[bool]:
+    """Each ``cuda`` test runs in a fresh process of its own.
+
+    CUDA errors are sticky (a device-side assert poisons the process), and on torch 2.11 a
+    second trace-captured engine run in one process has crashed the interpreter; so a GPU
+    test must not inherit a process another GPU test has used. The child runs exactly
+    this test id; its outcome and output become this test's.
+    """
+    if pyfuncitem.get_closest_marker("cuda") is None or os.environ.get(_CHILD_ENV):
+        return None
+    import sys
+    env = {**os.environ, _CHILD_ENV: "1"}
+    root = str(pyfuncitem.config.rootpath)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+         "-x", pyfuncitem.nodeid], cwd=root, env=env, capture_output=True, text=True,
+        timeout=int(os.environ.get("SPECRACE_TEST_WATCHDOG_S", "300")) + 60)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
+        pytest.fail(f"isolated CUDA test failed (rc {proc.returncode}):\n{tail}",
+                    pytrace=False)
+    return True
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     rep = yield
