@@ -159,7 +159,7 @@ class HBDetector:
             ordered = e.actor == actor or e.n <= vc.get(e.actor, 0)
             if overlap and (e.write or write) and not ordered:
                 kind = ("WAW" if write else "RAW") if e.write else "WAR"
-                race = Race(kind, self.trace.storage_names.get(sid, f"storage {sid}"), e.info, info)
+                race = Race(kind, self.trace.storage_name(sid), e.info, info)
                 old = self.found.get(race.key())
                 if old is None:
                     self.found[race.key()] = race

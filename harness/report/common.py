@@ -18,10 +18,9 @@ def where(frame: Optional[Tuple[str, int, str]]) -> Optional[str]:
 
 
 def storage_name(trace: Any, sid: int, op: Optional[OpRecord] = None) -> str:
-    name = trace.storage_names.get(sid)
-    if name is None and op is not None and op.labels:
-        name = op.labels.get(sid)
-    return name or f"storage {sid}"
+    if sid not in trace.storage_names and op is not None and op.labels:
+        return op.labels.get(sid) or trace.storage_name(sid)
+    return trace.storage_name(sid)
 
 
 def access_names(trace: Any, op: OpRecord, accesses) -> List[str]:

@@ -106,7 +106,10 @@ class Trace:
     log: List[Any] = field(default_factory=list)
     executed: List[OpRecord] = field(default_factory=list)
     stream_names: dict = field(default_factory=dict)
-    storage_names: dict = field(default_factory=dict)  # sid -> "int32[8] accept_lens" etc.
+    storage_names: dict = field(default_factory=dict)  # sid -> "pinned int32[8]" etc.
+    # sid -> (op, dtype, shape, frame) of the op that allocated it; formatted only when a
+    # report needs the name (an f-string per op would cost more than the op's bookkeeping)
+    storage_sites: dict = field(default_factory=dict)
 
     def add(self, rec: Any) -> Any:
         rec.index = len(self.log)
@@ -117,6 +120,17 @@ class Trace:
         if sid == HOST:
             return "host"
         return self.stream_names.get(sid, f"stream{sid}")
+
+    def storage_name(self, sid: int) -> str:
+        name = self.storage_names.get(sid)
+        if name is not None:
+            return name
+        site = self.storage_sites.get(sid)
+        if site is None:
+            return f"storage {sid}"
+        op, dtype, shape, frame = site
+        where = f" at {short_path(frame[0])}:{frame[1]}" if frame else ""
+        return f"{str(dtype)[6:]}{list(shape)} from {op}{where}"
 
     def ops(self) -> List[OpRecord]:
         return [r for r in self.log if isinstance(r, OpRecord)]

@@ -385,13 +385,16 @@ def _launch(func, args, kwargs, eff) -> Any:
             idle = False
         if idle:
             outs = _wrap_outputs(result, args, kwargs, eff, bargs, bkwargs)
-            writes = writes + [access(o) for o in _new_outputs(outs, args, kwargs)]
+            new = _new_outputs(outs, args, kwargs)
+            _name_storages(dev, new, name, frame)
+            writes = writes + [access(o) for o in new]
             op = OpRecord(stream.sid, name, reads, writes, frame)
             _enqueue_executed(dev, op)
             return outs
 
     outs = _alloc_outputs(meta, args, kwargs, eff)
     new = _new_outputs(outs, args, kwargs)
+    _name_storages(dev, new, name, frame)
     writes = writes + [access(o) for o in new]
     bargs = _unwrap(_snapshot_host(args))
     bkwargs = _unwrap(_snapshot_host(kwargs))
@@ -405,6 +408,12 @@ def _launch(func, args, kwargs, eff) -> Any:
 
     dev.enqueue(OpRecord(stream.sid, name, reads, writes, frame, fn=kernel))
     return outs
+
+
+def _name_storages(dev, outs, op_name: str, frame) -> None:
+    sites = dev.trace.storage_sites
+    for o in outs:
+        sites[o._sid] = (op_name, o.dtype, o.shape, frame)
 
 
 def _enqueue_executed(dev, op: OpRecord) -> None:
