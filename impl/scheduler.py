@@ -33,7 +33,7 @@ from .model import ToyTargetModel
 from .ngram import NgramProposer
 from .overlap import FutureMap, RelayPayload
 from .spec_info import RELAY_MODES, NgramVerifyInput
-from .vocab import EOS_ID, VOCAB_SIZE
+from .vocab import EOS_ID
 from .worker import GenerationBatchResult, NgramWorker
 
 WAR_BARRIERS = ("fine", "coarse")

@@ -20,7 +20,7 @@ with byte ranges, so distinct rows of one buffer do not conflict, but overlappin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set
 
 from ..runtime.trace import (HOST, Frame, HostAccess, OpRecord, Position, QueryRecord,
                              SyncRecord, Trace, short_path)

@@ -562,16 +562,9 @@ def _host_op(cap: _Capture, func, args: tuple, kwargs: dict) -> Any:
         if isinstance(out, torch.Tensor) and out.device.type == "cpu" and out.is_pinned():
             return hostmem.register(out)
         return out
-    if hostmem._PINNED and func not in _NO_KERNEL and torch.Tag.inplace_view not in func.tags:
-        eff = effects(func)
-        if not eff.is_view:
-            frame = None
-            for key, is_write in eff.tensor_args:
-                for t in iter_tensors(arg_value(args, kwargs, key)):
-                    acc = hostmem.access_of(t)
-                    if acc is not None:
-                        frame = frame or user_frame(2)
-                        cap.note_host_access(acc[0], is_write, acc[1], frame)
+    if hostmem._PINNED and func not in _NO_KERNEL and torch.Tag.inplace_view not in func.tags \
+            and not effects(func).is_view:
+        hostmem.note_host_op(func, args, kwargs, cap.note_host_access)
     return func(*args, **kwargs)
 
 

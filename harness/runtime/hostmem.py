@@ -72,6 +72,22 @@ def note_host(t: torch.Tensor, write: bool, frame: Optional[Frame] = None) -> No
         rec(acc[0], write, acc[1], frame or user_frame(3))
 
 
+def note_host_op(func, args: tuple, kwargs: dict, record, depth: int = 3) -> None:
+    """Report the pinned-memory arguments an aten op on host tensors reads or writes
+    (from its schema) to ``record(access, write, name, frame)``. Shared by both backends'
+    dispatch modes; callers skip metadata-only ops (views), which touch no data."""
+    from .schema import arg_value, effects, iter_tensors
+    if not _PINNED:
+        return
+    frame = None
+    for key, is_write in effects(func).tensor_args:
+        for t in iter_tensors(arg_value(args, kwargs, key)):
+            acc = access_of(t)
+            if acc is not None:
+                frame = frame or user_frame(depth)
+                record(acc[0], is_write, acc[1], frame)
+
+
 def clear() -> None:
     _PINNED.clear()
 

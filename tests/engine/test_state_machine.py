@@ -1,7 +1,6 @@
 """Hypothesis state machines over arrivals / steps / stalls / drains (see
 harness/oracle/machine.py). The fixed engine must survive every generated program; the
 pre-fix relay must be caught, and the counterexample shrinks to a handful of steps."""
-import json
 
 import pytest
 from hypothesis import HealthCheck, settings

@@ -1,6 +1,4 @@
 """Unit invariants of the engine pieces, on the simulated device (eager: values only)."""
-import itertools
-import random
 
 import pytest
 import torch

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import collections
 import itertools
-from typing import Any, Deque, Dict, Iterable, List, Optional
+from typing import Any, Deque, Iterable, List, Optional
 
 from ..policy import Policy, RunAll
 from ..trace import (EventRecord, HostAccess, OpRecord, Position, QueryRecord, SyncRecord,

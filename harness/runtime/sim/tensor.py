@@ -311,15 +311,8 @@ def _host_op(func, args, kwargs) -> Any:
         del kwargs["pin_memory"]
         out = func(*args, **kwargs)
         return hostmem.register(out) if isinstance(out, torch.Tensor) else out
-    dev = current_device()
     if hostmem._PINNED and not _metadata_only(func):
-        frame = None
-        for key, is_write in effects(func).tensor_args:
-            for t in iter_tensors(arg_value(args, kwargs, key)):
-                acc = hostmem.access_of(t)
-                if acc is not None:
-                    frame = frame or user_frame(3)
-                    dev.note_host_access(acc[0], is_write, acc[1], frame)
+        hostmem.note_host_op(func, args, kwargs, current_device().note_host_access)
     return func(*args, **kwargs)
 
 
