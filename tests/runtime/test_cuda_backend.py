@@ -459,7 +459,9 @@ def test_plugin_marker_skip_and_report_section(tmp_path):
             assert callable(scenario_runner)
     """))
     import os
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The plugin goes in with -p alone: when the project is pip-installed its entry point
+    # would register it a second time (pluggy refuses one module under two names).
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin", "-p",

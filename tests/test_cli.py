@@ -1,0 +1,91 @@
+"""Bad input to ``specrace``: exit code 2 and exactly one line on stderr, never a traceback.
+And the happy path's exit codes: 0 when the outcome matches --expect, 1 when not."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def specrace(*args):
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=300)
+
+
+BAD = [
+    ["frobnicate"],  # unknown subcommand
+    [],  # no subcommand
+    ["repro", "no-such-scenario"],
+    ["repro", "ngram-filter-race", "--variant", "half-fixed"],
+    ["repro", "ngram-filter-race", "--policy", "chaos(3)"],
+    ["repro", "ngram-filter-race", "--policy", "__import__('os')"],
+    ["repro", "ngram-filter-race", "--policy", "pct(1,99)"],
+    ["repro", "ngram-filter-race", "--trials", "-3"],
+    ["repro", "ngram-filter-race", "--trials", "10000000"],
+    ["repro", "ngram-filter-race", "--trials", "many"],
+    ["repro", "ngram-filter-race", "--stall-ms", "nan"],
+    ["repro", "ngram-filter-race", "--stall-ms", "-1"],
+    ["repro", "ngram-filter-race", "--stall-ms", "1e9"],
+    ["repro", "ngram-filter-race", "--seed", "-1"],
+    ["repro", "ngram-filter-race", "--backend", "tpu"],
+    ["repro", "ngram-filter-race", "--expect", "maybe"],
+    ["replay", "/nonexistent/report.json"],
+    ["litmus", "--backend", "quantum"],
+    ["bench", "everything"],
+]
+
+
+@pytest.mark.parametrize("args", BAD, ids=lambda a: " ".join(a) or "<none>")
+def test_bad_input_is_one_line_and_exit_2(args, capsys):
+    from harness.cli import main
+    assert main(list(args)) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("specrace: error:")
+    assert out == ""
+
+
+@pytest.mark.parametrize("args", [["repro", "no-such-scenario"], ["frobnicate"]])
+def test_bad_input_from_the_console_has_no_traceback(args):
+    proc = specrace(*args)
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_backend_without_gpu_is_exit_2():
+    for args in (["repro", "ngram-filter-race", "--backend", "cuda"],
+                 ["litmus", "--backend", "cuda"], ["matrix", "--backend", "cuda"]):
+        proc = specrace(*args)
+        assert proc.returncode == 2
+        assert proc.stderr.strip().splitlines() == [
+            "specrace: error: --backend cuda: no CUDA device is available on this machine"]
+
+
+def test_repro_exit_codes_follow_expect(tmp_path):
+    race = specrace("repro", "ngram-filter-race", "--variant", "pre-fix", "--backend", "sim",
+                    "--trials", "2", "--expect", "race", "--json", "--no-report")
+    assert race.returncode == 0, race.stderr
+    res = json.loads(race.stdout)
+    assert res["outcome"] == "race" and res["reproduced"] == 2
+    assert {"scenario", "variant", "backend", "trials", "reproduced", "first_divergence",
+            "races"} <= set(res)
+    wrong = specrace("repro", "ngram-filter-race", "--variant", "pre-fix", "--backend", "sim",
+                     "--trials", "1", "--json", "--no-report")  # default --expect clean
+    assert wrong.returncode == 1
+
+
+def test_list_names_every_scenario_and_mutation():
+    from scenarios.mutations import MUTATIONS
+    from scenarios.registry import SCENARIOS
+    proc = specrace("list")
+    assert proc.returncode == 0
+    for name in list(SCENARIOS) + [m.name for m in MUTATIONS]:
+        assert name in proc.stdout
