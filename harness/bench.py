@@ -191,6 +191,7 @@ def bench_cuda(trials: int = 50, soak_iterations: int = 10_000) -> Dict[str, obj
     out["stall_sweep"] = sweep
     out["fixed_soak"] = soak_fixed(soak_iterations)
     out["capture_vs_csan"] = capture_vs_csan()
+    out["grammar_overlap"] = bench_grammar_overlap()
     return out
 
 
@@ -254,6 +255,58 @@ def capture_vs_csan() -> Dict[str, float]:
     return res
 
 
+def bench_grammar_overlap(trials: int = 4) -> Dict[str, object]:
+    """Does the host grammar work hide under the verify forward (seed 000's intent)?
+
+    Host side: from just before the verify launch (``forward.after_read_done``) to the end
+    of the traversal (``grammar.before_mask_upload``): launch + ``resolve()`` + traversal,
+    per verify step of the device-drafted path. Device side: the verify forward for the
+    same batch shape, timed with events."""
+    from harness import faults
+    from harness.oracle.runner import drive, server_args
+    from harness.policies.faultplan import FaultPlan
+    from harness.runtime import open_runtime
+    from impl.model import ToyTargetModel
+    from scenarios.registry import get
+    sc = get("grammar-tree-staging")
+    host_us: list = []
+    shapes: list = []
+
+    class Timer(FaultPlan):
+        def hit(self, name, ctx):
+            if name == "forward.after_read_done":
+                self.t0 = time.perf_counter()
+            elif name == "grammar.before_mask_upload" and getattr(self, "t0", None):
+                host_us.append((time.perf_counter() - self.t0) * 1e6)
+                self.t0 = None
+
+        def ask(self, name, default, ctx):
+            return default
+    for seed in range(trials):
+        wl = sc.workload(seed)
+        args = server_args(wl, sc.variants["fixed"])
+        with open_runtime("cuda", trace=False) as rt:
+            drive(rt, wl, args, Timer())
+        shapes.append(len(wl.requests) * wl.draft_token_num)
+    dev = torch.device("cuda")
+    model = ToyTargetModel(dev)
+    ids = torch.zeros(max(shapes), dtype=torch.int64, device=dev)
+    for _ in range(20):
+        model.forward(ids)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(200):
+        model.forward(ids)
+    end.record()
+    end.synchronize()
+    fwd_us = start.elapsed_time(end) / 200 * 1e3
+    med = statistics.median(host_us) if host_us else float("nan")
+    return {"verify_steps": len(host_us), "host_mask_build_median_us": med,
+            "host_mask_build_p90_us": sorted(host_us)[int(0.9 * (len(host_us) - 1))] if host_us else None,
+            "verify_forward_us": fwd_us, "hidden": med <= fwd_us,
+            "note": "toy target model: a real model's verify forward is ms, not us"}
+
+
 def run_bench(what: str = "all", quiet: bool = False) -> Dict[str, object]:
     """Run the benchmarks; a human-readable table on stdout unless ``quiet`` (--json)."""
     out: Dict[str, object] = {}
@@ -268,6 +321,9 @@ def run_bench(what: str = "all", quiet: bool = False) -> Dict[str, object]:
         out["matrix"] = bench_matrix()
         _print("matrix", out["matrix"], {"matrix_wall_s": "<= 60 s on 2 cores",
                                          "median_kill_s": "<= 1 s"})
+    if what == "grammar" and torch.cuda.is_available():
+        out["grammar_overlap"] = bench_grammar_overlap()
+        _print("grammar_overlap", out["grammar_overlap"], {})
     if what in ("all", "cuda") and torch.cuda.is_available():
         out["cuda"] = bench_cuda()
         _print("cuda", out["cuda"], {})

@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks (figures, not tests)")
     b.add_argument("what", nargs="?", default="all", choices=["all", "runtime", "engine",
-                                                              "matrix", "cuda"])
+                                                              "matrix", "cuda", "grammar"])
     b.add_argument("--json", action="store_true")
     return p
 
