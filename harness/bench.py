@@ -262,7 +262,6 @@ def bench_grammar_overlap(trials: int = 4) -> Dict[str, object]:
     of the traversal (``grammar.before_mask_upload``): launch + ``resolve()`` + traversal,
     per verify step of the device-drafted path. Device side: the verify forward for the
     same batch shape, timed with events."""
-    from harness import faults
     from harness.oracle.runner import drive, server_args
     from harness.policies.faultplan import FaultPlan
     from harness.runtime import open_runtime
