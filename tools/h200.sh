@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates reports/h200/: run from the repo root on a CUDA machine, one section per call
-# (each fits the device tool's 10-minute limit):  tools/h200.sh suite|matrix|repro|bench  OUTDIR
+# (each fits the device tool's 10-minute limit):  tools/h200.sh suite|matrix|repro|bench|grammar  OUTDIR
 # Needs xgrammar & co. on PYTHONPATH (see README "Running on a GPU").
 set -u
 section=$1; R=$2; mkdir -p "$R"
@@ -26,5 +26,8 @@ repro)
   ;;
 bench)
   timeout 400 python3 -m harness.cli bench cuda --json > "$R/bench_cuda.json"; echo "bench rc $?"
+  ;;
+grammar)
+  timeout 120 python3 -m harness.cli bench grammar --json > "$R/bench_grammar.json"; echo "bench grammar rc $?"
   ;;
 esac
