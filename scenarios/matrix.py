@@ -70,6 +70,7 @@ def fixed_row(probe: Probe, backend: str) -> dict:
 
 
 def mutation_row(m: Mutation, backend: str) -> dict:
+    m.check()  # a patch that no longer applies is a harness error, never a kill
     t0 = time.perf_counter()
     row = {"name": m.name, "summary": m.summary, "source": m.source, "killed": False,
            "caught_by": None, "probe": None, "detail": None}
@@ -82,6 +83,9 @@ def mutation_row(m: Mutation, backend: str) -> dict:
     return row
 
 
+HARNESS_ERROR = 3  # a child's exit code when the harness itself failed (not the engine)
+
+
 def _isolated(kind: str, name: str, backend: str) -> dict:
     """Run one matrix cell in a fresh process. On a GPU a killed mutation often takes a
     device-side assert, which is sticky: the process cannot run anything after it. A
@@ -90,8 +94,11 @@ def _isolated(kind: str, name: str, backend: str) -> dict:
     proc = subprocess.run([sys.executable, "-m", "scenarios.matrix", kind, name, backend],
                           capture_output=True, text=True, timeout=600)
     lines = proc.stdout.strip().splitlines()
-    if proc.returncode == 0 and lines:
-        return json.loads(lines[-1])
+    if proc.returncode in (0, HARNESS_ERROR) and lines:
+        row = json.loads(lines[-1])
+        if proc.returncode == HARNESS_ERROR:
+            raise RuntimeError(f"matrix cell {kind} {name}: {row['error']}")
+        return row
     err = next((ln for ln in proc.stderr.splitlines()[::-1] if "Error" in ln or "error" in ln),
                (proc.stderr.strip().splitlines() or ["?"])[-1])
     detail = f"process died (rc {proc.returncode}): {err.strip()[:200]}"
@@ -154,6 +161,12 @@ def format_matrix(res: dict) -> str:
 
 if __name__ == "__main__":  # one isolated cell: python -m scenarios.matrix KIND NAME BACKEND
     _kind, _name, _backend = sys.argv[1:4]
+    try:
+        if _kind == "mutation":
+            BY_NAME[_name].check()
+    except Exception as _exc:  # the patch does not apply: say so, don't count a kill
+        print(json.dumps({"error": f"{type(_exc).__name__}: {_exc}"}), flush=True)
+        os._exit(HARNESS_ERROR)
     _row = (fixed_row(PROBES[_name], _backend) if _kind == "probe"
             else mutation_row(BY_NAME[_name], _backend))
     print(json.dumps(_row, default=str), flush=True)

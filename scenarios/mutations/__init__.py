@@ -29,6 +29,11 @@ class Mutation:
     edits: Tuple[Tuple[str, str], ...]  # (snippet, replacement), each snippet unique
     probes: Tuple[str, ...]  # probe names (scenarios.matrix.PROBES), tried in order
 
+    def check(self) -> None:
+        """Raise if the patch no longer applies (the code it targets moved or changed)."""
+        with self.applied():
+            pass
+
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
         owner, attr, original = _resolve(self.target)
@@ -176,17 +181,16 @@ MUTATIONS: List[Mutation] = [
         "prev_tokens[i * (D - 1): i * (D - 1) + prev_lens[i]]")],
       SEED),
     M("verify-accept-index-empty",
-      "accept_index allocated with torch.empty instead of full(-1)",
+      "accept_index padded from torch.empty_like instead of full_like(-1)",
       "M24 / empty-vs-zeros", "impl.verify:verify_tree_greedy",
-      [("accept_index = torch.full((bs, D), -1, dtype=torch.int64, device=device)",
-        "accept_index = torch.empty((bs, D), dtype=torch.int64, device=device)")],
+      [("accept_index = torch.where(order < D, row0 + order, torch.full_like(order, -1))",
+        "accept_index = torch.where(order < D, row0 + order, torch.empty_like(order))")],
       SEED),
     M("verify-target-at-child",
       "verification compares a child's draft with the target at the child, not the parent",
       "M16 (verify)", "impl.verify:verify_tree_greedy",
-      [("match = valid & (draft_token.gather(1, safe[:, None]).squeeze(1) == target)",
-        "match = valid & (draft_token.gather(1, safe[:, None]).squeeze(1) == "
-        "target_predict.gather(1, safe[:, None]).squeeze(1))")],
+      [("match = draft_token == target_predict.gather(1, parent)",
+        "match = draft_token == target_predict")],
       SEED),
     M("stash-drops-accept-lens",
       "stash writes the accept tokens but not their lengths (rows resolve to length 0)",
