@@ -15,7 +15,6 @@ This module must not import torch at import time: the worker pinning has to happ
 """
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import shutil
@@ -220,26 +219,13 @@ def specrace_report(request: pytest.FixtureRequest) -> SpecraceReport:
 
 @pytest.fixture
 def scenario_runner(specrace_backend: str):
-    """``run_scenario(name, **kw)`` from ``harness.scenario_runner``, on the chosen
-    backend unless ``backend=`` is given."""
-    try:
-        from harness.scenario_runner import run_scenario
-    except ImportError as exc:
-        if getattr(exc, "name", None) not in ("harness.scenario_runner", None) and \
-                "scenario_runner" not in str(exc):
-            raise  # the module exists but something it imports is broken: show it
-        pytest.skip("harness.scenario_runner.run_scenario is not available yet")
-
-    try:
-        params = inspect.signature(run_scenario).parameters
-        takes_backend = "backend" in params or any(
-            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    except (TypeError, ValueError):
-        takes_backend = False
+    """``run(name, variant=..., war_barrier=..., trials=..., expect=...)`` -> the repro
+    result dict (as ``specrace repro --json``), on the chosen backend unless ``backend=``
+    is given. Assert on ``result["outcome"]`` / ``result["matches_expectation"]``."""
+    from harness.oracle.repro import run_scenario
 
     def run(name: str, **kw: Any) -> Any:
-        if takes_backend:
-            kw.setdefault("backend", specrace_backend)
+        kw.setdefault("backend", specrace_backend)
         return run_scenario(name, **kw)
 
     return run
