@@ -102,8 +102,13 @@ def wrap(buf: torch.Tensor, sid: Optional[int] = None) -> SimTensor:
 
 
 def access(t: SimTensor) -> Tuple[int, int, int]:
-    lo, hi = tensor_range(t._buf)
-    return (t._sid, lo, hi)
+    """(sid, lo, hi) of ``t``; cached, since a tensor's layout only changes through an
+    in-place view op (which drops the cache)."""
+    acc = t.__dict__.get("_acc")
+    if acc is None:
+        lo, hi = tensor_range(t._buf)
+        acc = t._acc = (t._sid, lo, hi)
+    return acc
 
 
 # ---------------------------------------------------------------------------------------
@@ -327,6 +332,7 @@ def _inplace_view(func, args, kwargs) -> Any:
     buf = buf.as_strided(buf.size(), buf.stride(), buf.storage_offset())
     func(buf, *_unwrap(args[1:]), **_unwrap(kwargs))
     self._buf = buf
+    self.__dict__.pop("_acc", None)
     with torch._C._DisableTorchDispatch():
         func(self, *args[1:], **kwargs)
     return self
@@ -421,7 +427,8 @@ def _enqueue_executed(dev, op: OpRecord) -> None:
     dev.trace.add(op)
     s.pending.append(op)
     dev.run_head(s)
-    policy_point(dev, s)
+    if dev.pending_ops():  # nothing is queued anywhere: the policy has nothing to decide
+        policy_point(dev, s)
 
 
 def _flat(res: Any) -> List[Any]:
