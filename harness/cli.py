@@ -218,7 +218,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_litmus(args) -> int:
-    from harness.oracle.litmus import run_litmus
+    from scenarios.litmus_run import run_litmus
     from harness.runtime import resolve_backend
     res = run_litmus(backend=resolve_backend(args.backend))
     if args.json:

@@ -222,7 +222,7 @@ def scenario_runner(specrace_backend: str):
     """``run(name, variant=..., war_barrier=..., trials=..., expect=...)`` -> the repro
     result dict (as ``specrace repro --json``), on the chosen backend unless ``backend=``
     is given. Assert on ``result["outcome"]`` / ``result["matches_expectation"]``."""
-    from harness.oracle.repro import run_scenario
+    from scenarios.registry import run_scenario
 
     def run(name: str, **kw: Any) -> Any:
         kw.setdefault("backend", specrace_backend)

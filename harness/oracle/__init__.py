@@ -1,4 +1,2 @@
-"""Oracles: the verdicts a run is judged by (litmus agreement, stale values, races)."""
-from .litmus import run_litmus
-
-__all__ = ["run_litmus"]
+"""Layer 4: oracles -- the verdicts a run is judged by (stale values, grammar, races),
+the trial runner, repro aggregation and the Hypothesis state machines."""

@@ -116,15 +116,6 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
     return ReproOutcome(result, first_trace, trace_races)
 
 
-def run_scenario(name: str, **kw) -> dict:
-    """Run a registered scenario like ``specrace repro`` and return its result dict
-    (``kw``: the ``ReproConfig`` fields -- variant, war_barrier, backend, policy, stall_ms,
-    trials, seed, expect). For pytest (the ``scenario_runner`` fixture) and scripts."""
-    from scenarios.registry import get
-    scenario = get(name)
-    return run_repro(ReproConfig(scenario=scenario.name, **kw), scenario).result
-
-
 def verdict_line(result: dict) -> str:
     n, t = result["reproduced"], result["trials"]
     pct = 100.0 * n / t if t else 0.0

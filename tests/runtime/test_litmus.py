@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.oracle import run_litmus
-from harness.oracle.litmus import DEFAULT_SIM_POLICIES, run_one_sim, sim_policy_spec
+from scenarios.litmus_run import run_litmus
+from scenarios.litmus_run import DEFAULT_SIM_POLICIES, run_one_sim, sim_policy_spec
 from scenarios.litmus import KINDS, PROGRAMS, Litmus, get
 
 # The default set, plus eager with the injected stall: virtual-time stalls on a

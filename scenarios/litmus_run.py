@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
-from ..detect import detect
+from harness.detect import detect
 
 DEFAULT_SIM_POLICIES = ("eager", "lazy", "stall", "random(1)", "random(2)", "pct(1,3)",
                         "pct(2,3)")
@@ -62,8 +62,8 @@ def _error_row(program, policy: str, kind: str, exc: BaseException) -> dict:
 
 
 def run_one_sim(program, policy: str) -> dict:
-    from ..policies import parse_policy
-    from ..runtime.sim.runtime import sim_runtime
+    from harness.policies import parse_policy
+    from harness.runtime.sim.runtime import sim_runtime
 
     spec, kind, stall = sim_policy_spec(policy, program)
     shown = spec if policy == "stall" else policy
@@ -78,7 +78,7 @@ def run_one_sim(program, policy: str) -> dict:
 
 
 def run_one_cuda(program, policy: str) -> dict:
-    from ..runtime import open_runtime
+    from harness.runtime import open_runtime
 
     stall = policy == "cuda+stall"
     kind = "cuda_stall" if stall else "cuda"
@@ -93,7 +93,7 @@ def run_one_cuda(program, policy: str) -> dict:
 
 
 def _select(programs) -> List:
-    from scenarios.litmus import PROGRAMS, get
+    from .litmus import PROGRAMS, get
     if programs is None:
         return list(PROGRAMS)
     return [get(p) if isinstance(p, str) else p for p in programs]
