@@ -26,7 +26,7 @@ from typing import Any, Deque, List, Optional, Tuple
 
 import torch
 
-from harness.faults import fault_point
+from harness.faults import ask, fault_point
 
 from .memory import staged
 from .model import ToyTargetModel
@@ -172,12 +172,15 @@ class Scheduler:
             if batch is not None:
                 result = self.run_batch(batch)
                 self._apply_war_barrier()
-                self.result_queue.append((batch, list(batch.reqs),
-                                          [r.launched - 1 for r in batch.reqs], result))
+                if batch.reqs:  # an idle (DP) batch has no result to process
+                    self.result_queue.append((batch, list(batch.reqs),
+                                              [r.launched - 1 for r in batch.reqs], result))
             if not self.args.overlap or sync_step:
                 while self.result_queue:
                     self.pop_and_process()
-            elif len(self.result_queue) > 1 or (batch is None and self.result_queue):
+            elif len(self.result_queue) > 1 or (self.result_queue and not (batch and batch.reqs)):
+                # the previous batch's result; with nothing (or an idle batch) launched this
+                # iteration, the last result is the one to process
                 self.pop_and_process()
             self.last_batch = batch
 
@@ -189,10 +192,13 @@ class Scheduler:
                 self.pop_and_process()
 
     def _needs_sync(self, batch: ScheduleBatch) -> bool:
-        # NGRAM grammar batches: process the previous result before launching
-        # (grammar_needs_sync); the device-drafted path keeps the host tree in sync too.
-        return batch.forward_mode == "decode" and (
-            batch.has_grammar or self.args.spec_algorithm == "eagle")
+        """Process the previous result before launching (``is_disable_overlap_for_batch``):
+        NGRAM grammar batches (``grammar_needs_sync``) and the device-drafted path, which
+        keeps the host tree in sync. A fault plan may also reorder these host steps."""
+        if batch.forward_mode != "decode":
+            return False
+        default = batch.has_grammar or self.args.spec_algorithm == "eagle"
+        return bool(ask("schedule.disable_overlap", default, batch=batch))
 
     def get_next_batch_to_run(self) -> Optional[ScheduleBatch]:
         """Schedule stream: merge the last prefill, filter finished, pick the next batch."""
@@ -284,8 +290,6 @@ class Scheduler:
     # --- results ------------------------------------------------------------------------
     def pop_and_process(self) -> None:
         batch, reqs, steps, result = self.result_queue.popleft()
-        if not reqs:
-            return
         result.copy_done.synchronize()
         tokens = result.host_tokens.tolist()
         lens = result.host_lens.tolist()

@@ -23,6 +23,9 @@ class Scenario:
     default_variant: str
     # (variant, war_barrier) -> "race" | "clean"; war_barrier None = either
     expect: Dict[Tuple[str, Optional[str]], str] = field(default_factory=dict)
+    # host-order decisions (fault-point ``ask`` answers), e.g. {"schedule.disable_overlap":
+    # {"every": 2}} alternates overlapped and synchronous steps
+    answers: Dict[str, object] = field(default_factory=dict)
     default_policy: str = "eager"
     sim_trials: int = 20
     cuda_trials: int = 200

@@ -34,6 +34,8 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("seed-stall", "ngram-filter-race", "fixed", "stall(forward)"),
     Probe("grammar-ngram", "grammar-ngram", "fixed", "eager", seeds=(0, 1)),
     Probe("grammar-eagle", "grammar-tree-staging", "fixed", "eager", seeds=(0, 1)),
+    Probe("mixed-overlap", "mixed-overlap", "fixed", "stall(forward)", seeds=(0, 1)),
+    Probe("dp-idle", "dp-idle", "fixed", "lazy", seeds=(0, 1)),
 )}
 
 
@@ -56,7 +58,8 @@ def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None
         # process: a second one crashed torch 2.11 on the H200); later seeds judge values.
         res = run_trial(backend, probe.policy if backend == "sim" else "hardware", wl, args,
                         sc.stalls(None), detect_races=backend == "sim" or seed == probe.seeds[0],
-                        mutation=mutation or sc.variants[probe.variant].get("mutation"))
+                        mutation=mutation or sc.variants[probe.variant].get("mutation"),
+                        answers=sc.answers)
         if res.reproduced:
             detail = (res.divergence["message"] if res.divergence
                       else res.races[0].summary())

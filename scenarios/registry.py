@@ -5,10 +5,12 @@ from typing import Dict
 
 from .base import Scenario
 from .grammar import GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING
+from .host_order import DP_IDLE, MIXED_OVERLAP
 from .ngram_filter_race import SCENARIO as _NGRAM_FILTER_RACE
 
 SCENARIOS: Dict[str, Scenario] = {
-    s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING)}
+    s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING,
+                        MIXED_OVERLAP, DP_IDLE)}
 
 
 def get(name: str) -> Scenario:

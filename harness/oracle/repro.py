@@ -77,7 +77,8 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         res = run_trial(backend, trial_policy(policy, i) if backend == "sim" else policy,
                         workload, args, stalls, detect_races=detect_now,
                         keep_trace=want_trace and detect_now,
-                        mutation=scenario.variants[variant].get("mutation"))
+                        mutation=scenario.variants[variant].get("mutation"),
+                        answers=scenario.answers)
         times.append(res.wall_ms)
         for r in res.races:
             old = races.get(r.key())
@@ -103,6 +104,7 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         "scenario": scenario.name, "variant": variant, "war_barrier": cfg.war_barrier,
         "backend": backend, "policy": policy if backend == "sim" else "hardware",
         "stall_ms": cfg.stall_ms, "stall_plan": [s.to_json() for s in stalls],
+        "host_order": dict(scenario.answers),
         "seed": cfg.seed, "trials": trials, "reproduced": n_repro,
         "rate": n_repro / trials if trials else 0.0,
         "first_trial": first_trial,

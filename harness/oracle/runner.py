@@ -107,12 +107,13 @@ def reference(workload: Workload, args, backend: str) -> Reference:
 
 def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[StallAt],
               detect_races: bool = True, keep_trace: bool = False,
-              stop_early: bool = True, mutation: Any = None) -> TrialResult:
+              stop_early: bool = True, mutation: Any = None,
+              answers: Optional[Dict[str, Any]] = None) -> TrialResult:
     """One run. ``mutation`` (a ``scenarios.mutations.Mutation``) is applied around the run
     only -- never around the reference."""
     ref = reference(workload, args, backend)
     oracle = StaleValueOracle(ref, stop_early=stop_early)
-    plan = FaultPlan(stalls=list(stalls), observer=oracle)
+    plan = FaultPlan(stalls=list(stalls), answers=dict(answers or {}), observer=oracle)
     pol = parse_policy(policy) if backend == "sim" else None
     t0 = time.perf_counter()
     outputs: Dict[int, List[int]] = {}

@@ -46,7 +46,15 @@ class FaultPlan:
                 self.runtime.stall(st.ms)
 
     def ask(self, name: str, default: Any, ctx: dict) -> Any:
-        return self.answers.get(name, default)
+        """The plan's answer: a constant, or ``{"every": n}`` -- True at every n-th ask
+        (e.g. alternate overlapped and synchronous steps)."""
+        if name not in self.answers:
+            return default
+        answer = self.answers[name]
+        if isinstance(answer, dict) and "every" in answer:
+            n = self.hits[name] = self.hits.get(name, 0) + 1
+            return n % int(answer["every"]) == 0
+        return answer
 
     def to_json(self) -> dict:
         return {"stalls": [s.to_json() for s in self.stalls], "answers": dict(self.answers)}

@@ -71,3 +71,19 @@ def test_timed_stall_shorter_than_host_progress_can_hide_the_race():
     res = trial("pre-fix", "fine", "eager", 0, stall_ms=0.0)
     assert res.divergence is None
     assert res.races  # ... but the detector still sees the missing edge
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("name", ["mixed-overlap", "dp-idle"])
+def test_host_order_and_dp_idle_scenarios(name, policy):
+    """Fixed code stays clean when host steps are reordered or batches are empty; the
+    pre-fix relay races there too (the detector, whatever the schedule)."""
+    sc = get(name)
+    wl = sc.workload(0)
+    for variant, clean in (("fixed", True), ("pre-fix", False)):
+        args = server_args(wl, {**sc.variants[variant], "war_barrier": "fine"})
+        res = run_trial("sim", policy, wl, args, sc.stalls(None), answers=sc.answers)
+        if clean:
+            assert res.divergence is None and res.races == [], (res.divergence, res.races)
+        else:
+            assert res.races
