@@ -26,24 +26,21 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1 or v > MAX_TRIALS:
-        raise argparse.ArgumentTypeError(f"{v} is out of range (1..{MAX_TRIALS})")
-    return v
+def _int_in(lo: int, hi: int):
+    """An argparse type: an integer in [lo, hi]."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if v < lo or v > hi:
+            raise argparse.ArgumentTypeError(f"{v} is out of range ({lo}..{hi})")
+        return v
+    return parse
 
 
-def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 0 or v > 2**31 - 1:
-        raise argparse.ArgumentTypeError(f"{v} is out of range (0..{2**31 - 1})")
-    return v
+_positive_int = _int_in(1, MAX_TRIALS)
+_seed = _int_in(0, 2**31 - 1)
 
 
 def _stall_ms(text: str) -> float:
@@ -108,6 +105,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("specrace: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `specrace list | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _dispatch(args) -> int:

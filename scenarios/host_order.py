@@ -8,21 +8,20 @@
   ``stash`` / resolve with empty indices must be no-ops (and the relay buffers must not be
   initialised from an empty payload).
 """
+import dataclasses
+
 from harness.oracle.workload import random_workload
 from harness.policies.faultplan import StallAt
 
 from .base import Scenario
+from .ngram_filter_race import SCENARIO as SEED
 
-MIXED_OVERLAP = Scenario(
+# The seed scenario, with every other decode step processed before its launch.
+MIXED_OVERLAP = dataclasses.replace(
+    SEED,
     name="mixed-overlap",
     summary="every other decode step processed synchronously (host-order reorder); forward "
             "stalled after the shared-read-done record",
-    workload=lambda seed: random_workload(seed, n_requests=6, draft_token_num=4),
-    stalls=lambda ms: [StallAt("forward.after_read_done", ms)],
-    variants={"fixed": {"relay": "future_map"}, "pre-fix": {"relay": "spec_info"}},
-    default_variant="fixed",
-    expect={("fixed", None): "clean", ("pre-fix", "fine"): "race",
-            ("pre-fix", "coarse"): "clean"},
     answers={"schedule.disable_overlap": {"every": 2}},
 )
 
