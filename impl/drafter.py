@@ -20,6 +20,8 @@ from typing import List, NamedTuple, Sequence, Tuple
 
 import torch
 
+from .tree import derive_tree_links  # noqa: F401  (the NGRAM path shares it)
+
 MAX_DRAFT = 8
 
 # BFS parent lists (node 0 is the root, parent -1). Parents are non-decreasing, so every
@@ -36,28 +38,6 @@ class DraftTree(NamedTuple):
     draft_token: torch.Tensor  # (bs*D,) int64
     retrieve_next_token: torch.Tensor  # (bs, D) int64
     retrieve_next_sibling: torch.Tensor  # (bs, D) int64
-
-
-def derive_tree_links(parents: Sequence[int]) -> Tuple[List[int], List[int]]:
-    """First child and next sibling of every node of a BFS-ordered parent list.
-
-    next_token[i]   = the smallest j > i with parent j == i, else -1;
-    next_sibling[i] = the smallest j > i with parent j == parent i, else -1 (root: -1).
-    """
-    n = len(parents)
-    next_token = [-1] * n
-    next_sibling = [-1] * n
-    last_child = {}  # parent -> the latest child seen so far
-    for j in range(1, n):
-        p = parents[j]
-        assert 0 <= p < j, f"node {j}: parent {p} is not an earlier node"
-        prev = last_child.get(p)
-        if prev is None:
-            next_token[p] = j
-        else:
-            next_sibling[prev] = j
-        last_child[p] = j
-    return next_token, next_sibling
 
 
 def sibling_rank(parents: Sequence[int]) -> List[int]:

@@ -4,29 +4,13 @@ Node 0 is the root -- the last committed token. The tree is a trie of the contin
 that followed earlier occurrences of the context's suffix (longest suffix first); nodes
 are in BFS order, and unused slots are padding nodes: token 0 hanging off the root, as
 in the server's corpus. The tree links are derived on the host (after #32380), so the
-grammar path never reads them back from the device.
+grammar path never reads them back from the device (``impl.tree``).
 """
 from __future__ import annotations
 
 from typing import List, Sequence, Tuple
 
 MAX_MATCH = 3  # longest suffix looked up
-
-
-def tree_links(parents: Sequence[int]) -> Tuple[List[int], List[int]]:
-    """First child and next sibling of each node (-1 = none) from a BFS parent list."""
-    n = len(parents)
-    next_token = [-1] * n
-    next_sibling = [-1] * n
-    last_child: dict = {}
-    for i in range(1, n):
-        p = parents[i]
-        if p in last_child:
-            next_sibling[last_child[p]] = i
-        else:
-            next_token[p] = i
-        last_child[p] = i
-    return next_token, next_sibling
 
 
 class NgramProposer:

@@ -129,7 +129,7 @@ class NgramWorker:
         return self._result(accept_tokens, accept_lens, read_done)
 
     def _host_tree(self, batch, prev_tokens, prev_lens, use_prev):
-        from .ngram import tree_links
+        from .tree import derive_tree_links
         D = self.D
         drafts: List[int] = []
         next_token: List[List[int]] = []
@@ -139,7 +139,7 @@ class NgramWorker:
             if use_prev and req.needs_splice():
                 context = context + prev_tokens[i * D: i * D + prev_lens[i]]
             tokens, parents = self.proposer.propose(context)
-            nt, ns = tree_links(parents)
+            nt, ns = derive_tree_links(parents)
             drafts += tokens
             next_token.append(nt)
             next_sibling.append(ns)

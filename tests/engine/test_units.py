@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from harness.policies import Eager, Lazy
 from harness.runtime.sim.runtime import sim_runtime
 from impl.model import ToyTargetModel, successor
-from impl.ngram import NgramProposer, tree_links
+from impl.tree import derive_tree_links as tree_links
+from impl.ngram import NgramProposer
 from impl.overlap import FutureMap, RelayPayload
 from impl.spec_info import NgramVerifyInput
 from impl.verify import verify_tree_greedy
