@@ -22,19 +22,3 @@ TOKEN_ID: Dict[str, int] = {t: i for i, t in enumerate(VOCAB)}
 def decode(ids: List[int]) -> str:
     """Text of a token sequence (EOS and out-of-range ids are dropped)."""
     return "".join(VOCAB[i] for i in ids if 0 < i < VOCAB_SIZE)
-
-
-def encode_greedy(text: str) -> List[int]:
-    """Longest-match tokenisation (for building prompts and test fixtures)."""
-    out: List[int] = []
-    i = 0
-    by_len = sorted(TOKEN_ID, key=len, reverse=True)
-    while i < len(text):
-        for tok in by_len:
-            if tok != "<eos>" and text.startswith(tok, i):
-                out.append(TOKEN_ID[tok])
-                i += len(tok)
-                break
-        else:
-            raise ValueError(f"cannot tokenise {text[i]!r}")
-    return out

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from harness import faults
 from harness.detect import Race, detect
@@ -61,8 +61,7 @@ def grammar_backend():
     return gb
 
 
-def drive(runtime, workload: Workload, args, plan: FaultPlan,
-          patches: Optional[List[Callable[[], Any]]] = None) -> Dict[int, List[int]]:
+def drive(runtime, workload: Workload, args, plan: FaultPlan) -> Dict[int, List[int]]:
     """Run ``workload`` through a fresh scheduler on ``runtime`` with ``plan`` installed."""
     from impl.scheduler import Req, Scheduler
     needs_grammar = any(r.schema for r in workload.requests)

@@ -30,10 +30,6 @@ class Workload:
         return {"draft_token_num": self.draft_token_num,
                 "requests": [asdict(r) for r in self.requests]}
 
-    @classmethod
-    def from_json(cls, data: dict) -> "Workload":
-        return cls([RequestSpec(**r) for r in data["requests"]], int(data["draft_token_num"]))
-
 
 def random_workload(seed: int, n_requests: int = 6, draft_token_num: int = 4,
                     max_arrive: int = 6, min_tokens: int = 4, max_tokens: int = 18,

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from harness.runtime.trace import (EventRecord, HostAccess, OpRecord, QueryRecord, SyncRecord,
+from harness.runtime.trace import (HostAccess, OpRecord, QueryRecord, SyncRecord,
                                    short_path)
 
 SYNTHETIC_STEP_US = 10.0  # one trace-log position, when ops carry no times (CUDA)
@@ -99,10 +99,6 @@ def race_marks(trace: Any, races: List[Any]) -> Dict[int, List[str]]:
 
 def host_records(trace: Any) -> List[Any]:
     return [r for r in trace.log if isinstance(r, (SyncRecord, HostAccess, QueryRecord))]
-
-
-def event_records(trace: Any) -> List[EventRecord]:
-    return [r for r in trace.log if isinstance(r, EventRecord)]
 
 
 def stream_ids(trace: Any) -> List[int]:

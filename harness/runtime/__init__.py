@@ -56,9 +56,6 @@ class Runtime:
     def synchronize(self) -> None:
         self.module.synchronize()
 
-    @property
-    def policy_name(self) -> str:
-        return "hardware"
 
 
 @contextlib.contextmanager

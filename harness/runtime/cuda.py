@@ -304,9 +304,6 @@ class _Capture:
         self.trace.storage_names.setdefault(access[0], name)
 
     # --- storages --------------------------------------------------------------------
-    def is_dev(self, t: Any) -> bool:
-        return isinstance(t, torch.Tensor) and t.device.type == self.dev_type
-
     def storage_id(self, t: torch.Tensor) -> Tuple[int, int]:
         """(sid, data_ptr) of ``t``'s storage; a freed-and-reused block gets a new sid."""
         st = t.untyped_storage()

@@ -167,12 +167,6 @@ class SimDevice:
     def stream(self, sid: int) -> Stream:
         return self.streams[sid]
 
-    def stream_named(self, name: str) -> Optional[Stream]:
-        for sid, n in self.trace.stream_names.items():
-            if n == name:
-                return self.streams[sid]
-        return None
-
     # --- enqueue and execute ----------------------------------------------------------
     def enqueue(self, op: OpRecord) -> OpRecord:
         s = self.streams[op.stream]

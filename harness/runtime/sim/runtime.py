@@ -27,10 +27,6 @@ class SimRuntime(Runtime):
     def module(self):
         return torch.get_device_module(self.device)
 
-    @property
-    def policy_name(self) -> str:
-        return self.dev.policy.describe()
-
     def label(self, stream, name: str) -> None:
         self.dev.label(stream, name)
 
