@@ -17,14 +17,8 @@ def where(frame: Optional[Tuple[str, int, str]]) -> Optional[str]:
     return f"{short_path(frame[0])}:{frame[1]} ({frame[2]})"
 
 
-def storage_name(trace: Any, sid: int, op: Optional[OpRecord] = None) -> str:
-    if sid not in trace.storage_names and op is not None and op.labels:
-        return op.labels.get(sid) or trace.storage_name(sid)
-    return trace.storage_name(sid)
-
-
 def access_names(trace: Any, op: OpRecord, accesses) -> List[str]:
-    return [f"{storage_name(trace, sid, op)} [{lo}:{hi})" for sid, lo, hi in accesses]
+    return [f"{trace.storage_name(sid)} [{lo}:{hi})" for sid, lo, hi in accesses]
 
 
 @dataclass

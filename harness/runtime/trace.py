@@ -34,14 +34,13 @@ class OpRecord:
 
     __slots__ = (
         "stream", "seq", "name", "reads", "writes", "frame", "kind", "wait_for",
-        "duration", "enq", "start", "end", "fn", "index", "labels",
+        "duration", "enq", "start", "end", "fn", "index",
     )
 
     def __init__(self, stream: int, name: str, reads: List[Access], writes: List[Access],
                  frame: Optional[Frame], kind: str = "kernel",
                  wait_for: Optional[Position] = None, duration: float = 1.0,
-                 fn: Optional[Callable[[], Any]] = None,
-                 labels: Optional[dict] = None) -> None:
+                 fn: Optional[Callable[[], Any]] = None) -> None:
         self.stream = stream
         self.seq = 0
         self.name = name
@@ -56,7 +55,6 @@ class OpRecord:
         self.end: Optional[float] = None
         self.fn = fn
         self.index = -1  # position in the trace's log
-        self.labels = labels  # sid -> human name, for reports
 
     def __repr__(self) -> str:
         return f"<op {self.name} s{self.stream}#{self.seq} {self.kind}>"
