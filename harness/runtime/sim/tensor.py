@@ -697,3 +697,9 @@ class SimMode(TorchDispatchMode):
     def __exit__(self, *exc):
         torch._C._set_only_lift_cpu_tensors(self._prev_lift)
         return super().__exit__(*exc)
+
+
+# TorchDispatchMode wraps every subclass's __torch_dispatch__ to keep dynamo out; the
+# simulator is never compiled, and the wrapper costs ~10% of an op here.
+SimMode.__torch_dispatch__ = getattr(SimMode.__torch_dispatch__, "__wrapped__",
+                                     SimMode.__torch_dispatch__)
