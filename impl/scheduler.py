@@ -105,7 +105,8 @@ class ScheduleBatch:
     def filter_batch(self, keep: List[int], device) -> None:
         """Schedule stream. ``keep`` are positions of the requests that stay."""
         self.reqs = [self.reqs[i] for i in keep]
-        keep_dev = staged(torch.tensor(keep, dtype=torch.int64), device).to(device, non_blocking=True)
+        keep_host = staged(torch.tensor(keep, dtype=torch.int64), device)
+        keep_dev = keep_host.to(device, non_blocking=True)
         self.req_pool_indices = self.req_pool_indices[keep_dev]
         if self.spec_info is not None:
             self.spec_info.filter_batch(keep_dev)
@@ -140,8 +141,9 @@ class Scheduler:
         self.waiting: Deque[Req] = collections.deque()
         self.running_batch: Optional[ScheduleBatch] = None
         self.last_batch: Optional[ScheduleBatch] = None
-        self.result_queue: Deque[Tuple[ScheduleBatch, List[Req], List[int], GenerationBatchResult]] = \
-            collections.deque()
+        # (batch, its requests at launch, their step numbers, the result)
+        self.result_queue: Deque[Tuple[ScheduleBatch, List[Req], List[int],
+                                       GenerationBatchResult]] = collections.deque()
         self.read_done: Any = None
         self.finished: List[Req] = []
         self.iteration = 0

@@ -25,6 +25,8 @@ outlives it.
 """
 from __future__ import annotations
 
+from functools import partial
+
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
@@ -166,14 +168,6 @@ def _seed(rt, stall: bool, coarse: bool) -> bool:
     return got != [3, 2, 4]
 
 
-def seed_fine_fence(rt, stall: bool) -> bool:
-    return _seed(rt, stall, coarse=False)
-
-
-def seed_coarse_fence(rt, stall: bool) -> bool:
-    return _seed(rt, stall, coarse=True)
-
-
 # 6-8, 17-18: non_blocking D2H into pinned memory ---------------------------------------
 
 def _d2h(rt, stall: bool, how: str) -> bool:
@@ -199,26 +193,6 @@ def _d2h(rt, stall: bool, how: str) -> bool:
     got = host.tolist()  # plain host read of pinned memory
     m.synchronize()
     return got != [10, 20, 30, 40]
-
-
-def d2h_before_sync(rt, stall: bool) -> bool:
-    return _d2h(rt, stall, "none")
-
-
-def d2h_after_sync(rt, stall: bool) -> bool:
-    return _d2h(rt, stall, "event.synchronize")
-
-
-def query_poll(rt, stall: bool) -> bool:
-    return _d2h(rt, stall, "query")
-
-
-def wrong_stream_sync(rt, stall: bool) -> bool:
-    return _d2h(rt, stall, "wrong stream")
-
-
-def right_stream_sync(rt, stall: bool) -> bool:
-    return _d2h(rt, stall, "right stream")
 
 
 # 9: WAR -- the reader is stalled while another stream overwrites its input -------------
@@ -259,14 +233,6 @@ def _filter(rt, stall: bool, synced: bool) -> bool:
     return got != [10, 30, 50, 70]
 
 
-def filter_index_nosync(rt, stall: bool) -> bool:
-    return _filter(rt, stall, synced=False)
-
-
-def filter_index_sync(rt, stall: bool) -> bool:
-    return _filter(rt, stall, synced=True)
-
-
 # 12: a reused pinned staging buffer ---------------------------------------------------
 
 def pinned_reuse(rt, stall: bool) -> bool:
@@ -302,14 +268,6 @@ def _alloc(rt, stall: bool, factory) -> bool:
     return got != [1, 1, 0, 0]
 
 
-def empty_vs_zeros(rt, stall: bool) -> bool:
-    return _alloc(rt, stall, torch.empty)
-
-
-def zeros_read(rt, stall: bool) -> bool:
-    return _alloc(rt, stall, torch.zeros)
-
-
 # 15-16: waits are point-in-time --------------------------------------------------------
 
 def _event_point(rt, stall: bool, after: bool) -> bool:
@@ -330,14 +288,6 @@ def _event_point(rt, stall: bool, after: bool) -> bool:
         got = x.tolist()
     m.synchronize()
     return got != [11, 11, 11, 11]
-
-
-def event_before_write(rt, stall: bool) -> bool:
-    return _event_point(rt, stall, after=False)
-
-
-def event_after_write(rt, stall: bool) -> bool:
-    return _event_point(rt, stall, after=True)
 
 
 # 19-21: other host sync points ---------------------------------------------------------
@@ -390,42 +340,47 @@ PROGRAMS: List[Litmus] = [
     Litmus("mp_wait_stream", "message passing with schedule.wait_stream(forward)",
            mp_wait_stream, race=False, stale=dict(_CLEAN)),
     Litmus("seed_fine_fence", "the seed: schedule gathers accept_lens after waiting on an "
-           "event recorded before forward's write", seed_fine_fence, race=True,
+           "event recorded before forward's write", partial(_seed, coarse=False), race=True,
            stale=_racy()),
     Litmus("seed_coarse_fence", "the seed with the coarse fence wait_stream(forward) after "
-           "the write", seed_coarse_fence, race=False, stale=dict(_CLEAN)),
+           "the write", partial(_seed, coarse=True), race=False, stale=dict(_CLEAN)),
     Litmus("d2h_before_sync", "non_blocking D2H into pinned memory, read on the host "
-           "before event.synchronize()", d2h_before_sync, race=True, stale=_racy()),
+           "before event.synchronize()", partial(_d2h, how="none"), race=True, stale=_racy()),
     Litmus("d2h_after_sync", "non_blocking D2H into pinned memory, read after "
-           "event.synchronize()", d2h_after_sync, race=False, stale=dict(_CLEAN)),
+           "event.synchronize()", partial(_d2h, how="event.synchronize"), race=False,
+           stale=dict(_CLEAN)),
     Litmus("query_poll", "non_blocking D2H, host polls event.query() until True, then "
-           "reads (CSAN flags this falsely)", query_poll, race=False, stale=dict(_CLEAN)),
+           "reads (CSAN flags this falsely)", partial(_d2h, how="query"), race=False,
+           stale=dict(_CLEAN)),
     Litmus("war_overwrite", "WAR: the reader stream is stalled while forward overwrites "
            "its input", war_overwrite, race=True, stale=_racy(lazy=False),
            stalled_stream="schedule"),
     Litmus("filter_index_nosync", "an index tensor filtered on schedule, consumed on "
-           "forward without a wait", filter_index_nosync, race=True, stale=_racy(),
+           "forward without a wait", partial(_filter, synced=False), race=True, stale=_racy(),
            stalled_stream="schedule"),
     Litmus("filter_index_sync", "an index tensor filtered on schedule, consumed on forward "
-           "after wait_stream(schedule)", filter_index_sync, race=False,
+           "after wait_stream(schedule)", partial(_filter, synced=True), race=False,
            stale=dict(_CLEAN), stalled_stream="schedule"),
     Litmus("pinned_reuse", "the host refills a pinned staging buffer while its "
            "non_blocking H2D copy is still pending", pinned_reuse, race=True,
            stale=_racy()),
     Litmus("empty_vs_zeros", "torch.empty where torch.zeros was meant: the unwritten "
-           "rows read as garbage (poison), on every schedule; no race", empty_vs_zeros,
+           "rows read as garbage (poison), on every schedule; no race",
+           partial(_alloc, factory=torch.empty),
            race=False, stale=dict(_POISON)),
-    Litmus("zeros_read", "the same program with torch.zeros", zeros_read, race=False,
+    Litmus("zeros_read", "the same program with torch.zeros",
+           partial(_alloc, factory=torch.zeros), race=False,
            stale=dict(_CLEAN)),
     Litmus("event_before_write", "wait on an event recorded before the write: the wait is "
-           "point-in-time, the write is not covered", event_before_write, race=True,
+           "point-in-time, the write is not covered", partial(_event_point, after=False), race=True,
            stale=_racy()),
     Litmus("event_after_write", "wait on an event recorded after the write",
-           event_after_write, race=False, stale=dict(_CLEAN)),
+           partial(_event_point, after=True), race=False, stale=dict(_CLEAN)),
     Litmus("wrong_stream_sync", "non_blocking D2H on forward, host synchronizes the "
-           "schedule stream, then reads", wrong_stream_sync, race=True, stale=_racy()),
+           "schedule stream, then reads", partial(_d2h, how="wrong stream"), race=True,
+           stale=_racy()),
     Litmus("right_stream_sync", "non_blocking D2H on forward, host synchronizes forward, "
-           "then reads", right_stream_sync, race=False, stale=dict(_CLEAN)),
+           "then reads", partial(_d2h, how="right stream"), race=False, stale=dict(_CLEAN)),
     Litmus("device_synchronize", "forward writes, the host synchronizes the device, "
            "schedule reads", device_synchronize, race=False, stale=dict(_CLEAN)),
     Litmus("blocking_cpu", "forward writes, a blocking .cpu() on forward reads",
