@@ -2,7 +2,7 @@
 
 Rules are what a server sees and what a fault plan can do: a request arrives (prompt,
 budget, optional JSON schema), the scheduler steps, a stream is stalled at a named fault
-point, everything drains. After every rule the oracles are invariants:
+point, the next step's host order is flipped (process before launch), everything drains. After every rule the oracles are invariants:
 
 * stale values: every accept value and committed result the host sees equals the
   request's *solo* reference (the engine is batch-invariant: a request's tokens and
@@ -93,6 +93,14 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(point=st.sampled_from(STALL_POINTS))
     def stall(self, point: str) -> None:
         self.plan.stall_next(point)
+
+    @precondition(lambda self: self.sched is not None)
+    @rule()
+    def reorder(self) -> None:
+        """Host-step reorder: the next decode step processes the previous result before it
+        launches (so finishes are found, and filter/merge run, on the other side of the
+        in-flight forward's stash and the next resolve)."""
+        self.plan.answer_next("schedule.disable_overlap", True)
 
     @precondition(lambda self: self.sched is not None)
     @rule()

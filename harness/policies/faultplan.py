@@ -27,6 +27,12 @@ class FaultPlan:
     hits: Dict[str, int] = field(default_factory=dict)
     once: List[StallAt] = field(default_factory=list)  # one-shot stalls, consumed at a hit
 
+    once_answers: Dict[str, Any] = field(default_factory=dict)  # consumed at the next ask
+
+    def answer_next(self, name: str, value: Any) -> None:
+        """Answer the next ``ask(name)`` with ``value`` (state machines' reorder rule)."""
+        self.once_answers[name] = value
+
     def stall_next(self, point: str, ms: Optional[float] = None) -> None:
         """Stall the current stream the next time ``point`` is hit (state machines)."""
         self.once.append(StallAt(point, ms))
@@ -48,6 +54,8 @@ class FaultPlan:
     def ask(self, name: str, default: Any, ctx: dict) -> Any:
         """The plan's answer: a constant, or ``{"every": n}`` -- True at every n-th ask
         (e.g. alternate overlapped and synchronous steps)."""
+        if name in self.once_answers:
+            return self.once_answers.pop(name)
         if name not in self.answers:
             return default
         answer = self.answers[name]
