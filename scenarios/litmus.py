@@ -76,7 +76,7 @@ _POISON = {k: (None if k.startswith("cuda") else True) for k in KINDS}
 
 # Helpers -------------------------------------------------------------------------------
 
-def _streams(rt):
+def overlap_streams(rt):
     """The device module and the two streams of the overlap scheduler, labelled."""
     m = rt.module
     S, F = m.Stream(), m.Stream()
@@ -101,7 +101,7 @@ def _pinned_zeros(n: int) -> torch.Tensor:
 # 1-3: message passing ------------------------------------------------------------------
 
 def mp_nosync(rt, stall: bool) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     x = torch.zeros(4, dtype=torch.int32, device=rt.device)
     m.synchronize()
     with m.stream(F):
@@ -114,7 +114,7 @@ def mp_nosync(rt, stall: bool) -> bool:
 
 
 def mp_wait_event(rt, stall: bool) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     x = torch.zeros(4, dtype=torch.int32, device=rt.device)
     m.synchronize()
     with m.stream(F):
@@ -130,7 +130,7 @@ def mp_wait_event(rt, stall: bool) -> bool:
 
 
 def mp_wait_stream(rt, stall: bool) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     x = torch.zeros(4, dtype=torch.int32, device=rt.device)
     m.synchronize()
     with m.stream(F):
@@ -146,7 +146,7 @@ def mp_wait_stream(rt, stall: bool) -> bool:
 # 4-5: the seed (NGRAM accept relay, pre-fix filter_batch) ------------------------------
 
 def _seed(rt, stall: bool, coarse: bool) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     accept_lens = torch.zeros(8, dtype=torch.int32, device=rt.device)  # req-pool indexed
     pool_idx = torch.tensor([1, 4, 6], dtype=torch.int64, device=rt.device)
     verified = _i32([3, 2, 4], rt)
@@ -171,7 +171,7 @@ def _seed(rt, stall: bool, coarse: bool) -> bool:
 # 6-8, 17-18: non_blocking D2H into pinned memory ---------------------------------------
 
 def _d2h(rt, stall: bool, how: str) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     x = torch.arange(1, 5, dtype=torch.int32, device=rt.device)
     host = _pinned_zeros(4)
     m.synchronize()
@@ -198,7 +198,7 @@ def _d2h(rt, stall: bool, how: str) -> bool:
 # 9: WAR -- the reader is stalled while another stream overwrites its input -------------
 
 def war_overwrite(rt, stall: bool) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     x = torch.arange(1, 5, dtype=torch.int32, device=rt.device)
     m.synchronize()
     with m.stream(S):
@@ -215,7 +215,7 @@ def war_overwrite(rt, stall: bool) -> bool:
 # 10-11: an index tensor filtered on one stream, consumed on another ----------------------
 
 def _filter(rt, stall: bool, synced: bool) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     table = torch.arange(0, 80, 10, dtype=torch.int64, device=rt.device)
     idx = torch.arange(8, dtype=torch.int64, device=rt.device)
     keep = torch.tensor([1, 3, 5, 7], dtype=torch.int64, device=rt.device)
@@ -236,7 +236,7 @@ def _filter(rt, stall: bool, synced: bool) -> bool:
 # 12: a reused pinned staging buffer ---------------------------------------------------
 
 def pinned_reuse(rt, stall: bool) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     staging = _pinned_zeros(4)
     staging.copy_(torch.tensor([1, 2, 3, 4], dtype=torch.int32))  # batch 1, on the host
     dev = torch.zeros(4, dtype=torch.int32, device=rt.device)
@@ -254,7 +254,7 @@ def pinned_reuse(rt, stall: bool) -> bool:
 # 13-14: uninitialised device memory ---------------------------------------------------
 
 def _alloc(rt, stall: bool, factory) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     with m.stream(F):
         # On CUDA the caching allocator hands this block straight back to the allocation
         # below, so ``empty`` shows 7s there (poison on the simulator): never zeros.
@@ -271,7 +271,7 @@ def _alloc(rt, stall: bool, factory) -> bool:
 # 15-16: waits are point-in-time --------------------------------------------------------
 
 def _event_point(rt, stall: bool, after: bool) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     x = torch.zeros(4, dtype=torch.int32, device=rt.device)
     m.synchronize()
     ev = m.Event()
@@ -293,7 +293,7 @@ def _event_point(rt, stall: bool, after: bool) -> bool:
 # 19-21: other host sync points ---------------------------------------------------------
 
 def device_synchronize(rt, stall: bool) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     x = torch.zeros(4, dtype=torch.int32, device=rt.device)
     m.synchronize()
     with m.stream(F):
@@ -307,7 +307,7 @@ def device_synchronize(rt, stall: bool) -> bool:
 
 
 def blocking_cpu(rt, stall: bool) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     x = torch.zeros(4, dtype=torch.int32, device=rt.device)
     m.synchronize()
     with m.stream(F):
@@ -319,7 +319,7 @@ def blocking_cpu(rt, stall: bool) -> bool:
 
 
 def d2h_pageable(rt, stall: bool) -> bool:
-    m, S, F = _streams(rt)
+    m, S, F = overlap_streams(rt)
     x = torch.zeros(4, dtype=torch.int32, device=rt.device)
     host = torch.zeros(4, dtype=torch.int32)  # pageable: non_blocking cannot apply
     m.synchronize()

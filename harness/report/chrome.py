@@ -60,8 +60,8 @@ def chrome_trace(trace: Any, races: List[Any], result: Optional[Dict[str, Any]] 
         ts, end = lay.span[op.index]
         args: Dict[str, Any] = {
             "stream": trace.stream_name(op.stream), "seq": op.seq, "kind": op.kind,
-            "reads": access_names(trace, op, op.reads),
-            "writes": access_names(trace, op, op.writes),
+            "reads": access_names(trace, op.reads),
+            "writes": access_names(trace, op.writes),
             "where": where(op.frame), "trace_index": op.index,
         }
         if op.wait_for is not None:

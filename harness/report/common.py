@@ -17,7 +17,7 @@ def where(frame: Optional[Tuple[str, int, str]]) -> Optional[str]:
     return f"{short_path(frame[0])}:{frame[1]} ({frame[2]})"
 
 
-def access_names(trace: Any, op: OpRecord, accesses) -> List[str]:
+def access_names(trace: Any, accesses) -> List[str]:
     return [f"{trace.storage_name(sid)} [{lo}:{hi})" for sid, lo, hi in accesses]
 
 

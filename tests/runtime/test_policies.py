@@ -7,6 +7,7 @@ import torch
 from harness.policies import (PCT, Eager, Lazy, RandomPolicy, Stall, parse_policy,
                               standard_policies)
 from harness.runtime.sim.runtime import sim_runtime
+from scenarios.litmus import overlap_streams
 
 
 @pytest.mark.parametrize("spec,cls,name", [
@@ -110,17 +111,11 @@ def test_policy_object_reusable_across_runs():
 
 # --- what runs when ---------------------------------------------------------------------------
 
-def _two_streams(rt):
-    m = rt.module
-    S, F = m.Stream(), m.Stream()
-    rt.label(S, "schedule")
-    rt.label(F, "forward")
-    return m, S, F
 
 
 def test_eager_runs_at_enqueue():
     with sim_runtime(parse_policy("eager")) as rt:
-        m, S, F = _two_streams(rt)
+        m, S, F = overlap_streams(rt)
         x = torch.zeros(4, device=rt.device)
         for s in (S, F, S):
             with m.stream(s):
@@ -131,7 +126,7 @@ def test_eager_runs_at_enqueue():
 
 def test_lazy_runs_only_on_demand():
     with sim_runtime(parse_policy("lazy")) as rt:
-        m, S, F = _two_streams(rt)
+        m, S, F = overlap_streams(rt)
         with m.stream(F):
             a = torch.ones(4, device=rt.device) * 2
         with m.stream(S):
@@ -146,7 +141,7 @@ def test_lazy_runs_only_on_demand():
 
 def test_stall_delays_only_the_named_stream():
     with sim_runtime(parse_policy("stall(forward)")) as rt:
-        m, S, F = _two_streams(rt)
+        m, S, F = overlap_streams(rt)
         x = torch.zeros(4, device=rt.device)  # default stream: runs at once
         assert rt.dev.pending_ops() == 0
         with m.stream(F):
@@ -168,7 +163,7 @@ def test_stall_delays_only_the_named_stream():
 
 def test_stall_of_several_streams():
     with sim_runtime(parse_policy("stall(forward,schedule)")) as rt:
-        m, S, F = _two_streams(rt)
+        m, S, F = overlap_streams(rt)
         for s in (S, F):
             with m.stream(s):
                 torch.ones(2, device=rt.device).add_(1)
@@ -180,7 +175,7 @@ def test_stall_of_several_streams():
 def test_timed_stall_expires_with_host_progress():
     """stall(ms) holds the stream in virtual time; the host's API calls advance it."""
     with sim_runtime(parse_policy("eager")) as rt:
-        m, S, F = _two_streams(rt)
+        m, S, F = overlap_streams(rt)
         with m.stream(F):
             rt.stall(0.005)  # 5 virtual microseconds
             x = torch.ones(2, device=rt.device) * 5
@@ -194,7 +189,7 @@ def test_timed_stall_expires_with_host_progress():
 
 def test_unbounded_stall_held_until_forced():
     with sim_runtime(parse_policy("eager")) as rt:
-        m, S, F = _two_streams(rt)
+        m, S, F = overlap_streams(rt)
         with m.stream(F):
             rt.stall(None)
             x = torch.ones(2, device=rt.device) * 5
@@ -209,7 +204,7 @@ def test_unbounded_stall_held_until_forced():
 @pytest.mark.parametrize("spec", ["lazy", "stall(forward)", "eager", "random(2)", "pct(3,3)"])
 def test_query_polling_terminates(spec):
     with sim_runtime(parse_policy(spec)) as rt:
-        m, S, F = _two_streams(rt)
+        m, S, F = overlap_streams(rt)
         x = torch.arange(4, device=rt.device)
         host = torch.zeros(4, dtype=torch.int64, pin_memory=True)
         m.synchronize()
@@ -232,7 +227,7 @@ def test_query_polling_terminates(spec):
 
 def test_stream_query_polling_terminates_lazy():
     with sim_runtime(parse_policy("lazy")) as rt:
-        m, S, F = _two_streams(rt)
+        m, S, F = overlap_streams(rt)
         with m.stream(F):
             y = torch.ones(3, device=rt.device).cumsum(0)
         polls = 0
