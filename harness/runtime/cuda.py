@@ -50,13 +50,13 @@ import statistics
 import sys
 import threading
 import time
-import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import BackendError, Runtime, hostmem
+from .pinning import CudaPinning, cuda_is_pinned, needs_cuda_pinning
 from .schema import arg_value, effects, iter_tensors
 from .trace import (Access, EventRecord, HostAccess, OpRecord, Position, QueryRecord,
                     SyncRecord, Trace, tensor_range, user_frame)
@@ -228,6 +228,7 @@ def watchdog(seconds: Optional[float], what: str = "block") -> Iterator[None]:
 # The capture: stream ids, per-stream seq counters, storage ids, event positions
 
 _ACTIVE: Optional["_Capture"] = None  # the capture of the open traced runtime, if any
+_CAPTURE_TOKENS = itertools.count(1)
 
 
 
@@ -254,9 +255,8 @@ class _Capture:
         # > 0 inside a wrapped stream/event call (inner calls pass through) or while a
         # nested runtime is open (this capture is paused)
         self.depth = 0
-        self._event_pos: "weakref.WeakKeyDictionary[Any, Tuple[int, Position]]" = \
-            weakref.WeakKeyDictionary()
-        self._event_pos_strong: Dict[int, Tuple[Any, int, Position]] = {}
+        self.token = next(_CAPTURE_TOKENS)  # tells this run's event state from a stale one
+        self._slotted_events: Dict[int, Tuple[Any, int, Position]] = {}
         self._eids = itertools.count(1)
         self.stream_id(default_handle, "default")
 
@@ -336,24 +336,24 @@ class _Capture:
 
     # --- events ----------------------------------------------------------------------
     def event_recorded(self, event: Any, pos: Position) -> int:
+        """Remember where ``event`` was last recorded. The state lives on the event object
+        itself (no weak references), tagged with this capture's token, so an event kept
+        from an earlier run is not mistaken for one of this run."""
         old = self.event_state(event)
         eid = old[0] if old is not None else next(self._eids)
         try:
-            self._event_pos[event] = (eid, pos)
-        except TypeError:  # not weak-referenceable: keep it alive for the run
-            self._event_pos_strong[id(event)] = (event, eid, pos)
+            setattr(event, _EVENT_STATE, (self.token, eid, pos))
+        except AttributeError:  # no __dict__: keep it (and its id) alive for the run
+            self._slotted_events[id(event)] = (event, eid, pos)
         return eid
 
     def event_state(self, event: Any) -> Optional[Tuple[int, Position]]:
-        try:
-            hit = self._event_pos.get(event)
-        except TypeError:
-            hit = None
-        if hit is not None:
-            return hit
-        strong = self._event_pos_strong.get(id(event))
-        if strong is not None and strong[0] is event:
-            return strong[1], strong[2]
+        st = getattr(event, _EVENT_STATE, None)
+        if st is not None:
+            return (st[1], st[2]) if st[0] == self.token else None
+        slotted = self._slotted_events.get(id(event))
+        if slotted is not None and slotted[0] is event:
+            return slotted[1], slotted[2]
         return None
 
     def new_eid(self) -> int:
@@ -556,7 +556,7 @@ def _host_op(cap: _Capture, func, args: tuple, kwargs: dict) -> Any:
     accesses of watched pinned memory (views are metadata, not accesses)."""
     if kwargs.get("pin_memory") or func is aten._pin_memory.default:
         out = func(*args, **kwargs)
-        if isinstance(out, torch.Tensor) and out.device.type == "cpu" and out.is_pinned():
+        if isinstance(out, torch.Tensor) and out.device.type == "cpu" and cuda_is_pinned(out):
             return hostmem.register(out)
         return out
     if hostmem._PINNED and func not in _NO_KERNEL and torch.Tag.inplace_view not in func.tags \
@@ -592,7 +592,7 @@ def _d2h_new(cap: _Capture, func, args: tuple, kwargs: dict) -> Any:
     frame = user_frame(2)
     writes: List[Access] = []
     async_copy = False
-    if non_blocking and isinstance(out, torch.Tensor) and out.is_pinned():
+    if non_blocking and isinstance(out, torch.Tensor) and cuda_is_pinned(out):
         out = hostmem.register(out, f"pinned {str(out.dtype)[6:]}{list(out.shape)} (to cpu)")
         acc = cap.pinned_access(out)
         if acc is not None:
@@ -670,7 +670,7 @@ def _empty(cap: _Capture, func, args: tuple, kwargs: dict) -> Any:
     """Allocation only: no kernel runs. Pinned host allocations are registered."""
     out = func(*args, **kwargs)
     if (kwargs.get("pin_memory") and isinstance(out, torch.Tensor)
-            and out.device.type == "cpu" and out.is_pinned()):
+            and out.device.type == "cpu" and cuda_is_pinned(out)):
         return hostmem.register(out)
     return out
 
@@ -687,152 +687,152 @@ _SPECIAL: Dict[Any, Callable[..., Any]] = {
 
 # ---------------------------------------------------------------------------------------
 # Stream / event API wrappers
+#
+# Installed once per class and never removed: each wrapper logs into the capture that is
+# active (``_ACTIVE``, not paused) and is a plain pass-through otherwise. Swapping class
+# attributes in and out around every traced run -- and keying event state on weak
+# references -- segfaulted CPython 3.12 at the end of the second traced trial on the H200
+# (``tools/gpu_bisect.py``: only the variant without per-run wrappers survived).
 
-def _patch_attr(undo: List[Callable[[], None]], owner: Any, name: str, new: Any) -> None:
-    had = name in owner.__dict__
-    old = owner.__dict__.get(name)
-    setattr(owner, name, new)
-
-    def restore() -> None:
-        if had:
-            setattr(owner, name, old)
-        else:
-            try:
-                delattr(owner, name)
-            except AttributeError:
-                pass
-
-    undo.append(restore)
+_EVENT_STATE = "_specrace_event"  # attribute on the event: (capture token, eid, position)
 
 
-def _install_patches(cap: _Capture, stream_cls: Any, event_cls: Any,
-                     module: Any) -> Callable[[], None]:
-    """Wrap the stream/event API to log into ``cap``; returns the function that undoes it."""
-    undo: List[Callable[[], None]] = []
-    ev_record = event_cls.record
-    ev_wait = event_cls.wait
-    ev_query = event_cls.query
-    ev_sync = event_cls.synchronize
-    st_wait_event = stream_cls.wait_event
-    st_wait_stream = stream_cls.wait_stream
-    st_query = stream_cls.query
-    st_sync = stream_cls.synchronize
-    mod_sync = module.synchronize
+def _logging_capture() -> Optional["_Capture"]:
+    cap = _ACTIVE
+    return cap if cap is not None and not cap.depth else None
 
-    def call(orig, *a, **k):
-        cap.depth += 1
-        try:
+
+def _call_quietly(cap: "_Capture", orig, *a, **k):
+    """Call the real API with logging paused (its inner calls pass through)."""
+    cap.depth += 1
+    try:
+        return orig(*a, **k)
+    finally:
+        cap.depth -= 1
+
+
+def _log_wait(cap: "_Capture", sid: int, pos: Optional[Position], frame) -> None:
+    # CUDA: waiting on a never-recorded event (or one recorded on an empty stream) is a
+    # no-op; the simulator logs nothing there either.
+    if pos is None or pos[1] == 0:
+        return
+    cap.op(sid, "wait_event", [], [], frame, kind="wait", wait_for=pos, duration=0.0)
+
+
+def _ev_record(cap, orig, self, stream=None, *a, **k):
+    res = _call_quietly(cap, orig, self, stream, *a, **k)
+    pos = cap.position(cap.stream_of(stream))
+    eid = cap.event_recorded(self, pos)
+    cap.trace.add(EventRecord(eid, pos, user_frame(3)))
+    return res
+
+
+def _ev_wait(cap, orig, self, stream=None, *a, **k):
+    res = _call_quietly(cap, orig, self, stream, *a, **k)
+    st = cap.event_state(self)
+    _log_wait(cap, cap.stream_of(stream), st[1] if st else None, user_frame(3))
+    return res
+
+
+def _ev_query(cap, orig, self, *a, **k):
+    res = _call_quietly(cap, orig, self, *a, **k)
+    st = cap.event_state(self) if res else None
+    if st is not None:  # a query() that returned True is a sync (CSAN misses it)
+        cap.trace.add(QueryRecord("event.query", st[1], user_frame(3)))
+    return res
+
+
+def _ev_synchronize(cap, orig, self, *a, **k):
+    res = _call_quietly(cap, orig, self, *a, **k)
+    st = cap.event_state(self)
+    if st is not None:
+        cap.sync([st[1]], "event.synchronize", user_frame(3))
+    return res
+
+
+def _st_wait_event(cap, orig, self, event, *a, **k):
+    res = _call_quietly(cap, orig, self, event, *a, **k)
+    st = cap.event_state(event)
+    _log_wait(cap, cap.stream_of(self), st[1] if st else None, user_frame(3))
+    return res
+
+
+def _st_wait_stream(cap, orig, self, stream, *a, **k):
+    res = _call_quietly(cap, orig, self, stream, *a, **k)
+    me, other = cap.stream_of(self), cap.stream_of(stream)
+    if me != other:  # as the simulator: an internal event recorded, then one wait
+        frame = user_frame(3)
+        pos = cap.position(other)
+        cap.trace.add(EventRecord(cap.new_eid(), pos, frame))
+        _log_wait(cap, me, pos, frame)
+    return res
+
+
+def _st_query(cap, orig, self, *a, **k):
+    res = _call_quietly(cap, orig, self, *a, **k)
+    if res:
+        cap.trace.add(QueryRecord("stream.query", cap.position(cap.stream_of(self)),
+                                  user_frame(3)))
+    return res
+
+
+def _st_synchronize(cap, orig, self, *a, **k):
+    res = _call_quietly(cap, orig, self, *a, **k)
+    cap.sync([cap.position(cap.stream_of(self))], "stream.synchronize", user_frame(3))
+    return res
+
+
+def _mod_synchronize(cap, orig, *a, **k):
+    res = _call_quietly(cap, orig, *a, **k)
+    cap.sync([cap.position(s) for s in range(len(cap.seqs))], "device.synchronize",
+             user_frame(3))
+    return res
+
+
+# (attribute, logger) for each wrapped API, on the event class, the stream class and the
+# device module.
+_EVENT_API = (("record", _ev_record), ("wait", _ev_wait), ("query", _ev_query),
+              ("synchronize", _ev_synchronize))
+_STREAM_API = (("wait_event", _st_wait_event), ("wait_stream", _st_wait_stream),
+               ("query", _st_query), ("synchronize", _st_synchronize))
+_MODULE_API = (("synchronize", _mod_synchronize),)
+
+
+def _wrapper(orig: Callable[..., Any], log: Callable[..., Any], name: str) -> Callable[..., Any]:
+    def wrapped(*a, **k):
+        cap = _logging_capture()
+        if cap is None:
             return orig(*a, **k)
-        finally:
-            cap.depth -= 1
+        return log(cap, orig, *a, **k)
 
-    def log_wait(sid: int, pos: Optional[Position], frame) -> None:
-        # CUDA: waiting on a never-recorded event (or one recorded on an empty stream)
-        # is a no-op; the simulator logs nothing there either.
-        if pos is None or pos[1] == 0:
-            return
-        cap.op(sid, "wait_event", [], [], frame, kind="wait", wait_for=pos, duration=0.0)
+    wrapped.__name__ = name
+    wrapped.__qualname__ = getattr(orig, "__qualname__", name)
+    wrapped.__doc__ = getattr(orig, "__doc__", None)
+    wrapped.__wrapped__ = orig
+    wrapped._specrace_wrapper = True
+    return wrapped
 
-    def record(self, stream=None, *a, **k):
-        if cap.depth:
-            return ev_record(self, stream, *a, **k)
-        res = call(ev_record, self, stream, *a, **k)
-        sid = cap.stream_of(stream)
-        pos = cap.position(sid)
-        eid = cap.event_recorded(self, pos)
-        cap.trace.add(EventRecord(eid, pos, user_frame(2)))
-        return res
 
-    def wait(self, stream=None, *a, **k):
-        if cap.depth:
-            return ev_wait(self, stream, *a, **k)
-        res = call(ev_wait, self, stream, *a, **k)
-        st = cap.event_state(self)
-        log_wait(cap.stream_of(stream), st[1] if st else None, user_frame(2))
-        return res
+def ensure_api_wrapped(stream_cls: Any, event_cls: Any, module: Any) -> None:
+    """Wrap the stream/event API of ``stream_cls`` / ``event_cls`` / ``module`` once."""
+    for owner, table in ((event_cls, _EVENT_API), (stream_cls, _STREAM_API),
+                         (module, _MODULE_API)):
+        for name, log in table:
+            current = getattr(owner, name)
+            if getattr(current, "_specrace_wrapper", False):
+                continue
+            setattr(owner, name, _wrapper(current, log, name))
 
-    def ev_query_w(self, *a, **k):
-        if cap.depth:
-            return ev_query(self, *a, **k)
-        res = call(ev_query, self, *a, **k)
-        if res:
-            st = cap.event_state(self)
-            if st is not None:
-                cap.trace.add(QueryRecord("event.query", st[1], user_frame(2)))
-        return res
 
-    def ev_sync_w(self, *a, **k):
-        if cap.depth:
-            return ev_sync(self, *a, **k)
-        res = call(ev_sync, self, *a, **k)
-        st = cap.event_state(self)
-        if st is not None:
-            cap.sync([st[1]], "event.synchronize", user_frame(2))
-        return res
-
-    def wait_event(self, event, *a, **k):
-        if cap.depth:
-            return st_wait_event(self, event, *a, **k)
-        res = call(st_wait_event, self, event, *a, **k)
-        st = cap.event_state(event)
-        log_wait(cap.stream_of(self), st[1] if st else None, user_frame(2))
-        return res
-
-    def wait_stream(self, stream, *a, **k):
-        if cap.depth:
-            return st_wait_stream(self, stream, *a, **k)
-        res = call(st_wait_stream, self, stream, *a, **k)
-        me, other = cap.stream_of(self), cap.stream_of(stream)
-        if me != other:  # as the simulator: an internal event recorded, then one wait
-            frame = user_frame(2)
-            pos = cap.position(other)
-            cap.trace.add(EventRecord(cap.new_eid(), pos, frame))
-            log_wait(me, pos, frame)
-        return res
-
-    def st_query_w(self, *a, **k):
-        if cap.depth:
-            return st_query(self, *a, **k)
-        res = call(st_query, self, *a, **k)
-        if res:
-            cap.trace.add(QueryRecord("stream.query", cap.position(cap.stream_of(self)),
-                                      user_frame(2)))
-        return res
-
-    def st_sync_w(self, *a, **k):
-        if cap.depth:
-            return st_sync(self, *a, **k)
-        res = call(st_sync, self, *a, **k)
-        cap.sync([cap.position(cap.stream_of(self))], "stream.synchronize", user_frame(2))
-        return res
-
-    def mod_sync_w(*a, **k):
-        if cap.depth:
-            return mod_sync(*a, **k)
-        res = call(mod_sync, *a, **k)
-        cap.sync([cap.position(s) for s in range(len(cap.seqs))], "device.synchronize",
-                 user_frame(2))
-        return res
-
-    for name, fn in (("record", record), ("wait", wait), ("query", ev_query_w),
-                     ("synchronize", ev_sync_w)):
-        fn.__name__ = name
-        fn.__wrapped__ = getattr(event_cls, name)
-        _patch_attr(undo, event_cls, name, fn)
-    for name, fn in (("wait_event", wait_event), ("wait_stream", wait_stream),
-                     ("query", st_query_w), ("synchronize", st_sync_w)):
-        fn.__name__ = name
-        fn.__wrapped__ = getattr(stream_cls, name)
-        _patch_attr(undo, stream_cls, name, fn)
-    mod_sync_w.__wrapped__ = mod_sync
-    _patch_attr(undo, module, "synchronize", mod_sync_w)
-
-    def undo_all() -> None:
-        for u in reversed(undo):
-            u()
-        undo.clear()
-
-    return undo_all
+@contextlib.contextmanager
+def capturing(cap: "_Capture") -> Iterator["_Capture"]:
+    """Make ``cap`` the capture the API wrappers log into, for the block."""
+    global _ACTIVE
+    outer, _ACTIVE = _ACTIVE, cap
+    try:
+        yield cap
+    finally:
+        _ACTIVE = outer
 
 
 # ---------------------------------------------------------------------------------------
@@ -903,50 +903,30 @@ def cuda_runtime(trace: bool = True) -> Iterator[CudaRuntime]:
     capture records nothing, and its pinned-memory registry and host recorder are put
     back on exit.
     """
-    global _ACTIVE
     if not torch.cuda.is_available():
         raise BackendError("--backend cuda: no CUDA device is available on this machine")
     rt = CudaRuntime(trace)
     rt.calibrate()
     outer = _ACTIVE
     saved_recorder = hostmem.RECORDER
-    saved_pinned = _hostmem_save()
+    saved_pinned = hostmem.save()
     if outer is not None:
         outer.depth += 1  # pause the outer run's capture (mode and wrappers pass through)
-    undo: Optional[Callable[[], None]] = None
+    # A process that opened the simulator must ask CUDA about pinned memory explicitly.
+    pinning = CudaPinning() if needs_cuda_pinning() else contextlib.nullcontext()
     try:
         if not trace:
             hostmem.RECORDER = None
-            with torch.no_grad():
+            with torch.no_grad(), pinning:
                 yield rt
             return
         cap = rt._cap
         hostmem.RECORDER = cap.note_host_access
-        undo = _install_patches(cap, torch.cuda.Stream, torch.cuda.Event, torch.cuda)
-        _ACTIVE = cap
-        with torch.no_grad(), _CaptureMode(cap):
+        ensure_api_wrapped(torch.cuda.Stream, torch.cuda.Event, torch.cuda)
+        with capturing(cap), torch.no_grad(), pinning, _CaptureMode(cap):
             yield rt
     finally:
-        _ACTIVE = outer
-        if undo is not None:
-            undo()
         if outer is not None:
             outer.depth -= 1
         hostmem.RECORDER = saved_recorder
-        _hostmem_restore(saved_pinned)
-
-
-def _hostmem_save() -> Any:
-    save = getattr(hostmem, "save", None)
-    if save is not None:
-        return save()
-    hostmem.clear()
-    return None
-
-
-def _hostmem_restore(saved: Any) -> None:
-    restore = getattr(hostmem, "restore", None)
-    if restore is not None and saved is not None:
-        restore(saved)
-    else:
-        hostmem.clear()
+        hostmem.restore(saved_pinned)

@@ -173,12 +173,9 @@ def cpu_capture():
     """The CUDA capture with CPU tensors as device memory and fake streams/events."""
     fake = FakeDevice()
     cap = C._Capture(Trace(), lambda: fake.current, default_handle=0, dev_type="cpu")
-    undo = C._install_patches(cap, FakeStream, FakeEvent, fake.module)
-    try:
-        with torch.no_grad(), C._CaptureMode(cap):
-            yield cap, fake
-    finally:
-        undo()
+    C.ensure_api_wrapped(FakeStream, FakeEvent, fake.module)
+    with C.capturing(cap), torch.no_grad(), C._CaptureMode(cap):
+        yield cap, fake
 
 
 def _ops(trace):
@@ -329,13 +326,28 @@ def test_syncs_and_queries_are_logged():
     del x
 
 
-def test_patches_are_restored():
-    originals = {n: FakeEvent.__dict__[n] for n in ("record", "wait", "query", "synchronize")}
+def test_api_wrapped_once_and_silent_outside_a_capture():
     with cpu_capture():
-        assert FakeEvent.record is not originals["record"]
-    for n, f in originals.items():
-        assert FakeEvent.__dict__[n] is f
-    assert "wait_stream" in FakeStream.__dict__
+        first = FakeEvent.record
+    with cpu_capture() as (cap, fake):
+        assert FakeEvent.record is first  # not wrapped twice
+        ev = FakeEvent()
+        ev.record()
+    assert len(cap.trace.log) == 1
+    ev.record()  # no capture active: a plain call, nothing logged anywhere
+    ev.synchronize()
+    assert len(cap.trace.log) == 1 and ev.recorded
+
+
+def test_event_from_an_earlier_capture_is_not_trusted():
+    with cpu_capture():
+        ev = FakeEvent()
+        ev.record()
+    with cpu_capture() as (cap, fake):
+        fwd = FakeStream(5)
+        fwd.wait_event(ev)  # recorded in another run: a no-op wait, as never recorded
+        ev.synchronize()
+    assert not [r for r in cap.trace.log if isinstance(r, (OpRecord, SyncRecord))]
 
 
 def test_host_read_of_pinned_buffer_is_recorded():
@@ -392,8 +404,6 @@ def fake_cuda(monkeypatch):
 
 def test_runtime_lifecycle_on_fake_cuda(fake_cuda):
     from harness.runtime import hostmem
-    sync_before = torch.cuda.synchronize
-    record_before = FakeEvent.__dict__["record"]
     with C.cuda_runtime() as rt:
         assert rt.backend == "cuda" and rt.cycles_per_ms == 2e6
         fwd = FakeStream(3)
@@ -426,9 +436,13 @@ def test_runtime_lifecycle_on_fake_cuda(fake_cuda):
     syncs = [r for r in rt.trace.log if isinstance(r, SyncRecord)]
     assert [s.label for s in syncs] == ["device.synchronize"]  # not the inner's
     assert detect(rt.trace) == []
-    # everything is put back
-    assert torch.cuda.synchronize is sync_before
-    assert FakeEvent.__dict__["record"] is record_before
+    # everything is put back: the API wrappers stay (installed once) but log nothing
+    n = len(rt.trace.log)
+    ev.record()
+    ev.synchronize()
+    torch.cuda.synchronize()
+    assert len(rt.trace.log) == n
+    assert getattr(FakeEvent.record, "_specrace_wrapper", False)
     assert hostmem.RECORDER is None
     assert torch._C._only_lift_cpu_tensors() is False
     assert C._ACTIVE is None

@@ -597,3 +597,40 @@ def test_data_dependent_ops_sync_the_current_stream_only():
         assert len(F.pending) == 2  # forward was not touched
         assert nz.tolist() == [[1], [3]] and sel.tolist() == [5]
         assert other._buf.isnan().all()  # still poison: forward never ran
+
+
+# --- pinned memory and compiled code on the simulator --------------------------------------
+
+def test_every_way_to_pin_is_watched_pinned_memory():
+    """``torch.tensor(..., pin_memory=True)`` pins inside C++, past dispatch modes; the
+    simulator still sees it (upstream sglang stages H2D copies this way)."""
+    from harness.runtime import hostmem
+    from harness.detect import detect
+    with sim_runtime(parse_policy("stall(side)")) as rt:
+        made = [torch.tensor([1, 2, 3], dtype=torch.int64, pin_memory=True),
+                torch.zeros(3, dtype=torch.int64).pin_memory(),
+                torch.empty(3, dtype=torch.int64, pin_memory=True)]
+        for t in made:
+            assert t.is_pinned() and hostmem.lookup(t) is not None
+        side = rt.module.Stream()
+        rt.label(side, "side")
+        with rt.module.stream(side):
+            dev = made[0].to(rt.device, non_blocking=True)  # reads pinned memory later
+        made[0].fill_(9)  # host overwrite while the copy is still queued: WAR
+        races = detect(rt.trace)
+        rt.synchronize()
+    assert [r.kind for r in races] == ["WAR"]
+    assert races[0].second.actor == "host"
+    assert torch.tensor([1], pin_memory=False).tolist() == [1]  # outside: plain torch
+    del dev
+
+
+def test_compiled_function_runs_eagerly_on_the_simulator():
+    """A ``torch.compile``d function (upstream's debug asserts are) runs op by op through
+    the simulator's handler, with its ops on the stream and in the trace."""
+    double = torch.compile(lambda x: x * 2, dynamic=True)
+    with sim_runtime() as rt:
+        x = torch.ones(3, device=rt.device)
+        y = double(x)
+        assert y.cpu().tolist() == [2.0, 2.0, 2.0]
+        assert "mul.Tensor" in [op.name for op in rt.trace.ops()]

@@ -102,7 +102,23 @@ def install() -> None:
     _setup_privateuseone_for_python_backend(rename="sim", backend_module=module)
     sys.modules.setdefault("torch.sim", module)
     _tensor.SIM = torch.device("sim", 0)
+    from .. import pinning
+    from . import device as _device
+    pinning.install_sim_tensor_factory(lambda: _device._DEVICE is not None)
     _INSTALLED = True
+
+
+@contextlib.contextmanager
+def _dynamo_off() -> Iterator[None]:
+    """Compiled code runs eagerly on the simulator, op by op through its handler: dynamo
+    tracing into the dispatch handler only graph-breaks and recompiles (e.g. upstream's
+    ``@torch.compile`` debug asserts). Only if dynamo is loaded at all (it is heavy)."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None:
+        yield
+        return
+    with dynamo.config.patch(disable=True):
+        yield
 
 
 @contextlib.contextmanager
@@ -120,7 +136,7 @@ def session(policy: Optional[Policy] = None) -> Iterator[SimDevice]:
     set_device(dev)
     hostmem.RECORDER = dev.note_host_access
     try:
-        with torch.no_grad(), _tensor.SimMode():
+        with torch.no_grad(), _dynamo_off(), _tensor.SimMode():
             yield dev
     finally:
         hostmem.RECORDER = saved_recorder
