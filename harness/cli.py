@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     sub.required = True
 
-    sub.add_parser("list", help="list scenarios, litmus programs and mutations")
+    ls = sub.add_parser("list", help="list scenarios, litmus programs and mutations")
+    _target_arg(ls)
 
     r = sub.add_parser("repro", help="stall-amplified reproduction of a scenario")
     r.add_argument("scenario")
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.add_argument("--report-dir", default=None, help="default: reports/runs")
     r.add_argument("--no-report", action="store_true")
+    _target_arg(r)
 
     rp = sub.add_parser("replay", help="re-run a repro report and compare the verdict")
     rp.add_argument("report")
@@ -87,12 +89,30 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("matrix", help="the mutation kill matrix")
     m.add_argument("--backend", choices=["sim", "cuda", "auto"], default="sim")
     m.add_argument("--json", action="store_true")
+    _target_arg(m)
 
     b = sub.add_parser("bench", help="benchmarks (figures, not tests)")
     b.add_argument("what", nargs="?", default="all", choices=["all", "runtime", "engine",
                                                               "matrix", "cuda", "grammar"])
     b.add_argument("--json", action="store_true")
+    _target_arg(b, default=None, help_text="benchmark this target only (default: impl, and "
+                                          "sglang next to it when installed)")
     return p
+
+
+def _target_arg(p, default: Optional[str] = "impl", help_text: Optional[str] = None) -> None:
+    p.add_argument("--target", choices=["impl", "sglang"], default=default,
+                   help=help_text or "the code under test: specrace's impl/ mirror (default) "
+                                     "or the installed sglang package")
+
+
+def _load_target(name: str):
+    """The target, loaded and checked; a target that cannot run here is bad input."""
+    import targets
+    try:
+        return targets.get(name)
+    except targets.TargetError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -114,7 +134,7 @@ def _dispatch(args) -> int:
     from harness.runtime import BackendError
     try:
         if args.command == "list":
-            return cmd_list()
+            return cmd_list(args)
         if args.command == "repro":
             return cmd_repro(args)
         if args.command == "replay":
@@ -132,24 +152,23 @@ def _dispatch(args) -> int:
 
 # --- commands -------------------------------------------------------------------------
 
-def cmd_list() -> int:
+def cmd_list(args) -> int:
+    from scenarios.mutations.catalogue import mutations_for
     from scenarios.registry import SCENARIOS
+    target = _load_target(args.target)
+    info = target.describe()
+    head = ", ".join(f"{k} {v}" for k, v in info.items() if k != "target" and v)
+    print(f"target: {target.name} -- {target.summary}" + (f" ({head})" if head else ""))
     print("scenarios:")
     for s in SCENARIOS.values():
-        variants = ", ".join(s.variants)
-        print(f"  {s.name:<24} {s.summary}  [variants: {variants}]")
-    try:
-        from scenarios.litmus import PROGRAMS
-        print(f"litmus programs: {len(PROGRAMS)} (specrace litmus)")
-    except ImportError:
-        pass
-    try:
-        from scenarios.mutations import MUTATIONS
-        print("mutations:")
-        for mu in MUTATIONS:
-            print(f"  {mu.name:<32} {mu.summary}")
-    except ImportError:
-        pass
+        if target.supports(s.name):
+            variants = ", ".join(s.variants)
+            print(f"  {s.name:<24} {s.summary}  [variants: {variants}]")
+    from scenarios.litmus import PROGRAMS
+    print(f"litmus programs: {len(PROGRAMS)} (specrace litmus)")
+    print("mutations:")
+    for mu in mutations_for(target.name):
+        print(f"  {mu.name:<32} {mu.summary}")
     return EXIT_OK
 
 
@@ -173,13 +192,18 @@ def cmd_repro(args) -> int:
         scenario = get(args.scenario)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
+    target = _load_target(args.target)
+    if not target.supports(scenario.name):
+        raise UsageError(f"scenario {scenario.name} does not run on the {target.name} target; "
+                         f"it runs: {', '.join(s for s in (target.scenarios or ()))}")
     _check_repro_args(args, scenario)
     backend = resolve_backend(args.backend)
     if backend == "cuda" and args.policy:
         raise UsageError("--policy applies to the simulator only (--backend sim)")
     cfg = ReproConfig(scenario=scenario.name, variant=args.variant, war_barrier=args.war_barrier,
                       backend=backend, policy=args.policy, stall_ms=args.stall_ms,
-                      trials=args.trials, seed=args.seed, expect=args.expect)
+                      trials=args.trials, seed=args.seed, expect=args.expect,
+                      target=target.name)
     outcome = _with_progress(lambda prog: run_repro(cfg, scenario, prog),
                              args.trials or (scenario.cuda_trials if backend == "cuda"
                                              else scenario.sim_trials),
@@ -235,8 +259,10 @@ def cmd_litmus(args) -> int:
 def cmd_matrix(args) -> int:
     from harness.runtime import resolve_backend
     from scenarios.matrix import run_matrix
-    res = _with_progress(lambda prog: run_matrix(resolve_backend(args.backend), prog), None,
-                         "mutation matrix", quiet=args.json)
+    target = _load_target(args.target)
+    backend = resolve_backend(args.backend)
+    res = _with_progress(lambda prog: run_matrix(backend, prog, target=target.name), None,
+                         f"mutation matrix ({target.name})", quiet=args.json)
     if args.json:
         print(json.dumps(res, default=str))
     else:
@@ -248,7 +274,7 @@ def cmd_matrix(args) -> int:
 
 def cmd_bench(args) -> int:
     from harness.bench import run_bench
-    res = run_bench(args.what, quiet=args.json)
+    res = run_bench(args.what, quiet=args.json, target=args.target)
     if args.json:
         print(json.dumps(res, default=str))
     return EXIT_OK

@@ -2,6 +2,8 @@
 it from a source tree that is not pip-installed).
 
 * ``--specrace-backend {sim,cuda,auto}`` (default ``auto``: cuda when a GPU is present);
+* ``--specrace-target {impl,sglang}``: the code under test (``specrace_target`` fixture;
+  exported as ``$SPECRACE_TARGET`` for the Hypothesis state machines);
 * the ``cuda`` marker: such tests are skipped, with a reason, when no GPU is available (or
   when ``--specrace-backend sim`` is chosen);
 * fixtures: ``specrace_backend`` (the resolved name), ``specrace_runtime`` (an open
@@ -24,6 +26,8 @@ from typing import Any, List, Optional
 import pytest
 
 BACKENDS = ("sim", "cuda", "auto")
+TARGETS = ("impl", "sglang")
+TARGET_ENV = "SPECRACE_TARGET"  # what state machines read (set from --specrace-target)
 WATCHDOG_ENV = "SPECRACE_TEST_WATCHDOG_S"  # per-test limit for CUDA runtimes (0: off)
 DEFAULT_WATCHDOG_S = 300.0
 
@@ -96,12 +100,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--specrace-backend", action="store", default="auto", choices=BACKENDS,
                     help="device backend for specrace tests: sim, cuda or auto (default: "
                          "cuda when a GPU is available, else sim)")
+    group.addoption("--specrace-target", action="store", default=None, choices=TARGETS,
+                    help="the code under test for target-aware tests and state machines: "
+                         "impl (specrace's mirror, default) or sglang (the installed "
+                         "package)")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     _pin_worker_gpu()  # first: before any plugin or test module can initialise CUDA
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (auto-skipped without one)")
+    target = config.getoption("--specrace-target", default=None)
+    if target:  # xdist workers inherit it; state machines are not fixtures
+        os.environ[TARGET_ENV] = target
 
 
 def _cuda_available() -> bool:
@@ -181,6 +192,19 @@ def specrace_backend(pytestconfig: pytest.Config) -> str:
         pytest.fail(str(exc), pytrace=False)
 
 
+@pytest.fixture(scope="session")
+def specrace_target(pytestconfig: pytest.Config) -> str:
+    """The target under test ("impl" or "sglang"), loaded and checked; a target that cannot
+    run here fails the test with its one-line reason."""
+    import targets
+    name = pytestconfig.getoption("--specrace-target") or os.environ.get(TARGET_ENV, "impl")
+    try:
+        targets.get(name)
+    except targets.TargetError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    return name
+
+
 @pytest.fixture
 def specrace_runtime(specrace_backend: str):
     """An open runtime on the chosen backend (traced); a watchdog guards CUDA runs."""
@@ -218,14 +242,17 @@ def specrace_report(request: pytest.FixtureRequest) -> SpecraceReport:
 
 
 @pytest.fixture
-def scenario_runner(specrace_backend: str):
+def scenario_runner(specrace_backend: str, pytestconfig: pytest.Config):
     """``run(name, variant=..., war_barrier=..., trials=..., expect=...)`` -> the repro
-    result dict (as ``specrace repro --json``), on the chosen backend unless ``backend=``
-    is given. Assert on ``result["outcome"]`` / ``result["matches_expectation"]``."""
+    result dict (as ``specrace repro --json``), on the chosen backend and target unless
+    ``backend=`` / ``target=`` is given. Assert on ``result["outcome"]`` /
+    ``result["matches_expectation"]``."""
     from scenarios.registry import run_scenario
+    target = pytestconfig.getoption("--specrace-target") or os.environ.get(TARGET_ENV, "impl")
 
     def run(name: str, **kw: Any) -> Any:
         kw.setdefault("backend", specrace_backend)
+        kw.setdefault("target", target)
         return run_scenario(name, **kw)
 
     return run

@@ -17,8 +17,8 @@ class Scenario:
     summary: str
     workload: Callable[[int], Workload]  # seed -> workload
     stalls: Callable[[Optional[float]], List[StallAt]]  # stall ms -> plan
-    # variant -> ServerArgs overrides; the key "mutation" holds a seeded bug
-    # (scenarios.mutations.Mutation) applied around each trial
+    # variant -> ServerArgs overrides; the key "mutation" names a seeded bug
+    # (scenarios.mutations.catalogue) applied around each trial
     variants: Dict[str, Dict[str, object]]
     default_variant: str
     # (variant, war_barrier) -> "race" | "clean"; war_barrier None = either
@@ -29,6 +29,14 @@ class Scenario:
     default_policy: str = "eager"
     sim_trials: int = 20
     cuda_trials: int = 200
+
+    def mutation(self, variant: str, target: str = "impl"):
+        """The seeded bug a variant applies on ``target`` (None: the code as it is)."""
+        name = self.variants[variant].get("mutation")
+        if name is None:
+            return None
+        from .mutations.catalogue import get
+        return get(target, name)
 
     def expected(self, variant: str, war_barrier: str) -> str:
         return self.expect.get((variant, war_barrier), self.expect.get((variant, None), "clean"))

@@ -11,7 +11,6 @@ from harness.oracle.workload import random_workload
 from harness.policies.faultplan import StallAt
 
 from .base import Scenario
-from .mutations import BY_NAME
 
 SCHEMAS = [
     json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}},
@@ -36,7 +35,7 @@ GRAMMAR_NGRAM = Scenario(
             "after the shared-read-done record",
     workload=grammar_workload,
     stalls=lambda ms: [StallAt("forward.after_read_done", ms)],
-    variants={"fixed": {}, "stale-mask": {"mutation": BY_NAME["stale-extend-mask"]}},
+    variants={"fixed": {}, "stale-mask": {"mutation": "stale-extend-mask"}},
     default_variant="fixed",
     expect={("fixed", None): "clean", ("stale-mask", None): "race"},
     sim_trials=6,
@@ -49,8 +48,8 @@ GRAMMAR_TREE_STAGING = Scenario(
     workload=grammar_workload,
     stalls=lambda ms: [StallAt("forward.after_draft", ms)],
     variants={"fixed": {"spec_algorithm": "eagle"},
-              "no-event": {"spec_algorithm": "eagle", "mutation": BY_NAME["tree-copy-no-event"]},
-              "stale-mask": {"spec_algorithm": "eagle", "mutation": BY_NAME["stale-extend-mask"]}},
+              "no-event": {"spec_algorithm": "eagle", "mutation": "tree-copy-no-event"},
+              "stale-mask": {"spec_algorithm": "eagle", "mutation": "stale-extend-mask"}},
     default_variant="fixed",
     expect={("fixed", None): "clean", ("no-event", None): "race",
             ("stale-mask", None): "race"},

@@ -14,7 +14,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from harness.oracle.runner import run_trial, server_args
 
-from .mutations import BY_NAME, MUTATIONS, Mutation
+from .mutations import Mutation
+from .mutations.catalogue import by_name, mutations_for
 from .registry import get
 
 
@@ -39,6 +40,13 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
 )}
 
 
+def probes_for(target: str) -> Dict[str, Probe]:
+    """The probes whose scenario runs on ``target``."""
+    import targets
+    tgt = targets.get(target)
+    return {n: p for n, p in PROBES.items() if tgt.supports(p.scenario)}
+
+
 def oracle_of(result) -> str:
     if result.divergence is not None:
         kind = result.divergence["kind"]
@@ -47,8 +55,8 @@ def oracle_of(result) -> str:
     return "happens-before"
 
 
-def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None
-              ) -> Tuple[bool, Optional[str], Optional[str]]:
+def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None,
+              target: str = "impl") -> Tuple[bool, Optional[str], Optional[str]]:
     """(killed, oracle, one-line detail) -- stops at the first trial that finds something."""
     sc = get(probe.scenario)
     for seed in probe.seeds:
@@ -58,8 +66,8 @@ def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None
         # process: a second one crashed torch 2.11 on the H200); later seeds judge values.
         res = run_trial(backend, probe.policy if backend == "sim" else "hardware", wl, args,
                         sc.stalls(None), detect_races=backend == "sim" or seed == probe.seeds[0],
-                        mutation=mutation or sc.variants[probe.variant].get("mutation"),
-                        answers=sc.answers)
+                        mutation=mutation or sc.mutation(probe.variant, target),
+                        answers=sc.answers, target=target)
         if res.reproduced:
             detail = (res.divergence["message"] if res.divergence
                       else res.races[0].summary())
@@ -67,18 +75,18 @@ def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None
     return False, None, None
 
 
-def fixed_row(probe: Probe, backend: str) -> dict:
-    killed, oracle, detail = run_probe(probe, backend)
+def fixed_row(probe: Probe, backend: str, target: str = "impl") -> dict:
+    killed, oracle, detail = run_probe(probe, backend, target=target)
     return {"probe": probe.name, "finding": detail if killed else None, "oracle": oracle}
 
 
-def mutation_row(m: Mutation, backend: str) -> dict:
+def mutation_row(m: Mutation, backend: str, target: str = "impl") -> dict:
     m.check()  # a patch that no longer applies is a harness error, never a kill
     t0 = time.perf_counter()
     row = {"name": m.name, "summary": m.summary, "source": m.source, "killed": False,
            "caught_by": None, "probe": None, "detail": None}
     for probe_name in m.probes:
-        killed, oracle, detail = run_probe(PROBES[probe_name], backend, m)
+        killed, oracle, detail = run_probe(PROBES[probe_name], backend, m, target)
         if killed:
             row.update(killed=True, caught_by=oracle, probe=probe_name, detail=detail)
             break
@@ -89,12 +97,13 @@ def mutation_row(m: Mutation, backend: str) -> dict:
 HARNESS_ERROR = 3  # a child's exit code when the harness itself failed (not the engine)
 
 
-def _isolated(kind: str, name: str, backend: str) -> dict:
+def _isolated(kind: str, name: str, backend: str, target: str = "impl") -> dict:
     """Run one matrix cell in a fresh process. On a GPU a killed mutation often takes a
     device-side assert, which is sticky: the process cannot run anything after it. A
     process that dies that way has been killed by the crash oracle."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "scenarios.matrix", kind, name, backend],
+    proc = subprocess.run([sys.executable, "-m", "scenarios.matrix", kind, name, backend,
+                           target],
                           capture_output=True, text=True, timeout=600)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode in (0, HARNESS_ERROR) and lines:
@@ -107,42 +116,43 @@ def _isolated(kind: str, name: str, backend: str) -> dict:
     detail = f"process died (rc {proc.returncode}): {err.strip()[:200]}"
     if kind == "probe":
         return {"probe": name, "finding": detail, "oracle": "crash"}
-    m = BY_NAME[name]
+    m = by_name(target)[name]
     return {"name": m.name, "summary": m.summary, "source": m.source, "killed": True,
             "caught_by": "crash", "probe": None, "detail": detail,
             "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = None,
-               mutations: Optional[List[Mutation]] = None) -> dict:
+               mutations: Optional[List[Mutation]] = None, target: str = "impl") -> dict:
     """On the simulator everything runs in this process; on CUDA each cell runs in a
     process of its own (see ``_isolated``)."""
-    mutations = MUTATIONS if mutations is None else mutations
-    total_steps = len(PROBES) + len(mutations)
+    mutations = mutations_for(target) if mutations is None else mutations
+    probes = probes_for(target)
+    total_steps = len(probes) + len(mutations)
     done = 0
     t_start = time.perf_counter()
     fixed, rows = [], []
     if backend == "sim":
-        for probe in PROBES.values():
-            fixed.append(fixed_row(probe, backend))
+        for probe in probes.values():
+            fixed.append(fixed_row(probe, backend, target))
             done += 1
             if progress:
                 progress(done, total_steps)
         for m in mutations:
-            rows.append(mutation_row(m, backend))
+            rows.append(mutation_row(m, backend, target))
             done += 1
             if progress:
                 progress(done, total_steps)
     else:
         # Cells in parallel processes sharing the GPU: each is mostly host work.
-        cells = [("probe", p.name) for p in PROBES.values()] + \
+        cells = [("probe", p.name) for p in probes.values()] + \
                 [("mutation", m.name) for m in mutations]
         workers = max(1, min(8, (os.cpu_count() or 2) // 2))
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(lambda c: _isolated(c[0], c[1], backend), cells))
+            results = list(pool.map(lambda c: _isolated(c[0], c[1], backend, target), cells))
         fixed = [r for (kind, _), r in zip(cells, results) if kind == "probe"]
         rows = [r for (kind, _), r in zip(cells, results) if kind == "mutation"]
-    return {"backend": backend,
+    return {"backend": backend, "target": target,
             "fixed_findings": sum(1 for f in fixed if f["finding"]),
             "fixed": fixed,
             "total": len(rows), "killed": sum(r["killed"] for r in rows),
@@ -151,7 +161,8 @@ def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = N
 
 
 def format_matrix(res: dict) -> str:
-    lines = [f"mutation kill matrix on {res['backend']}: {res['killed']}/{res['total']} killed, "
+    lines = [f"mutation kill matrix ({res.get('target', 'impl')}) on {res['backend']}: "
+             f"{res['killed']}/{res['total']} killed, "
              f"fixed code findings: {res['fixed_findings']}, {res['seconds']:.1f} s"]
     for f in res["fixed"]:
         lines.append(f"  fixed  {f['probe']:<16} {'FINDING: ' + f['finding'] if f['finding'] else 'clean'}")
@@ -163,15 +174,15 @@ def format_matrix(res: dict) -> str:
 
 
 if __name__ == "__main__":  # one isolated cell: python -m scenarios.matrix KIND NAME BACKEND
-    _kind, _name, _backend = sys.argv[1:4]
+    _kind, _name, _backend, _target = sys.argv[1:5]
     try:
         if _kind == "mutation":
-            BY_NAME[_name].check()
+            by_name(_target)[_name].check()
     except Exception as _exc:  # the patch does not apply: say so, don't count a kill
         print(json.dumps({"error": f"{type(_exc).__name__}: {_exc}"}), flush=True)
         os._exit(HARNESS_ERROR)
-    _row = (fixed_row(PROBES[_name], _backend) if _kind == "probe"
-            else mutation_row(BY_NAME[_name], _backend))
+    _row = (fixed_row(PROBES[_name], _backend, _target) if _kind == "probe"
+            else mutation_row(by_name(_target)[_name], _backend, _target))
     print(json.dumps(_row, default=str), flush=True)
     sys.stdout.flush()
     os._exit(0)  # a poisoned CUDA context must not get to run destructors

@@ -6,7 +6,7 @@ import inspect
 import pytest
 
 from scenarios.matrix import PROBES
-from scenarios.mutations import MUTATIONS, _resolve
+from scenarios.mutations import MUTATIONS, resolve
 
 
 def test_at_least_twenty_mutations_each_with_known_probes():
@@ -18,7 +18,7 @@ def test_at_least_twenty_mutations_each_with_known_probes():
 
 @pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: m.name)
 def test_mutation_applies_and_reverts(mutation):
-    owner, attr, original = _resolve(mutation.target)
+    owner, attr = resolve(mutation.target)
     raw = inspect.getattr_static(owner, attr)
     with mutation.applied():
         assert inspect.getattr_static(owner, attr) is not raw

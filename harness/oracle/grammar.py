@@ -12,13 +12,15 @@ from .workload import Workload
 
 
 def check_constrained_outputs(workload: Workload, outputs: Dict[int, List[int]], oracle) -> None:
+    """Judged with impl's own xgrammar matcher whatever the target: the reference grammar,
+    independent of the code under test."""
     from impl.vocab import EOS_ID, decode
     from .runner import grammar_backend
     for spec in workload.requests:
         if not spec.schema or spec.rid not in outputs:
             continue
         tokens = outputs[spec.rid]
-        g = grammar_backend().grammar_for_json_schema(spec.schema)
+        g = grammar_backend("impl").grammar_for_json_schema(spec.schema)
         for k, tok in enumerate(tokens):
             try:
                 g.accept_token(tok)

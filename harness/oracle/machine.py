@@ -23,6 +23,7 @@ from typing import Dict
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+import targets
 from harness import faults
 from harness.detect import HBDetector
 from harness.policies import parse_policy
@@ -41,6 +42,7 @@ class EngineMachine(RuleBasedStateMachine):
     relay = "future_map"
     war_barrier = "fine"
     schemas = ()  # JSON schemas requests may carry
+    target = None  # the code under test; None: $SPECRACE_TARGET (pytest --specrace-target)
 
     def __init__(self) -> None:
         super().__init__()
@@ -49,16 +51,20 @@ class EngineMachine(RuleBasedStateMachine):
 
     @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5))
     def start(self, policy: str, draft: int) -> None:
-        from impl.scheduler import Scheduler, ServerArgs
+        from impl.scheduler import ServerArgs
+        self.target_name = self.target or os.environ.get("SPECRACE_TARGET", "impl")
+        self.tgt = targets.get(self.target_name)
         self.backend = resolve_backend(os.environ.get("SPECRACE_BACKEND", "sim"))
         pol = parse_policy(policy) if self.backend == "sim" else None
         self.rt = self.stack.enter_context(open_runtime(self.backend, pol))
         self.args = ServerArgs(draft_token_num=draft, relay=self.relay,
                                war_barrier=self.war_barrier)
-        gb = grammar_backend() if self.schemas else None
-        self.sched = Scheduler(self.args, self.rt.device, grammar_backend=gb)
+        self.gb = grammar_backend(self.target_name) if self.schemas else None
+        self.stack.enter_context(self.tgt.variant(self.args))
+        self.sched = self.tgt.scheduler(self.args, self.rt.device, grammar_backend=self.gb)
         for name, stream in self.sched.streams.items():
-            self.rt.label(stream, name)
+            if stream is not None:
+                self.rt.label(stream, name)
         self.ref = Reference({}, {})
         self.oracle = StaleValueOracle(self.ref, stop_early=False)
         self.plan = FaultPlan(observer=self.oracle, runtime=self.rt)
@@ -71,16 +77,16 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(motif=st.lists(st.integers(1, 93), min_size=1, max_size=4),
           length=st.integers(1, 10), budget=st.integers(1, 12), grammar=st.integers(0, 3))
     def arrive(self, motif, length, budget, grammar) -> None:
-        from impl.scheduler import Req
         rid = len(self.specs)
         schema = self.schemas[grammar % len(self.schemas)] if self.schemas and grammar else None
         spec = RequestSpec(rid, 0, (motif * length)[:max(length, 1)], budget, schema)
-        solo = reference(Workload([spec], self.args.draft_token_num), self.args, self.backend)
+        solo = reference(Workload([spec], self.args.draft_token_num), self.args, self.backend,
+                         self.target_name)
         self.ref.results.update(solo.results)
         self.ref.outputs.update(solo.outputs)
         self.specs[rid] = spec
-        g = grammar_backend().grammar_for_json_schema(schema) if schema else None
-        self.reqs[rid] = Req(rid, list(spec.prompt), budget, g)
+        g = self.gb.grammar_for_json_schema(schema) if schema else None
+        self.reqs[rid] = self.tgt.request(rid, spec.prompt, budget, g)
         self.sched.add_request(self.reqs[rid])
 
     @precondition(lambda self: self.sched is not None)

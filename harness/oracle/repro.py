@@ -12,6 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+import targets
 from harness.runtime import resolve_backend
 
 from .runner import run_trial, server_args
@@ -29,10 +30,12 @@ class ReproConfig:
     seed: int = 0
     expect: str = "clean"
     detect: bool = True
+    target: str = "impl"  # the code under test: impl/ or the installed sglang
 
     def to_json(self) -> dict:
         return {k: getattr(self, k) for k in ("scenario", "variant", "war_barrier", "backend",
-                                              "policy", "stall_ms", "trials", "seed", "expect")}
+                                              "policy", "stall_ms", "trials", "seed", "expect",
+                                              "target")}
 
 
 @dataclass
@@ -53,6 +56,7 @@ def trial_policy(policy: str, i: int) -> str:
 def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], None]] = None
               ) -> ReproOutcome:
     backend = resolve_backend(cfg.backend)
+    target = targets.get(cfg.target)
     variant = cfg.variant or scenario.default_variant
     policy = cfg.policy or scenario.default_policy
     trials = cfg.trials or (scenario.cuda_trials if backend == "cuda" else scenario.sim_trials)
@@ -77,8 +81,8 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         res = run_trial(backend, trial_policy(policy, i) if backend == "sim" else policy,
                         workload, args, stalls, detect_races=detect_now,
                         keep_trace=want_trace and detect_now,
-                        mutation=scenario.variants[variant].get("mutation"),
-                        answers=scenario.answers)
+                        mutation=scenario.mutation(variant, cfg.target),
+                        answers=scenario.answers, target=cfg.target)
         times.append(res.wall_ms)
         for r in res.races:
             old = races.get(r.key())
@@ -101,7 +105,8 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
     outcome = "race" if n_repro else "clean"
     expect = cfg.expect
     result = {
-        "scenario": scenario.name, "variant": variant, "war_barrier": cfg.war_barrier,
+        "scenario": scenario.name, "target": cfg.target, "target_info": target.describe(),
+        "variant": variant, "war_barrier": cfg.war_barrier,
         "backend": backend, "policy": policy if backend == "sim" else "hardware",
         "stall_ms": cfg.stall_ms, "stall_plan": [s.to_json() for s in stalls],
         "host_order": dict(scenario.answers),
@@ -125,6 +130,15 @@ def verdict_line(result: dict) -> str:
     extra = f", first at trial {result['first_trial'] + 1}" if result["first_trial"] is not None else ""
     races = len(result["races"])
     return (f"{head} {n}/{t} ({pct:.0f}%){extra}, median trial {result['median_trial_ms']:.1f} ms"
-            f" -- {result['scenario']} [{result['variant']}, {result['war_barrier']} fence] on "
+            f" -- {result['scenario']}{_target_tag(result)} [{result['variant']}, "
+            f"{result['war_barrier']} fence] on "
             f"{result['backend']} ({result['policy']}); {races} race site(s); "
             f"expected {result['expect']}: {'OK' if result['matches_expectation'] else 'MISMATCH'}")
+
+
+def _target_tag(result: dict) -> str:
+    info = result.get("target_info") or {}
+    if result.get("target", "impl") == "impl":
+        return ""
+    version = info.get("sglang_version")
+    return f" (target {result['target']}{' ' + version if version else ''})"

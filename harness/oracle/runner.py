@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+import targets
 from harness import faults
 from harness.detect import Race, detect
 from harness.policies import Eager, parse_policy
@@ -51,37 +52,41 @@ def server_args(workload: Workload, overrides: Dict[str, Any]):
 _BACKEND_CACHE: Dict[str, Any] = {}
 
 
-def grammar_backend():
-    """One xgrammar backend per process (compiling grammars is the expensive part)."""
-    gb = _BACKEND_CACHE.get("grammar")
+def grammar_backend(target: str = "impl"):
+    """One grammar backend per target and process (compiling grammars is the expensive
+    part)."""
+    gb = _BACKEND_CACHE.get(target)
     if gb is None:
-        from impl.grammar import GrammarBackend
-        from impl.vocab import EOS_ID, VOCAB
-        gb = _BACKEND_CACHE["grammar"] = GrammarBackend(VOCAB, EOS_ID)
+        gb = _BACKEND_CACHE[target] = targets.get(target).grammar_backend()
     return gb
 
 
-def drive(runtime, workload: Workload, args, plan: FaultPlan) -> Dict[int, List[int]]:
-    """Run ``workload`` through a fresh scheduler on ``runtime`` with ``plan`` installed."""
-    from impl.scheduler import Req, Scheduler
+def drive(runtime, workload: Workload, args, plan: FaultPlan,
+          target: str = "impl") -> Dict[int, List[int]]:
+    """Run ``workload`` through a fresh scheduler of ``target`` on ``runtime`` with
+    ``plan`` installed."""
+    tgt = targets.get(target)
     needs_grammar = any(r.schema for r in workload.requests)
-    gb = grammar_backend() if needs_grammar else None
-    sched = Scheduler(args, runtime.device, grammar_backend=gb)
-    for name, stream in sched.streams.items():
-        runtime.label(stream, name)
-    pending = sorted(workload.requests, key=lambda r: (r.arrive, r.rid))
-    reqs = {}
+    gb = grammar_backend(target) if needs_grammar else None
     plan.runtime = runtime
-    with faults.installed(plan):
-        while (pending or sched.has_work()) and sched.iteration < MAX_ITERATIONS:
-            while pending and pending[0].arrive <= sched.iteration:
-                spec = pending.pop(0)
-                grammar = gb.grammar_for_json_schema(spec.schema) if spec.schema else None
-                reqs[spec.rid] = Req(spec.rid, list(spec.prompt), spec.max_new_tokens, grammar)
-                sched.add_request(reqs[spec.rid])
-            sched.step()
-        sched.run_to_completion(MAX_ITERATIONS)
-    runtime.synchronize()
+    with tgt.variant(args):
+        sched = tgt.scheduler(args, runtime.device, grammar_backend=gb)
+        for name, stream in sched.streams.items():
+            if stream is not None:
+                runtime.label(stream, name)
+        pending = sorted(workload.requests, key=lambda r: (r.arrive, r.rid))
+        reqs = {}
+        with faults.installed(plan):
+            while (pending or sched.has_work()) and sched.iteration < MAX_ITERATIONS:
+                while pending and pending[0].arrive <= sched.iteration:
+                    spec = pending.pop(0)
+                    grammar = gb.grammar_for_json_schema(spec.schema) if spec.schema else None
+                    reqs[spec.rid] = tgt.request(spec.rid, spec.prompt, spec.max_new_tokens,
+                                                 grammar)
+                    sched.add_request(reqs[spec.rid])
+                sched.step()
+            sched.run_to_completion(MAX_ITERATIONS)
+        runtime.synchronize()
     if pending or sched.has_work():
         raise RuntimeError(f"engine did not finish within {MAX_ITERATIONS} iterations")
     return {rid: r.output_ids for rid, r in reqs.items()}
@@ -90,16 +95,17 @@ def drive(runtime, workload: Workload, args, plan: FaultPlan) -> Dict[int, List[
 _REFERENCE_CACHE: Dict[str, Reference] = {}
 
 
-def reference(workload: Workload, args, backend: str) -> Reference:
-    """The synchronous reference: no overlap, on an eager device (cached per workload)."""
-    key = json.dumps([backend, workload.to_json(), args.spec_algorithm])
+def reference(workload: Workload, args, backend: str, target: str = "impl") -> Reference:
+    """The synchronous reference: the target's own engine, fixed code, no overlap, on an
+    eager device (cached per workload)."""
+    key = json.dumps([target, backend, workload.to_json(), args.spec_algorithm])
     ref = _REFERENCE_CACHE.get(key)
     if ref is None:
         rec = Recorder()
         ref_args = dataclasses.replace(args, overlap=False, relay="future_map",
                                        war_barrier="coarse")
         with open_runtime(backend, Eager(), trace=False) as rt:
-            outputs = drive(rt, workload, ref_args, FaultPlan(observer=rec))
+            outputs = drive(rt, workload, ref_args, FaultPlan(observer=rec), target)
         ref = _REFERENCE_CACHE[key] = Reference(rec.results, outputs)
     return ref
 
@@ -107,10 +113,11 @@ def reference(workload: Workload, args, backend: str) -> Reference:
 def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[StallAt],
               detect_races: bool = True, keep_trace: bool = False,
               stop_early: bool = True, mutation: Any = None,
-              answers: Optional[Dict[str, Any]] = None) -> TrialResult:
+              answers: Optional[Dict[str, Any]] = None,
+              target: str = "impl") -> TrialResult:
     """One run. ``mutation`` (a ``scenarios.mutations.Mutation``) is applied around the run
     only -- never around the reference."""
-    ref = reference(workload, args, backend)
+    ref = reference(workload, args, backend, target)
     oracle = StaleValueOracle(ref, stop_early=stop_early)
     plan = FaultPlan(stalls=list(stalls), answers=dict(answers or {}), observer=oracle)
     pol = parse_policy(policy) if backend == "sim" else None
@@ -119,7 +126,7 @@ def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[
     patch = mutation.applied() if mutation is not None else contextlib.nullcontext()
     with open_runtime(backend, pol, trace=detect_races) as rt, patch:
         try:
-            outputs = drive(rt, workload, args, plan)
+            outputs = drive(rt, workload, args, plan, target)
             oracle.check_outputs(outputs)
             check_constrained_outputs(workload, outputs, oracle)
         except StaleValue:

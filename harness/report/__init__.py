@@ -28,7 +28,9 @@ __all__ = ["write_reports", "report_name", "environment", "REPORT_FORMAT"]
 
 
 def report_name(result: Dict[str, Any]) -> str:
-    name = (f"{result.get('scenario')}-{result.get('variant')}-{result.get('war_barrier')}-"
+    target = result.get("target") or "impl"
+    name = (f"{result.get('scenario')}{'' if target == 'impl' else '-' + target}-"
+            f"{result.get('variant')}-{result.get('war_barrier')}-"
             f"{result.get('backend')}-seed{result.get('seed')}")
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 

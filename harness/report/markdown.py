@@ -42,7 +42,10 @@ def _code(v: Any) -> str:
 
 
 def repro_command(r: Dict[str, Any]) -> str:
-    parts = ["specrace", "repro", str(r.get("scenario")), "--variant", str(r.get("variant")),
+    parts = ["specrace", "repro", str(r.get("scenario"))]
+    if r.get("target", "impl") != "impl":
+        parts += ["--target", str(r["target"])]
+    parts += ["--variant", str(r.get("variant")),
              "--war-barrier", str(r.get("war_barrier")), "--backend", str(r.get("backend"))]
     if r.get("backend") == "sim" and r.get("policy"):
         parts += ["--policy", str(r["policy"])]
@@ -63,6 +66,13 @@ def render_markdown(report: Dict[str, Any], paths: Dict[str, Optional[str]], tra
     out.append(f"# specrace: {r.get('scenario')} [{r.get('variant')}, "
                f"{r.get('war_barrier')} fence] on {r.get('backend')}")
     out.append("")
+    info = r.get("target_info") or {}
+    if r.get("target", "impl") != "impl":
+        out.append(f"Target: installed **{r.get('target')} {info.get('sglang_version', '')}** "
+                   f"(files digest `{info.get('sglang_files_digest')}`; stood in for: "
+                   f"{', '.join(info.get('stood_in') or []) or 'nothing'}). Upstream frames "
+                   f"are named `sglang/...`, relative to the install.")
+        out.append("")
     head = (f"**RACE REPRODUCED in {n}/{t} trials**" if n else f"**clean: 0/{t} trials**")
     out.append(f"{head} -- expected `{r.get('expect')}` "
                f"({'matches' if r.get('matches_expectation') else 'does NOT match'}); "

@@ -171,6 +171,7 @@ def _describe(err) -> str:
 
 
 def _check_names(doc: Dict[str, Any], name: str) -> None:
+    import targets
     from scenarios.registry import SCENARIOS
 
     scen = SCENARIOS.get(doc["scenario"])
@@ -180,6 +181,14 @@ def _check_names(doc: Dict[str, Any], name: str) -> None:
     if doc["variant"] not in scen.variants:
         raise ValueError(f"{name}: unknown variant {_one_line(repr(doc['variant']), 80)} for "
                          f"{scen.name}; expected one of: {', '.join(scen.variants)}")
+    try:
+        target = targets.get(doc.get("target", "impl"))
+    except targets.TargetError as exc:
+        raise ValueError(f"{name}: recorded on target {doc.get('target')}, which cannot run "
+                         f"here: {_one_line(exc, 200)}") from None
+    if not target.supports(scen.name):
+        raise ValueError(f"{name}: scenario {scen.name} does not run on the {target.name} "
+                         f"target")
     if doc["backend"] == "sim":
         from harness.policies import parse_policy
         try:
@@ -252,9 +261,9 @@ def replay_report(path: Any) -> Dict[str, Any]:
 
     if doc["backend"] == "cuda" and not cuda_available():
         cmd = " ".join(shlex.quote(str(p)) for p in (
-            "specrace", "repro", doc["scenario"], "--variant", doc["variant"], "--war-barrier",
-            doc["war_barrier"], "--backend", "sim", "--trials", doc["trials"], "--seed",
-            doc["seed"]))
+            "specrace", "repro", doc["scenario"], "--target", doc.get("target", "impl"),
+            "--variant", doc["variant"], "--war-barrier", doc["war_barrier"], "--backend",
+            "sim", "--trials", doc["trials"], "--seed", doc["seed"]))
         raise ValueError(f"report was recorded on cuda; this machine has no GPU (use "
                          f"--backend sim to reproduce on the simulator: {_one_line(cmd, 200)})")
     scenario = SCENARIOS[doc["scenario"]]
@@ -262,7 +271,8 @@ def replay_report(path: Any) -> Dict[str, Any]:
                       war_barrier=doc["war_barrier"], backend=doc["backend"],
                       policy=doc["policy"] if doc["backend"] == "sim" else None,
                       stall_ms=float(doc["stall_ms"]) if doc["stall_ms"] is not None else None,
-                      trials=int(doc["trials"]), seed=int(doc["seed"]), expect=doc["expect"])
+                      trials=int(doc["trials"]), seed=int(doc["seed"]), expect=doc["expect"],
+                      target=doc.get("target", "impl"))
     outcome = run_repro(cfg, scenario)
     original, replayed = verdict_of(doc), verdict_of(outcome.result)
     same, summary = compare(original, replayed)
@@ -274,5 +284,13 @@ def replay_report(path: Any) -> Dict[str, Any]:
         code_changed = recorded != source_digest()
         if not same and code_changed:
             summary += " (note: impl/, harness/ or scenarios/ changed since the report was written)"
+    recorded_target = doc.get("target_info")
+    if isinstance(recorded_target, dict) and recorded_target.get("sglang_files_digest"):
+        now = outcome.result.get("target_info") or {}
+        if recorded_target.get("sglang_files_digest") != now.get("sglang_files_digest"):
+            code_changed = True
+            summary += (f" (note: the installed sglang differs from the one recorded: "
+                        f"{_one_line(recorded_target.get('sglang_version'), 40)} -> "
+                        f"{_one_line(now.get('sglang_version'), 40)})")
     return {"same": same, "summary": summary, "original": original, "replayed": replayed,
             "backend": doc["backend"], "code_changed": code_changed}

@@ -28,6 +28,8 @@ REPORT_SCHEMA = {
     "properties": {
         "specrace_report": {"const": 1},
         "scenario": {"type": "string", "minLength": 1, "maxLength": 200},
+        # absent in reports written before targets existed: impl
+        "target": {"enum": ["impl", "sglang"]},
         "variant": {"type": "string", "minLength": 1, "maxLength": 200},
         "war_barrier": {"enum": ["fine", "coarse"]},
         "backend": {"enum": ["sim", "cuda"]},

@@ -154,8 +154,16 @@ def user_frame(depth: int = 2) -> Optional[Frame]:
     return None
 
 
+_SITE_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+
+
 def short_path(path: str) -> str:
-    """Path relative to the project root when inside it (for reports)."""
+    """Path relative to the project root when inside it, relative to the install root for
+    an installed package (``sglang/srt/...``, never an absolute install path)."""
+    for marker in _SITE_DIRS:
+        i = path.rfind(marker)
+        if i >= 0:
+            return path[i + len(marker):]
     root = os.path.dirname(os.path.dirname(_RUNTIME_DIR))
     if path.startswith(root + os.sep):
         return path[len(root) + 1:]

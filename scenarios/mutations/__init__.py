@@ -11,13 +11,12 @@ Sources: the seeds' risk sections and ``reference/sglang_digest.md`` §4 (M-numb
 """
 from __future__ import annotations
 
-import contextlib
-import importlib
-import inspect
-import sys
-import textwrap
 from dataclasses import dataclass
 from typing import Iterator, List, Tuple
+
+from harness.sourcepatch import PatchError, SourcePatch, resolve
+
+__all__ = ["Mutation", "MUTATIONS", "BY_NAME", "PatchError", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -29,52 +28,16 @@ class Mutation:
     edits: Tuple[Tuple[str, str], ...]  # (snippet, replacement), each snippet unique
     probes: Tuple[str, ...]  # probe names (scenarios.matrix.PROBES), tried in order
 
+    @property
+    def patch(self) -> SourcePatch:
+        return SourcePatch(self.target, self.edits, f"mutation {self.name}")
+
     def check(self) -> None:
-        """Raise if the patch no longer applies (the code it targets moved or changed)."""
-        with self.applied():
-            pass
+        """Raise ``PatchError`` if the patch no longer applies (the code it targets moved)."""
+        self.patch.check()
 
-    @contextlib.contextmanager
-    def applied(self) -> Iterator[None]:
-        owner, attr, original = _resolve(self.target)
-        raw = inspect.getattr_static(owner, attr)
-        func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
-        src = inspect.getsource(func)  # snippets match the file's own indentation
-        for old, new in self.edits:
-            count = src.count(old)
-            if count != 1:
-                raise RuntimeError(f"mutation {self.name}: snippet occurs {count} times in "
-                                   f"{self.target}: {old!r}")
-            src = src.replace(old, new)
-        src = textwrap.dedent(src)
-        module = inspect.getmodule(func)
-        namespace = dict(module.__dict__)
-        filename = f"<mutation {self.name}: {inspect.getsourcefile(func)}>"
-        exec(compile(src, filename, "exec"), namespace)  # our own source, patched
-        patched = namespace[func.__name__]
-        # ``from .verify import verify_tree_greedy`` binds the original elsewhere in impl/:
-        # rebind every such name too, or the mutation would test nothing there.
-        aliases = [(m, k) for name, m in list(sys.modules.items())
-                   if name == "impl" or name.startswith("impl.")
-                   for k, v in list(vars(m).items()) if v is raw and m is not owner]
-        setattr(owner, attr, patched)
-        for m, k in aliases:
-            setattr(m, k, patched)
-        try:
-            yield
-        finally:
-            setattr(owner, attr, raw)
-            for m, k in aliases:
-                setattr(m, k, raw)
-
-
-def _resolve(target: str):
-    mod_name, qual = target.split(":")
-    owner = importlib.import_module(mod_name)
-    parts = qual.split(".")
-    for p in parts[:-1]:
-        owner = getattr(owner, p)
-    return owner, parts[-1], getattr(owner, parts[-1])
+    def applied(self):
+        return self.patch.applied()
 
 
 def M(name, summary, source, target, edits, probes) -> Mutation:

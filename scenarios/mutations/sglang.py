@@ -1,0 +1,138 @@
+"""Seeded bugs in the installed sglang: each a run-time source patch of one upstream
+function (``harness.sourcepatch``), applied for one run and reverted -- the installed
+files are never edited. Snippets are upstream's own lines (sglang 0.5.23); a release that
+moves them makes the mutation a harness error, never a silent pass.
+
+They follow the bug classes of the impl catalogue (the seeds' risk lists, the digest's
+M-numbers), expressed against the real relay, filter/merge, the FutureMap's private D2H
+stream and pinned mirror, the result copy and the fence.
+"""
+from __future__ import annotations
+
+from typing import List
+
+from . import Mutation
+
+_NGRAM = "sglang.srt.speculative.ngram_info:NgramVerifyInput"
+_FM = "sglang.srt.managers.overlap_utils:FutureMap"
+_SB = "sglang.srt.managers.schedule_batch:ScheduleBatch"
+_SCHED = "sglang.srt.managers.scheduler:Scheduler"
+_RESULT = "sglang.srt.managers.utils:GenerationBatchResult"
+
+SEED = ("seed-eager", "seed-lazy", "seed-stall")
+
+
+def M(name, summary, source, target, edits, probes) -> Mutation:
+    return Mutation(name, summary, source, target, tuple(edits), tuple(probes))
+
+
+MUTATIONS: List[Mutation] = [
+    # --- the relay and filter/merge (seed 002, PR #35198) ---------------------------------
+    M("filter-gathers-accept-on-schedule",
+      "NgramVerifyInput.filter_batch gathers accept_tokens/accept_lens on the schedule "
+      "stream again (the pre-#35198 slice), fine fence",
+      "seed 002 / M1", f"{_NGRAM}.filter_batch",
+      [("            self.future_indices = self.future_indices[new_indices]\n"
+        "            return\n",
+        "            self.future_indices = self.future_indices[new_indices]\n")],
+      SEED),
+    M("merge-cats-accept-on-schedule",
+      "NgramVerifyInput.merge_batch concatenates accept state on the schedule stream again",
+      "seed 002 / M1", f"{_NGRAM}.merge_batch",
+      [("                (self.future_indices, spec_info.future_indices), dim=0\n"
+        "            )\n"
+        "            return\n",
+        "                (self.future_indices, spec_info.future_indices), dim=0\n"
+        "            )\n")],
+      SEED),
+    M("stash-skips-ngram",
+      "FutureMap.stash returns for ngram: the resolve gathers rows nobody wrote",
+      "M2", f"{_FM}.stash",
+      [("        if self.spec_algo.is_ngram():\n"
+        "            self._maybe_init_ngram_bufs(payload)\n",
+        "        if self.spec_algo.is_ngram():\n"
+        "            self._maybe_init_ngram_bufs(payload)\n"
+        "            return\n")],
+      SEED),
+    M("resolve-skips-ngram",
+      "FutureMap._resolve_spec_extras returns for ngram: draft prep reads the unfiltered "
+      "accept state the batch carried",
+      "M3", f"{_FM}._resolve_spec_extras",
+      [("            draft_input.accept_tokens = self.accept_tokens_buf[indices].flatten()\n"
+        "            draft_input.accept_lens = self.accept_lens_buf[indices]\n", "")],
+      SEED),
+    M("future-indices-not-filtered",
+      "NgramVerifyInput.filter_batch returns without slicing future_indices",
+      "M10", f"{_NGRAM}.filter_batch",
+      [("            self.future_indices = self.future_indices[new_indices]\n"
+        "            return\n", "            return\n")],
+      SEED),
+    M("merge-order-swapped",
+      "NgramVerifyInput.merge_batch concatenates future_indices as (other, self), unlike "
+      "the requests",
+      "M10", f"{_NGRAM}.merge_batch",
+      [("(self.future_indices, spec_info.future_indices)",
+        "(spec_info.future_indices, self.future_indices)")],
+      SEED),
+    # --- the result copy (copy stream, copy_done) ----------------------------------------
+    M("copy-without-waiting-forward",
+      "Scheduler._copy_result_to_cpu does not make the copy stream wait on the forward "
+      "stream before the result D2H",
+      "M6", f"{_SCHED}._copy_result_to_cpu",
+      [("        self.copy_stream.wait_stream(self.forward_stream)\n", "")],
+      SEED),
+    M("copy-done-not-recorded",
+      "GenerationBatchResult.copy_to_cpu never records copy_done: the host's "
+      "synchronize() waits for nothing",
+      "M5", f"{_RESULT}.copy_to_cpu",
+      [("        self.copy_auxiliary_output_to_cpu()\n\n        self.copy_done.record()\n",
+        "        self.copy_auxiliary_output_to_cpu()\n")],
+      SEED),
+    M("copy-done-before-copies",
+      "GenerationBatchResult.copy_to_cpu records copy_done before the D2H copies",
+      "M5", f"{_RESULT}.copy_to_cpu",
+      [("        if return_logprob:\n            if self.logits_output.next_token_logprobs",
+        "        self.copy_done.record()\n        if return_logprob:\n"
+        "            if self.logits_output.next_token_logprobs"),
+       ("        self.copy_auxiliary_output_to_cpu()\n\n        self.copy_done.record()\n",
+        "        self.copy_auxiliary_output_to_cpu()\n")],
+      SEED),
+    # --- the FutureMap's private D2H stream and pinned mirror ----------------------------
+    M("d2h-stream-skips-publish-wait",
+      "resolve_seq_lens_cpu copies new_seq_lens_buf on the private D2H stream without "
+      "waiting on publish_ready",
+      "M4", f"{_FM}.resolve_seq_lens_cpu",
+      [("        # Mechanism: don't sync the schedule stream; gate a private stream on the\n"
+        "        # publish event and copy into the static pinned buffer.\n"
+        "        self.fwd_prepare_d2h_stream.wait_event(self.publish_ready)\n",
+        "        # Mechanism: don't sync the schedule stream; gate a private stream on the\n"
+        "        # publish event and copy into the static pinned buffer.\n")],
+      SEED),
+    M("pinned-mirror-read-before-sync",
+      "resolve_seq_lens_cpu reads the pinned seq_lens mirror on the host without waiting "
+      "for its D2H copy",
+      "M5", f"{_FM}.resolve_seq_lens_cpu",
+      [("            self.new_seq_lens_cpu_pinned.copy_(self.new_seq_lens_buf, non_blocking=True)\n"
+        "        self.fwd_prepare_d2h_stream.synchronize()\n",
+        "            self.new_seq_lens_cpu_pinned.copy_(self.new_seq_lens_buf, non_blocking=True)\n")],
+      SEED),
+    M("publish-event-before-scatter",
+      "FutureMap.publish records publish_ready before it scatters new_seq_lens",
+      "M4", f"{_FM}.publish",
+      [("        relay = self._relay\n        if relay is not None and new_seq_lens is "
+        "relay.published_seq_lens:",
+        "        if self.spec_algo.is_some():\n"
+        "            if self.publish_ready is None:\n"
+        "                self.publish_ready = torch.get_device_module(self.device).Event()\n"
+        "            self.publish_ready.record()\n"
+        "            self._publish_fresh = True\n"
+        "        relay = self._relay\n        if relay is not None and new_seq_lens is "
+        "relay.published_seq_lens:"),
+       ("        # Only spec_v2 needs the event; it gates the seq_lens D2H on the private stream.\n"
+        "        if self.spec_algo.is_some():\n"
+        "            if self.publish_ready is None:\n"
+        "                self.publish_ready = torch.get_device_module(self.device).Event()\n"
+        "            self.publish_ready.record()\n"
+        "            self._publish_fresh = True\n", "")],
+      SEED),
+]

@@ -1,0 +1,89 @@
+"""The code under test: a *target*.
+
+* ``impl``   -- specrace's own mirror of the server code (``impl/``), the default;
+* ``sglang`` -- the installed upstream package (``targets/sglang``): its real relay, batch
+  and grammar-staging classes driven in the order of its overlap event loop.
+
+The same scenarios, fault plans, policies and oracles run against either. A target
+supplies the engine (a scheduler with ``step``/``has_work``/``run_to_completion``/
+``streams``), the request type, the run-time patches a variant needs, and a description
+for reports (version, digest of the files driven).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+TARGET_NAMES = ("impl", "sglang")
+
+
+class TargetError(ValueError):
+    """The target cannot run here (not installed, unsupported version): bad input."""
+
+
+class Target:
+    name = "target"
+    summary = ""
+    # scenario names this target runs (None: every scenario)
+    scenarios: Optional[Tuple[str, ...]] = None
+
+    def load(self) -> None:
+        """Import and check the code under test (raises ``TargetError``)."""
+
+    def scheduler(self, args, device, grammar_backend: Any = None):
+        raise NotImplementedError
+
+    def request(self, rid: int, prompt, max_new_tokens: int, grammar: Any = None):
+        raise NotImplementedError
+
+    def grammar_backend(self):
+        raise TargetError(f"the {self.name} target has no grammar backend")
+
+    @contextlib.contextmanager
+    def variant(self, args) -> Iterator[None]:
+        """Run-time patches a run with these server args needs (none by default)."""
+        yield
+
+    def describe(self) -> Dict[str, Any]:
+        return {"target": self.name}
+
+    def supports(self, scenario: str) -> bool:
+        return self.scenarios is None or scenario in self.scenarios
+
+
+class ImplTarget(Target):
+    name = "impl"
+    summary = "specrace's mirror of the server code (impl/)"
+
+    def scheduler(self, args, device, grammar_backend: Any = None):
+        from impl.scheduler import Scheduler
+        return Scheduler(args, device, grammar_backend=grammar_backend)
+
+    def request(self, rid, prompt, max_new_tokens, grammar=None):
+        from impl.scheduler import Req
+        return Req(rid, list(prompt), max_new_tokens, grammar)
+
+    def grammar_backend(self):
+        from impl.grammar import GrammarBackend
+        from impl.vocab import EOS_ID, VOCAB
+        return GrammarBackend(VOCAB, EOS_ID)
+
+
+_TARGETS: Dict[str, Target] = {}
+
+
+def get(name: str) -> Target:
+    """The loaded target ``name`` (one per process)."""
+    target = _TARGETS.get(name)
+    if target is not None:
+        return target
+    if name == "impl":
+        target = ImplTarget()
+    elif name == "sglang":
+        from .sglang import SglangTarget
+        target = SglangTarget()
+    else:
+        raise TargetError(f"unknown target {name!r}; expected one of: {', '.join(TARGET_NAMES)}")
+    target.load()
+    _TARGETS[name] = target
+    return target

@@ -1,0 +1,69 @@
+"""specrace's simulator as an sglang hardware platform (sglang's own plugin entry point).
+
+sglang asks its platform, not torch, whether host staging may be pinned
+(``current_platform.is_pin_memory_available``). The generic platform answers no on a
+machine without a GPU, and then ``async_d2h`` becomes a blocking ``.to("cpu")`` and
+``filter_batch`` stages its keep indices in pageable memory: the overlap collapses and
+the seed's race cannot happen (measured: 0 races, 0 stale). This platform answers as
+``CudaSRTPlatform`` does, so upstream takes its GPU code paths on the ``sim`` device.
+
+Registered in ``pyproject.toml`` under ``[project.entry-points."sglang.srt.platforms"]``
+as ``specrace_sim``. ``activate()`` selects it when asked for by name
+(``SGLANG_PLATFORM=specrace_sim``, which the sglang target sets for simulator runs) or
+when no GPU is present; on a GPU machine sglang's own CUDA platform stays in charge.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+PLUGIN_NAME = "specrace_sim"
+QUALNAME = "targets.sglang.platform.SimSRTPlatform"
+
+
+def activate() -> Optional[str]:
+    import torch
+    if os.environ.get("SGLANG_PLATFORM") == PLUGIN_NAME or not torch.cuda.is_available():
+        return QUALNAME
+    return None
+
+
+def _platform_class():
+    from sglang.srt.platforms.device_mixin import PlatformEnum
+    from sglang.srt.platforms.interface import SRTPlatform
+
+    class SimSRTPlatform(SRTPlatform):
+        """An out-of-tree platform whose device is specrace's simulator."""
+
+        _enum = PlatformEnum.OOT
+        device_name = "sim"
+        device_type = "sim"
+
+        def is_pin_memory_available(self, device=None) -> bool:
+            # As CudaSRTPlatform: pinned staging for anything headed to the device.
+            return not (device is not None and str(device) == "cpu")
+
+        def get_device(self, device_id: int = 0):
+            import torch
+            return torch.device("sim", device_id)
+
+        def get_device_name(self, device_id: int = 0) -> str:
+            return "specrace sim"
+
+        def synchronize(self) -> None:
+            import torch
+            torch.get_device_module("sim").synchronize()
+
+    SimSRTPlatform.__module__ = __name__
+    SimSRTPlatform.__qualname__ = "SimSRTPlatform"
+    return SimSRTPlatform
+
+
+def __getattr__(name: str):
+    # sglang loads the class by qualname; build it lazily so importing this module (the
+    # entry point) never imports sglang itself.
+    if name == "SimSRTPlatform":
+        cls = _platform_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)

@@ -1,0 +1,44 @@
+"""The upstream names the sglang target drives, imported once from the installed package
+(``bootstrap.load``: stand-ins for absent GPU packages first). Importing this module
+imports sglang: only the sglang target does.
+"""
+from __future__ import annotations
+
+import warnings
+
+from .bootstrap import load
+
+with warnings.catch_warnings():
+    # sglang warns at import that AWQ/GGUF/Triton need a GPU: true, and not our concern
+    warnings.simplefilter("ignore")
+    _modules = load()
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+
+overlap_utils = _modules["sglang.srt.managers.overlap_utils"]
+ngram_info = _modules["sglang.srt.speculative.ngram_info"]
+schedule_batch = _modules["sglang.srt.managers.schedule_batch"]
+managers_utils = _modules["sglang.srt.managers.utils"]
+scheduler = _modules["sglang.srt.managers.scheduler"]
+spec_utils = _modules["sglang.srt.speculative.spec_utils"]
+xgrammar_backend = _modules["sglang.srt.constrained.xgrammar_backend"]
+
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
+
+FutureMap = overlap_utils.FutureMap
+RelayPayload = overlap_utils.RelayPayload
+resolve_forward_inputs = overlap_utils.resolve_forward_inputs
+NgramVerifyInput = ngram_info.NgramVerifyInput
+ScheduleBatch = schedule_batch.ScheduleBatch
+GenerationBatchResult = managers_utils.GenerationBatchResult
+Scheduler = scheduler.Scheduler
+record_stream_for_v2_verify = spec_utils.record_stream_for_v2_verify
+GrammarTree = spec_utils.GrammarTree
+build_grammar_vocab_mask = spec_utils.build_grammar_vocab_mask
+generate_token_bitmask = spec_utils.generate_token_bitmask
+traverse_tree = spec_utils.traverse_tree
+
+# The GPU code paths: the FutureMap's private D2H stream and pinned seq-lens mirror (and
+# the confidence relay's ring) exist only when overlap_utils._is_cuda, which is computed
+# from torch.cuda at import. On a GPU it is True; the simulator stands for that GPU, so
+# set it as it is there (once: it is read when a FutureMap is built).
+overlap_utils._is_cuda = True
