@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 XGRAMMAR ?= xgrammar==0.2.9
 
-.PHONY: setup repro test matrix bench litmus clean
+.PHONY: setup upstream repro test matrix bench litmus upstream-gate clean
 
 setup: $(VENV)/.specrace-ready
 
@@ -21,6 +21,15 @@ $(VENV)/.specrace-ready: pyproject.toml requirements.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
+# The sglang target (README "Verifying installed sglang"): the released wheel and the
+# pure-Python packages its driven modules import, --no-deps (sglang's own metadata pins
+# torch 2.14.1 and CUDA-only wheels, which the code under test never needs).
+upstream: $(VENV)/.specrace-upstream
+
+$(VENV)/.specrace-upstream: $(VENV)/.specrace-ready requirements-upstream.txt
+	$(PY) -m pip install -q --no-deps -r requirements-upstream.txt
+	@touch $@
+
 repro: setup
 	$(VENV)/bin/specrace repro ngram-filter-race --variant pre-fix --war-barrier fine --expect race
 
@@ -29,6 +38,13 @@ test: setup
 
 matrix: setup
 	$(VENV)/bin/specrace matrix --backend sim
+
+# The upstream gate: the seed race on installed sglang (pre-fix reproduced, released code
+# clean) and the upstream mutation matrix.
+upstream-gate: upstream
+	$(VENV)/bin/specrace repro ngram-filter-race --target sglang --variant pre-fix --war-barrier fine --expect race --no-report
+	$(VENV)/bin/specrace repro ngram-filter-race --target sglang --variant fixed --expect clean --no-report
+	$(VENV)/bin/specrace matrix --target sglang
 
 litmus: setup
 	$(VENV)/bin/specrace litmus

@@ -17,7 +17,7 @@ import inspect
 import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Any, Iterator, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 
 class PatchError(RuntimeError):
@@ -40,32 +40,13 @@ class SourcePatch:
         owner, attr = resolve(self.target)
         raw = inspect.getattr_static(owner, attr)
         func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
-        src = inspect.getsource(func)  # snippets match the file's own indentation
-        for old, new in self.edits:
-            count = src.count(old)
-            if count != 1:
-                raise PatchError(f"{self.label or 'patch'}: snippet occurs {count} times in "
-                                 f"{self.target}: {old!r}")
-            src = src.replace(old, new)
-        src = textwrap.dedent(src)  # decorators included: they are re-applied
         module = inspect.getmodule(func)
         namespace = dict(module.__dict__)
-        # Compiled under the original file name and line numbers, so frames (and race
-        # reports) inside the patched function point at the function it patches.
-        tree = ast.parse(src)
-        ast.increment_lineno(tree, inspect.getsourcelines(func)[1] - 1)
-        code = compile(tree, inspect.getsourcefile(func), "exec")
-        exec(code, namespace)  # the code under test's own source, patched
+        exec(self._compiled(func), namespace)  # the code under test's own source, patched
         patched = namespace[func.__name__]
         if isinstance(raw, (classmethod, staticmethod)):
             patched = type(raw)(patched)
-        # ``from .verify import verify_tree_greedy`` binds the original elsewhere in the
-        # package: rebind every such name too, or the patch would miss those callers.
-        package = module.__name__.split(".")[0]
-        aliases = [(m, k) for name, m in list(sys.modules.items())
-                   if m is not None and (name == package or name.startswith(package + "."))
-                   and m is not owner
-                   for k, v in list(vars(m).items()) if v is raw]
+        aliases = [(m, k) for m, k in _aliases(raw, module) if m is not owner]
         setattr(owner, attr, patched)
         for m, k in aliases:
             setattr(m, k, patched)
@@ -75,6 +56,48 @@ class SourcePatch:
             setattr(owner, attr, raw)
             for m, k in aliases:
                 setattr(m, k, raw)
+
+    def _compiled(self, func) -> Any:
+        """The patched function's code, compiled once per patch and original (a state
+        machine applies a variant for every example it runs)."""
+        key = (self, func)
+        code = _COMPILED.get(key)
+        if code is not None:
+            return code
+        src = inspect.getsource(func)  # snippets match the file's own indentation
+        for old, new in self.edits:
+            count = src.count(old)
+            if count != 1:
+                raise PatchError(f"{self.label or 'patch'}: snippet occurs {count} times in "
+                                 f"{self.target}: {old!r}")
+            src = src.replace(old, new)
+        src = textwrap.dedent(src)  # decorators included: they are re-applied
+        # Compiled under the original file name and line numbers, so frames (and race
+        # reports) inside the patched function point at the function it patches.
+        tree = ast.parse(src)
+        ast.increment_lineno(tree, inspect.getsourcelines(func)[1] - 1)
+        code = _COMPILED[key] = compile(tree, inspect.getsourcefile(func), "exec")
+        return code
+
+
+_COMPILED: Dict[Tuple[SourcePatch, Any], Any] = {}
+_ALIASES: Dict[Tuple[int, int], List[Tuple[Any, str]]] = {}
+
+
+def _aliases(raw: Any, module: Any) -> List[Tuple[Any, str]]:
+    """Other modules of the same package that bound ``raw`` under a name of their own
+    (``from .verify import verify_tree_greedy``): they are rebound too, or the patch
+    would miss their callers. Scanning every module of a large package (sglang has ~700)
+    is slow, so the answer is kept until the set of loaded modules changes."""
+    key = (id(raw), len(sys.modules))
+    hit = _ALIASES.get(key)
+    if hit is None:
+        package = module.__name__.split(".")[0]
+        hit = _ALIASES[key] = [
+            (m, k) for name, m in list(sys.modules.items())
+            if m is not None and (name == package or name.startswith(package + "."))
+            for k, v in list(vars(m).items()) if v is raw]
+    return hit
 
 
 def resolve(target: str) -> Tuple[Any, str]:

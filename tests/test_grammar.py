@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from harness.detect import detect
 from harness.faults import installed
+from harness.oracle.grammar import allowed_tokens as oracle_allowed_tokens
+from harness.oracle.grammar import bitmask_row, brute_force_rows
 from harness.policies import Eager, Lazy, Stall
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import EventRecord, SyncRecord
@@ -49,9 +51,7 @@ def make_grammar(key: str, prefix: List[int] = ()) -> Grammar:
 
 
 def fill_row(g: Grammar) -> List[int]:
-    row = torch.full((1, W), -1, dtype=torch.int32)
-    g.fill_vocab_mask(row, 0)
-    return row[0].tolist()
+    return bitmask_row(g, W)
 
 
 def state_of(g: Grammar):
@@ -60,8 +60,7 @@ def state_of(g: Grammar):
 
 
 def allowed_tokens(g: Grammar) -> List[int]:
-    words = fill_row(g)
-    return [t for t in range(V) if (words[t // 32] >> (t % 32)) & 1]
+    return oracle_allowed_tokens(g, V)
 
 
 class Req(SimpleNamespace):
@@ -73,31 +72,7 @@ class Req(SimpleNamespace):
 
 def reference_rows(key: str, prefix: List[int], parents: List[int],
                    tokens: List[int]) -> List[List[int]]:
-    """Each node's expected row, computed on a fresh matcher per node (no rollback)."""
-    rows = []
-    for i in range(len(parents)):
-        path = []
-        node = i
-        while node != 0:
-            path.append(node)
-            node = parents[node]
-        path.reverse()  # root -> i, root excluded
-        g = make_grammar(key, prefix)
-        row: Optional[List[int]] = None
-        reached = True
-        for node in path:
-            if g.is_terminated():  # no descent below a terminated grammar
-                reached = False
-                break
-            tok = tokens[node]
-            if tok not in allowed_tokens(g):  # rejected by the parent's row
-                reached = False
-                break
-            g.accept_token(tok)
-        if reached and not g.is_terminated():
-            row = fill_row(g)
-        rows.append(row if row is not None else [-1] * W)
-    return rows
+    return brute_force_rows(lambda: make_grammar(key, prefix), parents, tokens, V)
 
 
 @st.composite

@@ -128,7 +128,7 @@ def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[
         try:
             outputs = drive(rt, workload, args, plan, target)
             oracle.check_outputs(outputs)
-            check_constrained_outputs(workload, outputs, oracle)
+            check_constrained_outputs(workload, outputs, oracle, target)
         except StaleValue:
             pass
         except Exception as exc:  # a crash of the engine is a finding, not a harness error

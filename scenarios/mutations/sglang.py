@@ -19,7 +19,10 @@ _SB = "sglang.srt.managers.schedule_batch:ScheduleBatch"
 _SCHED = "sglang.srt.managers.scheduler:Scheduler"
 _RESULT = "sglang.srt.managers.utils:GenerationBatchResult"
 
+_SPEC = "sglang.srt.speculative.spec_utils"
+
 SEED = ("seed-eager", "seed-lazy", "seed-stall")
+GRAMMAR = ("grammar-ngram", "grammar-eagle")
 
 
 def M(name, summary, source, target, edits, probes) -> Mutation:
@@ -135,4 +138,36 @@ MUTATIONS: List[Mutation] = [
         "            self.publish_ready.record()\n"
         "            self._publish_fresh = True\n", "")],
       SEED),
+    # --- grammar staging and traversal (seed 000) ----------------------------------------
+    M("tree-copy-no-event",
+      "GrammarTree.from_device records no event: resolve() does not wait for the D2H copies",
+      "seed 000 / M21", f"{_SPEC}:GrammarTree.from_device",
+      [("        return cls(host, done)\n", "        return cls(host, None)\n")],
+      ("grammar-eagle",)),
+    M("tree-read-before-resolve",
+      "GrammarTree.resolve returns the host tree without waiting on the event",
+      "seed 000 / M21", f"{_SPEC}:GrammarTree.resolve",
+      [("            self._done.synchronize()\n", "            pass\n")],
+      ("grammar-eagle",)),
+    M("stale-extend-mask",
+      "build_grammar_vocab_mask does not clear the extend-stage sampling_info.grammar_mask",
+      "seed 000 / M14", f"{_SPEC}:build_grammar_vocab_mask",
+      [("    sampling_info.grammar_mask = None\n", "")],
+      GRAMMAR),
+    M("missing-rollback",
+      "traverse_tree never rolls an accepted node's token back",
+      "M17", f"{_SPEC}:traverse_tree",
+      [("                grammar.rollback(1)\n", "                pass\n")],
+      GRAMMAR),
+    M("child-tested-against-own-row",
+      "traverse_tree tests a child's token against its own row instead of its parent's",
+      "M16", f"{_SPEC}:traverse_tree",
+      [("            parent_bitmask = allocate_token_bitmask[parent_pos]\n",
+        "            parent_bitmask = allocate_token_bitmask[curr]\n")],
+      GRAMMAR),
+    M("descend-below-terminated",
+      "traverse_tree fills rows and descends below a terminated grammar",
+      "M19", f"{_SPEC}:traverse_tree",
+      [("            if not grammar.is_terminated():\n", "            if True:\n")],
+      GRAMMAR),
 ]

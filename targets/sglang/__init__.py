@@ -15,8 +15,10 @@ from typing import Any, Dict, Iterator
 from .. import Target, TargetError
 from . import contract
 
-# Scenarios the upstream engine runs (grammar staging needs the sglang grammar backend)
-SCENARIOS = ("ngram-filter-race", "mixed-overlap", "dp-idle")
+# Scenarios the upstream engine runs: all of them (grammar staging on sglang's own
+# xgrammar backend)
+SCENARIOS = ("ngram-filter-race", "mixed-overlap", "dp-idle", "grammar-ngram",
+             "grammar-tree-staging")
 
 
 class SglangTarget(Target):
@@ -58,6 +60,10 @@ class SglangTarget(Target):
     def scheduler(self, args, device, grammar_backend: Any = None):
         from .engine import UpstreamScheduler
         return UpstreamScheduler(args, device, grammar_backend=grammar_backend)
+
+    def grammar_backend(self):
+        from .grammar import UpstreamGrammarBackend
+        return UpstreamGrammarBackend()
 
     def request(self, rid, prompt, max_new_tokens, grammar=None):
         from .engine import Req

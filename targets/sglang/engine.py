@@ -33,6 +33,8 @@ from typing import Any, Deque, List, Optional, Tuple
 import torch
 
 from harness.faults import ask, fault_point
+from impl.drafter import draft_tree
+from impl.grammar import apply_vocab_mask
 from impl.model import ToyTargetModel
 from impl.ngram import NgramProposer
 from impl.tree import derive_tree_links
@@ -92,15 +94,22 @@ class SamplingInfo:
 
 
 class ToyNgramWorker:
-    """Stands in for upstream's NGRAMWorker + target worker, shaped like them."""
+    """Stands in for upstream's NGRAMWorker + target worker, shaped like them.
+
+    The sampler is ours too (upstream's applies the grammar bitmask with a triton kernel,
+    which has no simulator path): masks are upstream's ``GrammarMask`` objects, applied
+    with plain torch ops. ``device_drafted`` is the EAGLE-style path: a device drafter
+    builds the tree on the forward stream and ``GrammarTree.from_device`` stages it.
+    """
 
     def __init__(self, model: ToyTargetModel, device, draft_token_num: int,
-                 overlap: bool) -> None:
+                 overlap: bool, device_drafted: bool = False) -> None:
         self.model = model
         self.device = torch.device(device)
         self.mod = torch.get_device_module(self.device)
         self.D = draft_token_num
         self.overlap = overlap
+        self.device_drafted = device_drafted
         self.proposer = NgramProposer(draft_token_num)
         # _apply_war_barrier reads the runner's shared-read-done event (and clears it)
         self.last_shared_read_runner = self
@@ -114,11 +123,14 @@ class ToyNgramWorker:
 
     def forward_batch_generation(self, batch, on_publish=None):
         fwd = self.mod.current_stream()
-        upstream.record_stream_for_v2_verify(batch, None, fwd)
+        upstream.spec_utils.record_stream_for_v2_verify(batch, None, fwd)
         bs, D = len(batch.reqs), self.D
         if batch.forward_mode.is_extend():
             self._record_shared_read_done()
-            predict = self.model.forward(batch.input_ids).argmax(dim=-1)
+            logits = self.model.forward(batch.input_ids)
+            if batch.has_grammar:
+                self._apply_extend_grammar(batch, logits)
+            predict = logits.argmax(dim=-1)
             new_seq_lens = batch.seq_lens.clone()
             accept_tokens = torch.zeros((bs, D), dtype=torch.int32, device=self.device)
             accept_tokens[:, 0] = predict.to(torch.int32)
@@ -131,9 +143,13 @@ class ToyNgramWorker:
             new_seq_lens = torch.empty((0,), dtype=torch.int64, device=self.device)
             next_token_ids = accept_tokens
         else:
-            drafts, nt, ns = self._prepare_for_speculative_decoding(batch)
+            if self.device_drafted:
+                drafts, nt, ns, tree = self._device_tree(batch)
+            else:
+                drafts, nt, ns, tree = self._prepare_for_speculative_decoding(batch)
             self._record_shared_read_done()
             logits = self.model.forward(drafts)  # the verify forward
+            self._sample_masks(batch, logits, tree)
             target_predict = logits.argmax(dim=-1).view(bs, D)
             fault_point("forward.before_verify")
             predict, accept_index, accept_lens = verify_tree_greedy(
@@ -177,7 +193,53 @@ class ToyNgramWorker:
         staged = [torch.tensor(x, dtype=torch.int64, pin_memory=True)
                   for x in (drafts, next_token, next_sibling)]
         batch.staging = staged  # the pinned sources live until the copies ran
-        return tuple(t.to(self.device, non_blocking=True) for t in staged)
+        on_device = [t.to(self.device, non_blocking=True) for t in staged]
+        tree = None
+        if batch.has_grammar:  # the tree is already on the host: from_host (NGRAM)
+            tree = upstream.GrammarTree.from_host(staged[1], staged[2],
+                                                  staged[0].view(len(batch.reqs), D))
+        return on_device[0], on_device[1], on_device[2], tree
+
+    def _device_tree(self, batch):
+        """EAGLE-style: the tree is built on this stream; its host copy is started before
+        the verify launch (``from_device``) and resolved after it."""
+        roots = torch.tensor([r.context()[-1] for r in batch.reqs], dtype=torch.int64,
+                             device=self.device)
+        drafts, next_token, next_sibling = draft_tree(roots, self.D, self.model.vocab_size)
+        fault_point("forward.after_draft")
+        tree = None
+        if batch.has_grammar:
+            tree = upstream.GrammarTree.from_device(next_token, next_sibling,
+                                                    drafts.view(len(batch.reqs), self.D))
+        return drafts, next_token, next_sibling, tree
+
+    def _apply_extend_grammar(self, batch, logits) -> None:
+        """The extend stage's mask: one row per request, left on ``sampling_info`` (the
+        verify's ``build_grammar_vocab_mask`` must clear it)."""
+        reqs = batch.reqs
+        first = next(r.grammar for r in reqs if r.grammar is not None)
+        mask = first.allocate_vocab_mask(batch.sampling_info.vocab_size, len(reqs),
+                                         self.device)
+        for i, r in enumerate(reqs):
+            if r.grammar is not None and not r.grammar.is_terminated():
+                r.grammar.fill_vocab_mask(mask, i)
+        mask = first.move_vocab_mask(mask, self.device)
+        apply_vocab_mask(logits, mask)
+        batch.sampling_info.grammar_mask = upstream.GrammarMask(first, mask)
+
+    def _sample_masks(self, batch, logits, tree) -> None:
+        """Upstream's verify mask first (it clears the stale extend-stage mask), then
+        whatever ``sampling_info`` still carries, then the verify mask itself."""
+        info = batch.sampling_info
+        grammar_mask = None
+        if tree is not None:
+            grammar_mask = upstream.spec_utils.build_grammar_vocab_mask(
+                reqs=batch.reqs, tree=tree, sampling_info=info, device=self.device,
+                barrier=None)
+        if info.grammar_mask is not None:
+            apply_vocab_mask(logits, info.grammar_mask.vocab_mask)
+        if grammar_mask is not None:
+            apply_vocab_mask(logits, grammar_mask.vocab_mask)
 
 
 class UpstreamScheduler:
@@ -208,7 +270,7 @@ class UpstreamScheduler:
         self.future_map = upstream.FutureMap(self.device, self.spec_algorithm,
                                              self.req_to_token_pool)
         self.model_worker = ToyNgramWorker(self.model, self.device, args.draft_token_num,
-                                           args.overlap)
+                                           args.overlap, args.spec_algorithm == "eagle")
         # read by the upstream Scheduler methods called on this object
         self._war_barrier_enabled = True
         self.enable_async_d2h_copy = False
@@ -270,9 +332,12 @@ class UpstreamScheduler:
                 self.pop_and_process()
 
     def is_disable_overlap_for_batch(self, batch) -> bool:
+        """NGRAM grammar batches (``grammar_needs_sync``: no device draft phase to hide the
+        grammar work under) and the device-drafted path; a fault plan may reorder."""
         if not batch.forward_mode.is_decode():
             return False
-        return bool(ask("schedule.disable_overlap", batch.has_grammar, batch=batch))
+        default = batch.has_grammar or self.args.spec_algorithm == "eagle"
+        return bool(ask("schedule.disable_overlap", default, batch=batch))
 
     def get_next_batch_to_run(self):
         """Schedule stream: merge the last prefill, filter finished, pick the next batch."""
@@ -349,7 +414,7 @@ class UpstreamScheduler:
         self.future_map.resolve_seq_lens_cpu(batch)
         with self.forward_stream_ctx:
             self.forward_stream.wait_stream(self.schedule_stream)
-            upstream.resolve_forward_inputs(batch, self.future_map)
+            upstream.overlap_utils.resolve_forward_inputs(batch, self.future_map)
             with self._forward_isolation(batch, overlap=True):
                 future_indices = batch.req_pool_indices
                 batch_result = self.model_worker.forward_batch_generation(

@@ -24,18 +24,18 @@ xgrammar_backend = _modules["sglang.srt.constrained.xgrammar_backend"]
 
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
 
+# Classes by name (a run-time patch replaces an attribute *of* the class, which every
+# holder of the class sees). Module-level functions are always called through their
+# module (``spec_utils.build_grammar_vocab_mask(...)``): a name bound here would keep the
+# original when a variant or a mutation patches the function.
 FutureMap = overlap_utils.FutureMap
 RelayPayload = overlap_utils.RelayPayload
-resolve_forward_inputs = overlap_utils.resolve_forward_inputs
 NgramVerifyInput = ngram_info.NgramVerifyInput
 ScheduleBatch = schedule_batch.ScheduleBatch
 GenerationBatchResult = managers_utils.GenerationBatchResult
 Scheduler = scheduler.Scheduler
-record_stream_for_v2_verify = spec_utils.record_stream_for_v2_verify
 GrammarTree = spec_utils.GrammarTree
-build_grammar_vocab_mask = spec_utils.build_grammar_vocab_mask
-generate_token_bitmask = spec_utils.generate_token_bitmask
-traverse_tree = spec_utils.traverse_tree
+from sglang.srt.constrained.base_grammar_backend import GrammarMask  # noqa: E402
 
 # The GPU code paths: the FutureMap's private D2H stream and pinned seq-lens mirror (and
 # the confidence relay's ring) exist only when overlap_utils._is_cuda, which is computed

@@ -1,0 +1,22 @@
+"""Tests of the sglang target: they need the installed package (``make upstream``) and
+are skipped, with that reason, where it is absent."""
+import importlib.metadata
+
+import pytest
+
+
+def _installed() -> bool:
+    try:
+        importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def pytest_collection_modifyitems(config, items):
+    if _installed():
+        return
+    skip = pytest.mark.skip(reason="sglang is not installed (make upstream)")
+    for item in items:
+        if "tests/upstream/" in item.nodeid:
+            item.add_marker(skip)

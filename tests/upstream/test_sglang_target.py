@@ -1,0 +1,110 @@
+"""The sglang target on the simulator: the seed race on upstream's real classes, the
+released code clean under every policy, variants and mutations applied for one run and
+reverted, and the version contract's one-line refusals."""
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+import targets
+from harness.sourcepatch import PatchError, SourcePatch
+from scenarios.registry import run_scenario
+
+POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "pct(2,3)"]
+
+
+@pytest.fixture(scope="module")
+def sglang():
+    return targets.get("sglang")
+
+
+def test_prefix_reproduces_in_every_trial_with_upstream_frames(sglang):
+    res = run_scenario("ngram-filter-race", target="sglang", variant="pre-fix",
+                       war_barrier="fine", backend="sim", trials=4, expect="race")
+    assert res["reproduced"] == res["trials"] == 4
+    assert res["first_divergence"]["kind"] in ("accept_lens", "accept_tokens")
+    readers = {r["second"]["file"] for r in res["races"]}
+    # the schedule-stream gathers are upstream's own filter/merge, named sglang/...
+    assert "sglang/srt/speculative/ngram_info.py" in readers, readers
+    assert res["target_info"]["sglang_version"] == sglang.version
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_released_code_and_coarse_fence_are_clean(sglang, policy):
+    for variant, fence in (("fixed", "fine"), ("pre-fix", "coarse")):
+        res = run_scenario("ngram-filter-race", target="sglang", variant=variant,
+                           war_barrier=fence, backend="sim", policy=policy, trials=2)
+        assert res["outcome"] == "clean", (variant, fence, res["first_divergence"],
+                                           res["races"][:1])
+        assert all(t["checked"] > 0 for t in res["trial_results"])  # values were judged
+
+
+def test_variant_patches_are_reverted_after_the_run(sglang):
+    from targets.sglang import upstream
+    before = {n: inspect.getattr_static(upstream.NgramVerifyInput, n)
+              for n in ("filter_batch", "merge_batch")}
+    stash = inspect.getattr_static(upstream.FutureMap, "stash")
+    run_scenario("ngram-filter-race", target="sglang", variant="pre-fix", backend="sim",
+                 trials=1, expect="race")
+    for n, f in before.items():
+        assert inspect.getattr_static(upstream.NgramVerifyInput, n) is f
+    assert inspect.getattr_static(upstream.FutureMap, "stash") is stash
+
+
+def test_every_upstream_mutation_applies_and_reverts(sglang):
+    from scenarios.mutations.catalogue import mutations_for
+    muts = mutations_for("sglang")
+    assert len(muts) >= 12
+    for m in muts:
+        m.check()
+
+
+def test_a_patch_that_no_longer_fits_is_a_harness_error(sglang):
+    bad = SourcePatch("sglang.srt.managers.overlap_utils:FutureMap.stash",
+                      (("this line is not in upstream", ""),), "stale patch")
+    with pytest.raises(PatchError, match="snippet occurs 0 times"):
+        bad.check()
+
+
+def test_the_simulator_is_sglangs_platform(sglang):
+    from sglang.srt.platforms import current_platform
+    from sglang.srt.utils.common import is_pin_memory_available
+    assert type(current_platform).__name__ == "SimSRTPlatform"
+    assert is_pin_memory_available("sim") and not is_pin_memory_available("cpu")
+
+
+def test_contract_names_what_differs(sglang, monkeypatch):
+    from targets.sglang import contract
+    assert contract.check_api() == []
+    key = ("sglang.srt.managers.overlap_utils", "FutureMap.stash")
+    monkeypatch.setitem(contract.SIGNATURES, key, ("self", "indices", "payload"))
+    problems = contract.check_api()
+    assert len(problems) == 1 and "FutureMap.stash" in problems[0]
+    assert contract.check_version("0.5.22") and not contract.check_version("0.5.23")
+
+
+def test_unsupported_or_missing_sglang_is_a_target_error(monkeypatch):
+    from targets.sglang import SglangTarget, contract
+    monkeypatch.setattr(contract, "installed_version", lambda: "0.4.0")
+    with pytest.raises(targets.TargetError, match="0.4.0 is not a supported release"):
+        SglangTarget().load()
+
+    def missing():
+        raise LookupError("sglang is not installed")
+    monkeypatch.setattr(contract, "installed_version", missing)
+    with pytest.raises(targets.TargetError, match="make upstream"):
+        SglangTarget().load()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["repro", "grammar-ngram", "--target", "sglang"], "does not run on the sglang target"),
+    (["repro", "ngram-filter-race", "--target", "vllm"], "invalid choice"),
+    (["matrix", "--target", "nope"], "invalid choice"),
+])
+def test_cli_bad_target_is_one_line_exit_2(argv, needle):
+    p = subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], p.stderr
