@@ -98,7 +98,8 @@ def test_unsupported_or_missing_sglang_is_a_target_error(monkeypatch):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["repro", "grammar-ngram", "--target", "sglang"], "does not run on the sglang target"),
+    (["repro", "ngram-filter-race", "--target", "sglang", "--variant", "nope"],
+     "unknown variant"),
     (["repro", "ngram-filter-race", "--target", "vllm"], "invalid choice"),
     (["matrix", "--target", "nope"], "invalid choice"),
 ])
