@@ -20,6 +20,11 @@ from dataclasses import dataclass
 from typing import Iterator, List, Tuple
 
 
+class MutationError(RuntimeError):
+    """A mutation's patch does not apply to this tree (its target or snippet moved or
+    changed): a harness error, never a kill."""
+
+
 @dataclass(frozen=True)
 class Mutation:
     name: str
@@ -30,28 +35,13 @@ class Mutation:
     probes: Tuple[str, ...]  # probe names (scenarios.matrix.PROBES), tried in order
 
     def check(self) -> None:
-        """Raise if the patch no longer applies (the code it targets moved or changed)."""
+        """``MutationError`` if the patch no longer applies (its target moved or changed)."""
         with self.applied():
             pass
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
-        owner, attr, original = _resolve(self.target)
-        raw = inspect.getattr_static(owner, attr)
-        func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
-        src = inspect.getsource(func)  # snippets match the file's own indentation
-        for old, new in self.edits:
-            count = src.count(old)
-            if count != 1:
-                raise RuntimeError(f"mutation {self.name}: snippet occurs {count} times in "
-                                   f"{self.target}: {old!r}")
-            src = src.replace(old, new)
-        src = textwrap.dedent(src)
-        module = inspect.getmodule(func)
-        namespace = dict(module.__dict__)
-        filename = f"<mutation {self.name}: {inspect.getsourcefile(func)}>"
-        exec(compile(src, filename, "exec"), namespace)  # our own source, patched
-        patched = namespace[func.__name__]
+        raw, owner, attr, patched = self._patched()
         # ``from .verify import verify_tree_greedy`` binds the original elsewhere in impl/:
         # rebind every such name too, or the mutation would test nothing there.
         aliases = [(m, k) for name, m in list(sys.modules.items())
@@ -66,6 +56,35 @@ class Mutation:
             setattr(owner, attr, raw)
             for m, k in aliases:
                 setattr(m, k, raw)
+
+    def _patched(self):
+        """(original, owner, attribute, patched function); ``MutationError`` when the patch
+        does not apply to this tree."""
+        try:
+            owner, attr, original = _resolve(self.target)
+            raw = inspect.getattr_static(owner, attr)
+            func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
+            src = inspect.getsource(func)  # snippets match the file's own indentation
+        except (ImportError, AttributeError, OSError, TypeError, ValueError) as exc:
+            raise MutationError(f"mutation {self.name}: cannot find {self.target}: "
+                                f"{type(exc).__name__}: {exc}") from None
+        for old, new in self.edits:
+            count = src.count(old)
+            if count != 1:
+                raise MutationError(f"mutation {self.name}: snippet occurs {count} times in "
+                                    f"{self.target}: {old!r}")
+            src = src.replace(old, new)
+        src = textwrap.dedent(src)
+        module = inspect.getmodule(func)
+        namespace = dict(module.__dict__)
+        filename = f"<mutation {self.name}: {inspect.getsourcefile(func)}>"
+        try:
+            exec(compile(src, filename, "exec"), namespace)  # our own source, patched
+            patched = namespace[func.__name__]
+        except (SyntaxError, KeyError) as exc:
+            raise MutationError(f"mutation {self.name}: the patched {self.target} does not "
+                                f"compile: {type(exc).__name__}: {exc}") from None
+        return raw, owner, attr, patched
 
 
 def _resolve(target: str):
