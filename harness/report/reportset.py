@@ -132,15 +132,25 @@ def _terminate_raises() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """SIGINT/SIGTERM wait until the block is done (a handful of renames)."""
-    if not _main_thread() or not hasattr(signal, "pthread_sigmask"):
+    """SIGINT/SIGTERM wait until the block is done (a handful of renames), then act as
+    they would have. Python handlers defer them (masking the main thread alone would not:
+    the kernel may hand a process-directed signal to any of torch's threads)."""
+    if not _main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    held: List[int] = []
+    # (a disposition set outside Python reads as None and cannot be put back: left alone)
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old = {sig: h for sig, h in old.items() if h is not None}
+    for sig in old:
+        signal.signal(sig, lambda signum, frame: held.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(held):
+            signal.raise_signal(sig)  # now, under the handler it would have met
 
 
 def _sweep_stale(folder: str) -> None:

@@ -103,7 +103,8 @@ def render_timeline(trace: Any, races: List[Any], result: Dict[str, Any], out: B
 
     sids = stream_ids(trace)
     lanes = {sid: i for i, sid in enumerate(sids, 1)}
-    lane_names = ["host"] + [f"{trace.stream_name(s)}\n(stream {s})" for s in sids]
+    lane_names = ["host"] + [printable(f"{trace.stream_name(s)}\n(stream {s})", keep_newlines=True)
+                             for s in sids]  # tick labels are drawn later, unseen below
 
     n_text = min(len(races), 6) + (1 if len(races) > 6 else 0)
     title_in, lane_in, xlabel_in, legend_in = 0.95, 0.62, 0.55, 0.3
