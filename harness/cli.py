@@ -237,10 +237,12 @@ def cmd_repro(args) -> int:
     result["command"] = shlex.join(["specrace", *sys.argv[1:]]) if sys.argv else None
     write_error = None
     if not args.no_report:
-        from harness.report import write_reports
+        from harness.report import ReportDirError, write_reports
         try:
             result["report_files"] = write_reports(result, outcome.first_trace,
                                                    outcome.trace_races, report_dir)
+        except ReportDirError as exc:  # the folder went away during the run
+            write_error = f"--report-dir: {exc}"
         except OSError as exc:  # a full disk, a folder gone read-only: the verdict stands
             write_error = (f"cannot write the report to {report_dir!r}: "
                            f"{exc.strerror or exc}")
