@@ -302,7 +302,8 @@ def cmd_matrix(args) -> int:
     if args.json:
         print(json.dumps(res, default=str))
     else:
-        print(format_matrix(res))
+        from harness.report.text import printable
+        print(printable(format_matrix(res), keep_newlines=True))  # findings quote exceptions
     problem = problem_line(res)
     if problem is not None:
         print(f"specrace: {_line(problem)}", file=sys.stderr)

@@ -256,8 +256,8 @@ if __name__ == "__main__":  # one isolated cell: python -m scenarios.matrix KIND
         os._exit(HARNESS_ERROR)
     with gpu_watchdog(_backend, cell_trials(_kind, _name), None,
                       f"matrix cell {_kind} {_name}"):
-        _row = (fixed_row(PROBES[_name], _backend) if _kind == "probe"
-                else mutation_row(BY_NAME[_name], _backend))
-    print(json.dumps(_row, default=str), flush=True)
+        _cell = (fixed_row(PROBES[_name], _backend) if _kind == "probe"
+                 else mutation_row(BY_NAME[_name], _backend))
+    print(json.dumps(_cell, default=str), flush=True)
     sys.stdout.flush()
     os._exit(0)  # a poisoned CUDA context must not get to run destructors

@@ -3,18 +3,12 @@ temp files left behind, SIGTERM included); every renderer survives unprintable t
 reference cache stays bounded."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-
-import pytest
-
-from harness.detect.hb import AccessInfo, Race
-from harness.runtime.trace import HostAccess, OpRecord, Trace
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = "x-v-fine-sim-seed0"
