@@ -1,7 +1,7 @@
 """``specrace``: list | repro | replay | litmus | matrix | bench.
 
 Exit codes: 0 = the outcome matches what was expected, 1 = it does not, 2 = bad input
-(always one line on stderr, never a traceback).
+or a report that cannot be written (always one line on stderr, never a traceback).
 """
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ import argparse
 import json
 import math
 import os
+import shlex
 import sys
 from typing import List, Optional
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
-MAX_TRIALS = 100_000
-MAX_STALL_MS = 2_000.0
 
 
 class UsageError(Exception):
@@ -39,11 +38,20 @@ def _int_in(lo: int, hi: int):
     return parse
 
 
-_positive_int = _int_in(1, MAX_TRIALS)
-_seed = _int_in(0, 2**31 - 1)
+# The bounds are the harness's own (repro, the report schema and the runtimes use the
+# same constants); imported when a value is parsed, so `specrace list` stays light.
+def _trials(text: str) -> int:
+    from harness.oracle.repro import MAX_TRIALS
+    return _int_in(1, MAX_TRIALS)(text)
+
+
+def _seed(text: str) -> int:
+    from harness.oracle.repro import MAX_SEED
+    return _int_in(0, MAX_SEED)(text)
 
 
 def _stall_ms(text: str) -> float:
+    from harness.runtime.limits import MAX_STALL_MS
     try:
         v = float(text)
     except ValueError:
@@ -70,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "random(SEED), pct(SEED,DEPTH))")
     r.add_argument("--stall-ms", type=_stall_ms, default=None,
                    help="stall length; default: until forced (sim) / 1 ms (cuda)")
-    r.add_argument("--trials", type=_positive_int)
+    r.add_argument("--trials", type=_trials)
     r.add_argument("--seed", type=_seed, default=0)
     r.add_argument("--expect", choices=["clean", "race"], default="clean")
     r.add_argument("--json", action="store_true", help="print one JSON object")
@@ -116,11 +124,16 @@ def _load_target(name: str):
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a console that cannot show a character
+        try:                                 # gets an escape, not a UnicodeEncodeError
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError):
+            pass
     try:
         args = build_parser().parse_args(argv)
         return _dispatch(args)
     except UsageError as exc:
-        print(f"specrace: error: {exc}", file=sys.stderr)
+        _error(exc)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("specrace: interrupted", file=sys.stderr)
@@ -130,9 +143,27 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_OK
 
 
+def _error(exc: object) -> None:
+    print(f"specrace: error: {_line(exc)}", file=sys.stderr)
+
+
+def _line(text: object) -> str:
+    """One printable line (report fields and messages carry text from outside)."""
+    from harness.report.text import printable
+    return printable(" ".join(str(text).split()))
+
+
+def _say(text: object) -> None:
+    from harness.report.text import printable
+    print(printable(text))
+
+
 def _dispatch(args) -> int:
     from harness.runtime import BackendError
+    from harness.runtime.limits import LimitError, check_environment
     try:
+        if args.command != "list":
+            check_environment()  # a bad SPECRACE_* setting fails before any work
         if args.command == "list":
             return cmd_list(args)
         if args.command == "repro":
@@ -145,7 +176,7 @@ def _dispatch(args) -> int:
             return cmd_matrix(args)
         if args.command == "bench":
             return cmd_bench(args)
-    except BackendError as exc:
+    except (BackendError, LimitError) as exc:
         raise UsageError(str(exc)) from None
     raise UsageError(f"unknown command {args.command!r}")
 
@@ -172,7 +203,7 @@ def cmd_list(args) -> int:
     return EXIT_OK
 
 
-def _check_repro_args(args, scenario) -> None:
+def _check_repro_args(args, scenario, target: str) -> None:
     if args.variant is not None and args.variant not in scenario.variants:
         raise UsageError(f"unknown variant {args.variant!r} for {scenario.name}; "
                          f"expected one of: {', '.join(scenario.variants)}")
@@ -182,11 +213,20 @@ def _check_repro_args(args, scenario) -> None:
             parse_policy(args.policy)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    variant = args.variant or scenario.default_variant
+    if scenario.variants[variant].get("mutation") is not None:
+        from scenarios.mutations import MutationError
+        try:
+            scenario.mutation(variant, target).check()
+        except MutationError as exc:
+            raise UsageError(f"variant {args.variant or scenario.default_variant!r}: "
+                             f"{exc}") from None
 
 
 def cmd_repro(args) -> int:
     from harness.oracle.repro import ReproConfig, run_repro, verdict_line
     from harness.runtime import resolve_backend
+    from harness.runtime.limits import gpu_watchdog
     from scenarios.registry import get
     try:
         scenario = get(args.scenario)
@@ -196,7 +236,7 @@ def cmd_repro(args) -> int:
     if not target.supports(scenario.name):
         raise UsageError(f"scenario {scenario.name} does not run on the {target.name} target; "
                          f"it runs: {', '.join(s for s in (target.scenarios or ()))}")
-    _check_repro_args(args, scenario)
+    _check_repro_args(args, scenario, target.name)
     backend = resolve_backend(args.backend)
     if backend == "cuda" and args.policy:
         raise UsageError("--policy applies to the simulator only (--backend sim)")
@@ -204,40 +244,62 @@ def cmd_repro(args) -> int:
                       backend=backend, policy=args.policy, stall_ms=args.stall_ms,
                       trials=args.trials, seed=args.seed, expect=args.expect,
                       target=target.name)
-    outcome = _with_progress(lambda prog: run_repro(cfg, scenario, prog),
-                             args.trials or (scenario.cuda_trials if backend == "cuda"
-                                             else scenario.sim_trials),
-                             f"{scenario.name} on {backend}", quiet=args.json)
+    report_dir = args.report_dir or os.path.join("reports", "runs")
+    if not args.no_report:  # before the run: a folder that cannot take the set costs no trial
+        from harness.report import ReportDirError, check_report_dir
+        try:
+            check_report_dir(report_dir, {**cfg.to_json(), "variant": args.variant
+                                          or scenario.default_variant})
+        except ReportDirError as exc:
+            raise UsageError(f"--report-dir: {exc}") from None
+    trials = args.trials or (scenario.cuda_trials if backend == "cuda" else scenario.sim_trials)
+    with gpu_watchdog(backend, trials, args.stall_ms, "specrace repro"):
+        outcome = _with_progress(lambda prog: run_repro(cfg, scenario, prog), trials,
+                                 f"{scenario.name} on {backend}", quiet=args.json)
     result = outcome.result
-    result["command"] = "specrace " + " ".join(sys.argv[1:]) if sys.argv else None
+    # Quoted, so it pastes into a shell as it ran (``--policy 'pct(7,3)'``).
+    result["command"] = shlex.join(["specrace", *sys.argv[1:]]) if sys.argv else None
+    write_error = None
     if not args.no_report:
-        from harness.report import write_reports
-        paths = write_reports(result, outcome.first_trace, outcome.trace_races,
-                              args.report_dir or os.path.join("reports", "runs"))
-        result["report_files"] = paths
+        from harness.report import ReportDirError, write_reports
+        try:
+            result["report_files"] = write_reports(result, outcome.first_trace,
+                                                   outcome.trace_races, report_dir)
+        except ReportDirError as exc:  # the folder went away during the run
+            write_error = f"--report-dir: {exc}"
+        except OSError as exc:  # a full disk, a folder gone read-only: the verdict stands
+            write_error = (f"cannot write the report to {report_dir!r}: "
+                           f"{exc.strerror or exc}")
     if args.json:
         print(json.dumps(result, indent=None, default=str))
     else:
-        print(verdict_line(result))
+        _say(verdict_line(result))
         if result["first_divergence"]:
-            print("  first divergence: " + result["first_divergence"]["message"])
+            _say("  first divergence: " + result["first_divergence"]["message"])
         for race in result["races"][:5]:
-            print("  race: " + race["summary"])
+            _say("  race: " + race["summary"])
         if result.get("report_files"):
-            print("  report: " + result["report_files"]["markdown"])
+            _say("  report: " + result["report_files"]["markdown"])
+    if write_error is not None:
+        _error(write_error)
+        return EXIT_USAGE
     return EXIT_OK if result["matches_expectation"] else EXIT_MISMATCH
 
 
 def cmd_replay(args) -> int:
-    from harness.report.replay import replay_report
+    from harness.report.replay import load_report, replay_report
+    from harness.runtime.limits import gpu_watchdog
     try:
-        verdict = replay_report(args.report)
+        doc = load_report(args.report)  # validated first: the watchdog's budget is its trials
+        with gpu_watchdog(doc["backend"], doc["trials"], doc["stall_ms"], "specrace replay"):
+            verdict = _with_progress(lambda prog: replay_report(args.report, prog),
+                                     doc["trials"], "replay", quiet=args.json)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
         print(json.dumps(verdict, default=str))
     else:
-        print(verdict["summary"])
+        _say(verdict["summary"])
     return EXIT_OK if verdict["same"] else EXIT_MISMATCH
 
 
@@ -258,7 +320,7 @@ def cmd_litmus(args) -> int:
 
 def cmd_matrix(args) -> int:
     from harness.runtime import resolve_backend
-    from scenarios.matrix import run_matrix
+    from scenarios.matrix import format_matrix, matrix_ok, problem_line, run_matrix
     target = _load_target(args.target)
     backend = resolve_backend(args.backend)
     res = _with_progress(lambda prog: run_matrix(backend, prog, target=target.name), None,
@@ -266,10 +328,12 @@ def cmd_matrix(args) -> int:
     if args.json:
         print(json.dumps(res, default=str))
     else:
-        from scenarios.matrix import format_matrix
-        print(format_matrix(res))
-    ok = res["fixed_findings"] == 0 and res["killed"] == res["total"]
-    return EXIT_OK if ok else EXIT_MISMATCH
+        from harness.report.text import printable
+        print(printable(format_matrix(res), keep_newlines=True))  # findings quote exceptions
+    problem = problem_line(res)
+    if problem is not None:
+        print(f"specrace: {_line(problem)}", file=sys.stderr)
+    return EXIT_OK if matrix_ok(res) else EXIT_MISMATCH
 
 
 def cmd_bench(args) -> int:

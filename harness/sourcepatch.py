@@ -37,13 +37,21 @@ class SourcePatch:
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
-        owner, attr = resolve(self.target)
-        raw = inspect.getattr_static(owner, attr)
+        try:
+            owner, attr = resolve(self.target)
+            raw = inspect.getattr_static(owner, attr)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise PatchError(f"{self.label or 'patch'}: cannot find {self.target}: "
+                             f"{type(exc).__name__}: {exc}") from None
         func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
         module = inspect.getmodule(func)
         namespace = dict(module.__dict__)
-        exec(self._compiled(func), namespace)  # the code under test's own source, patched
-        patched = namespace[func.__name__]
+        try:
+            exec(self._compiled(func), namespace)  # the code under test's source, patched
+            patched = namespace[func.__name__]
+        except (SyntaxError, KeyError) as exc:
+            raise PatchError(f"{self.label or 'patch'}: the patched {self.target} does not "
+                             f"compile: {type(exc).__name__}: {exc}") from None
         if isinstance(raw, (classmethod, staticmethod)):
             patched = type(raw)(patched)
         aliases = [(m, k) for m, k in _aliases(raw, module) if m is not owner]
@@ -64,7 +72,11 @@ class SourcePatch:
         code = _COMPILED.get(key)
         if code is not None:
             return code
-        src = inspect.getsource(func)  # snippets match the file's own indentation
+        try:
+            src = inspect.getsource(func)  # snippets match the file's own indentation
+        except (OSError, TypeError) as exc:
+            raise PatchError(f"{self.label or 'patch'}: no source for {self.target}: "
+                             f"{exc}") from None
         for old, new in self.edits:
             count = src.count(old)
             if count != 1:

@@ -1,6 +1,10 @@
 """The mutation kill matrix: the fixed code against every probe (must stay clean), then
 each seeded bug against its probes until one catches it. A probe is a scenario run under
-one schedule on a few seeds; the oracle that fired is recorded as ``caught_by``."""
+one schedule on a few seeds; the oracle that fired is recorded as ``caught_by``.
+
+Every cell ends in a row, whatever happens in it: a mutation row's ``status`` is
+``killed``, ``survived``, ``harness-error`` (its patch does not apply to this tree; the
+rest still run) or ``timeout`` (an isolated cell that ran past its watchdog)."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -13,8 +17,9 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from harness.oracle.runner import run_trial, server_args
+from harness.runtime.limits import gpu_watchdog, watchdog_seconds
 
-from .mutations import Mutation
+from .mutations import Mutation, MutationError
 from .mutations.catalogue import by_name, mutations_for
 from .registry import get
 
@@ -77,62 +82,105 @@ def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None,
 
 def fixed_row(probe: Probe, backend: str, target: str = "impl") -> dict:
     killed, oracle, detail = run_probe(probe, backend, target=target)
-    return {"probe": probe.name, "finding": detail if killed else None, "oracle": oracle}
+    return {"probe": probe.name, "finding": detail if killed else None, "oracle": oracle,
+            "status": "finding" if killed else "clean"}
+
+
+def _row(m: Mutation, status: str, **kw) -> dict:
+    row = {"name": m.name, "summary": m.summary, "source": m.source,
+           "killed": status == "killed", "status": status, "caught_by": None, "probe": None,
+           "detail": None, "seconds": 0.0}
+    row.update(kw)
+    return row
 
 
 def mutation_row(m: Mutation, backend: str, target: str = "impl") -> dict:
-    m.check()  # a patch that no longer applies is a harness error, never a kill
+    """The mutation against its probes; a patch that does not apply to this tree is a
+    ``harness-error`` row, never a kill (nor an exception)."""
+    try:
+        m.check()
+    except MutationError as exc:
+        return _row(m, "harness-error", detail=str(exc))
     t0 = time.perf_counter()
-    row = {"name": m.name, "summary": m.summary, "source": m.source, "killed": False,
-           "caught_by": None, "probe": None, "detail": None}
+    row = _row(m, "survived")
     for probe_name in m.probes:
         killed, oracle, detail = run_probe(PROBES[probe_name], backend, m, target)
         if killed:
-            row.update(killed=True, caught_by=oracle, probe=probe_name, detail=detail)
+            row.update(killed=True, status="killed", caught_by=oracle, probe=probe_name,
+                       detail=detail)
             break
     row["seconds"] = round(time.perf_counter() - t0, 3)
     return row
 
 
-HARNESS_ERROR = 3  # a child's exit code when the harness itself failed (not the engine)
+def cell_trials(kind: str, name: str, target: str = "impl") -> int:
+    """The most trials a cell runs (its watchdog's budget)."""
+    if kind == "probe":
+        return len(PROBES[name].seeds)
+    return sum(len(PROBES[p].seeds) for p in by_name(target)[name].probes)
+
+
+def _cell_command(kind: str, name: str, backend: str, target: str = "impl") -> List[str]:
+    return [sys.executable, "-m", "scenarios.matrix", kind, name, backend, target]
+
+
+CELL_GRACE_S = 60.0  # past its own watchdog, a cell's process is killed from outside
+HARNESS_ERROR = 4  # a child's exit code when the harness itself failed (not the engine);
+# not the watchdog's (WATCHDOG_EXIT, 3)
 
 
 def _isolated(kind: str, name: str, backend: str, target: str = "impl") -> dict:
     """Run one matrix cell in a fresh process. On a GPU a killed mutation often takes a
     device-side assert, which is sticky: the process cannot run anything after it. A
-    process that dies that way has been killed by the crash oracle."""
+    process that dies that way has been killed by the crash oracle; one that runs past
+    its watchdog (or is killed from outside after the grace time) is a ``timeout`` row."""
+    from harness.runtime.cuda import WATCHDOG_EXIT
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "scenarios.matrix", kind, name, backend,
-                           target],
-                          capture_output=True, text=True, timeout=600)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode in (0, HARNESS_ERROR) and lines:
+    limit = watchdog_seconds(cell_trials(kind, name, target))
+    by = by_name(target)
+    try:
+        proc = subprocess.run(_cell_command(kind, name, backend, target), capture_output=True,
+                              text=True, timeout=None if limit is None else limit + CELL_GRACE_S)
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired:
+        rc, out, err = None, "", ""
+    seconds = round(time.perf_counter() - t0, 3)
+    if rc is None or rc == WATCHDOG_EXIT:
+        detail = (f"timed out: ran past its watchdog ({limit:g} s)" if limit is not None
+                  else "timed out")
+        if kind == "probe":
+            return {"probe": name, "finding": detail, "oracle": "timeout", "status": "timeout"}
+        return _row(by[name], "timeout", detail=detail, seconds=seconds)
+    lines = out.strip().splitlines()
+    if rc in (0, HARNESS_ERROR) and lines:
         row = json.loads(lines[-1])
-        if proc.returncode == HARNESS_ERROR:
-            raise RuntimeError(f"matrix cell {kind} {name}: {row['error']}")
+        if rc == HARNESS_ERROR:
+            if kind == "probe":
+                return {"probe": name, "finding": f"harness error: {row['error']}",
+                        "oracle": "harness-error", "status": "harness-error"}
+            return _row(by[name], "harness-error", detail=row["error"], seconds=seconds)
         return row
-    err = next((ln for ln in proc.stderr.splitlines()[::-1] if "Error" in ln or "error" in ln),
-               (proc.stderr.strip().splitlines() or ["?"])[-1])
-    detail = f"process died (rc {proc.returncode}): {err.strip()[:200]}"
+    last = next((ln for ln in err.splitlines()[::-1] if "Error" in ln or "error" in ln),
+                (err.strip().splitlines() or ["?"])[-1])
+    detail = f"process died (rc {rc}): {last.strip()[:200]}"
     if kind == "probe":
-        return {"probe": name, "finding": detail, "oracle": "crash"}
-    m = by_name(target)[name]
-    return {"name": m.name, "summary": m.summary, "source": m.source, "killed": True,
-            "caught_by": "crash", "probe": None, "detail": detail,
-            "seconds": round(time.perf_counter() - t0, 3)}
+        return {"probe": name, "finding": detail, "oracle": "crash", "status": "finding"}
+    return _row(by[name], "killed", caught_by="crash", detail=detail, seconds=seconds)
 
 
 def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = None,
-               mutations: Optional[List[Mutation]] = None, target: str = "impl") -> dict:
-    """On the simulator everything runs in this process; on CUDA each cell runs in a
-    process of its own (see ``_isolated``)."""
+               mutations: Optional[List[Mutation]] = None,
+               isolate: Optional[bool] = None, target: str = "impl") -> dict:
+    """On the simulator everything runs in this process; on CUDA (or with ``isolate``)
+    each cell runs in a process of its own (see ``_isolated``)."""
     mutations = mutations_for(target) if mutations is None else mutations
     probes = probes_for(target)
+    isolate = backend != "sim" if isolate is None else isolate
     total_steps = len(probes) + len(mutations)
     done = 0
     t_start = time.perf_counter()
     fixed, rows = [], []
-    if backend == "sim":
+    if not isolate:
         for probe in probes.values():
             fixed.append(fixed_row(probe, backend, target))
             done += 1
@@ -152,37 +200,73 @@ def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = N
             results = list(pool.map(lambda c: _isolated(c[0], c[1], backend, target), cells))
         fixed = [r for (kind, _), r in zip(cells, results) if kind == "probe"]
         rows = [r for (kind, _), r in zip(cells, results) if kind == "mutation"]
+    cells = fixed + rows
     return {"backend": backend, "target": target,
             "fixed_findings": sum(1 for f in fixed if f["finding"]),
             "fixed": fixed,
             "total": len(rows), "killed": sum(r["killed"] for r in rows),
+            "harness_errors": sum(c.get("status") == "harness-error" for c in cells),
+            "timeouts": sum(c.get("status") == "timeout" for c in cells),
             "seconds": round(time.perf_counter() - t_start, 3),
             "mutations": rows}
 
 
+def matrix_ok(res: dict) -> bool:
+    return (res["fixed_findings"] == 0 and res["killed"] == res["total"]
+            and not res["harness_errors"] and not res["timeouts"])
+
+
+def problem_line(res: dict) -> Optional[str]:
+    """One line naming the cells that are neither killed nor clean (None: there are none)."""
+    bad = [f"{c.get('name') or c.get('probe')} ({c['status']})"
+           for c in res["fixed"] + res["mutations"]
+           if c.get("status") in ("harness-error", "timeout")]
+    survived = [r["name"] for r in res["mutations"] if r.get("status") == "survived"]
+    if not (bad or survived or res["fixed_findings"]):
+        return None
+    parts = [f"{res['killed']}/{res['total']} killed"]
+    if res["fixed_findings"]:
+        parts.append(f"{res['fixed_findings']} finding(s) on the fixed code")
+    if survived:
+        parts.append(f"survived: {', '.join(survived)}")
+    if bad:
+        parts.append(f"{res['harness_errors']} harness error(s), {res['timeouts']} timeout(s): "
+                     + ", ".join(bad))
+    return "matrix: " + "; ".join(parts)
+
+
+_MARK = {"killed": "killed", "survived": "SURVIVED", "harness-error": "ERROR",
+         "timeout": "TIMEOUT"}
+
+
 def format_matrix(res: dict) -> str:
     lines = [f"mutation kill matrix ({res.get('target', 'impl')}) on {res['backend']}: "
-             f"{res['killed']}/{res['total']} killed, "
-             f"fixed code findings: {res['fixed_findings']}, {res['seconds']:.1f} s"]
+             f"{res['killed']}/{res['total']} killed, fixed code findings: {res['fixed_findings']}, {res['seconds']:.1f} s"
+             + (f", {res['harness_errors']} harness error(s)" if res.get("harness_errors") else "")
+             + (f", {res['timeouts']} timeout(s)" if res.get("timeouts") else "")]
     for f in res["fixed"]:
         lines.append(f"  fixed  {f['probe']:<16} {'FINDING: ' + f['finding'] if f['finding'] else 'clean'}")
     for r in res["mutations"]:
-        mark = "killed" if r["killed"] else "SURVIVED"
-        by = f"{r['caught_by']} @ {r['probe']}" if r["killed"] else "-"
+        mark = _MARK.get(r.get("status"), "killed" if r["killed"] else "SURVIVED")
+        by = (f"{r['caught_by']} @ {r['probe']}" if r["killed"] else
+              (r.get("detail") or "-") if mark in ("ERROR", "TIMEOUT") else "-")
         lines.append(f"  {mark:<8} {r['name']:<36} {by:<34} {r['seconds']:6.2f}s")
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # one isolated cell: python -m scenarios.matrix KIND NAME BACKEND
+if __name__ == "__main__":  # one cell: python -m scenarios.matrix KIND NAME BACKEND TARGET
     _kind, _name, _backend, _target = sys.argv[1:5]
+    _by = by_name(_target)
     try:
         if _kind == "mutation":
-            by_name(_target)[_name].check()
-    except Exception as _exc:  # the patch does not apply: say so, don't count a kill
-        print(json.dumps({"error": f"{type(_exc).__name__}: {_exc}"}), flush=True)
+            _by[_name].check()
+    except MutationError as _exc:  # the patch does not apply: say so, don't count a kill
+        print(json.dumps({"error": str(_exc)}), flush=True)
         os._exit(HARNESS_ERROR)
-    _row = (fixed_row(PROBES[_name], _backend, _target) if _kind == "probe"
-            else mutation_row(by_name(_target)[_name], _backend, _target))
-    print(json.dumps(_row, default=str), flush=True)
+    with gpu_watchdog(_backend, cell_trials(_kind, _name, _target), None,
+                      f"matrix cell {_kind} {_name}"):
+        _cell = (fixed_row(PROBES[_name], _backend, _target) if _kind == "probe"
+                 else mutation_row(_by[_name], _backend, _target))
+    print(json.dumps(_cell, default=str), flush=True)
     sys.stdout.flush()
     os._exit(0)  # a poisoned CUDA context must not get to run destructors

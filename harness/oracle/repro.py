@@ -7,15 +7,20 @@ is a function of its parameters: on the simulator, replaying it gives the same v
 from __future__ import annotations
 
 import dataclasses
-import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 import targets
+from harness.policies import offset_seed
 from harness.runtime import resolve_backend
 
 from .runner import run_trial, server_args
+
+# The most trials one run may ask for: the CLI's --trials and a report that replay reads
+# are held to it (a slow simulator trial takes ~1 s: this is hours, not days).
+MAX_TRIALS = 10_000
+MAX_SEED = 2**31 - 1  # a run's --seed (trial i runs workload seed + i)
 
 
 @dataclass
@@ -46,11 +51,9 @@ class ReproOutcome:
 
 
 def trial_policy(policy: str, i: int) -> str:
-    """Offset the seed of seeded policies per trial (``random(7)`` -> ``random(7+i)``)."""
-    m = re.match(r"^(random|pct)\((\d+)(.*)\)$", policy.replace(" ", ""))
-    if not m:
-        return policy
-    return f"{m.group(1)}({int(m.group(2)) + i}{m.group(3)})"
+    """Offset the seed of seeded policies per trial (``random(7)`` -> ``random(7+i)``),
+    staying within the policies' seed range."""
+    return offset_seed(policy, i)
 
 
 def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], None]] = None
@@ -60,6 +63,8 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
     variant = cfg.variant or scenario.default_variant
     policy = cfg.policy or scenario.default_policy
     trials = cfg.trials or (scenario.cuda_trials if backend == "cuda" else scenario.sim_trials)
+    if not 1 <= trials <= MAX_TRIALS:
+        raise ValueError(f"trials must be in 1..{MAX_TRIALS}, not {trials}")
     stalls = scenario.stalls(cfg.stall_ms)
     per_trial: List[dict] = []
     races: Dict[tuple, Any] = {}

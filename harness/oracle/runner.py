@@ -7,6 +7,7 @@ requests, and the happens-before detector over the trace.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -92,21 +93,41 @@ def drive(runtime, workload: Workload, args, plan: FaultPlan,
     return {rid: r.output_ids for rid, r in reqs.items()}
 
 
-_REFERENCE_CACHE: Dict[str, Reference] = {}
+# Workloads recur across a matrix's cells (each probe's few seeds) but not across a
+# repro's trials: a few recent entries serve the one, and the other's memory stays bounded.
+REFERENCE_CACHE_SIZE = 16
+_REFERENCE_CACHE: "collections.OrderedDict[str, Reference]" = collections.OrderedDict()
+
+
+class ReferenceCrash(Exception):
+    """The synchronous reference run itself crashed: the bug is in both runs."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(f"{type(exc).__name__}: {exc}")
+        self.exc = exc
 
 
 def reference(workload: Workload, args, backend: str, target: str = "impl") -> Reference:
     """The synchronous reference: the target's own engine, fixed code, no overlap, on an
-    eager device (cached per workload)."""
+    eager device (an LRU cache holds the last ``REFERENCE_CACHE_SIZE``). ``ReferenceCrash``
+    if the engine fails in it."""
     key = json.dumps([target, backend, workload.to_json(), args.spec_algorithm])
     ref = _REFERENCE_CACHE.get(key)
-    if ref is None:
-        rec = Recorder()
-        ref_args = dataclasses.replace(args, overlap=False, relay="future_map",
-                                       war_barrier="coarse")
-        with open_runtime(backend, Eager(), trace=False) as rt:
+    if ref is not None:
+        _REFERENCE_CACHE.move_to_end(key)
+        return ref
+    rec = Recorder()
+    ref_args = dataclasses.replace(args, overlap=False, relay="future_map",
+                                   war_barrier="coarse")
+    with open_runtime(backend, Eager(), trace=False) as rt:  # a backend error propagates
+        try:
             outputs = drive(rt, workload, ref_args, FaultPlan(observer=rec), target)
-        ref = _REFERENCE_CACHE[key] = Reference(rec.results, outputs)
+        except Exception as exc:
+            _quiesce(rt)
+            raise ReferenceCrash(exc) from exc
+    ref = _REFERENCE_CACHE[key] = Reference(rec.results, outputs)
+    while len(_REFERENCE_CACHE) > REFERENCE_CACHE_SIZE:
+        _REFERENCE_CACHE.popitem(last=False)
     return ref
 
 
@@ -116,8 +137,14 @@ def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[
               answers: Optional[Dict[str, Any]] = None,
               target: str = "impl") -> TrialResult:
     """One run. ``mutation`` (a ``scenarios.mutations.Mutation``) is applied around the run
-    only -- never around the reference."""
-    ref = reference(workload, args, backend, target)
+    only -- never around the reference. A crash of the engine, in the run or in the
+    reference, is a finding (divergence kind ``crash``/``deadlock``), never an exception."""
+    try:
+        ref = reference(workload, args, backend, target)
+    except ReferenceCrash as crash:
+        oracle = StaleValueOracle(Reference({}, {}))
+        oracle.note_crash(crash.exc, where="reference")
+        return TrialResult(oracle.first, [], 0.0, 0)
     oracle = StaleValueOracle(ref, stop_early=stop_early)
     plan = FaultPlan(stalls=list(stalls), answers=dict(answers or {}), observer=oracle)
     pol = parse_policy(policy) if backend == "sim" else None
@@ -132,7 +159,7 @@ def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[
         except StaleValue:
             pass
         except Exception as exc:  # a crash of the engine is a finding, not a harness error
-            oracle.note_crash(exc)
+            oracle.note_crash(exc, where="trial")
         finally:
             _quiesce(rt)
         wall = (time.perf_counter() - t0) * 1000.0

@@ -103,10 +103,18 @@ class StaleValueOracle:
                        "observed": message, "message": f"request {rid}: {message}"},
                       stop=False)
 
-    def note_crash(self, exc: BaseException) -> None:
-        self._diverge({"kind": "crash", "rid": None, "step": None, "where": "engine",
-                       "stream": None, "expected": None, "observed": f"{type(exc).__name__}: {exc}",
-                       "message": f"engine crashed: {type(exc).__name__}: {exc}"}, stop=False)
+    def note_crash(self, exc: BaseException, where: str = "trial") -> None:
+        """The engine raised ``exc`` in the ``trial`` run or in the synchronous
+        ``reference`` run (then the bug is in both). A host sync that can never return is
+        kind ``deadlock``, any other exception kind ``crash``."""
+        from harness.runtime import DeadlockError
+        kind = "deadlock" if isinstance(exc, DeadlockError) else "crash"
+        run = "the synchronous reference run" if where == "reference" else "the trial run"
+        what = "deadlocked" if kind == "deadlock" else "crashed"
+        observed = f"{type(exc).__name__}: {exc}"
+        self._diverge({"kind": kind, "rid": None, "step": None, "where": where,
+                       "stream": None, "expected": None, "observed": observed,
+                       "message": f"engine {what} in {run}: {observed}"}, stop=False)
 
     def _diverge(self, d: dict, stop: bool = True) -> None:
         self.divergences.append(d)

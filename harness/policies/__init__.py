@@ -23,7 +23,10 @@ from ..runtime.policy import Policy, RunAll
 from ..runtime.trace import HOST
 
 __all__ = ["Eager", "Lazy", "Stall", "RandomPolicy", "PCT", "parse_policy", "POLICY_HELP",
-           "standard_policies"]
+           "standard_policies", "offset_seed", "MAX_POLICY_CHARS", "MAX_POLICY_SEED"]
+
+MAX_POLICY_CHARS = 200  # the longest spelling accepted (the CLI and the report schema)
+MAX_POLICY_SEED = 2**63 - 1  # seeds are 0..MAX_POLICY_SEED
 
 Eager = RunAll
 
@@ -123,6 +126,9 @@ _CALL = re.compile(r"^\s*([a-z]+)\s*(?:\((.*)\))?\s*$")
 
 def parse_policy(spec: str) -> Policy:
     """Build a policy from its spelling; ValueError with a one-line reason otherwise."""
+    if isinstance(spec, str) and len(spec) > MAX_POLICY_CHARS:
+        raise ValueError(f"bad policy {spec[:40]!r}...: longer than {MAX_POLICY_CHARS} "
+                         f"characters")
     m = _CALL.match(spec or "")
     if not m:
         raise ValueError(f"bad policy {spec!r}; expected {POLICY_HELP}")
@@ -149,9 +155,21 @@ def parse_policy(spec: str) -> Policy:
 
 def _nonneg(text: str) -> int:
     v = int(text)
-    if v < 0 or v > 2**63 - 1:
+    if v < 0 or v > MAX_POLICY_SEED:
         raise ValueError(f"{text} is out of range")
     return v
+
+
+def offset_seed(spec: str, i: int) -> str:
+    """The spelling of ``spec`` with its seed moved on by ``i`` (``random(7)`` ->
+    ``random(7+i)``), wrapping around within 0..MAX_POLICY_SEED so every trial's policy
+    stays valid; unseeded policies are returned as they are. ValueError for a bad spec."""
+    pol = parse_policy(spec)
+    if isinstance(pol, RandomPolicy):
+        return f"random({(pol.seed + i) % (MAX_POLICY_SEED + 1)})"
+    if isinstance(pol, PCT):
+        return f"pct({(pol.seed + i) % (MAX_POLICY_SEED + 1)},{pol.depth})"
+    return spec
 
 
 def standard_policies(stall: Optional[str] = "forward", seeds: Sequence[int] = (1, 2)) -> List[str]:

@@ -1,7 +1,7 @@
 """Reports of a ``specrace repro`` run: JSON (replayable), Markdown, a Chrome trace, a PNG.
 
-``write_reports(result, trace, races, report_dir)`` writes, each atomically (a temp file in
-the same folder, then ``os.replace``), under the base name
+``write_reports(result, trace, races, report_dir)`` writes, as one set (``reportset``: a
+reader sees the previous set or this one, never a mix), under the base name
 ``{scenario}-{variant}-{war_barrier}-{backend}-seed{seed}``:
 
 * ``NAME.json``        the result dict, plus the format version, the environment and the
@@ -12,19 +12,24 @@ the same folder, then ``os.replace``), under the base name
 
 ``trace`` is the trace of the first failing trial (or trial 0) and ``races`` the races
 found in *that* trace; with no trace the last two are skipped (``None`` in the result).
+Every file carries the set's ``run_id`` (a digest of the JSON report's content).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shlex
-import tempfile
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
+
+from .reportset import ReportDirError, prepare_report_dir, write_set
 
 REPORT_FORMAT = 1
+SUFFIXES = {"json": ".json", "markdown": ".md", "trace": ".trace.json", "timeline": ".png"}
 
-__all__ = ["write_reports", "report_name", "environment", "REPORT_FORMAT"]
+__all__ = ["write_reports", "report_name", "environment", "REPORT_FORMAT",
+           "check_report_dir", "ReportDirError"]
 
 
 def report_name(result: Dict[str, Any]) -> str:
@@ -35,62 +40,60 @@ def report_name(result: Dict[str, Any]) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
+def check_report_dir(report_dir: str, result: Dict[str, Any]) -> str:
+    """Create ``report_dir`` if needed and prove ``result``'s set can be written there
+    (``ReportDirError``, one line, if not): call it before the run."""
+    name = report_name(result)
+    longest = max((name + sfx for sfx in SUFFIXES.values()), key=len)
+    return prepare_report_dir(report_dir, longest)
+
+
 def write_reports(result: Dict[str, Any], trace: Any, races: Optional[List[Any]],
                   report_dir: str) -> Dict[str, Optional[str]]:
     from .markdown import render_markdown
 
-    os.makedirs(report_dir, exist_ok=True)
+    check_report_dir(report_dir, result)
     name = report_name(result)
+    have = {"json", "markdown"} | ({"trace", "timeline"} if trace is not None else set())
     paths: Dict[str, Optional[str]] = {
-        "json": os.path.join(report_dir, name + ".json"),
-        "markdown": os.path.join(report_dir, name + ".md"),
-        "trace": os.path.join(report_dir, name + ".trace.json") if trace is not None else None,
-        "timeline": os.path.join(report_dir, name + ".png") if trace is not None else None,
-    }
+        k: (os.path.join(report_dir, name + sfx) if k in have else None)
+        for k, sfx in SUFFIXES.items()}
     races = list(races or [])
     report = {"specrace_report": REPORT_FORMAT}
-    report.update({k: v for k, v in result.items() if k != "report_files"})
+    report.update({k: v for k, v in result.items() if k not in ("report_files", "run_id")})
     report["environment"] = environment()
     report["replay"] = {"command": "specrace replay " + shlex.quote(paths["json"])}
     report["report_files"] = {k: (os.path.basename(v) if v else None) for k, v in paths.items()}
+    report["run_id"] = _run_id(report)
 
-    timeline_note = None
+    members = []  # swapped in in this order: the JSON, replay's entry point, last
+    notes: Dict[str, Any] = {}
     if trace is not None:
         from .chrome import chrome_trace
         from .timeline import render_timeline
 
-        doc = chrome_trace(trace, races, result)
-        _atomic_write(paths["trace"], lambda f: f.write(
-            json.dumps(doc, default=str, separators=(",", ":")).encode()))
-        timeline_note = _atomic_write(paths["timeline"],
-                                      lambda f: render_timeline(trace, races, result, f))
+        doc = chrome_trace(trace, races, report)
+        members.append((name + SUFFIXES["trace"], lambda f: f.write(
+            json.dumps(doc, default=str, separators=(",", ":")).encode())))
 
-    _atomic_write(paths["json"], lambda f: f.write(
-        (json.dumps(report, indent=1, default=str) + "\n").encode()))
-    md = render_markdown(report, paths, trace, races, timeline_note)
-    _atomic_write(paths["markdown"], lambda f: f.write(md.encode()))
+        def timeline(f: Any) -> Any:
+            notes["timeline"] = render_timeline(trace, races, report, f)
+        members.append((name + SUFFIXES["timeline"], timeline))
+
+    def markdown(f: Any) -> None:
+        f.write(render_markdown(report, paths, trace, races, notes.get("timeline")).encode())
+    members.append((name + SUFFIXES["markdown"], markdown))
+    members.append((name + SUFFIXES["json"], lambda f: f.write(
+        (json.dumps(report, indent=1, default=str) + "\n").encode())))
+    absent = [name + SUFFIXES[k] for k in SUFFIXES if k not in have]
+    write_set(report_dir, members, absent)
     return paths
 
 
-def _atomic_write(path: str, write: Callable[[Any], Any]) -> Any:
-    """Write ``path`` through a temp file in the same folder, then rename it into place."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                               dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            ret = write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return ret
+def _run_id(report: Dict[str, Any]) -> str:
+    """The set's id: a digest of the report's content (the same run, the same id)."""
+    text = json.dumps(report, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 # --- environment ------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from harness.runtime.trace import HostAccess, QueryRecord, SyncRecord
 
 from .common import (access_names, host_label, host_records, layout, op_at, race_marks,
                      stream_ids, time_note, where)
+from .text import printable_tree
 
 PID = 1
 HOST_TID = 0
@@ -145,5 +146,6 @@ def chrome_trace(trace: Any, races: List[Any], result: Optional[Dict[str, Any]] 
              "trial": result.get("first_trial") if result.get("first_trial") is not None else 0,
              "time_base": lay.mode, "time_note": note,
              "ops_not_executed": lay.not_executed,
-             "races": [f"{r.kind} #{n}: {r.summary()}" for n, r in enumerate(races, 1)]}
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
+             "races": [f"{r.kind} #{n}: {r.summary()}" for n, r in enumerate(races, 1)],
+             "run_id": result.get("run_id")}
+    return printable_tree({"traceEvents": events, "displayTimeUnit": "ms", "otherData": other})

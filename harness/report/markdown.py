@@ -5,6 +5,8 @@ import os
 import shlex
 from typing import Any, Dict, List, Optional
 
+from .text import printable
+
 MAX_RACES = 20
 MAX_TRIAL_ROWS = 20
 
@@ -58,6 +60,11 @@ def repro_command(r: Dict[str, Any]) -> str:
 
 def render_markdown(report: Dict[str, Any], paths: Dict[str, Optional[str]], trace: Any,
                     races: List[Any], timeline_note: Optional[str]) -> str:
+    return printable(_render(report, paths, trace, races, timeline_note), keep_newlines=True)
+
+
+def _render(report: Dict[str, Any], paths: Dict[str, Optional[str]], trace: Any,
+            races: List[Any], timeline_note: Optional[str]) -> str:
     from harness.oracle.repro import verdict_line
 
     r = report
@@ -91,6 +98,8 @@ def render_markdown(report: Dict[str, Any], paths: Dict[str, Optional[str]], tra
     out.append(f"- seed {r.get('seed')} (trial i runs seed {r.get('seed')}+i), "
                f"first failing trial: "
                f"{'none' if r.get('first_trial') is None else r.get('first_trial') + 1}")
+    if r.get("run_id"):
+        out.append(f"- run id `{r['run_id']}` (every file of this report set carries it)")
     out.append("")
 
     # --- what raced with what ---

@@ -16,7 +16,9 @@ import os
 import re
 import shlex
 import stat
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .text import printable
 
 MAX_BYTES = 20 * 1024 * 1024
 MAX_MSG = 300
@@ -25,7 +27,7 @@ __all__ = ["replay_report", "load_report", "verdict_of", "MAX_BYTES"]
 
 
 def _one_line(text: Any, limit: int = MAX_MSG) -> str:
-    s = re.sub(r"[\x00-\x1f\x7f]+", " ", str(text)).strip()
+    s = printable(re.sub(r"[\x00-\x1f\x7f]+", " ", str(text)).strip())
     return s if len(s) <= limit else s[:limit - 3] + "..."
 
 
@@ -253,7 +255,9 @@ def compare(original: Dict[str, Any], replayed: Dict[str, Any]) -> Tuple[bool, s
     return False, _one_line("replay: DIFFERENT verdict: " + "; ".join(diffs), 400)
 
 
-def replay_report(path: Any) -> Dict[str, Any]:
+def replay_report(path: Any, progress: Optional[Callable[..., None]] = None
+                  ) -> Dict[str, Any]:
+    """Re-run the report at ``path``; ``progress(done, total)`` after each trial."""
     doc = load_report(path)
     from harness.oracle.repro import ReproConfig, run_repro
     from harness.runtime import cuda_available
@@ -273,7 +277,9 @@ def replay_report(path: Any) -> Dict[str, Any]:
                       stall_ms=float(doc["stall_ms"]) if doc["stall_ms"] is not None else None,
                       trials=int(doc["trials"]), seed=int(doc["seed"]), expect=doc["expect"],
                       target=doc.get("target", "impl"))
-    outcome = run_repro(cfg, scenario)
+    if progress is not None:
+        progress(0, cfg.trials)
+    outcome = run_repro(cfg, scenario, progress)
     original, replayed = verdict_of(doc), verdict_of(outcome.result)
     same, summary = compare(original, replayed)
     env = doc.get("environment")

@@ -1,9 +1,14 @@
 """JSON Schema of a ``specrace repro`` report (``NAME.json``), format version 1.
 
 Only what replay relies on is constrained; other keys (environment, trial results, ...)
-are free. Bounds follow the CLI's (trials 1..100000, seed 0..2**31-1, stall 0..2000 ms).
+are free. The bounds are the very constants ``repro`` and the CLI enforce, so a report
+asks for no more than ``repro`` itself allows and every report ``repro`` writes replays.
 """
 from __future__ import annotations
+
+from harness.oracle.repro import MAX_SEED, MAX_TRIALS
+from harness.policies import MAX_POLICY_CHARS
+from harness.runtime.limits import MAX_STALL_MS
 
 _SITE = {
     "type": "object",
@@ -33,11 +38,11 @@ REPORT_SCHEMA = {
         "variant": {"type": "string", "minLength": 1, "maxLength": 200},
         "war_barrier": {"enum": ["fine", "coarse"]},
         "backend": {"enum": ["sim", "cuda"]},
-        "policy": {"type": "string", "minLength": 1, "maxLength": 200},
-        "stall_ms": {"type": ["number", "null"], "minimum": 0, "maximum": 2000},
-        "seed": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
-        "trials": {"type": "integer", "minimum": 1, "maximum": 100_000},
-        "reproduced": {"type": "integer", "minimum": 0, "maximum": 100_000},
+        "policy": {"type": "string", "minLength": 1, "maxLength": MAX_POLICY_CHARS},
+        "stall_ms": {"type": ["number", "null"], "minimum": 0, "maximum": MAX_STALL_MS},
+        "seed": {"type": "integer", "minimum": 0, "maximum": MAX_SEED},
+        "trials": {"type": "integer", "minimum": 1, "maximum": MAX_TRIALS},
+        "reproduced": {"type": "integer", "minimum": 0, "maximum": MAX_TRIALS},
         "races": {
             "type": "array",
             "items": {

@@ -14,6 +14,7 @@ from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 from harness.runtime.trace import OpRecord, QueryRecord, SyncRecord
 
 from .common import host_records, layout, op_at, race_marks, stream_ids, where
+from .text import printable
 
 MAX_FULL = 200  # ops shown without a window when there is no race to centre on
 MARGIN = 60  # ops either side of the racing accesses in the overview
@@ -94,6 +95,7 @@ def render_timeline(trace: Any, races: List[Any], result: Dict[str, Any], out: B
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+    from matplotlib.text import Text
 
     lay = layout(trace)
     marks = race_marks(trace, races)
@@ -101,7 +103,8 @@ def render_timeline(trace: Any, races: List[Any], result: Dict[str, Any], out: B
 
     sids = stream_ids(trace)
     lanes = {sid: i for i, sid in enumerate(sids, 1)}
-    lane_names = ["host"] + [f"{trace.stream_name(s)}\n(stream {s})" for s in sids]
+    lane_names = ["host"] + [printable(f"{trace.stream_name(s)}\n(stream {s})", keep_newlines=True)
+                             for s in sids]  # tick labels are drawn later, unseen below
 
     n_text = min(len(races), 6) + (1 if len(races) > 6 else 0)
     title_in, lane_in, xlabel_in, legend_in = 0.95, 0.62, 0.55, 0.3
@@ -161,7 +164,14 @@ def render_timeline(trace: Any, races: List[Any], result: Dict[str, Any], out: B
                                                for t in shown_lines),
                  fontsize=8, family="monospace", color="#8B0000", va="bottom", ha="left",
                  linespacing=1.5)
-    fig.savefig(out, format="png")
+    # Report text is not trusted: no mathtext parsing ("$" in a path), nothing unprintable
+    # (a lone surrogate cannot be drawn at all).
+    for text in fig.findobj(Text):
+        text.set_parse_math(False)
+        text.set_text(printable(text.get_text(), keep_newlines=True))
+    run_id = result.get("run_id")
+    fig.savefig(out, format="png",
+                metadata={"Description": f"specrace run {run_id}"} if run_id else None)
     notes = [p[2] for p in panels if p[2]]
     return "; ".join(notes) if notes else "full trace"
 

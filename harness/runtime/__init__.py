@@ -14,11 +14,17 @@ import torch
 from .policy import Policy
 from .trace import Trace
 
-__all__ = ["Runtime", "open_runtime", "cuda_available", "resolve_backend", "BackendError"]
+__all__ = ["Runtime", "open_runtime", "cuda_available", "resolve_backend", "BackendError",
+           "DeadlockError"]
 
 
 class BackendError(RuntimeError):
     """The requested backend cannot run here (e.g. ``cuda`` on a machine without a GPU)."""
+
+
+class DeadlockError(RuntimeError):
+    """A host sync can never return: what it waits for waits, in the end, on itself (or on
+    an op that was never enqueued). The trial runner reports it as a finding."""
 
 
 def cuda_available() -> bool:

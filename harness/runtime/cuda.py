@@ -56,6 +56,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import BackendError, Runtime, hostmem
+from .limits import DEFAULT_STALL_MS, MAX_STALL_MS, cycles_per_ms_from_env
 from .pinning import CudaPinning, cuda_is_pinned, needs_cuda_pinning
 from .schema import arg_value, effects, iter_tensors
 from .trace import (Access, EventRecord, HostAccess, OpRecord, Position, QueryRecord,
@@ -63,13 +64,13 @@ from .trace import (Access, EventRecord, HostAccess, OpRecord, Position, QueryRe
 
 __all__ = [
     "CudaRuntime", "cuda_runtime", "calibrate", "cycles_per_ms_from_samples",
-    "stall_cycles", "watchdog", "DEFAULT_STALL_MS", "MAX_STALL_MS",
+    "stall_cycles", "watchdog", "DEFAULT_STALL_MS", "MAX_STALL_MS", "WATCHDOG_EXIT",
 ]
 
 aten = torch.ops.aten
 
-DEFAULT_STALL_MS = 1.0  # ``stall(None)``: >= 0.5 ms saturates amplification on an H200
-MAX_STALL_MS = 2000.0  # every stall is capped: cycles are not time (clock drift, ROCm, TDR)
+# DEFAULT_STALL_MS (``stall(None)``) and MAX_STALL_MS (every stall is capped: cycles are
+# not time -- clock drift, ROCm, TDR) come from ``limits``, shared with the simulator.
 BLOCKING_H2D_SYNCS = True  # PyTorch's blocking H2D copy is memcpy_and_sync on the stream
 
 # Calibration: warm the spin kernel up, then time these sizes with events.
@@ -113,17 +114,15 @@ _CALIBRATION_LOCK = threading.Lock()
 def calibrate(force: bool = False) -> float:
     """Cycles of ``torch.cuda._sleep`` per millisecond on this GPU (cached per process).
 
-    ``SPECRACE_CYCLES_PER_MS`` in the environment skips the measurement.
+    ``SPECRACE_CYCLES_PER_MS`` in the environment skips the measurement; it must be a
+    plausible GPU clock (``limits.CYCLES_PER_MS_RANGE``, else ``limits.LimitError``).
     """
     global _CYCLES_PER_MS
     with _CALIBRATION_LOCK:
         if _CYCLES_PER_MS is not None and not force:
             return _CYCLES_PER_MS
-        env = os.environ.get("SPECRACE_CYCLES_PER_MS")
-        if env and not force:
-            value = float(env)
-            if value <= 0:
-                raise ValueError(f"SPECRACE_CYCLES_PER_MS must be positive, got {env!r}")
+        value = cycles_per_ms_from_env()
+        if value is not None and not force:
             _CYCLES_PER_MS = value
             return value
         with _passthrough():  # never log the calibration's own events into a trace
@@ -193,16 +192,19 @@ class _Watchdog:
                 self._cond.wait(deadline - now)
 
 
+WATCHDOG_EXIT = 3  # the process's exit status when the watchdog fires
+
+
 def _fire(seconds: float, what: str) -> None:
     msg = (f"\nspecrace watchdog: {what} exceeded {seconds:g} s -- a GPU hang or a stall "
-           f"that never ends; dumping stacks and exiting with status 3\n")
+           f"that never ends; dumping stacks and exiting with status {WATCHDOG_EXIT}\n")
     try:
         os.write(2, msg.encode())
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stderr.flush()
     except Exception:
         pass
-    os._exit(3)
+    os._exit(WATCHDOG_EXIT)
 
 
 _WATCHDOG = _Watchdog()

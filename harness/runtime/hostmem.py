@@ -19,11 +19,14 @@ import torch
 
 from .trace import Frame, tensor_range, user_frame
 
+# Storage ids are numbered per run: ``save()`` (a runtime opening) starts a fresh count and
+# ``restore()`` puts the outer run's back, so the same run gives the same trace also when it
+# is not the first in its process (pytest, the API).
 _sid_counter = itertools.count(1)
 
 
 def new_sid() -> int:
-    """A fresh storage id (never reused, unlike data pointers)."""
+    """A fresh storage id (never reused within a run, unlike data pointers)."""
     return next(_sid_counter)
 
 
@@ -92,16 +95,24 @@ def clear() -> None:
     _PINNED.clear()
 
 
-def save() -> Dict[int, Tuple[int, str, torch.Tensor]]:
-    """Detach the current registry (a nested run starts empty); ``restore`` puts it back."""
-    saved = dict(_PINNED)
+Saved = Tuple[Dict[int, Tuple[int, str, torch.Tensor]], Any]
+
+
+def save() -> Saved:
+    """Detach the current registry and storage-id count: a run (nested or not) starts
+    empty, numbering from 1; ``restore`` puts the outer state back."""
+    global _sid_counter
+    saved = (dict(_PINNED), _sid_counter)
     _PINNED.clear()
+    _sid_counter = itertools.count(1)
     return saved
 
 
-def restore(saved: Dict[int, Tuple[int, str, torch.Tensor]]) -> None:
+def restore(saved: Saved) -> None:
+    global _sid_counter
+    pinned, _sid_counter = saved
     _PINNED.clear()
-    _PINNED.update(saved)
+    _PINNED.update(pinned)
 
 
 _HOST_READS = {torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__}

@@ -16,7 +16,11 @@ from typing import Iterator, List, Tuple
 
 from harness.sourcepatch import PatchError, SourcePatch, resolve
 
-__all__ = ["Mutation", "MUTATIONS", "BY_NAME", "PatchError", "resolve"]
+__all__ = ["Mutation", "MUTATIONS", "BY_NAME", "MutationError", "resolve"]
+
+# A mutation's patch that does not apply to this tree (its target or snippet moved or
+# changed): a harness error, never a kill.
+MutationError = PatchError
 
 
 @dataclass(frozen=True)
@@ -33,7 +37,7 @@ class Mutation:
         return SourcePatch(self.target, self.edits, f"mutation {self.name}")
 
     def check(self) -> None:
-        """Raise ``PatchError`` if the patch no longer applies (the code it targets moved)."""
+        """``MutationError`` if the patch no longer applies (its target moved or changed)."""
         self.patch.check()
 
     def applied(self):

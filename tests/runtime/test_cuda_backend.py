@@ -449,6 +449,69 @@ def test_runtime_lifecycle_on_fake_cuda(fake_cuda):
     del y, z
 
 
+def test_capture_numbers_storages_per_run(fake_cuda):
+    """The same run twice in one process gives the same trace (storage ids per run)."""
+    traces = []
+    for _ in range(2):
+        with C.cuda_runtime() as rt:
+            x = torch.zeros(4)
+            y = x + 1
+        traces.append([(o.name, o.reads, o.writes) for o in rt.trace.ops()])
+        del x, y
+    assert traces[0] == traces[1]
+    assert traces[0][0][2][0][0] == 1  # the first storage of a run is storage 1
+
+
+@pytest.mark.parametrize("value", ["1e12", "nan", "inf", "-2e6", "0", "fast", "1e3"])
+def test_cycles_per_ms_from_the_environment_is_validated(monkeypatch, value):
+    from harness.runtime import limits
+    monkeypatch.setattr(C, "_CYCLES_PER_MS", None)
+    monkeypatch.setenv("SPECRACE_CYCLES_PER_MS", value)
+    with pytest.raises(limits.LimitError) as info:
+        C.calibrate()
+    msg = str(info.value)
+    assert "SPECRACE_CYCLES_PER_MS" in msg and "\n" not in msg
+    assert C._CYCLES_PER_MS is None
+
+
+def test_cycles_per_ms_from_the_environment_skips_calibration(monkeypatch):
+    monkeypatch.setattr(C, "_CYCLES_PER_MS", None)
+    monkeypatch.setenv("SPECRACE_CYCLES_PER_MS", "1.98e6")
+    assert C.calibrate() == 1.98e6
+
+
+def test_gpu_watchdog_is_armed_for_cuda_with_a_limit_from_the_work(monkeypatch):
+    from harness.runtime import limits
+    armed = []
+
+    @contextlib.contextmanager
+    def fake_watchdog(seconds, what="block"):
+        armed.append((seconds, what))
+        yield
+
+    monkeypatch.setattr(C, "watchdog", fake_watchdog)
+    monkeypatch.delenv(limits.WATCHDOG_ENV, raising=False)
+    with limits.gpu_watchdog("sim", 200, None, "sim run"):
+        pass
+    assert armed == []  # the simulator bounds its own work
+    with limits.gpu_watchdog("cuda", 200, 1.0, "repro"):
+        pass
+    with limits.gpu_watchdog("cuda", 400, 1.0, "repro"):
+        pass
+    (small, _), (large, what) = armed
+    assert what == "repro" and 0 < small < large < limits.MAX_WATCHDOG_S
+    assert small == limits.WATCHDOG_SETUP_S + 200 * (limits.WATCHDOG_TRIAL_S
+                                                     + limits.WATCHDOG_STALLS_PER_TRIAL * 1e-3)
+    monkeypatch.setenv(limits.WATCHDOG_ENV, "42")
+    assert limits.watchdog_seconds(10**6) == 42.0
+    monkeypatch.setenv(limits.WATCHDOG_ENV, "0")
+    assert limits.watchdog_seconds(10) is None
+    for bad in ("soon", "nan", "-1", "1e99"):
+        monkeypatch.setenv(limits.WATCHDOG_ENV, bad)
+        with pytest.raises(limits.LimitError, match=limits.WATCHDOG_ENV):
+            limits.watchdog_seconds(1)
+
+
 # --- the pytest plugin ------------------------------------------------------------------
 
 def test_plugin_marker_skip_and_report_section(tmp_path):

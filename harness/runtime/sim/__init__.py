@@ -34,6 +34,7 @@ def _default_stream(device=None) -> Stream:
 
 
 def _set_stream(stream: Stream) -> None:
+    stream._mine("set_stream")
     current_device().current = stream
 
 
@@ -46,6 +47,7 @@ class _StreamContext:
 
     def __enter__(self) -> Optional[Stream]:
         if self.stream is not None:
+            self.stream._mine("stream context")
             dev = current_device()
             self.prev = dev.current
             dev.current = self.stream

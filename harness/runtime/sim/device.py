@@ -11,6 +11,9 @@ Semantics (CUDA's, see SPEC §1):
    the host under a lazy or stalled schedule.
 4. A device-side error (an out-of-range gather) is sticky and surfaces at the next sync,
    as CUDA's asynchronous errors do.
+5. Streams and events belong to the session (device) they were made in; using one in
+   another session is an error, not a silent wait on a position of some other run. A host
+   sync that can never return (a wait cycle) raises ``SimDeadlock``; it never recurses.
 
 Everything is single-threaded and deterministic; the order of execution is a function of
 the program and the policy (and its seed) alone.
@@ -21,6 +24,7 @@ import collections
 import itertools
 from typing import Any, Deque, Iterable, List, Optional
 
+from .. import DeadlockError
 from ..policy import Policy, RunAll
 from ..trace import (EventRecord, HostAccess, OpRecord, Position, QueryRecord, SyncRecord,
                      Trace, user_frame)
@@ -35,7 +39,18 @@ FOREVER = float("inf")
 
 
 class SimDeviceError(RuntimeError):
-    """A kernel failed on the simulated device (like a CUDA device-side assert)."""
+    """A kernel failed on the simulated device (like a CUDA device-side assert), or a
+    stream or event was used outside the session it belongs to."""
+
+
+class SimDeadlock(SimDeviceError, DeadlockError):
+    """A host sync waits on something that can never complete."""
+
+
+def _owned(dev: "SimDevice", owner: Optional["SimDevice"], what: str) -> None:
+    if owner is not dev:
+        raise SimDeviceError(f"{what} belongs to another simulator session: streams and "
+                             f"events cannot be carried from one run into the next")
 
 
 class Stream:
@@ -54,6 +69,10 @@ class Stream:
         self.ends: List[float] = [0.0]  # end time of op n at index n
 
     # --- CUDA's Stream API -------------------------------------------------------------
+    def _mine(self, what: str) -> "SimDevice":
+        _owned(current_device(), self._dev, f"{what}: {self!r}")
+        return self._dev
+
     def wait_event(self, event: "Event") -> None:
         event.wait(self)
 
@@ -68,10 +87,11 @@ class Stream:
         return event
 
     def query(self) -> bool:
-        return self._dev.poll((self.sid, self.enq), "stream.query")
+        return self._mine("stream.query").poll((self.sid, self.enq), "stream.query")
 
     def synchronize(self) -> None:
-        self._dev.host_sync([(self.sid, self.enq)], "stream.synchronize")
+        self._mine("stream.synchronize").host_sync([(self.sid, self.enq)],
+                                                   "stream.synchronize")
 
     @property
     def cuda_stream(self) -> int:  # some code keys dictionaries on this
@@ -93,41 +113,55 @@ class Stream:
 
 
 class Event:
-    """A simulated event: ``record`` captures the stream position, waits are positional."""
+    """A simulated event: ``record`` captures the stream position, waits are positional.
 
-    _ids = itertools.count(1)
+    It belongs to the session it was made in (or, made outside one, first used in), which
+    numbers it: ids do not depend on what ran earlier in the process."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False,
                  interprocess: bool = False) -> None:
-        self.eid = next(Event._ids)
+        self._dev = _DEVICE
+        self.eid = self._dev.new_eid() if self._dev is not None else 0
         self.position: Optional[Position] = None
         self.time = 0.0
 
-    def record(self, stream: Optional[Stream] = None) -> None:
+    def _mine(self, what: str) -> "SimDevice":
         dev = current_device()
+        if self._dev is None:
+            self._dev, self.eid = dev, dev.new_eid()
+        _owned(dev, self._dev, f"{what}: {self!r}")
+        return dev
+
+    def record(self, stream: Optional[Stream] = None) -> None:
+        dev = self._mine("event.record")
         stream = stream or dev.current
+        stream._mine("event.record")
         self.position = (stream.sid, stream.enq)
         dev.trace.add(EventRecord(self.eid, self.position, user_frame(2), dev.host_clock))
 
     def wait(self, stream: Optional[Stream] = None) -> None:
-        dev = current_device()
+        dev = self._mine("event.wait")
         stream = stream or dev.current
+        stream._mine("event.wait")
         if self.position is None or self.position[1] == 0:
             return  # CUDA: waiting on a never-recorded (or empty-stream) event is a no-op
         dev.enqueue(OpRecord(stream.sid, "wait_event", [], [], user_frame(2), kind="wait",
                              wait_for=self.position, duration=0.0))
 
     def query(self) -> bool:
+        dev = self._mine("event.query")
         if self.position is None:
             return True
-        return current_device().poll(self.position, "event.query")
+        return dev.poll(self.position, "event.query")
 
     def synchronize(self) -> None:
+        dev = self._mine("event.synchronize")
         if self.position is not None:
-            current_device().host_sync([self.position], "event.synchronize")
+            dev.host_sync([self.position], "event.synchronize")
 
     def elapsed_time(self, end: "Event") -> float:
-        dev = current_device()
+        dev = self._mine("event.elapsed_time")
+        end._mine("event.elapsed_time")
         t0 = dev.position_end(self.position)
         t1 = dev.position_end(end.position)
         return (t1 - t0) / 1000.0
@@ -147,6 +181,7 @@ class SimDevice:
         self.host_clock = 0.0
         self.last_start = 0.0
         self.error: Optional[BaseException] = None
+        self._eids = itertools.count(1)  # event ids, per session
         self.policy: Policy = RunAll()
         self.set_policy(policy or RunAll())
 
@@ -167,9 +202,15 @@ class SimDevice:
     def stream(self, sid: int) -> Stream:
         return self.streams[sid]
 
+    def new_eid(self) -> int:
+        return next(self._eids)
+
     # --- enqueue and execute ----------------------------------------------------------
     def enqueue(self, op: OpRecord) -> OpRecord:
         s = self.streams[op.stream]
+        if op.kind == "wait" and not 0 <= op.wait_for[0] < len(self.streams):
+            raise SimDeviceError(f"{op.name}: waits on stream {op.wait_for[0]}, which this "
+                                 f"session does not have")
         s.enq += 1
         op.seq = s.enq
         self.host_clock += HOST_STEP_US
@@ -234,13 +275,39 @@ class SimDevice:
                     progress = True
 
     def drain(self, sid: int, seq: int) -> None:
-        """Execute stream ``sid`` up to ``seq``, and exactly what that needs from others."""
-        s = self.streams[sid]
-        while s.done < seq:
-            op = s.pending[0]
-            if op.kind == "wait":
-                self.drain(*op.wait_for)
+        """Execute stream ``sid`` up to ``seq``, and exactly what that needs from others.
+
+        Iterative (a chain of waits can be long): ``chain`` holds the positions still
+        needed, each blocked on its stream's head; a head that needs a stream already in
+        the chain can never run."""
+        chain: List[Position] = [(sid, seq)]
+        while chain:
+            s = self.streams[chain[-1][0]]
+            if s.done >= chain[-1][1]:
+                chain.pop()
+                continue
+            need = self._unmet(s, chain)
+            if need is not None:
+                if any(c[0] == need[0] for c in chain):
+                    raise self._deadlock(chain + [need], "a wait cycle")
+                chain.append(need)
+                continue
             self.run_head(s)
+
+    def _unmet(self, s: Stream, chain: List[Position]) -> Optional[Position]:
+        """The position the head of ``s`` still waits for (None: it may run now)."""
+        if not s.pending:
+            raise self._deadlock(chain, f"op {chain[-1][1]} of "
+                                        f"{self.trace.stream_name(s.sid)} is never enqueued")
+        op = s.pending[0]
+        if op.kind == "wait" and self.streams[op.wait_for[0]].done < op.wait_for[1]:
+            return op.wait_for
+        return None
+
+    def _deadlock(self, chain: List[Position], why: str) -> SimDeadlock:
+        path = " -> ".join(f"{self.trace.stream_name(sid)} op {seq}" for sid, seq in chain)
+        return SimDeadlock(f"deadlock: the host waits for {path}: {why}, so it can never "
+                           f"complete")
 
     # --- host side --------------------------------------------------------------------
     def host_sync(self, waits: List[Position], label: str) -> None:
@@ -277,14 +344,18 @@ class SimDevice:
         return True
 
     def _step_towards(self, sid: int, seq: int) -> None:
-        s = self.streams[sid]
-        op = s.pending[0]
-        if op.kind == "wait":
-            ws, wseq = op.wait_for
-            if self.streams[ws].done < wseq:
-                self._step_towards(ws, wseq)
+        """Run one op on the way to ``(sid, seq)``: the first head along its chain of
+        waits that may run (a polling host never spins on a wait cycle: it raises)."""
+        chain: List[Position] = [(sid, seq)]
+        while True:
+            s = self.streams[chain[-1][0]]
+            need = self._unmet(s, chain)
+            if need is None:
+                self.run_head(s)
                 return
-        self.run_head(s)
+            if any(c[0] == need[0] for c in chain):
+                raise self._deadlock(chain + [need], "a wait cycle")
+            chain.append(need)
 
     def note_host_access(self, access, write: bool, name: str, frame) -> None:
         self.host_clock += HOST_STEP_US

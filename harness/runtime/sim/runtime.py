@@ -7,12 +7,11 @@ from typing import Iterator, Optional
 import torch
 
 from .. import Runtime
+from ..limits import MAX_STALL_MS  # every stall is capped, on the simulator too
 from ..policy import Policy
 from ..trace import OpRecord, user_frame
 from . import session
 from .device import FOREVER, SimDevice
-
-MAX_STALL_MS = 10_000.0  # every stall is capped, on the simulator too
 
 
 class SimRuntime(Runtime):

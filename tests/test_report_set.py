@@ -1,0 +1,196 @@
+"""A report set is written as a whole (a reader sees the old set or the new one, with no
+temp files left behind, SIGTERM included); every renderer survives unprintable text; the
+reference cache stays bounded."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAME = "x-v-fine-sim-seed0"
+EVIL = "bad \ud800 bidi \u202e c1 \x85 esc \x1b[2J math $\\frac{$"
+
+# A small result and trace, built the same way in this process and in the subprocesses.
+SETUP = r'''
+import os
+from harness.detect.hb import AccessInfo, Race
+from harness.runtime.trace import HostAccess, OpRecord, Trace
+
+def small_run(tag, stream_name="compute"):
+    t = Trace(stream_names={0: stream_name}, storage_names={7: "pinned int32[4]"})
+    frame = (os.path.join(ROOT, "impl", "worker.py"), 10, "f")
+    w = t.add(OpRecord(0, "fill", [], [(7, 0, 16)], frame))
+    w.seq, w.start, w.end = 1, 0.0, 1.0
+    t.executed.append(w)
+    h = t.add(HostAccess((7, 0, 16), False, "pinned int32[4]", frame, 0.5))
+    race = Race("RAW", "pinned int32[4]", AccessInfo(stream_name, "fill", 1, True, frame, 0),
+                AccessInfo("host", "host read", 1, False, frame, h.index))
+    result = {"scenario": "x", "variant": "v", "war_barrier": "fine", "backend": "sim",
+              "policy": "eager", "stall_ms": None, "seed": 0, "trials": 1, "reproduced": 1,
+              "first_trial": 0, "expect": "race", "matches_expectation": True,
+              "first_divergence": {"kind": "crash", "rid": None, "step": None,
+                                   "where": "trial", "observed": tag, "message": tag},
+              "races": [], "trial_results": [], "tag": tag}
+    return result, t, [race]
+'''
+
+
+def _small_run(tag, stream_name="compute"):
+    ns = {"ROOT": ROOT}
+    exec(SETUP, ns)
+    return ns["small_run"](tag, stream_name)
+
+
+def _set_in(folder):
+    """{suffix: run id carried by that file} for the set named NAME in ``folder``."""
+    ids = {}
+    with open(os.path.join(folder, NAME + ".json"), encoding="utf-8") as f:
+        ids["json"] = json.load(f)["run_id"]
+    tr = os.path.join(folder, NAME + ".trace.json")
+    if os.path.exists(tr):
+        with open(tr, encoding="utf-8") as f:
+            ids["trace"] = json.load(f)["otherData"]["run_id"]
+    png = os.path.join(folder, NAME + ".png")
+    if os.path.exists(png):
+        from PIL import Image
+        ids["png"] = Image.open(png).text["Description"].split()[-1]
+    with open(os.path.join(folder, NAME + ".md"), encoding="utf-8") as f:
+        md = f.read()
+    ids["md"] = md.split("run id `", 1)[1].split("`", 1)[0]
+    return ids
+
+
+def _leftovers(folder):
+    return sorted(e for e in os.listdir(folder) if e.startswith("."))
+
+
+def test_every_file_of_a_set_carries_its_run_id(tmp_path):
+    from harness.report import write_reports
+    write_reports(*_small_run("one"), str(tmp_path))
+    ids = _set_in(tmp_path)
+    assert set(ids) == {"json", "trace", "png", "md"} and len(set(ids.values())) == 1
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_set_without_a_trace_removes_the_old_trace_and_picture(tmp_path):
+    from harness.report import write_reports
+    result, trace, races = _small_run("with trace")
+    write_reports(result, trace, races, str(tmp_path))
+    write_reports(_small_run("no trace")[0], None, [], str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == [NAME + ".json", NAME + ".md"]
+
+
+def test_a_staging_folder_left_by_a_killed_writer_is_swept(tmp_path):
+    from harness.report import write_reports
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    stale = tmp_path / f".specrace-tmp-{dead}-abc"
+    stale.mkdir()
+    (stale / "half.json").write_text("{")
+    write_reports(*_small_run("one"), str(tmp_path))
+    assert _leftovers(tmp_path) == []
+
+
+def _writer_killed(tmp_path, when: str):
+    """Write set 'new' over set 'old' in a subprocess that sends itself SIGTERM ``when``:
+    while staging (during the picture) or right after the first file was swapped in."""
+    from harness.report import write_reports
+    write_reports(*_small_run("old"), str(tmp_path))
+    old = _set_in(tmp_path)
+    code = textwrap.dedent(f"""
+        ROOT = {ROOT!r}
+    """) + SETUP + textwrap.dedent(f"""
+        import os, signal
+        import harness.report.timeline as tl
+        from harness.report import write_reports
+        when = {when!r}
+        folder = {str(tmp_path)!r}
+        if when == "staging":
+            draw = tl.render_timeline
+            def render(*a, **k):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return draw(*a, **k)
+            tl.render_timeline = render
+        else:
+            replace = os.replace
+            def swapped(src, dst):
+                replace(src, dst)
+                if os.path.dirname(os.path.abspath(dst)) == folder:
+                    os.kill(os.getpid(), signal.SIGTERM)
+            os.replace = swapped
+        write_reports(*small_run("new"), folder)
+        print("not reached", flush=True)
+    """)
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+    assert "not reached" not in proc.stdout
+    assert proc.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), proc.stderr
+    return old
+
+
+def test_sigterm_while_staging_leaves_the_old_set_and_no_temp_files(tmp_path):
+    old = _writer_killed(tmp_path, "staging")
+    assert _set_in(tmp_path) == old
+    assert _leftovers(tmp_path) == []
+
+
+def test_sigterm_between_files_still_swaps_in_the_whole_new_set(tmp_path):
+    old = _writer_killed(tmp_path, "swap")
+    new = _set_in(tmp_path)
+    assert len(set(new.values())) == 1 and new["json"] != old["json"]
+    assert _leftovers(tmp_path) == []
+
+
+# --- unprintable text -----------------------------------------------------------------
+
+def test_printable_escapes_what_cannot_be_shown():
+    from harness.report.text import printable
+    assert printable("plain text, ümlaut, 中文") == "plain text, ümlaut, 中文"
+    out = printable(EVIL)
+    assert out.isprintable() and "\\ud800" in out and "\\u202e" in out and "\\x85" in out
+    assert printable("a\nb", keep_newlines=True) == "a\nb" and printable("a\nb") == "a\\x0ab"
+    out.encode("utf-8")
+
+
+def test_every_renderer_survives_unprintable_report_fields(tmp_path):
+    from harness.report import write_reports
+    from harness.report.markdown import render_markdown
+    result, trace, races = _small_run(EVIL, stream_name="fwd \ud800 \u202e")
+    paths = write_reports(result, trace, races, str(tmp_path))
+    with open(paths["markdown"], encoding="utf-8") as f:
+        md = f.read()
+    assert "\\ud800" in md and "\u202e" not in md and "\x85" not in md and "\x1b" not in md
+    with open(paths["trace"], encoding="utf-8") as f:
+        doc = json.load(f)
+    names = [e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"]
+    assert any("\\ud800" in n for n in names)
+    assert all(n.isprintable() for n in names)
+    with open(paths["timeline"], "rb") as f:
+        assert f.read(4) == b"\x89PNG"
+    md2 = render_markdown({**result, "scenario": EVIL}, paths, None, [], None)
+    assert md2.replace("\n", "").isprintable()
+
+
+# --- the reference cache is bounded --------------------------------------------------------
+
+def test_the_reference_cache_keeps_only_the_most_recent(monkeypatch):
+    from harness.oracle import runner
+    from harness.oracle.workload import RequestSpec, Workload
+    from impl.scheduler import ServerArgs
+    monkeypatch.setattr(runner, "REFERENCE_CACHE_SIZE", 2)
+    monkeypatch.setattr(runner, "_REFERENCE_CACHE", type(runner._REFERENCE_CACHE)())
+    args = ServerArgs(draft_token_num=2)
+    loads = [Workload([RequestSpec(0, 0, [5 + k, 6], 1, None)], 2) for k in range(3)]
+    for wl in loads:
+        runner.reference(wl, args, "sim")
+    runner.reference(loads[1], args, "sim")  # a hit makes it the most recent
+    runner.reference(loads[0], args, "sim")  # evicts loads[2], not loads[1]
+    keys = list(runner._REFERENCE_CACHE)
+    assert len(keys) == 2
+    # key: [target, backend, workload, spec_algorithm]
+    assert [json.loads(k)[2] for k in keys] == [loads[1].to_json(), loads[0].to_json()]
