@@ -22,6 +22,7 @@ import itertools
 from typing import Any, Deque, Iterable, List, Optional
 
 from ..policy import Policy, RunAll
+from .allocator import SimAllocator
 from ..trace import (EventRecord, HostAccess, OpRecord, Position, QueryRecord, SyncRecord,
                      Trace, user_frame)
 
@@ -147,6 +148,7 @@ class SimDevice:
         self.host_clock = 0.0
         self.last_start = 0.0
         self.error: Optional[BaseException] = None
+        self.allocator = SimAllocator(self)
         self.policy: Policy = RunAll()
         self.set_policy(policy or RunAll())
 
