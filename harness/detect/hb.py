@@ -81,7 +81,8 @@ class Owner:
     def to_json(self) -> dict:
         return {"storage": self.storage, "stream": self.stream,
                 "file": short_path(self.frame[0]) if self.frame else None,
-                "line": self.frame[1] if self.frame else None}
+                "line": self.frame[1] if self.frame else None,
+                "function": self.frame[2] if self.frame else None}
 
 
 @dataclass(frozen=True)

@@ -668,6 +668,9 @@ def _noop_first(func, args, kwargs) -> Any:
 
 
 def _record_stream(func, args, kwargs) -> Any:
+    # ``SimTensor.record_stream`` handles the method; the aten spelling only ever carries
+    # a ``torch.Stream``, which cannot name a simulated stream (``_note_record_stream``
+    # ignores what is not one of ours).
     if type(args[0]) is SimTensor:
         _note_record_stream(args[0], args[1], user_frame(3))
     return None
