@@ -87,9 +87,13 @@ def _owned(buf: torch.Tensor, owner) -> SimTensor:
     return t
 
 
-def new_storage(dev, shape, stride, dtype, frame) -> SimTensor:
-    """A fresh device tensor (uninitialised: poison, or a reused block's old data)."""
-    return _owned(*dev.allocator.storage(shape, stride, dtype, frame))
+def new_storage(dev, shape, stride, dtype, frame, op: Optional[str] = None) -> SimTensor:
+    """A fresh device tensor (uninitialised: poison, or a reused block's old data).
+    ``op`` names it in reports (kernel outputs are named by ``_name_storages``)."""
+    t = _owned(*dev.allocator.storage(shape, stride, dtype, frame))
+    if op is not None:
+        dev.trace.storage_sites[t._sid] = (op, dtype, t.shape, frame)
+    return t
 
 
 def adopt(dev, result: torch.Tensor, frame) -> SimTensor:
@@ -540,7 +544,8 @@ def _d2h_new(src: SimTensor, non_blocking: bool, rest: dict) -> torch.Tensor:
 def _h2d_new(src: torch.Tensor, non_blocking: bool, rest: dict) -> SimTensor:
     dev = current_device()
     dtype = rest.get("dtype") or src.dtype
-    out = new_storage(dev, src.shape, _contig_stride(src.shape), dtype, user_frame(4))
+    out = new_storage(dev, src.shape, _contig_stride(src.shape), dtype, user_frame(4),
+                      "copy H2D")
     _h2d_into(dev, out, src, non_blocking)
     return out
 
@@ -636,7 +641,7 @@ def _empty(func, args, kwargs) -> Any:
         kwargs["device"] = torch.device("cpu")
         layout = func(*_unwrap(args), **kwargs)  # the CPU factory gives shape and strides
         return new_storage(current_device(), layout.shape, layout.stride(), layout.dtype,
-                           user_frame(3))
+                           user_frame(3), func.__name__)
     out = func(*args, **kwargs)
     # Fresh pinned memory is as undefined as device memory; poison it so a host read
     # before the copy lands is loud and deterministic.
@@ -659,7 +664,7 @@ def _empty_like(func, args, kwargs) -> Any:
     buf = func(base, *args[1:], **kw)
     if on_sim:
         return new_storage(current_device(), buf.shape, buf.stride(), buf.dtype,
-                           user_frame(3))
+                           user_frame(3), func.__name__)
     return hostmem.register(poison_fill(buf)) if pinned else buf
 
 
