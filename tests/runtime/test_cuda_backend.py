@@ -700,6 +700,40 @@ def test_gpu_pinned_read_after_sync_is_clean(rt, how, staging):
     assert detect(rt.trace) == [], [r.summary() for r in detect(rt.trace)]
 
 
+def _reuse_on_gpu(rt, record: bool):
+    fwd, sch = _two_streams(rt)
+    torch.cuda.empty_cache()  # so the block x frees is the one forward's next allocation gets
+    with torch.cuda.stream(fwd):
+        x = torch.full((4,), 1, dtype=torch.int32, device=rt.device)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(sch):
+        rt.stall(5)
+        y = x * 10
+        if record:
+            x.record_stream(sch)
+    del x
+    with torch.cuda.stream(fwd):
+        z = torch.full((4,), 7, dtype=torch.int32, device=rt.device)
+    torch.cuda.synchronize()
+    return y.tolist(), z
+
+
+@cuda
+@pytest.mark.parametrize("record", [False, True])
+def test_gpu_reuse_seen_by_the_capture(rt, record):
+    got, z = _reuse_on_gpu(rt, record)
+    races = detect(rt.trace)
+    reused = [r for r in rt.trace.log if isinstance(r, AllocRecord) and r.prev is not None]
+    if record:  # the allocator kept the block until schedule had run
+        assert got == [10, 10, 10, 10] and races == [], [r.summary() for r in races]
+    else:
+        assert reused, "the capture did not see forward's next allocation reuse x's block"
+        assert got == [70, 70, 70, 70]  # the stalled read saw the new owner's data
+        assert [(r.kind, r.first.actor, r.second.actor, r.reuse is not None)
+                for r in races] == [("WAR", "schedule", "forward", True)]
+    del z
+
+
 @cuda
 def test_gpu_trace_shape(rt):
     """Streams are labelled, waits/stalls count as stream ops, blocking reads sync."""
