@@ -72,9 +72,10 @@ def _racy(lazy: bool = True) -> Dict[str, Optional[bool]]:
 
 
 _CLEAN = {k: False for k in KINDS}
-# Uninitialised memory: poison on the simulator, always. On CUDA it is whatever the caching
-# allocator hands back -- a freed block's old contents, or fresh (often zero) memory when
-# the block is held (the trace capture holds every storage it saw) -- so either verdict.
+# Uninitialised memory: on the simulator the freed block's old contents (its caching
+# allocator hands it straight back) or poison, never what the program wants. On CUDA it is
+# whatever the caching allocator hands back -- a freed block's old contents, or fresh
+# (often zero) memory when another block comes back -- so either verdict.
 _POISON = {k: (None if k.startswith("cuda") else True) for k in KINDS}
 
 
@@ -260,8 +261,8 @@ def pinned_reuse(rt, stall: bool) -> bool:
 def _alloc(rt, stall: bool, factory) -> bool:
     m, S, F = overlap_streams(rt)
     with m.stream(F):
-        # On CUDA the caching allocator hands this block straight back to the allocation
-        # below, so ``empty`` shows 7s there (poison on the simulator): never zeros.
+        # The caching allocator hands this block straight back to the allocation below
+        # (on CUDA and on the simulator), so ``empty`` shows 7s there: never zeros.
         junk = torch.full((4,), 7, dtype=torch.int32, device=rt.device)
         del junk
         buf = factory(4, dtype=torch.int32, device=rt.device)
