@@ -11,6 +11,8 @@ Semantics (CUDA's, see SPEC §1):
    the host under a lazy or stalled schedule.
 4. A device-side error (an out-of-range gather) is sticky and surfaces at the next sync,
    as CUDA's asynchronous errors do.
+5. Device memory comes from a caching allocator with PyTorch's per-stream reuse
+   (``allocator.py``): a block freed on the host goes to the next allocation on its stream.
 
 Everything is single-threaded and deterministic; the order of execution is a function of
 the program and the policy (and its seed) alone.
