@@ -18,3 +18,11 @@ def staged(t: torch.Tensor, device) -> torch.Tensor:
 def host_empty(shape, dtype, device) -> torch.Tensor:
     """An uninitialised host buffer to receive an async copy from ``device``."""
     return torch.empty(shape, dtype=dtype, pin_memory=pin_for(device))
+
+
+def mark_used_on(t, stream) -> None:
+    """``t`` was allocated on another stream and is used on ``stream``: tell the caching
+    allocator, so that once the host drops ``t`` its block is not handed to the next
+    allocation on its own stream before ``stream`` has passed this use."""
+    if t is not None and t.device.type != "cpu":  # CPU tensors have no stream
+        t.record_stream(stream)

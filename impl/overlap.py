@@ -66,5 +66,9 @@ class FutureMap:
         indices = draft_input.future_indices
         if indices.shape[0] == 0:
             return
+        # ``indices`` were made on the schedule stream (filter/merge), and the batch drops
+        # them when it takes this step's payload, while this gather may still be queued.
+        # No record_stream is needed here: the fine WAR fence is recorded after this
+        # gather, and the schedule stream waits on it before it allocates anything again.
         draft_input.accept_tokens = self.accept_tokens_buf[indices].flatten()
         draft_input.accept_lens = self.accept_lens_buf[indices]

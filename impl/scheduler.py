@@ -28,7 +28,7 @@ import torch
 
 from harness.faults import ask, fault_point
 
-from .memory import staged
+from .memory import mark_used_on, staged
 from .model import ToyTargetModel
 from .ngram import NgramProposer
 from .overlap import FutureMap, RelayPayload
@@ -97,6 +97,7 @@ class ScheduleBatch:
         self.sampling_info = SamplingBatchInfo(vocab_size)
         self.sync_processed = False  # previous result already committed (grammar sync)
         self.staging: Any = None
+        self.input_ids: Optional[torch.Tensor] = None  # extend: made on the schedule stream
 
     @property
     def has_grammar(self) -> bool:
@@ -244,7 +245,11 @@ class Scheduler:
             reqs.append(req)
         indices = torch.tensor([r.pool_idx for r in reqs], dtype=torch.int64,
                                device=self.device)
-        return ScheduleBatch(reqs, indices, "extend", self.vocab_size)
+        batch = ScheduleBatch(reqs, indices, "extend", self.vocab_size)
+        # prepare_for_extend: the forward's inputs are built here, on the schedule stream
+        batch.input_ids = torch.tensor([r.context()[-1] for r in reqs], dtype=torch.int64,
+                                       device=self.device)
+        return batch
 
     def _idle_batch(self) -> ScheduleBatch:
         return ScheduleBatch([], torch.empty((0,), dtype=torch.int64, device=self.device),
@@ -256,6 +261,7 @@ class Scheduler:
         fwd = self.forward_stream
         with self.mod.stream(fwd):
             fwd.wait_stream(self.schedule_stream)
+            self._record_forward_inputs(batch, fwd)
             if batch.forward_mode == "decode" and self.args.relay == "future_map":
                 self.future_map.resolve_spec_extras(batch.spec_info)
             if batch.forward_mode == "extend":
@@ -268,10 +274,21 @@ class Scheduler:
             with self.mod.stream(self.copy_stream):
                 result.copy_to_cpu()
                 result.copy_done.record()
+        batch.input_ids = None  # consumed: the batch lets go of it at once, as upstream
         batch.spec_info = result.next_draft_input
         batch.spec_info.future_indices = fi
         self.read_done = result.read_done
         return result
+
+    @staticmethod
+    def _record_forward_inputs(batch: ScheduleBatch, fwd) -> None:
+        """The forward reads these after the fine WAR fence (the extend's embedding, the
+        stash), and the schedule stream drops them (``input_ids`` right after this launch,
+        ``req_pool_indices`` at the next filter or merge) while this forward may still be
+        queued: tell the allocator they are in use here (upstream:
+        ``record_stream_for_v2_verify``)."""
+        mark_used_on(batch.req_pool_indices, fwd)
+        mark_used_on(batch.input_ids, fwd)
 
     def _relay_forward_payload(self, future_indices: torch.Tensor,
                                result: GenerationBatchResult) -> None:
@@ -293,8 +310,8 @@ class Scheduler:
     def pop_and_process(self) -> None:
         batch, reqs, steps, result = self.result_queue.popleft()
         result.copy_done.synchronize()
-        tokens = result.host_tokens.tolist()
-        lens = result.host_lens.tolist()
+        tokens = result.next_token_ids.tolist()
+        lens = result.accept_lens.tolist()
         D = result.stride
         for i, req in enumerate(reqs):
             if req.finished:

@@ -35,18 +35,23 @@ class GenerationBatchResult:
     stride: int
     read_done: Optional[Any] = None  # shared-read-done event (fine WAR fence)
     copy_done: Optional[Any] = None
-    host_tokens: Optional[torch.Tensor] = None
-    host_lens: Optional[torch.Tensor] = None
     keep_alive: List[torch.Tensor] = field(default_factory=list)
 
     def copy_to_cpu(self) -> None:
-        """On the copy stream, after it waited on the forward stream."""
+        """On the copy stream, after it waited on the forward stream. As upstream, the
+        pinned host copies take the device tensors' place on the result (they are what
+        result processing reads, after ``copy_done``)."""
         device = self.next_token_ids.device
-        self.host_tokens = host_empty(self.next_token_ids.shape, torch.int32, device)
-        self.host_lens = host_empty(self.accept_lens.shape, torch.int32, device)
-        self.host_tokens.copy_(self.next_token_ids, non_blocking=True)
-        self.host_lens.copy_(self.accept_lens, non_blocking=True)
+        host_tokens = host_empty(self.next_token_ids.shape, torch.int32, device)
+        host_lens = host_empty(self.accept_lens.shape, torch.int32, device)
+        host_tokens.copy_(self.next_token_ids, non_blocking=True)
+        host_lens.copy_(self.accept_lens, non_blocking=True)
+        # The copies read the device tensors when they run; their other holder, the
+        # relay (next_draft_input), lets go at the next resolve on the forward stream,
+        # and the forward stream's next allocation could then take their blocks. Keep
+        # them until the result is processed (upstream: extra_keep_alive_refs).
         self.keep_alive = [self.next_token_ids, self.accept_lens]
+        self.next_token_ids, self.accept_lens = host_tokens, host_lens
 
 
 class NgramWorker:
@@ -66,8 +71,7 @@ class NgramWorker:
     # --- prefill ------------------------------------------------------------------------
     def forward_extend(self, batch) -> GenerationBatchResult:
         bs, D = len(batch.reqs), self.D
-        input_ids = torch.tensor([r.context()[-1] for r in batch.reqs], dtype=torch.int64,
-                                 device=self.device)
+        input_ids = batch.input_ids  # built on the schedule stream (prepare_for_extend)
         read_done = self._record_shared_read_done()
         logits = self.model.forward(input_ids)
         if batch.has_grammar:

@@ -22,6 +22,10 @@ Expectations:
 Every body allocates its inputs, then ``synchronize()``s the device once so the setup is
 ordered before the program proper, and ends with a ``synchronize()`` so no work (or stall)
 outlives it.
+
+The caching-allocator programs (22-27) start with ``empty_cache()`` so that on CUDA the
+block a program frees is the one its next allocation on that stream gets, whatever the
+programs before it left cached (the stream objects come from a pool and are reused).
 """
 from __future__ import annotations
 
@@ -68,9 +72,10 @@ def _racy(lazy: bool = True) -> Dict[str, Optional[bool]]:
 
 
 _CLEAN = {k: False for k in KINDS}
-# Uninitialised memory: poison on the simulator, always. On CUDA it is whatever the caching
-# allocator hands back -- a freed block's old contents, or fresh (often zero) memory when
-# the block is held (the trace capture holds every storage it saw) -- so either verdict.
+# Uninitialised memory: on the simulator the freed block's old contents (its caching
+# allocator hands it straight back) or poison, never what the program wants. On CUDA it is
+# whatever the caching allocator hands back -- a freed block's old contents, or fresh
+# (often zero) memory when another block comes back -- so either verdict.
 _POISON = {k: (None if k.startswith("cuda") else True) for k in KINDS}
 
 
@@ -256,8 +261,8 @@ def pinned_reuse(rt, stall: bool) -> bool:
 def _alloc(rt, stall: bool, factory) -> bool:
     m, S, F = overlap_streams(rt)
     with m.stream(F):
-        # On CUDA the caching allocator hands this block straight back to the allocation
-        # below, so ``empty`` shows 7s there (poison on the simulator): never zeros.
+        # The caching allocator hands this block straight back to the allocation below
+        # (on CUDA and on the simulator), so ``empty`` shows 7s there: never zeros.
         junk = torch.full((4,), 7, dtype=torch.int32, device=rt.device)
         del junk
         buf = factory(4, dtype=torch.int32, device=rt.device)
@@ -332,6 +337,39 @@ def d2h_pageable(rt, stall: bool) -> bool:
     return got != [5, 5, 5, 5]
 
 
+# 22-27: caching-allocator reuse ----------------------------------------------------------
+# x is allocated on forward (its home stream) and used on schedule; then the host drops
+# it, and forward's next allocation may get its block while schedule's use is pending.
+
+def _reuse(rt, stall: bool, how: str) -> bool:
+    m, S, F = overlap_streams(rt)
+    m.empty_cache()
+    with m.stream(F):
+        x = torch.full((4,), 1, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    user = F if how == "same stream" else S
+    with m.stream(user):
+        _stall(rt, stall)
+        if how == "stale write":
+            x.fill_(3)  # the old owner's pending write
+            y = None
+        else:
+            y = x * 10  # the old owner's pending read
+        if how == "record_stream":
+            x.record_stream(S)
+    if how == "sync":
+        S.synchronize()
+    del x  # the host frees it: the block goes back to forward's pool at once
+    with m.stream(F):
+        if how == "wait":
+            F.wait_stream(S)  # the new owner's first use waits for the old one
+        z = torch.full((4,), 7, dtype=torch.int32, device=rt.device)  # likely x's block
+    m.synchronize()
+    if how == "stale write":
+        return z.tolist() != [7, 7, 7, 7]  # the old owner's write landed in z
+    return y.tolist() != [10, 10, 10, 10]
+
+
 PROGRAMS: List[Litmus] = [
     Litmus("mp_nosync", "message passing: forward writes, schedule reads with no sync",
            mp_nosync, race=True, stale=_racy()),
@@ -387,6 +425,27 @@ PROGRAMS: List[Litmus] = [
            blocking_cpu, race=False, stale=dict(_CLEAN)),
     Litmus("d2h_pageable", "copy_(non_blocking=True) into pageable host memory is "
            "synchronous", d2h_pageable, race=False, stale=dict(_CLEAN)),
+    Litmus("reuse_stale_read", "x read on schedule, freed without record_stream, its block "
+           "reallocated on forward: the pending read sees the new owner's data",
+           partial(_reuse, how="stale read"), race=True, stale=_racy(lazy=False),
+           stalled_stream="schedule"),
+    Litmus("reuse_stale_write", "x written on schedule, freed without record_stream, its "
+           "block reallocated on forward: the pending write lands in the new owner",
+           partial(_reuse, how="stale write"), race=True, stale=_racy(lazy=False),
+           stalled_stream="schedule"),
+    Litmus("reuse_record_stream", "the same read with x.record_stream(schedule): the block "
+           "is not handed out before schedule passed the free",
+           partial(_reuse, how="record_stream"), race=False, stale=dict(_CLEAN),
+           stalled_stream="schedule"),
+    Litmus("reuse_same_stream", "x used on its own stream, freed, reallocated there: stream "
+           "order protects it", partial(_reuse, how="same stream"), race=False,
+           stale=dict(_CLEAN)),
+    Litmus("reuse_after_sync", "x read on schedule, schedule.synchronize(), then freed and "
+           "reallocated", partial(_reuse, how="sync"), race=False, stale=dict(_CLEAN),
+           stalled_stream="schedule"),
+    Litmus("reuse_after_wait", "x read on schedule, freed; the new owner's stream waits on "
+           "schedule before its first use", partial(_reuse, how="wait"), race=False,
+           stale=dict(_CLEAN), stalled_stream="schedule"),
 ]
 
 BY_NAME: Dict[str, Litmus] = {p.name: p for p in PROGRAMS}

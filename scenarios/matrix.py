@@ -40,6 +40,7 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("seed-stall", "ngram-filter-race", "fixed", "stall(forward)"),
     Probe("grammar-ngram", "grammar-ngram", "fixed", "eager", seeds=(0, 1)),
     Probe("grammar-eagle", "grammar-tree-staging", "fixed", "eager", seeds=(0, 1)),
+    Probe("grammar-lazy", "grammar-ngram", "fixed", "lazy", seeds=(0, 1)),
     Probe("mixed-overlap", "mixed-overlap", "fixed", "stall(forward)", seeds=(0, 1)),
     Probe("dp-idle", "dp-idle", "fixed", "lazy", seeds=(0, 1)),
 )}

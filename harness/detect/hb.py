@@ -12,7 +12,14 @@ reported. Edges:
   ``query()`` that returned True (CSAN has no callback for it and reports polling loops
   as races; we do not);
 * host accesses of pinned memory are accesses like any other (CSAN ignores CPU tensors,
-  so it cannot see a host reading a buffer a non_blocking D2H copy is still filling).
+  so it cannot see a host reading a buffer a non_blocking D2H copy is still filling);
+* caching-allocator reuse: when a block goes to a new storage (``AllocRecord.prev``), the
+  previous owner's accesses that are still unordered move over to the new storage, so an
+  old owner's kernel that may still run is checked against the new owner's accesses.
+  ``record_stream`` is honoured the way the allocator honours it: the free's ``waits``
+  (the recorded streams' positions at the free) have executed before the block is handed
+  out, so old accesses ordered before them are dropped at the reuse. Nothing else is
+  joined -- the allocator's event query is not a synchronisation the program asked for.
 
 Shadow state per storage keeps the accesses not yet superseded (FastTrack-style pruning),
 with byte ranges, so distinct rows of one buffer do not conflict, but overlapping views do.
@@ -22,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Set
 
-from ..runtime.trace import (HOST, Frame, HostAccess, OpRecord, Position, QueryRecord,
-                             SyncRecord, Trace, short_path)
+from ..runtime.trace import (HOST, AllocRecord, Frame, FreeRecord, HostAccess, OpRecord,
+                             Position, QueryRecord, SyncRecord, Trace, short_path)
 
 VC = Dict[int, int]
 
@@ -54,6 +61,41 @@ class AccessInfo:
                 "trace_index": self.index}
 
 
+@dataclass(frozen=True)
+class Owner:
+    """One storage that held a block: what it was, where and on which stream allocated."""
+    storage: str
+    stream: Optional[str]  # the home stream (None: allocated before the trace began)
+    frame: Optional[Frame]
+
+    def where(self) -> str:
+        if self.frame is None:
+            return "?"
+        return f"{short_path(self.frame[0])}:{self.frame[1]}"
+
+    def describe(self) -> str:
+        on = f" on {self.stream}" if self.stream else ""
+        at = f" at {self.where()}" if self.frame and self.where() not in self.storage else ""
+        return f"{self.storage} (allocated{on}{at})" if on or at else self.storage
+
+    def to_json(self) -> dict:
+        return {"storage": self.storage, "stream": self.stream,
+                "file": short_path(self.frame[0]) if self.frame else None,
+                "line": self.frame[1] if self.frame else None,
+                "function": self.frame[2] if self.frame else None}
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """The block a race went through: freed by ``old``, handed by the allocator to ``new``."""
+    block: int
+    old: Owner
+    new: Owner
+
+    def to_json(self) -> dict:
+        return {"block": self.block, "old": self.old.to_json(), "new": self.new.to_json()}
+
+
 @dataclass
 class Race:
     kind: str  # RAW | WAR | WAW (first access, then second, in host enqueue order)
@@ -61,30 +103,41 @@ class Race:
     first: AccessInfo
     second: AccessInfo
     count: int = 1
+    reuse: Optional[Reuse] = None  # set when the two accesses went through different owners
 
     def key(self) -> tuple:
         return (self.kind, self.first.actor, self.first.op, self.first.frame,
-                self.second.actor, self.second.op, self.second.frame)
+                self.second.actor, self.second.op, self.second.frame, self.reuse is not None)
 
     def summary(self) -> str:
-        return (f"{self.kind} on {self.storage}: {self.first.actor} {self.first.op} "
+        if self.reuse is None:
+            head = f"{self.kind} on {self.storage}"
+        else:
+            r = self.reuse
+            head = (f"{self.kind} across a reuse of block {r.block}: freed by "
+                    f"{r.old.describe()}, reallocated to {r.new.describe()}")
+        return (f"{head}: {self.first.actor} {self.first.op} "
                 f"[{'write' if self.first.write else 'read'}] at {self.first.where()} is "
                 f"unordered with {self.second.actor} {self.second.op} "
                 f"[{'write' if self.second.write else 'read'}] at {self.second.where()}"
                 + (f" (x{self.count})" if self.count > 1 else ""))
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "storage": self.storage, "count": self.count,
-                "first": self.first.to_json(), "second": self.second.to_json(),
-                "summary": self.summary()}
+        out = {"kind": self.kind, "storage": self.storage, "count": self.count,
+               "first": self.first.to_json(), "second": self.second.to_json(),
+               "summary": self.summary()}
+        if self.reuse is not None:
+            out["reuse"] = self.reuse.to_json()
+        return out
 
 
 class _Entry:
-    __slots__ = ("actor", "n", "lo", "hi", "write", "info")
+    __slots__ = ("actor", "n", "lo", "hi", "write", "info", "owner")
 
     def __init__(self, actor: int, n: int, lo: int, hi: int, write: bool,
-                 info: AccessInfo) -> None:
+                 info: AccessInfo, owner: Optional[int] = None) -> None:
         self.actor, self.n, self.lo, self.hi, self.write, self.info = actor, n, lo, hi, write, info
+        self.owner = owner  # sid of an earlier owner of the block (None: this storage)
 
 
 def _join(into: VC, other: VC) -> None:
@@ -107,6 +160,9 @@ class HBDetector:
         self.shadow: Dict[int, List[_Entry]] = {}
         self.found: Dict[tuple, Race] = {}
         self.consumed = 0
+        self.allocs: Dict[int, AllocRecord] = {}  # sid -> its allocation (owners' sites)
+        self.freed: Dict[int, VC] = {}  # sid -> what its free's recorded streams had done
+        self.block_of: Dict[int, int] = {}  # sid -> block, for sids that reused one
 
     @property
     def races(self) -> List[Race]:
@@ -149,6 +205,35 @@ class HBDetector:
                 _join(host, self.at_position.get(pos, {}))
         elif isinstance(rec, QueryRecord):
             _join(host, self.at_position.get(rec.position, {}))
+        elif isinstance(rec, AllocRecord):
+            self.allocs[rec.sid] = rec
+            if rec.prev is not None:
+                self._reuse(rec)
+        elif isinstance(rec, FreeRecord):
+            done: VC = {}
+            for pos in rec.waits:
+                _join(done, self.at_position.get(pos, {}))
+            self.freed[rec.sid] = done
+
+    def _reuse(self, rec: AllocRecord) -> None:
+        """Block ``rec.block`` passes from storage ``rec.prev`` to ``rec.sid``: carry over
+        every access to it not ordered before the free's recorded streams' positions."""
+        done = self.freed.pop(rec.prev, {})
+        carried = []
+        for e in self.shadow.pop(rec.prev, ()):
+            if e.n <= done.get(e.actor, 0):
+                continue  # record_stream: the allocator waited for this access
+            carried.append(_Entry(e.actor, e.n, e.lo, e.hi, e.write, e.info,
+                                  rec.prev if e.owner is None else e.owner))
+        if carried:
+            self.shadow[rec.sid] = carried + self.shadow.get(rec.sid, [])
+        self.block_of[rec.sid] = rec.block
+
+    def _owner(self, sid: int) -> Owner:
+        a = self.allocs.get(sid)
+        return Owner(self.trace.storage_name(sid),
+                     self.trace.stream_name(a.stream) if a is not None else None,
+                     a.frame if a is not None else None)
 
     def _check(self, actor: int, n: int, vc: VC, sid: int, lo: int, hi: int, write: bool,
                info: AccessInfo) -> None:
@@ -159,7 +244,11 @@ class HBDetector:
             ordered = e.actor == actor or e.n <= vc.get(e.actor, 0)
             if overlap and (e.write or write) and not ordered:
                 kind = ("WAW" if write else "RAW") if e.write else "WAR"
-                race = Race(kind, self.trace.storage_name(sid), e.info, info)
+                reuse = None
+                if e.owner is not None:
+                    reuse = Reuse(self.block_of.get(sid, -1), self._owner(e.owner),
+                                  self._owner(sid))
+                race = Race(kind, self.trace.storage_name(sid), e.info, info, reuse=reuse)
                 old = self.found.get(race.key())
                 if old is None:
                     self.found[race.key()] = race
@@ -191,4 +280,6 @@ def _referenced_positions(trace: Trace) -> Set[Position]:
             needed.update(rec.waits)
         elif isinstance(rec, QueryRecord):
             needed.add(rec.position)
+        elif isinstance(rec, FreeRecord):
+            needed.update(rec.waits)
     return needed

@@ -122,6 +122,17 @@ def _render(report: Dict[str, Any], paths: Dict[str, Optional[str]], trace: Any,
             src = _source_line(acc.get("file"), acc.get("line"))
             if src:
                 out.append(f"     `{src.replace('`', chr(39))}`")
+        reuse = race.get("reuse")
+        if isinstance(reuse, dict):
+            out.append(f"   - **across a reuse**: the caching allocator handed block "
+                       f"{reuse.get('block')} on to a new storage while the first access, "
+                       f"made through the old one, may still be pending (free it after a "
+                       f"sync, or `record_stream` the stream that uses it):")
+            for label, owner in (("old owner", reuse.get("old") or {}),
+                                 ("new owner", reuse.get("new") or {})):
+                on = f" on stream **{owner.get('stream')}**" if owner.get("stream") else ""
+                out.append(f"     - {label}: `{owner.get('storage')}`, allocated{on} at "
+                           f"{_site(owner) if owner.get('file') else 'an unknown site'}")
     if len(rs) > MAX_RACES:
         out.append(f"\n... and {len(rs) - MAX_RACES} more in the JSON report.")
     out.append("")

@@ -15,10 +15,18 @@
     ``OpRecord`` on the current stream, with reads/writes from the op schema
     (``schema.effects``, as the simulator and CSAN do: in-place arguments are read and
     written, fresh outputs are written, views and allocations are metadata only);
-  - storages get ids from ``hostmem.new_sid()`` on first sight and are held until the
-    runtime closes, so no block is reused mid-run and a data pointer names one storage
-    (the allocator's deallocation callback and storage weak references both crashed
-    multi-trial runs on the H200);
+  - storages get ids from ``hostmem.new_sid()``; the capture holds no storage, so the
+    caching allocator frees and reuses blocks as it would untraced. Every op output that
+    is fresh memory (not an input's storage) is an allocation: a new storage id, an
+    ``AllocRecord`` -- and when its data pointer is where an earlier storage began, a
+    *reuse* of that block: the capture infers the old storage's ``FreeRecord`` there (a
+    free is not visible to a dispatch mode; the allocator's deallocation callback and
+    storage weak references both crashed multi-trial runs on the H200). Its ``waits``,
+    for each stream the old storage was ``record_stream``-ed on, are the position that
+    stream had reached at the storage's last recorded use -- no later than the real free,
+    so the detector never credits ``record_stream`` with more than PyTorch waited for;
+  - ``record_stream`` reaches the mode as ``aten.record_stream``: a
+    ``RecordStreamRecord``;
   - host syncs (blocking D2H, ``.item()``, data-dependent output shapes such as
     ``nonzero`` / boolean masks) append a ``SyncRecord`` on the current stream after the op;
     a ``non_blocking`` D2H into pinned memory is an op writing the pinned buffer, which is
@@ -59,8 +67,9 @@ from . import BackendError, Runtime, hostmem
 from .limits import DEFAULT_STALL_MS, MAX_STALL_MS, cycles_per_ms_from_env
 from .pinning import CudaPinning, cuda_is_pinned, needs_cuda_pinning
 from .schema import arg_value, effects, iter_tensors
-from .trace import (Access, EventRecord, HostAccess, OpRecord, Position, QueryRecord,
-                    SyncRecord, Trace, tensor_range, user_frame)
+from .trace import (Access, AllocRecord, EventRecord, FreeRecord, HostAccess, OpRecord,
+                    Position, QueryRecord, RecordStreamRecord, SyncRecord, Trace,
+                    tensor_range, user_frame)
 
 __all__ = [
     "CudaRuntime", "cuda_runtime", "calibrate", "cycles_per_ms_from_samples",
@@ -253,7 +262,12 @@ class _Capture:
         self.dev_type = dev_type
         self.ids: Dict[int, int] = {}
         self.seqs: List[int] = []
-        self.ptr_sid: Dict[int, Tuple[int, Any]] = {}
+        self.ptr_sid: Dict[int, int] = {}  # data_ptr -> sid of the storage that began there
+        self.blocks: Dict[int, int] = {}  # data_ptr -> a small block number, for reports
+        self.home: Dict[int, int] = {}  # sid -> the stream it was allocated on
+        # sid -> {stream: seq it had reached at the storage's last use}, for the storages
+        # that were record_stream-ed on those streams
+        self.recorded: Dict[int, Dict[int, int]] = {}
         # > 0 inside a wrapped stream/event call (inner calls pass through) or while a
         # nested runtime is open (this capture is paused)
         self.depth = 0
@@ -293,6 +307,13 @@ class _Capture:
         self.seqs[sid] += 1
         rec.seq = self.seqs[sid]
         self.trace.add(rec)
+        if self.recorded:
+            for accesses in (reads, writes):
+                for acc in accesses:
+                    used = self.recorded.get(acc[0])
+                    if used is not None:
+                        for s in used:
+                            used[s] = self.seqs[s]
         return rec
 
     def sync(self, waits: List[Position], label: str, frame) -> None:
@@ -307,25 +328,52 @@ class _Capture:
 
     # --- storages --------------------------------------------------------------------
     def storage_id(self, t: torch.Tensor) -> Tuple[int, int]:
-        """(sid, data_ptr) of ``t``'s storage; a freed-and-reused block gets a new sid."""
+        """(sid, data_ptr) of a live storage ``t`` uses (first sight: a new sid)."""
+        ptr = t.untyped_storage().data_ptr()
+        sid = self.ptr_sid.get(ptr)
+        if sid is None:
+            sid = self.ptr_sid[ptr] = hostmem.new_sid()
+            self.trace.storage_names.setdefault(sid, _describe(t))
+        return sid, ptr
+
+    def allocated(self, t: torch.Tensor, frame) -> Tuple[int, int]:
+        """``t``'s storage was just allocated (fresh memory from an op or a factory)."""
         st = t.untyped_storage()
-        ptr = st.data_ptr()
-        hit = self.ptr_sid.get(ptr)
-        if hit is not None:
-            return hit[0], ptr
-        sid = hostmem.new_sid()
-        # Hold the storage for the runtime's lifetime: its block cannot be freed and handed
-        # to another tensor mid-run, so a data pointer names one storage (as on the
-        # simulator, which never reuses memory). Storage weak references and the
-        # allocator's deallocation callback both crashed multi-trial runs on the H200.
-        self.ptr_sid[ptr] = (sid, st)
+        ptr, nbytes = st.data_ptr(), st.nbytes()
+        if nbytes == 0:  # no block (PyTorch's nullptr), nothing to reuse
+            return self.storage_id(t)
+        prev = self.ptr_sid.get(ptr)
+        sid = self.ptr_sid[ptr] = hostmem.new_sid()
         self.trace.storage_names.setdefault(sid, _describe(t))
+        block = self.blocks.get(ptr)
+        if block is None:
+            block = self.blocks[ptr] = len(self.blocks) + 1
+        stream = self.cur()
+        if prev is not None:  # the block came back: the old storage was freed before now
+            home = self.home.pop(prev, None)
+            used = self.recorded.pop(prev, None) or {}
+            waits = [(s, n) for s, n in sorted(used.items()) if s != home and n > 0]
+            self.trace.add(FreeRecord(block, prev, home, waits, None))
+        self.home[sid] = stream
+        self.trace.add(AllocRecord(block, sid, stream, nbytes, frame, prev))
         return sid, ptr
 
     def access(self, t: torch.Tensor) -> Tuple[Access, int]:
         sid, ptr = self.storage_id(t)
         lo, hi = tensor_range(t)
         return (sid, lo, hi), ptr
+
+    def fresh_access(self, t: torch.Tensor, frame) -> Access:
+        """The access of an op writing its freshly allocated output ``t``."""
+        sid, _ = self.allocated(t, frame)
+        lo, hi = tensor_range(t)
+        return (sid, lo, hi)
+
+    def record_stream(self, t: torch.Tensor, stream: Any, frame) -> None:
+        sid, _ = self.storage_id(t)
+        s = self.stream_of(stream)
+        self.trace.add(RecordStreamRecord(sid, s, frame))
+        self.recorded.setdefault(sid, {})[s] = self.seqs[s]
 
     def pinned_access(self, t: Any) -> Optional[Access]:
         if not isinstance(t, torch.Tensor):
@@ -411,7 +459,7 @@ _NO_KERNEL = _ops("empty.memory_format", "empty_strided.default", "new_empty.def
                   "new_empty_strided.default", "empty_like.default", "_unsafe_view.default",
                   "resize_.default", "resize_as_.default", "set_.source_Storage",
                   "set_.source_Storage_storage_offset", "set_.source_Tensor",
-                  "set_.default", "record_stream.default", "detach_.default",
+                  "set_.default", "detach_.default",
                   "lift_fresh.default", "is_pinned.default", "_has_same_storage_numel.default")
 _COPY = aten.copy_.default
 
@@ -534,16 +582,18 @@ def _launch(cap: _Capture, func, args: tuple, kwargs: dict, eff) -> Any:
                 if acc is not None:  # a pinned CPU scalar read on the host at launch
                     host_reads.append(acc)
     out = func(*args, **kwargs)
+    frame = None
     for o in _flat(out):
         if isinstance(o, torch.Tensor) and o.device.type == cap.dev_type:
-            a, ptr = cap.access(o)
-            if ptr not in in_ptrs:  # fresh memory: the kernel wrote it
+            ptr = o.untyped_storage().data_ptr()
+            if ptr not in in_ptrs:  # fresh memory, allocated for this op: it wrote it
                 in_ptrs.add(ptr)
-                writes.append(a)
+                frame = frame or user_frame(2)
+                writes.append(cap.fresh_access(o, frame))
     syncs = _implicit_sync(func, args, kwargs)
     if not reads and not writes and not syncs and not host_reads:
         return out
-    frame = user_frame(2)
+    frame = frame or user_frame(2)
     for acc, name in host_reads:
         cap.note_host_access(acc, False, name, frame)
     sid = cap.cur()
@@ -621,10 +671,9 @@ def _h2d(cap: _Capture, func, args: tuple, kwargs: dict, src: torch.Tensor,
         a, in_ptr = cap.access(dst)
         writes.append(a)
     out = func(*args, **kwargs)
-    if dst is None and isinstance(out, torch.Tensor):
-        a, _ = cap.access(out)
-        writes.append(a)
     frame = user_frame(2)
+    if dst is None and isinstance(out, torch.Tensor):
+        writes.append(cap.fresh_access(out, frame))
     sid = cap.cur()
     cap.op(sid, "copy H2D", reads, writes, frame, kind="copy")
     if not non_blocking and BLOCKING_H2D_SYNCS:
@@ -669,12 +718,23 @@ def _local_scalar_dense(cap: _Capture, func, args: tuple, kwargs: dict) -> Any:
 
 
 def _empty(cap: _Capture, func, args: tuple, kwargs: dict) -> Any:
-    """Allocation only: no kernel runs. Pinned host allocations are registered."""
+    """Allocation only: no kernel runs (device memory: an ``AllocRecord``). Pinned host
+    allocations are registered."""
     out = func(*args, **kwargs)
-    if (kwargs.get("pin_memory") and isinstance(out, torch.Tensor)
+    if isinstance(out, torch.Tensor) and out.device.type == cap.dev_type:
+        cap.allocated(out, user_frame(2))
+    elif (kwargs.get("pin_memory") and isinstance(out, torch.Tensor)
             and out.device.type == "cpu" and cuda_is_pinned(out)):
         return hostmem.register(out)
     return out
+
+
+def _record_stream(cap: _Capture, func, args: tuple, kwargs: dict) -> Any:
+    """``t.record_stream(s)``: logged, then done for real (the allocator must defer)."""
+    t, stream = args[0], args[1]
+    if isinstance(t, torch.Tensor) and t.device.type == cap.dev_type:
+        cap.record_stream(t, stream, user_frame(2))
+    return func(*args, **kwargs)
 
 
 _SPECIAL: Dict[Any, Callable[..., Any]] = {
@@ -684,6 +744,9 @@ _SPECIAL: Dict[Any, Callable[..., Any]] = {
     aten.empty.memory_format: _empty,
     aten.empty_strided.default: _empty,
     aten.empty_like.default: _empty,
+    aten.new_empty.default: _empty,
+    aten.new_empty_strided.default: _empty,
+    aten.record_stream.default: _record_stream,
 }
 
 

@@ -40,6 +40,8 @@ RECORDER: Optional[Callable[..., None]] = None
 
 def register(t: torch.Tensor, name: str = "") -> "PinnedHostTensor":
     """Mark ``t`` (a CPU tensor standing for pinned memory) as watched; return it wrapped."""
+    from . import native  # native code that writes pinned memory reports it from now on
+    native.ensure_wrapped()
     storage = t.untyped_storage()
     ptr = storage.data_ptr()
     if ptr not in _PINNED:

@@ -10,6 +10,14 @@ Both backends write the same records, so one detector and one timeline serve bot
                       synchronisation as good as ``synchronize()`` (CSAN misses this).
 * ``HostAccess``   -- the host read or wrote pinned host memory (CSAN misses this).
 * ``EventRecord``  -- an event recorded on a stream (for the timeline's flow arrows).
+* ``AllocRecord``  -- the caching allocator handed a block of device memory to a new
+                      storage; ``prev`` names the storage that held the block before (a
+                      reuse), so the detector can check the old owner's accesses against
+                      the new owner's.
+* ``FreeRecord``   -- a storage's block went back to its home stream's pool; ``waits`` are
+                      the positions the recorded streams (``record_stream``) had reached,
+                      which the allocator lets execute before it hands the block out again.
+* ``RecordStreamRecord`` -- ``tensor.record_stream(stream)``.
 
 A *position* is ``(stream_id, seq)``: seq is the 1-based index of an op in its stream, and
 position ``(s, n)`` is complete once the first ``n`` ops of stream ``s`` have executed.
@@ -94,6 +102,50 @@ class EventRecord:
     position: Position
     frame: Optional[Frame]
     time: float = 0.0
+    index: int = -1
+
+
+class AllocRecord:
+    """Storage ``sid`` got block ``block`` (``nbytes``) from the pool of ``stream`` (the
+    current stream at the allocation). ``prev``: the storage that last held the block."""
+
+    __slots__ = ("block", "sid", "stream", "nbytes", "frame", "prev", "index")
+
+    def __init__(self, block: int, sid: int, stream: int, nbytes: int,
+                 frame: Optional[Frame], prev: Optional[int] = None) -> None:
+        self.block, self.sid, self.stream, self.nbytes = block, sid, stream, nbytes
+        self.frame, self.prev, self.index = frame, prev, -1
+
+    def __repr__(self) -> str:
+        return (f"<alloc block {self.block} -> sid {self.sid} on s{self.stream}"
+                + (f", reusing sid {self.prev}>" if self.prev is not None else ">"))
+
+
+class FreeRecord:
+    """Storage ``sid`` freed on the host; its block returns to the pool of ``stream``.
+
+    ``waits``: for each stream the storage was ``record_stream``-ed on, the position it
+    had reached at the free; the block is not handed out before those have executed.
+    ``frame`` is where the last reference died (None when the free was only inferred,
+    as the CUDA capture does when it sees the block reused).
+    """
+
+    __slots__ = ("block", "sid", "stream", "waits", "frame", "index")
+
+    def __init__(self, block: int, sid: int, stream: Optional[int], waits: List[Position],
+                 frame: Optional[Frame]) -> None:
+        self.block, self.sid, self.stream, self.waits = block, sid, stream, waits
+        self.frame, self.index = frame, -1
+
+    def __repr__(self) -> str:
+        return f"<free sid {self.sid} (block {self.block}) waits {self.waits}>"
+
+
+@dataclass
+class RecordStreamRecord:
+    sid: int
+    stream: int
+    frame: Optional[Frame]
     index: int = -1
 
 

@@ -164,6 +164,20 @@ MUTATIONS: List[Mutation] = [
       "M7 (relay buffers)", "impl.overlap:FutureMap.stash",
       [("        self.accept_lens_buf[future_indices] = payload.accept_lens\n", "")],
       SEED),
+    # --- memory lifetime across streams (digest §2.6-2.7, §3.8: record_stream, keep-alive) -
+    M("forward-inputs-not-recorded",
+      "run_batch does not record_stream the schedule stream's input_ids/req_pool_indices on "
+      "the forward stream: the batch drops them while the forward may still read them",
+      "digest §2.6 (record_stream_for_v2_verify)", "impl.scheduler:Scheduler.run_batch",
+      [("            self._record_forward_inputs(batch, fwd)\n", "")],
+      SEED),
+    M("result-sources-freed-early",
+      "copy_to_cpu keeps no reference to the device tensors its copies read: the relay lets "
+      "go of them at the next resolve, before the copy stream has run",
+      "digest §2.7, §3.8 (extra_keep_alive_refs)",
+      "impl.worker:GenerationBatchResult.copy_to_cpu",
+      [("        self.keep_alive = [self.next_token_ids, self.accept_lens]\n", "")],
+      SEED),
     # --- grammar staging and traversal (seed 000, digest §1, M14-M23) ------------------
     M("tree-copy-no-event",
       "GrammarTree.from_device records no event: resolve() does not wait for the copies",
@@ -185,6 +199,16 @@ MUTATIONS: List[Mutation] = [
       "M15", "impl.grammar:GrammarMask.apply",
       [("apply_vocab_mask(logits, self.vocab_mask)", "pass")],
       GRAMMAR),
+    M("extend-mask-upload-before-fill",
+      "the extend-stage bitmask is copied to the device (non_blocking) before the matchers "
+      "fill it: the copy may read the pinned buffer before, during or after the fill",
+      "digest §1.4, §1.6 (staging)", "impl.worker:NgramWorker._apply_extend_grammar",
+      [("        mask = mask.to(self.device, non_blocking=True)\n", ""),
+       ("        for i, r in enumerate(batch.reqs):\n",
+        "        host_mask, mask = mask, mask.to(self.device, non_blocking=True)\n"
+        "        for i, r in enumerate(batch.reqs):\n"),
+       ("r.grammar.fill_vocab_mask(mask, i)", "r.grammar.fill_vocab_mask(host_mask, i)")],
+      ("grammar-lazy",)),
     M("bitmask-init-zero",
       "the bitmask starts all-zero (deny all) instead of all-ones",
       "M20", "impl.grammar:allocate_vocab_mask",

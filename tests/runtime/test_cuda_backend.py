@@ -22,8 +22,9 @@ from harness.detect import detect
 from harness.pytest_plugin import gpu_for_worker, parse_nvidia_smi_list
 from harness.runtime import BackendError, open_runtime, resolve_backend
 from harness.runtime import cuda as C
-from harness.runtime.trace import (EventRecord, HostAccess, OpRecord, QueryRecord,
-                                   SyncRecord, Trace)
+from harness.runtime.trace import (AllocRecord, EventRecord, FreeRecord, HostAccess,
+                                   OpRecord, QueryRecord, RecordStreamRecord, SyncRecord,
+                                   Trace)
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_CUDA = torch.cuda.is_available()
@@ -232,6 +233,94 @@ def test_capture_new_sid_after_free():
         sid_b = _ops(cap.trace)[-1].writes[0][0]
     assert sid_a != sid_b
     del b
+
+
+def test_capture_holds_no_storage():
+    """The caching allocator must be free to reuse blocks mid-run, as it does untraced."""
+    import weakref
+    with cpu_capture() as (cap, fake):
+        x = torch.full((256,), 1.0)
+        y = x * 2
+        w = weakref.ref(x)
+        del x
+        assert w() is None
+    allocs = [r for r in cap.trace.log if isinstance(r, AllocRecord)]
+    assert len(allocs) == 2 and allocs[1].sid == _ops(cap.trace)[1].writes[0][0]
+    del y
+
+
+def _reuse_on_capture(record: bool, via_dispatch: bool = False):
+    """x made on forward, read on schedule, freed; a new storage starts at x's address on
+    forward (two tensors over one bytearray stand for the block the allocator hands back:
+    which address the CPU allocator returns is not ours to decide)."""
+    block = bytearray(64)
+    with cpu_capture() as (cap, fake):
+        fwd, sch = FakeStream(11), FakeStream(22)
+        cap.stream_id(11, "forward")
+        cap.stream_id(22, "schedule")
+        with fake.on(fwd):
+            x = torch.frombuffer(block, dtype=torch.int32)
+            cap.allocated(x, ("prog.py", 1, "make x"))
+            x.fill_(1)
+        fake.module.synchronize()
+        with fake.on(sch):
+            y = x * 10
+            if record and via_dispatch:
+                C._record_stream(cap, lambda *a: None, (x, sch), {})
+            elif record:
+                cap.record_stream(x, sch, ("prog.py", 2, "record"))
+        del x
+        with fake.on(fwd):
+            z = torch.frombuffer(block, dtype=torch.int32)
+            cap.allocated(z, ("prog.py", 3, "make z"))
+            z.fill_(7)
+    del y, z
+    return cap, detect(cap.trace)
+
+
+def test_capture_sees_a_reuse_and_the_detector_reports_it():
+    cap, races = _reuse_on_capture(record=False)
+    assert [(r.kind, r.first.actor, r.second.actor) for r in races] == [
+        ("WAR", "schedule", "forward")]
+    reuse = races[0].reuse
+    assert (reuse.old.stream, reuse.new.stream) == ("forward", "forward")
+    assert reuse.old.frame[2] == "make x" and reuse.new.frame[2] == "make z"
+    frees = [r for r in cap.trace.log if isinstance(r, FreeRecord)]
+    assert len(frees) == 1 and frees[0].frame is None  # inferred at the reuse
+
+
+@pytest.mark.parametrize("via_dispatch", [False, True])
+def test_capture_honours_record_stream(via_dispatch):
+    cap, races = _reuse_on_capture(record=True, via_dispatch=via_dispatch)
+    assert races == []
+    free = next(r for r in cap.trace.log if isinstance(r, FreeRecord))
+    sch = cap.stream_id(22)
+    assert free.waits == [(sch, 1)]  # schedule's position at x's last use (the multiply)
+    assert any(isinstance(r, RecordStreamRecord) for r in cap.trace.log)
+
+
+def test_capture_record_stream_tracks_later_uses():
+    """record_stream before the use (upstream's habit): the free waits for the use too."""
+    block = bytearray(64)
+    with cpu_capture() as (cap, fake):
+        fwd, sch = FakeStream(11), FakeStream(22)
+        with fake.on(fwd):
+            x = torch.frombuffer(block, dtype=torch.int32)
+            cap.allocated(x, None)
+        fake.module.synchronize()
+        cap.record_stream(x, sch, None)
+        with fake.on(sch):
+            y = x + 1
+            y2 = x + 2
+        del x
+        with fake.on(fwd):
+            z = torch.frombuffer(block, dtype=torch.int32)
+            cap.allocated(z, None)
+            z.fill_(0)
+    free = next(r for r in cap.trace.log if isinstance(r, FreeRecord))
+    assert free.waits == [(cap.stream_id(22), 2)]
+    assert detect(cap.trace) == []
+    del y, y2, z
 
 
 def _seed_program(coarse: bool):
@@ -672,6 +761,40 @@ def test_gpu_pinned_read_after_sync_is_clean(rt, how, staging):
     got = _d2h_on_gpu(rt, how, staging)
     assert got == [10, 20, 30, 40]
     assert detect(rt.trace) == [], [r.summary() for r in detect(rt.trace)]
+
+
+def _reuse_on_gpu(rt, record: bool):
+    fwd, sch = _two_streams(rt)
+    torch.cuda.empty_cache()  # so the block x frees is the one forward's next allocation gets
+    with torch.cuda.stream(fwd):
+        x = torch.full((4,), 1, dtype=torch.int32, device=rt.device)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(sch):
+        rt.stall(5)
+        y = x * 10
+        if record:
+            x.record_stream(sch)
+    del x
+    with torch.cuda.stream(fwd):
+        z = torch.full((4,), 7, dtype=torch.int32, device=rt.device)
+    torch.cuda.synchronize()
+    return y.tolist(), z
+
+
+@cuda
+@pytest.mark.parametrize("record", [False, True])
+def test_gpu_reuse_seen_by_the_capture(rt, record):
+    got, z = _reuse_on_gpu(rt, record)
+    races = detect(rt.trace)
+    reused = [r for r in rt.trace.log if isinstance(r, AllocRecord) and r.prev is not None]
+    if record:  # the allocator kept the block until schedule had run
+        assert got == [10, 10, 10, 10] and races == [], [r.summary() for r in races]
+    else:
+        assert reused, "the capture did not see forward's next allocation reuse x's block"
+        assert got == [70, 70, 70, 70]  # the stalled read saw the new owner's data
+        assert [(r.kind, r.first.actor, r.second.actor, r.reuse is not None)
+                for r in races] == [("WAR", "schedule", "forward", True)]
+    del z
 
 
 @cuda

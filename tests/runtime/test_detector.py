@@ -15,7 +15,8 @@ import torch
 from harness.detect import detect
 from harness.policies import parse_policy
 from harness.runtime.sim.runtime import sim_runtime
-from harness.runtime.trace import HostAccess, OpRecord, QueryRecord, SyncRecord, Trace
+from harness.runtime.trace import (AllocRecord, FreeRecord, HostAccess, OpRecord,
+                                   QueryRecord, SyncRecord, Trace)
 from scenarios.litmus import PROGRAMS
 
 F, S, T = 1, 2, 3  # stream ids: forward, schedule, a third
@@ -55,6 +56,13 @@ class Prog:
 
     def host(self, acc, write=False, name="host"):
         self.trace.add(HostAccess(acc, write, name, ("prog.py", len(self.trace.log), name)))
+
+    def alloc(self, sid, stream, block=1, prev=None):
+        self.trace.add(AllocRecord(block, sid, stream, 16, ("prog.py", len(self.trace.log),
+                                                            "alloc"), prev))
+
+    def free(self, sid, stream, block=1, waits=()):
+        self.trace.add(FreeRecord(block, sid, stream, list(waits), None))
 
     def races(self):
         return detect(self.trace)
@@ -401,6 +409,128 @@ def test_unordered_reads_all_survive():
     p.write(F, _acc(), name="w")  # waits for r2 only
     races = p.races()
     assert [(r.kind, r.first.op) for r in races] == [("WAR", "r1")]
+
+
+# --- caching-allocator reuse -----------------------------------------------------------------
+# X (home: forward) is read on schedule, freed, and its block handed to Y on forward.
+
+def _reuse_prog(old_on=S, old_write=False, waits=None, new_on=F, new_write=True,
+                sync=False, wait_new_on_old=False, new_range=(0, 16)):
+    p = Prog()
+    p.alloc(X, F)
+    p.write(F, _acc(X), name="fill old")
+    p.sync(p.write(F, _acc(Y + 1), name="setup"), label="device.synchronize")
+    old = p.op(old_on, "old use", reads=[] if old_write else [_acc(X)],
+               writes=[_acc(X)] if old_write else [])
+    if sync:
+        p.sync(old, label="stream.synchronize")
+    p.free(X, F, waits=[old] if waits == "covering" else
+           [(old[0], old[1] - 1)] if waits == "before" else ())
+    p.alloc(Y, F, prev=X)
+    if wait_new_on_old:
+        p.wait(new_on, old)
+    acc = (Y, *new_range)
+    p.op(new_on, "new use", reads=[] if new_write else [acc], writes=[acc] if new_write else [])
+    return p.races()
+
+
+def test_reuse_without_record_stream_is_a_race_reported_at_the_reuse():
+    races = _reuse_prog()
+    assert len(races) == 1
+    r = races[0]
+    assert (r.kind, r.first.actor, r.first.op, r.second.actor, r.second.op) == (
+        "WAR", "schedule", "old use", "forward", "new use")
+    assert r.reuse is not None and r.reuse.block == 1
+    assert (r.reuse.old.stream, r.reuse.new.stream) == ("forward", "forward")
+    assert r.reuse.old.frame[2] == r.reuse.new.frame[2] == "alloc"  # both allocation sites
+    assert r.reuse.old.frame != r.reuse.new.frame
+    assert "across a reuse of block 1" in r.summary()
+    assert r.to_json()["reuse"]["old"]["stream"] == "forward"
+
+
+def test_reuse_kinds_follow_the_accesses():
+    assert [r.kind for r in _reuse_prog(old_write=True)] == ["WAW"]
+    assert [r.kind for r in _reuse_prog(old_write=True, new_write=False)] == ["RAW"]
+    assert _reuse_prog(new_write=False) == []  # read after read: no conflict
+
+
+def test_reuse_on_the_same_stream_is_clean():
+    assert _reuse_prog(old_on=F) == []
+
+
+def test_reuse_after_a_host_sync_is_clean():
+    assert _reuse_prog(sync=True) == []
+
+
+def test_new_owner_waiting_on_the_old_use_is_clean():
+    assert _reuse_prog(wait_new_on_old=True) == []
+
+
+def test_record_stream_waits_are_honoured_exactly():
+    assert _reuse_prog(waits="covering") == []  # the allocator waited for the old read
+    assert len(_reuse_prog(waits="before")) == 1  # a position before it covers nothing
+
+
+def test_new_owner_used_off_its_home_stream_races_the_home_streams_old_use():
+    """Stream order protects reuse only on the home stream itself."""
+    races = _reuse_prog(old_on=F, new_on=T)
+    assert [(r.kind, r.first.actor, r.second.actor) for r in races] == [("WAR", "forward",
+                                                                          "third")]
+
+
+def test_reuse_outside_the_old_owners_range_is_clean():
+    assert _reuse_prog(new_range=(16, 32)) == []
+
+
+def test_reuse_chains_name_the_owner_that_made_the_access():
+    p = Prog()
+    p.alloc(X, F)
+    p.read(S, _acc(X), name="old read")
+    p.free(X, F)
+    p.alloc(Y, F, prev=X)  # Y never touches the block, and is freed in turn
+    p.free(Y, F)
+    p.alloc(Y + 5, F, prev=Y)
+    p.write(F, _acc(Y + 5), name="third owner")
+    races = p.races()
+    assert len(races) == 1 and races[0].reuse.old.frame == p.trace.log[0].frame
+
+
+def test_plain_races_carry_no_reuse():
+    p = Prog()
+    p.write(F, _acc())
+    p.read(S, _acc())
+    assert [r.reuse for r in p.races()] == [None]
+
+
+def _sim_reuse(policy: str, record: bool, same_stream: bool = False):
+    with sim_runtime(parse_policy(policy)) as rt:
+        m = rt.module
+        Ss, Fs = m.Stream(), m.Stream()
+        rt.label(Ss, "schedule")
+        rt.label(Fs, "forward")
+        with m.stream(Fs):
+            x = torch.ones(4, dtype=torch.int32, device=rt.device)
+        m.synchronize()
+        with m.stream(Fs if same_stream else Ss):
+            y = x * 10
+            if record:
+                x.record_stream(Ss)
+        del x
+        with m.stream(Fs):
+            z = torch.full((4,), 7, dtype=torch.int32, device=rt.device)
+        m.synchronize()
+        del y, z
+    return detect(rt.trace)
+
+
+@pytest.mark.parametrize("policy", ["eager", "lazy", "stall(schedule)", "random(2)"])
+def test_reuse_rule_on_the_simulators_records(policy):
+    """The same rule fed by the allocator's own records, under every kind of schedule."""
+    races = _sim_reuse(policy, record=False)
+    assert [(r.kind, r.first.actor, r.second.actor, r.reuse is not None) for r in races] == [
+        ("WAR", "schedule", "forward", True)]
+    assert _sim_reuse(policy, record=True) == []
+    assert _sim_reuse(policy, record=False, same_stream=True) == []
 
 
 # --- dedupe --------------------------------------------------------------------------------

@@ -62,6 +62,10 @@ def _synchronize(device=None) -> None:
     current_device().synchronize_all()
 
 
+def _empty_cache() -> None:
+    current_device().allocator.empty_cache()
+
+
 def _make_module() -> types.ModuleType:
     m = types.ModuleType("torch.sim")
     m.__doc__ = "specrace's simulated asynchronous device (stream/event API as torch.cuda)."
@@ -73,6 +77,7 @@ def _make_module() -> types.ModuleType:
     m.default_stream = _default_stream
     m.set_stream = _set_stream
     m.synchronize = _synchronize
+    m.empty_cache = _empty_cache
     m.is_available = lambda: True
     m.is_initialized = lambda: True
     m._lazy_init = lambda: None
@@ -141,6 +146,7 @@ def session(policy: Optional[Policy] = None) -> Iterator[SimDevice]:
         with torch.no_grad(), _dynamo_off(), _tensor.SimMode():
             yield dev
     finally:
+        dev.allocator.close()
         hostmem.RECORDER = saved_recorder
         hostmem.restore(saved_pinned)
         set_device(outer)

@@ -14,6 +14,8 @@ Semantics (CUDA's, see SPEC §1):
 5. Streams and events belong to the session (device) they were made in; using one in
    another session is an error, not a silent wait on a position of some other run. A host
    sync that can never return (a wait cycle) raises ``SimDeadlock``; it never recurses.
+6. Device memory comes from a caching allocator with PyTorch's per-stream reuse
+   (``allocator.py``): a block freed on the host goes to the next allocation on its stream.
 
 Everything is single-threaded and deterministic; the order of execution is a function of
 the program and the policy (and its seed) alone.
@@ -26,6 +28,7 @@ from typing import Any, Deque, Iterable, List, Optional
 
 from .. import DeadlockError
 from ..policy import Policy, RunAll
+from .allocator import SimAllocator
 from ..trace import (EventRecord, HostAccess, OpRecord, Position, QueryRecord, SyncRecord,
                      Trace, user_frame)
 
@@ -182,6 +185,7 @@ class SimDevice:
         self.last_start = 0.0
         self.error: Optional[BaseException] = None
         self._eids = itertools.count(1)  # event ids, per session
+        self.allocator = SimAllocator(self)
         self.policy: Policy = RunAll()
         self.set_policy(policy or RunAll())
 

@@ -15,7 +15,10 @@ which turns it into a stream op on the current stream:
 * ops whose output shape depends on data (nonzero, boolean masks) sync the current
   stream and run eagerly, as CUDA does;
 * every op records what it read and wrote (storage id, byte range) and the user frame
-  that issued it, for the happens-before detector.
+  that issued it, for the happens-before detector;
+* device memory comes from the caching allocator (``allocator.py``): every wrapper on a
+  storage holds its ``Storage`` handle, so the storage is freed when the last one dies,
+  and its block may be handed to the next allocation on its stream.
 """
 from __future__ import annotations
 
@@ -27,33 +30,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .. import hostmem
 from ..schema import arg_value, effects, iter_tensors
 from ..trace import OpRecord, tensor_range, user_frame
+from .allocator import poison_fill
 from .device import current_device
 
 aten = torch.ops.aten
 SIM: Optional[torch.device] = None  # torch.device("sim", 0), set by install()
 
-# Poison: what uninitialised device memory reads as. Chosen to be loud: NaN for floats,
-# a huge positive int (an out-of-range token id), True for bools.
-_POISON_INT = 0x5A5A5A5A
-
-
-def poison_fill(t: torch.Tensor) -> torch.Tensor:
-    if t.numel() == 0:
-        return t
-    if t.dtype.is_floating_point or t.dtype.is_complex:
-        t.fill_(float("nan"))
-    elif t.dtype == torch.bool:
-        t.fill_(True)
-    elif t.dtype in (torch.uint8, torch.int8):
-        t.fill_(0x5A)
-    elif t.dtype == torch.int16:
-        t.fill_(0x5A5A)
-    else:
-        t.fill_(_POISON_INT)
-    return t
-
-
 def poisoned_empty(shape, stride, dtype) -> torch.Tensor:
+    """Uninitialised *host* memory (device memory comes from the allocator)."""
     return poison_fill(torch.empty_strided(shape, stride, dtype=dtype))
 
 
@@ -62,6 +46,7 @@ class SimTensor(torch.Tensor):
 
     _buf: torch.Tensor
     _sid: int
+    _owner: Any  # the allocator's Storage handle (None: an empty tensor, no block)
 
     @staticmethod
     def __new__(cls, buf: torch.Tensor, sid: int):
@@ -85,8 +70,7 @@ class SimTensor(torch.Tensor):
         raise TypeError("can't convert sim device type tensor to numpy. Use Tensor.cpu() first.")
 
     def record_stream(self, stream) -> None:
-        # Buffers are never reused by the simulator, so there is nothing to protect.
-        return None
+        _note_record_stream(self, stream, user_frame(2))
 
     def __repr__(self, *, tensor_contents=None) -> str:  # never syncs, never reads
         return f"SimTensor({list(self.shape)}, {self.dtype}, sid={self._sid})"
@@ -97,8 +81,39 @@ class SimTensor(torch.Tensor):
         return repr(self)
 
 
-def wrap(buf: torch.Tensor, sid: Optional[int] = None) -> SimTensor:
-    return SimTensor(buf, hostmem.new_sid() if sid is None else sid)
+def _owned(buf: torch.Tensor, owner) -> SimTensor:
+    t = SimTensor(buf, owner.sid if owner is not None else hostmem.new_sid())
+    t._owner = owner
+    return t
+
+
+def new_storage(dev, shape, stride, dtype, frame, op: Optional[str] = None) -> SimTensor:
+    """A fresh device tensor (uninitialised: poison, or a reused block's old data).
+    ``op`` names it in reports (kernel outputs are named by ``_name_storages``)."""
+    t = _owned(*dev.allocator.storage(shape, stride, dtype, frame))
+    if op is not None:
+        dev.trace.storage_sites[t._sid] = (op, dtype, t.shape, frame)
+    return t
+
+
+def adopt(dev, result: torch.Tensor, frame) -> SimTensor:
+    """A kernel result computed at once (the idle-stream fast path), moved into a block."""
+    return _owned(*dev.allocator.adopt(result, frame))
+
+
+def alias(buf: torch.Tensor, base: Any) -> SimTensor:
+    """A view: new metadata over ``base``'s storage (and its hold on the block)."""
+    if type(base) is not SimTensor:
+        return _owned(buf, None)
+    t = SimTensor(buf, base._sid)
+    t._owner = base._owner
+    return t
+
+
+def _note_record_stream(t: SimTensor, stream, frame) -> None:
+    owner = t._owner
+    if owner is not None and getattr(stream, "_dev", None) is owner.allocator.dev:
+        owner.allocator.record_stream(owner, stream, frame)
 
 
 def access(t: SimTensor) -> Tuple[int, int, int]:
@@ -342,10 +357,9 @@ def _view(func, args, kwargs) -> Any:
     out = func(*_unwrap(args), **_unwrap(kwargs))
     eff = effects(func)
     base = arg_value(args, kwargs, eff.return_alias[0]) if eff.return_alias else None
-    sid = base._sid if type(base) is SimTensor else None
     if isinstance(out, torch.Tensor):
-        return wrap(out, sid)
-    return type(out)(wrap(o, sid) for o in out)
+        return alias(out, base)
+    return type(out)(alias(o, base) for o in out)
 
 
 def _launch(func, args, kwargs, eff) -> Any:
@@ -383,7 +397,7 @@ def _launch(func, args, kwargs, eff) -> Any:
                 raise
             idle = False
         if idle:
-            outs = _wrap_outputs(result, args, kwargs, eff, bargs, bkwargs)
+            outs = _wrap_outputs(dev, result, args, kwargs, eff, frame)
             new = _new_outputs(outs, args, kwargs)
             _name_storages(dev, new, name, frame)
             writes = writes + [access(o) for o in new]
@@ -391,7 +405,7 @@ def _launch(func, args, kwargs, eff) -> Any:
             _enqueue_executed(dev, op)
             return outs
 
-    outs = _alloc_outputs(meta, args, kwargs, eff)
+    outs = _alloc_outputs(dev, meta, args, kwargs, eff, frame)
     new = _new_outputs(outs, args, kwargs)
     _name_storages(dev, new, name, frame)
     writes = writes + [access(o) for o in new]
@@ -446,8 +460,9 @@ def _aliases_arg(r: torch.Tensor, bargs, bkwargs) -> bool:
     return False
 
 
-def _wrap_outputs(result, args, kwargs, eff, bargs, bkwargs) -> Any:
-    """Map a real result back to wrappers: aliased returns are the argument wrappers."""
+def _wrap_outputs(dev, result, args, kwargs, eff, frame) -> Any:
+    """Map a real result back to wrappers: aliased returns are the argument wrappers,
+    fresh ones move into blocks of the allocator."""
     items = _flat(result)
     wrapped = []
     for i, r in enumerate(items):
@@ -455,7 +470,7 @@ def _wrap_outputs(result, args, kwargs, eff, bargs, bkwargs) -> Any:
         if owner is not None:
             wrapped.append(arg_value(args, kwargs, owner))
         elif isinstance(r, torch.Tensor):
-            wrapped.append(wrap(r))
+            wrapped.append(adopt(dev, r, frame))
         else:
             wrapped.append(r)
     # Non-sequence results (a tensor, or a Python bool/int from ops like aten.equal) are
@@ -465,7 +480,7 @@ def _wrap_outputs(result, args, kwargs, eff, bargs, bkwargs) -> Any:
     return type(result)(wrapped)
 
 
-def _alloc_outputs(meta, args, kwargs, eff) -> Any:
+def _alloc_outputs(dev, meta, args, kwargs, eff, frame) -> Any:
     single = isinstance(meta, _Meta)
     metas = [meta] if single else list(meta)
     outs = []
@@ -477,7 +492,7 @@ def _alloc_outputs(meta, args, kwargs, eff) -> Any:
             outs.append(None)
         else:
             shape, stride, dtype = m
-            outs.append(wrap(poisoned_empty(shape, stride, dtype)))
+            outs.append(new_storage(dev, shape, stride, dtype, frame))
     return outs[0] if single else (tuple(outs) if isinstance(meta, tuple) else outs)
 
 
@@ -529,7 +544,8 @@ def _d2h_new(src: SimTensor, non_blocking: bool, rest: dict) -> torch.Tensor:
 def _h2d_new(src: torch.Tensor, non_blocking: bool, rest: dict) -> SimTensor:
     dev = current_device()
     dtype = rest.get("dtype") or src.dtype
-    out = wrap(poisoned_empty(src.shape, _contig_stride(src.shape), dtype))
+    out = new_storage(dev, src.shape, _contig_stride(src.shape), dtype, user_frame(4),
+                      "copy H2D")
     _h2d_into(dev, out, src, non_blocking)
     return out
 
@@ -623,8 +639,9 @@ def _empty(func, args, kwargs) -> Any:
         kwargs.setdefault("dtype", args[0].dtype)
     if device is not None and torch.device(device).type == "sim":
         kwargs["device"] = torch.device("cpu")
-        buf = func(*_unwrap(args), **kwargs)
-        return wrap(poison_fill(buf))
+        layout = func(*_unwrap(args), **kwargs)  # the CPU factory gives shape and strides
+        return new_storage(current_device(), layout.shape, layout.stride(), layout.dtype,
+                           user_frame(3), func.__name__)
     out = func(*args, **kwargs)
     # Fresh pinned memory is as undefined as device memory; poison it so a host read
     # before the copy lands is loud and deterministic.
@@ -646,7 +663,8 @@ def _empty_like(func, args, kwargs) -> Any:
     base = src._buf if type(src) is SimTensor else src
     buf = func(base, *args[1:], **kw)
     if on_sim:
-        return wrap(poison_fill(buf))
+        return new_storage(current_device(), buf.shape, buf.stride(), buf.dtype,
+                           user_frame(3), func.__name__)
     return hostmem.register(poison_fill(buf)) if pinned else buf
 
 
@@ -655,6 +673,11 @@ def _noop_first(func, args, kwargs) -> Any:
 
 
 def _record_stream(func, args, kwargs) -> Any:
+    # ``SimTensor.record_stream`` handles the method; the aten spelling only ever carries
+    # a ``torch.Stream``, which cannot name a simulated stream (``_note_record_stream``
+    # ignores what is not one of ours).
+    if type(args[0]) is SimTensor:
+        _note_record_stream(args[0], args[1], user_frame(3))
     return None
 
 

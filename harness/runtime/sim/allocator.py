@@ -1,0 +1,236 @@
+"""The simulated device's caching allocator: PyTorch's semantics, as server code meets them.
+
+* A block belongs to the stream that was current when it was allocated (its *home*), and
+  only allocations on that stream ever get it again.
+* A storage is freed on the host when the last tensor or view on it dies. Python's
+  reference counting makes that a deterministic point of the program: the storage's
+  ``Storage`` handle (held by every wrapper on it -- never by queued kernels, which hold
+  the raw memory, exactly as a CUDA kernel holds a pointer) is finalised there. The block
+  goes back to its home pool at once, so the next fitting allocation on that stream gets
+  it while kernels on other streams may still be reading it: the bug class
+  ``record_stream`` exists for.
+* ``record_stream(s)`` defers that: the free notes the position every recorded stream has
+  reached, and the block stays out of the pool until all of them have executed (PyTorch
+  records an event per stream at the free and reuses the block once they completed).
+  Recording the home stream is a no-op, as in PyTorch.
+* Fit: a request rounds up to 512 bytes and takes the smallest cached block of its
+  stream's pool that is large enough; of several, the one freed last. (PyTorch takes the
+  lowest address, which may or may not be the block just freed; last-freed-first makes a
+  block freed too early the first one handed out again, so the bug shows at the first
+  chance -- an amplification, like poison.) Blocks are never split or merged: what
+  matters here is *that* a block comes back, and to whom.
+* A fresh block is poisoned; a reused one holds whatever its last owner left there, so
+  ``torch.empty`` on it reads the old data, and a stale kernel of the old owner reads or
+  overwrites the new owner's.
+
+A free the cyclic garbage collector finds (a storage kept alive by a reference cycle) is
+not returned to any pool: *when* the collector runs is not a property of the program, and
+handing the block out at that point would make the simulator's schedule depend on it.
+``leaked`` counts them.
+"""
+from __future__ import annotations
+
+import bisect
+import gc
+from typing import Dict, List, Optional, Set, Tuple
+
+import torch
+
+from .. import hostmem
+from ..trace import AllocRecord, Frame, FreeRecord, Position, RecordStreamRecord, user_frame
+
+ROUND = 512  # PyTorch rounds every request to a multiple of 512 bytes
+_POISON_BYTE = 0x5A
+_POISON_INT = 0x5A5A5A5A
+# dtypes whose poison is the 0x5A byte pattern itself: a fresh block needs no second fill
+_BYTE_POISON = {torch.uint8, torch.int8, torch.int16, torch.int32}
+
+
+def poison_fill(t: torch.Tensor) -> torch.Tensor:
+    """What uninitialised memory reads as. Loud: NaN for floats, a huge positive int (an
+    out-of-range token id), True for bools."""
+    if t.numel() == 0:
+        return t
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    elif t.dtype in (torch.uint8, torch.int8):
+        t.fill_(_POISON_BYTE)
+    elif t.dtype == torch.int16:
+        t.fill_(0x5A5A)
+    else:
+        t.fill_(_POISON_INT)
+    return t
+
+
+_IN_GC = False
+
+
+def _gc_phase(phase: str, info: dict) -> None:
+    global _IN_GC
+    _IN_GC = phase == "start"
+
+
+if _gc_phase not in gc.callbacks:
+    gc.callbacks.append(_gc_phase)
+
+
+class Block:
+    __slots__ = ("bid", "size", "mem", "home", "owner")
+
+    def __init__(self, bid: int, size: int, home: int) -> None:
+        self.bid = bid
+        self.size = size
+        self.mem = torch.full((size,), _POISON_BYTE, dtype=torch.uint8)
+        self.home = home  # stream id
+        self.owner: Optional[int] = None  # sid of the storage that holds (or last held) it
+
+
+class Storage:
+    """One storage's hold on its block; finalised when the last wrapper on it dies."""
+
+    __slots__ = ("allocator", "block", "sid", "streams")
+
+    def __init__(self, allocator: "SimAllocator", block: Block, sid: int) -> None:
+        self.allocator = allocator
+        self.block = block
+        self.sid = sid
+        self.streams: Optional[Set[int]] = None  # record_stream'ed streams other than home
+
+    def __del__(self) -> None:
+        try:
+            self.allocator.free(self)
+        except Exception:  # interpreter shutdown: modules half torn down
+            pass
+
+
+def _extent(shape, stride, offset: int) -> int:
+    """Elements of storage a layout reaches (0 for an empty tensor)."""
+    span = 1
+    for size, st in zip(shape, stride):
+        if size == 0:
+            return 0
+        span += (size - 1) * st
+    return offset + span
+
+
+class SimAllocator:
+    def __init__(self, dev) -> None:
+        self.dev = dev
+        self.trace = dev.trace
+        # home stream id -> (sorted sizes, size -> stack of cached blocks)
+        self.pools: Dict[int, Tuple[List[int], Dict[int, List[Block]]]] = {}
+        self.deferred: List[Tuple[Block, List[Position]]] = []  # awaiting recorded streams
+        self.blocks = 0
+        self.open = True
+        self.leaked = 0
+
+    # --- allocation -----------------------------------------------------------------
+    def storage(self, shape, stride, dtype: torch.dtype, frame: Optional[Frame],
+                offset: int = 0, poison: bool = True) -> Tuple[torch.Tensor, Optional[Storage]]:
+        """A tensor of this layout in a block of the current stream's pool, and its
+        storage handle (None for an empty tensor: no block, as PyTorch's nullptr)."""
+        n = _extent(shape, stride, offset)
+        nbytes = n * dtype.itemsize
+        if nbytes == 0:
+            return torch.empty_strided(shape, stride, dtype=dtype), None
+        home = self.dev.current.sid
+        block, reused = self._take(home, -(-nbytes // ROUND) * ROUND)
+        typed = block.mem.view(dtype)
+        if poison and not reused and dtype not in _BYTE_POISON:
+            poison_fill(typed[:n])
+        buf = typed.as_strided(shape, stride, offset)
+        sid = hostmem.new_sid()
+        self.trace.add(AllocRecord(block.bid, sid, home, nbytes, frame,
+                                   block.owner if reused else None))
+        block.owner = sid
+        return buf, Storage(self, block, sid)
+
+    def adopt(self, result: torch.Tensor, frame: Optional[Frame]
+              ) -> Tuple[torch.Tensor, Optional[Storage]]:
+        """A kernel's result (computed in fresh CPU memory) moved into a block."""
+        stride = result.stride()
+        if result.numel() > 1 and 0 in stride:  # an expanded layout cannot be written to
+            result = result.contiguous()
+            stride = result.stride()
+        buf, st = self.storage(result.shape, stride, result.dtype, frame,
+                               result.storage_offset(), poison=False)
+        if st is not None:
+            buf.copy_(result)
+        return buf, st
+
+    def _take(self, home: int, size: int) -> Tuple[Block, bool]:
+        if self.deferred:
+            self._process_deferred()
+        pool = self.pools.get(home)
+        if pool is not None:
+            sizes, stacks = pool
+            i = bisect.bisect_left(sizes, size)
+            if i < len(sizes):
+                stack = stacks[sizes[i]]
+                block = stack.pop()
+                if not stack:
+                    del stacks[sizes.pop(i)]
+                return block, True
+        self.blocks += 1
+        return Block(self.blocks, size, home), False
+
+    def _process_deferred(self) -> None:
+        streams = self.dev.streams
+        waiting = []
+        for block, waits in self.deferred:
+            if all(streams[s].done >= n for s, n in waits):
+                self._cache(block)
+            else:
+                waiting.append((block, waits))
+        self.deferred = waiting
+
+    def _cache(self, block: Block) -> None:
+        pool = self.pools.get(block.home)
+        if pool is None:
+            pool = self.pools[block.home] = ([], {})
+        sizes, stacks = pool
+        stack = stacks.get(block.size)
+        if stack is None:
+            stack = stacks[block.size] = []
+            bisect.insort(sizes, block.size)
+        stack.append(block)
+
+    # --- frees and record_stream ----------------------------------------------------
+    def free(self, st: Storage) -> None:
+        if not self.open:
+            return
+        if _IN_GC:
+            self.leaked += 1
+            return
+        block = st.block
+        waits: List[Position] = []
+        if st.streams:
+            streams = self.dev.streams
+            waits = [(s, streams[s].enq) for s in sorted(st.streams) if streams[s].enq > 0]
+        self.trace.add(FreeRecord(block.bid, st.sid, block.home, waits, user_frame(3)))
+        streams = self.dev.streams
+        if waits and not all(streams[s].done >= n for s, n in waits):
+            self.deferred.append((block, waits))
+        else:
+            self._cache(block)
+
+    def record_stream(self, st: Storage, stream, frame: Optional[Frame]) -> None:
+        self.trace.add(RecordStreamRecord(st.sid, stream.sid, frame))
+        if stream.sid != st.block.home:
+            if st.streams is None:
+                st.streams = set()
+            st.streams.add(stream.sid)
+
+    def empty_cache(self) -> None:
+        """Release every cached block: later allocations get fresh (poisoned) ones. Blocks
+        still awaiting their recorded streams stay where they are (PyTorch would wait for
+        their events here; the simulator adds no hidden host sync)."""
+        self.pools.clear()
+
+    def close(self) -> None:
+        """The session ended: frees from now on (tensors outliving it) are no-ops."""
+        self.open = False
+        self.pools.clear()
+        self.deferred.clear()

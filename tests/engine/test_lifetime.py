@@ -1,0 +1,50 @@
+"""Memory lifetime in the engine: each protection impl/ takes (upstream's practice) is needed,
+and dropping it is a happens-before finding, not only a lucky stale value.
+
+Under ``lazy`` no stream runs ahead of what the host demands, so the dropped protection
+usually shows no wrong value; the detector must still name the race.
+"""
+import pytest
+
+from harness.oracle.runner import run_trial, server_args
+from scenarios.mutations import BY_NAME
+from scenarios.registry import get
+
+
+def _trial(scenario: str, policy: str, mutation=None, seed: int = 0):
+    sc = get(scenario)
+    wl = sc.workload(seed)
+    args = server_args(wl, {**sc.variants["fixed"], "war_barrier": "fine"})
+    return run_trial("sim", policy, wl, args, sc.stalls(None), stop_early=False,
+                     mutation=mutation)
+
+
+def test_schedule_inputs_not_recorded_race_across_a_reuse():
+    res = _trial("ngram-filter-race", "lazy", BY_NAME["forward-inputs-not-recorded"])
+    reuse = [r for r in res.races if r.reuse is not None]
+    assert reuse, [r.summary() for r in res.races]
+    r = reuse[0]
+    # the forward's read of a schedule-stream tensor vs the schedule stream's next owner
+    assert (r.first.actor, r.second.actor, r.kind) == ("forward", "schedule", "WAR")
+    assert r.reuse.old.stream == r.reuse.new.stream == "schedule"
+    assert "impl/scheduler.py" in r.reuse.old.where()
+
+
+def test_copy_sources_freed_early_race_across_a_reuse():
+    res = _trial("ngram-filter-race", "lazy", BY_NAME["result-sources-freed-early"])
+    reuse = [r for r in res.races if r.reuse is not None]
+    assert any(r.first.actor == "copy" and r.second.actor == "forward" for r in reuse), \
+        [r.summary() for r in res.races]
+
+
+def test_upload_before_fill_is_a_happens_before_finding():
+    res = _trial("grammar-ngram", "lazy", BY_NAME["extend-mask-upload-before-fill"])
+    assert res.divergence is None  # lazy: the copy ran after the fill -- values are fine
+    assert any(r.first.op == "copy H2D" and r.second.actor == "host" and r.second.write
+               for r in res.races), [r.summary() for r in res.races]
+
+
+@pytest.mark.parametrize("scenario", ["ngram-filter-race", "grammar-ngram"])
+def test_fixed_engine_has_no_reuse_race_under_lazy(scenario):
+    res = _trial(scenario, "lazy")
+    assert res.races == [] and res.divergence is None
