@@ -12,7 +12,10 @@ reported. Edges:
   ``query()`` that returned True (CSAN has no callback for it and reports polling loops
   as races; we do not);
 * host accesses of pinned memory are accesses like any other (CSAN ignores CPU tensors,
-  so it cannot see a host reading a buffer a non_blocking D2H copy is still filling).
+  so it cannot see a host reading a buffer a non_blocking D2H copy is still filling);
+* a CUDA graph replay is the captured ops, issued on the replaying stream (``ReplayedOp``):
+  their accesses are checked like any op's and reported with both the capture site and
+  the replay site (CSAN sees nothing of a replay).
 
 Shadow state per storage keeps the accesses not yet superseded (FastTrack-style pruning),
 with byte ranges, so distinct rows of one buffer do not conflict, but overlapping views do.
@@ -34,24 +37,39 @@ class AccessInfo:
     op: str
     seq: int
     write: bool
-    frame: Optional[Frame]
+    frame: Optional[Frame]  # for an op replayed from a CUDA graph: where it was captured
     index: int  # position in the trace log
+    replayed_at: Optional[Frame] = None  # where the graph was replayed, for such an op
 
     def access_kind(self) -> str:
         return "write" if self.write else "read"
 
     def where(self) -> str:
-        if self.frame is None:
-            return "?"
-        return f"{short_path(self.frame[0])}:{self.frame[1]} ({self.frame[2]})"
+        return _fmt(self.frame)
+
+    def site(self) -> str:
+        """``at FILE:LINE (fn)``, or for a replayed op both sites."""
+        if self.replayed_at is None:
+            return f"at {self.where()}"
+        return f"captured at {self.where()}, replayed at {_fmt(self.replayed_at)}"
 
     def to_json(self) -> dict:
-        return {"actor": self.actor, "op": self.op, "seq": self.seq,
-                "access": "write" if self.write else "read",
-                "file": short_path(self.frame[0]) if self.frame else None,
-                "line": self.frame[1] if self.frame else None,
-                "function": self.frame[2] if self.frame else None,
-                "trace_index": self.index}
+        out = {"actor": self.actor, "op": self.op, "seq": self.seq,
+               "access": "write" if self.write else "read",
+               "file": short_path(self.frame[0]) if self.frame else None,
+               "line": self.frame[1] if self.frame else None,
+               "function": self.frame[2] if self.frame else None,
+               "trace_index": self.index}
+        if self.replayed_at is not None:
+            f = self.replayed_at
+            out["replayed_at"] = {"file": short_path(f[0]), "line": f[1], "function": f[2]}
+        return out
+
+
+def _fmt(frame: Optional[Frame]) -> str:
+    if frame is None:
+        return "?"
+    return f"{short_path(frame[0])}:{frame[1]} ({frame[2]})"
 
 
 @dataclass
@@ -64,13 +82,14 @@ class Race:
 
     def key(self) -> tuple:
         return (self.kind, self.first.actor, self.first.op, self.first.frame,
-                self.second.actor, self.second.op, self.second.frame)
+                self.first.replayed_at, self.second.actor, self.second.op, self.second.frame,
+                self.second.replayed_at)
 
     def summary(self) -> str:
         return (f"{self.kind} on {self.storage}: {self.first.actor} {self.first.op} "
-                f"[{'write' if self.first.write else 'read'}] at {self.first.where()} is "
+                f"[{'write' if self.first.write else 'read'}] {self.first.site()} is "
                 f"unordered with {self.second.actor} {self.second.op} "
-                f"[{'write' if self.second.write else 'read'}] at {self.second.where()}"
+                f"[{'write' if self.second.write else 'read'}] {self.second.site()}"
                 + (f" (x{self.count})" if self.count > 1 else ""))
 
     def to_json(self) -> dict:
@@ -134,10 +153,13 @@ class HBDetector:
             if self.needed is None or (s, rec.seq) in self.needed:
                 self.at_position[(s, rec.seq)] = dict(vc)
             actor = self.trace.stream_name(s)
+            replay = rec.replay
+            replayed_at = replay.frame if replay is not None else None
             for write, accesses in ((False, rec.reads), (True, rec.writes)):
                 for sid, lo, hi in accesses:
                     self._check(s, rec.seq, vc, sid, lo, hi, write,
-                                AccessInfo(actor, rec.name, rec.seq, write, rec.frame, rec.index))
+                                AccessInfo(actor, rec.name, rec.seq, write, rec.frame, rec.index,
+                                           replayed_at))
         elif isinstance(rec, HostAccess):
             host[HOST] += 1
             sid, lo, hi = rec.access

@@ -101,30 +101,43 @@ class Event:
                  interprocess: bool = False) -> None:
         self.eid = next(Event._ids)
         self.position: Optional[Position] = None
+        self.token: Any = None  # recorded inside a graph capture (sim/graphs.py)
         self.time = 0.0
 
     def record(self, stream: Optional[Stream] = None) -> None:
         dev = current_device()
         stream = stream or dev.current
+        self.token = None
+        if dev.capture is not None and dev.capture.record_event(self, stream.sid):
+            return
         self.position = (stream.sid, stream.enq)
         dev.trace.add(EventRecord(self.eid, self.position, user_frame(2), dev.host_clock))
 
     def wait(self, stream: Optional[Stream] = None) -> None:
         dev = current_device()
         stream = stream or dev.current
+        if dev.capture is not None and dev.capture.wait_event(self, stream.sid):
+            return
         if self.position is None or self.position[1] == 0:
             return  # CUDA: waiting on a never-recorded (or empty-stream) event is a no-op
         dev.enqueue(OpRecord(stream.sid, "wait_event", [], [], user_frame(2), kind="wait",
                              wait_for=self.position, duration=0.0))
 
     def query(self) -> bool:
+        dev = current_device()
+        if dev.capture is not None:
+            dev.capture.refuse("event.query", [self.position] if self.position else [], self)
         if self.position is None:
             return True
-        return current_device().poll(self.position, "event.query")
+        return dev.poll(self.position, "event.query")
 
     def synchronize(self) -> None:
+        dev = current_device()
+        if dev.capture is not None:
+            dev.capture.refuse("event.synchronize", [self.position] if self.position else [],
+                               self)
         if self.position is not None:
-            current_device().host_sync([self.position], "event.synchronize")
+            dev.host_sync([self.position], "event.synchronize")
 
     def elapsed_time(self, end: "Event") -> float:
         dev = current_device()
@@ -147,6 +160,10 @@ class SimDevice:
         self.host_clock = 0.0
         self.last_start = 0.0
         self.error: Optional[BaseException] = None
+        # The CUDA graph capture under way, if any, and the side stream ``graph()``
+        # captures on by default (both sim/graphs.py).
+        self.capture: Any = None
+        self.graph_stream: Optional[Stream] = None
         self.policy: Policy = RunAll()
         self.set_policy(policy or RunAll())
 
@@ -169,6 +186,9 @@ class SimDevice:
 
     # --- enqueue and execute ----------------------------------------------------------
     def enqueue(self, op: OpRecord) -> OpRecord:
+        capture = self.capture
+        if capture is not None and capture.takes(op.stream):
+            return capture.record(op)  # part of a graph: recorded, run only by replays
         s = self.streams[op.stream]
         s.enq += 1
         op.seq = s.enq
@@ -244,6 +264,8 @@ class SimDevice:
 
     # --- host side --------------------------------------------------------------------
     def host_sync(self, waits: List[Position], label: str) -> None:
+        if self.capture is not None:
+            self.capture.refuse(label, waits)  # no host syncs inside a graph capture
         for sid, seq in waits:
             self.drain(sid, seq)
             self.host_clock = max(self.host_clock, self.streams[sid].ends[seq])
@@ -266,6 +288,8 @@ class SimDevice:
         polls: one op on the way to ``position`` executes, so a polling loop terminates
         under every policy, however lazy.
         """
+        if self.capture is not None:
+            self.capture.refuse(label, [position])
         sid, seq = position
         if self.streams[sid].done < seq:
             self.policy.on_point(self, None)
