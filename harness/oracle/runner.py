@@ -91,13 +91,14 @@ _REFERENCE_CACHE: Dict[str, Reference] = {}
 
 
 def reference(workload: Workload, args, backend: str) -> Reference:
-    """The synchronous reference: no overlap, on an eager device (cached per workload)."""
+    """The synchronous reference: no overlap, no CUDA graphs, on an eager device (cached
+    per workload)."""
     key = json.dumps([backend, workload.to_json(), args.spec_algorithm])
     ref = _REFERENCE_CACHE.get(key)
     if ref is None:
         rec = Recorder()
         ref_args = dataclasses.replace(args, overlap=False, relay="future_map",
-                                       war_barrier="coarse")
+                                       war_barrier="coarse", cuda_graph=False)
         with open_runtime(backend, Eager(), trace=False) as rt:
             outputs = drive(rt, workload, ref_args, FaultPlan(observer=rec))
         ref = _REFERENCE_CACHE[key] = Reference(rec.results, outputs)
