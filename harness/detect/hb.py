@@ -39,7 +39,9 @@ class AccessInfo:
     write: bool
     frame: Optional[Frame]  # for an op replayed from a CUDA graph: where it was captured
     index: int  # position in the trace log
-    replayed_at: Optional[Frame] = None  # where the graph was replayed, for such an op
+    # Where the graph was replayed: a field of ``ReplayedAccess`` only, so the accesses of
+    # ordinary ops (one AccessInfo each, the detector's hot path) cost no more.
+    replayed_at = None
 
     def access_kind(self) -> str:
         return "write" if self.write else "read"
@@ -64,6 +66,12 @@ class AccessInfo:
             f = self.replayed_at
             out["replayed_at"] = {"file": short_path(f[0]), "line": f[1], "function": f[2]}
         return out
+
+
+@dataclass(frozen=True)
+class ReplayedAccess(AccessInfo):
+    """An access of an op issued by a CUDA graph replay."""
+    replayed_at: Optional[Frame] = None
 
 
 def _fmt(frame: Optional[Frame]) -> str:
@@ -154,12 +162,13 @@ class HBDetector:
                 self.at_position[(s, rec.seq)] = dict(vc)
             actor = self.trace.stream_name(s)
             replay = rec.replay
-            replayed_at = replay.frame if replay is not None else None
             for write, accesses in ((False, rec.reads), (True, rec.writes)):
                 for sid, lo, hi in accesses:
-                    self._check(s, rec.seq, vc, sid, lo, hi, write,
-                                AccessInfo(actor, rec.name, rec.seq, write, rec.frame, rec.index,
-                                           replayed_at))
+                    info = (AccessInfo(actor, rec.name, rec.seq, write, rec.frame, rec.index)
+                            if replay is None else
+                            ReplayedAccess(actor, rec.name, rec.seq, write, rec.frame,
+                                           rec.index, replay.frame))
+                    self._check(s, rec.seq, vc, sid, lo, hi, write, info)
         elif isinstance(rec, HostAccess):
             host[HOST] += 1
             sid, lo, hi = rec.access
