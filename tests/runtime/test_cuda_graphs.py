@@ -7,10 +7,12 @@ every replay is logged as those accesses on the replaying stream, for the real d
 """
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness.detect import detect
 from harness.runtime import cuda as C
+from harness.runtime import open_runtime
 from harness.runtime.trace import EventRecord, OpRecord, ReplayedOp
 
 # pytest puts this directory on sys.path (rootdir-relative, "prepend" import mode)
@@ -185,3 +187,35 @@ def test_graph_api_wrapped_once():
         first = FakeGraph.replay
     with cpu_capture():
         assert FakeGraph.replay is first and first._specrace_wrapper
+
+
+# --- on a GPU: a real torch.cuda graph through the CUDA runtime's trace capture ----------
+
+@pytest.mark.cuda
+def test_real_graph_replay_is_traced_on_its_stream():
+    with C.watchdog(120, "cuda graph test"), open_runtime("cuda") as rt:
+        m = rt.module
+        F, S, side = m.Stream(), m.Stream(), m.Stream()
+        for s, name in ((F, "forward"), (S, "schedule"), (side, "graph")):
+            rt.label(s, name)
+        static_in = torch.zeros(4, device=rt.device)
+        m.synchronize()
+        side.wait_stream(m.current_stream())
+        with m.stream(side):
+            static_in * 2  # warm-up: no lazy kernel loading inside the capture
+        g = m.CUDAGraph()
+        with m.graph(g, stream=side):
+            out = static_in * 2
+        with m.stream(F):
+            g.replay()
+        with m.stream(S):
+            out.clone()  # no wait: races with the replay
+            S.wait_stream(F)
+            out.clone()  # waited: ordered
+        m.synchronize()
+    replays = [o for o in _ops(rt.trace) if isinstance(o, ReplayedOp)]
+    assert [o.name for o in replays] == ["mul.Tensor"]
+    races = detect(rt.trace)
+    assert [(r.kind, r.first.actor, r.second.actor) for r in races] == [
+        ("RAW", "forward", "schedule")], [r.summary() for r in races]
+    assert races[0].first.replayed_at is not None
