@@ -42,7 +42,7 @@ def test_graphs_on_by_default_where_the_device_captures():
         ServerArgs(cuda_graph_max_bs=0).validate()
 
 
-@pytest.mark.parametrize("policy", ["eager", "lazy", "stall(forward)", "pct(2,3)"])
+@pytest.mark.parametrize("policy", ["eager", "stall(forward)"])
 def test_decode_steps_replay_and_match_the_eager_forward(policy):
     with_graphs = _trial(policy, 0)
     without = _trial(policy, 0, cuda_graph=False)
@@ -107,3 +107,13 @@ def test_graph_races_name_the_capture_and_replay_sites():
     text = mm[0].summary()
     assert "graph mm.default [write] captured at impl/model.py:" in text
     assert "replayed at" in text and "unordered with forward argmax" in text
+
+
+def test_markdown_report_names_both_sites():
+    from harness.report.markdown import _site
+    acc = {"file": "impl/model.py", "line": 76, "function": "forward",
+           "replayed_at": {"file": "impl/graph_runner.py", "line": 77, "function": "replay"}}
+    text = _site(acc)
+    assert text.startswith("`impl/model.py:76` (forward) -- captured in a CUDA graph there")
+    assert text.endswith("replayed at `impl/graph_runner.py:77` (replay)")
+    assert _site({"file": "impl/x.py", "line": 3, "function": "f"}) == "`impl/x.py:3` (f)"
