@@ -61,8 +61,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import BackendError, Runtime, hostmem
-from .pinning import CudaPinning, cuda_is_pinned, needs_cuda_pinning
 from .graphs import CaptureToken, GraphCapture, new_graph_id, replay_ops
+from .pinning import CudaPinning, cuda_is_pinned, needs_cuda_pinning
 from .schema import arg_value, effects, iter_tensors
 from .trace import (Access, EventRecord, HostAccess, OpRecord, Position, QueryRecord,
                     SyncRecord, Trace, tensor_range, user_frame)

@@ -189,7 +189,7 @@ def test_capture_rules_default_stream_nesting_and_replay():
         with m.graph(g2, stream=side):  # re-captured after reset
             torch.ones(2, device=rt.device)
         g2.replay()
-    with sim_runtime() as rt2:
+    with sim_runtime():
         with pytest.raises(RuntimeError, match="another simulated device"):
             g2.replay()
 
