@@ -61,7 +61,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import BackendError, Runtime, hostmem
-from .graphs import CaptureToken, GraphCapture, new_graph_id, replay_ops
+from .graphs import CaptureToken, GraphCapture, replay_ops
 from .pinning import CudaPinning, cuda_is_pinned, needs_cuda_pinning
 from .schema import arg_value, effects, iter_tensors
 from .trace import (Access, EventRecord, HostAccess, OpRecord, Position, QueryRecord,
@@ -264,6 +264,7 @@ class _Capture:
         self.token = next(_CAPTURE_TOKENS)  # tells this run's event state from a stale one
         self._slotted_events: Dict[int, Tuple[Any, int, Position]] = {}
         self.graph: Optional[GraphCapture] = None  # the CUDA graph capture under way
+        self.graph_ids = itertools.count(1)
         self._eids = itertools.count(1)
         self.stream_id(default_handle, "default")
 
@@ -835,7 +836,7 @@ def _g_capture_end(cap, orig, self, *a, **k):
     graph, cap.graph = cap.graph, None
     res = _call_quietly(cap, orig, self, *a, **k)  # raises for an invalid capture
     if graph is not None:
-        setattr(self, _GRAPH_STATE, [cap.token, new_graph_id(), graph.ops, 0])
+        setattr(self, _GRAPH_STATE, [cap.token, next(cap.graph_ids), graph.ops, 0])
     return res
 
 

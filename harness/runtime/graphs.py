@@ -18,16 +18,9 @@ reuses memory, and the CUDA trace holds every storage it saw).
 """
 from __future__ import annotations
 
-import itertools
 from typing import Dict, Iterator, List, NamedTuple, Optional
 
 from .trace import Frame, OpRecord, Replay, ReplayedOp
-
-_GRAPH_IDS = itertools.count(1)
-
-
-def new_graph_id() -> int:
-    return next(_GRAPH_IDS)
 
 
 class CaptureToken(NamedTuple):

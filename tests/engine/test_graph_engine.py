@@ -117,3 +117,11 @@ def test_markdown_report_names_both_sites():
     assert text.startswith("`impl/model.py:76` (forward) -- captured in a CUDA graph there")
     assert text.endswith("replayed at `impl/graph_runner.py:77` (replay)")
     assert _site({"file": "impl/x.py", "line": 3, "function": "f"}) == "`impl/x.py:3` (f)"
+
+
+def test_graph_trials_are_deterministic():
+    def key(res):
+        return [(o.stream, o.name, o.seq, o.start, o.end, o.replay) for o in res.trace.executed]
+    first, second = _trial("random(3)", 1), _trial("random(3)", 1)
+    assert any(o.replay is not None for o in first.trace.executed)
+    assert key(first) == key(second)

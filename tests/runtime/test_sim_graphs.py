@@ -282,7 +282,7 @@ def _replay_does_nothing(self):
 
 def _replay_on_the_capture_stream(self):
     dev = G.current_device()
-    origin = dev.capture_origin_for_test[self.gid]
+    origin = dev.capture_origin_for_test[id(self)]
     prev, dev.current = dev.current, dev.streams[origin]
     try:
         _REAL_REPLAY(self)
@@ -299,7 +299,7 @@ def _begin_remembering_origin(self, *a, **k):
     dev = G.current_device()
     if not hasattr(dev, "capture_origin_for_test"):
         dev.capture_origin_for_test = {}
-    dev.capture_origin_for_test[self.gid] = dev.current.sid
+    dev.capture_origin_for_test[id(self)] = dev.current.sid
 
 
 SEEDED_BUGS = {

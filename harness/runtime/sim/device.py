@@ -160,10 +160,12 @@ class SimDevice:
         self.host_clock = 0.0
         self.last_start = 0.0
         self.error: Optional[BaseException] = None
-        # The CUDA graph capture under way, if any, and the side stream ``graph()``
-        # captures on by default (both sim/graphs.py).
+        # The CUDA graph capture under way, if any, the side stream ``graph()`` captures
+        # on by default, and graph ids (per device, so traces repeat run for run): all
+        # sim/graphs.py.
         self.capture: Any = None
         self.graph_stream: Optional[Stream] = None
+        self.graph_ids = itertools.count(1)
         self.policy: Policy = RunAll()
         self.set_policy(policy or RunAll())
 

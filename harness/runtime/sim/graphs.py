@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, List, Optional, Tuple
 
-from ..graphs import GraphCapture, new_graph_id, replay_ops
+from ..graphs import GraphCapture, replay_ops
 from ..policy import Policy
 from ..trace import Position, short_path, user_frame
 from .device import SimDevice, Stream, current_device
@@ -141,7 +141,7 @@ class CUDAGraph:
     """``torch.cuda.CUDAGraph`` on the simulator."""
 
     def __init__(self, keep_graph: bool = False) -> None:
-        self.gid = new_graph_id()
+        self.gid = 0  # numbered by the device at each successful capture
         self._capture: Optional[SimCapture] = None
         self._ops: Optional[list] = None
         self._dev: Optional[SimDevice] = None
@@ -184,6 +184,8 @@ class CUDAGraph:
                                f"(CUDA: cudaErrorStreamCaptureUnjoined)")
         self._ops = cap.ops
         self._dev = dev
+        self.gid = next(dev.graph_ids)
+        self._replays = 0
 
     def _abort(self) -> None:
         """End a capture under way without keeping anything (an exception in the block)."""
