@@ -28,6 +28,7 @@ import torch
 
 from harness.faults import ask, fault_point
 
+from .graph_runner import VerifyGraphRunner, graphs_supported
 from .memory import mark_used_on, staged
 from .model import ToyTargetModel
 from .ngram import NgramProposer
@@ -49,6 +50,10 @@ class ServerArgs:
     max_prefill_reqs: int = 4
     dp_attention: bool = False  # an idle rank still runs (empty) batches
     spec_algorithm: str = "ngram"  # "eagle": a device drafter builds the tree
+    # The verify forward as CUDA graph replays, where the device module captures graphs
+    # (torch.cuda, the simulator); batches above cuda_graph_max_bs run eagerly.
+    cuda_graph: bool = True
+    cuda_graph_max_bs: int = 8
 
     def validate(self) -> None:
         if self.relay not in RELAY_MODES:
@@ -59,6 +64,8 @@ class ServerArgs:
             raise ValueError("draft_token_num must be in 1..16")
         if self.spec_algorithm not in ("ngram", "eagle"):
             raise ValueError("spec_algorithm must be ngram or eagle")
+        if not 1 <= self.cuda_graph_max_bs <= 32:
+            raise ValueError("cuda_graph_max_bs must be in 1..32")
 
 
 @dataclass
@@ -134,9 +141,13 @@ class Scheduler:
         self.copy_stream = self.mod.Stream()
         self.model = model or ToyTargetModel(self.device)
         self.vocab_size = self.model.vocab_size
+        self.graph_runner: Optional[VerifyGraphRunner] = None
+        if args.cuda_graph and graphs_supported(self.device):
+            self.graph_runner = VerifyGraphRunner(self.model, self.device, args.draft_token_num,
+                                                  args.cuda_graph_max_bs)
         self.worker = NgramWorker(self.model, NgramProposer(args.draft_token_num), self.device,
                                   args.draft_token_num, args.relay, args.overlap,
-                                  grammar_backend, args.spec_algorithm)
+                                  grammar_backend, args.spec_algorithm, self.graph_runner)
         self.future_map = FutureMap(args.req_pool_size, self.device)
         self.free_slots = list(range(1, args.req_pool_size))  # slot 0: padding row
         self.waiting: Deque[Req] = collections.deque()
@@ -151,8 +162,11 @@ class Scheduler:
 
     @property
     def streams(self) -> dict:
-        return {"schedule": self.schedule_stream, "forward": self.forward_stream,
-                "copy": self.copy_stream}
+        streams = {"schedule": self.schedule_stream, "forward": self.forward_stream,
+                   "copy": self.copy_stream}
+        if self.graph_runner is not None:
+            streams["graph"] = self.graph_runner.stream
+        return streams
 
     # --- requests -----------------------------------------------------------------------
     def add_request(self, req: Req) -> None:

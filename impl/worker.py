@@ -9,7 +9,8 @@
    to the device ``non_blocking``;
 3. the shared-read-done event is recorded -- the fine WAR fence the schedule stream
    waits on (everything the scheduler may overwrite next has been read by now);
-4. the verify forward, the grammar mask (built on the host while the forward runs),
+4. the verify forward (a CUDA graph replay when the server captured one for this batch
+   size: ``graph_runner.py``), the grammar mask (built on the host while it runs),
    greedy tree verification -> ``predict``, ``accept_index``, ``accept_lens``, and the
    accepted tokens ``predict[accept_index]``.
 """
@@ -57,7 +58,7 @@ class GenerationBatchResult:
 class NgramWorker:
     def __init__(self, model, proposer, device, draft_token_num: int, relay: str,
                  overlap: bool, grammar_backend: Any = None,
-                 spec_algorithm: str = "ngram") -> None:
+                 spec_algorithm: str = "ngram", graph_runner: Any = None) -> None:
         self.model = model
         self.proposer = proposer
         self.device = torch.device(device)
@@ -66,6 +67,7 @@ class NgramWorker:
         self.overlap = overlap
         self.grammar_backend = grammar_backend
         self.device_drafted = spec_algorithm == "eagle"  # the EAGLE-style path
+        self.graph_runner = graph_runner  # the verify forward as graph replays, if set
         self.mod = torch.get_device_module(self.device)
 
     # --- prefill ------------------------------------------------------------------------
@@ -123,7 +125,7 @@ class NgramWorker:
             drafts_dev, nt_dev, ns_dev, tree = self._host_tree(batch, prev_tokens, prev_lens,
                                                                use_prev)
         read_done = self._record_shared_read_done()
-        logits = self.model.forward(drafts_dev)  # the verify forward
+        logits = self._verify_forward(drafts_dev, bs)
         self._apply_sampling_masks(batch, logits, tree)
         target_predict = logits.argmax(dim=-1).view(bs, D)
         fault_point("forward.before_verify")
@@ -131,6 +133,14 @@ class NgramWorker:
             target_predict, drafts_dev.view(bs, D), nt_dev, ns_dev)
         accept_tokens = predict[accept_index].flatten().to(torch.int32)
         return self._result(accept_tokens, accept_lens, read_done)
+
+    def _verify_forward(self, input_ids, bs: int):
+        """The target forward over every draft node: a graph replay when one is captured
+        for this batch size (static inputs filled on this stream, then one launch)."""
+        runner = self.graph_runner
+        if runner is not None and runner.can_run(bs):
+            return runner.replay(input_ids)
+        return self.model.forward(input_ids)
 
     def _host_tree(self, batch, prev_tokens, prev_lens, use_prev):
         from .tree import derive_tree_links

@@ -256,7 +256,8 @@ def format_matrix(res: dict) -> str:
 
 
 if __name__ == "__main__":  # one cell: python -m scenarios.matrix KIND NAME BACKEND TARGET
-    _kind, _name, _backend, _target = sys.argv[1:5]
+    _kind, _name, _backend = sys.argv[1:4]
+    _target = sys.argv[4] if len(sys.argv) > 4 else "impl"
     _by = by_name(_target)
     try:
         if _kind == "mutation":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates reports/h200/: run from the repo root on a CUDA machine, one section per call
-# (each fits the device tool's 10-minute limit):  tools/h200.sh suite|matrix|repro|bench|grammar|alloc  OUTDIR
+# (each fits the device tool's 10-minute limit):  tools/h200.sh suite|matrix|repro|bench|grammar|alloc|graphs  OUTDIR
 # Needs xgrammar & co. on PYTHONPATH (see README "Running on a GPU").
 set -u
 section=$1; R=$2; mkdir -p "$R"
@@ -57,5 +57,21 @@ PY
   for cell in "probe seed-eager" "mutation forward-inputs-not-recorded" "mutation result-sources-freed-early" "probe grammar-lazy" "mutation extend-mask-upload-before-fill"; do
     timeout 120 python3 -m scenarios.matrix $cell cuda >> "$R/matrix_alloc_cuda.jsonl"; echo "matrix cell $cell rc $?"
   done
+  ;;
+graphs)
+  # CUDA graphs (issue 16): the graph litmus programs (agreement, then 50 stalled trials
+  # each), the graph tests of the CUDA capture, the graph mutations and the fixed code's
+  # probes with the verify forward replayed from graphs, and the seed scenario end to end.
+  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cuda_graphs.py tests/runtime/test_sim_graphs.py tests/engine/test_graph_engine.py > "$R/pytest_graphs.log" 2>&1; echo "pytest graphs rc $?"; tail -1 "$R/pytest_graphs.log"
+  timeout 90 python3 -m harness.cli litmus --backend cuda --json > "$R/litmus_cuda.json"; echo "litmus cuda rc $?"
+  timeout 120 python3 tools/graph_rates.py 50 > "$R/graph_rates.json"; echo "graph rates rc $?"
+  for m in graph-input-on-side-stream graph-replay-on-side-stream graph-replay-before-fill; do
+    timeout 60 python3 -m scenarios.matrix mutation $m cuda > "$R/matrix_cuda_$m.json"; echo "mutation $m rc $?"; tail -c 300 "$R/matrix_cuda_$m.json"; echo
+  done
+  for p in seed-eager grammar-ngram grammar-eagle; do
+    timeout 60 python3 -m scenarios.matrix probe $p cuda > "$R/matrix_cuda_probe_$p.json"; echo "probe $p rc $?"; tail -c 200 "$R/matrix_cuda_probe_$p.json"; echo
+  done
+  timeout 80 python3 -m harness.cli repro ngram-filter-race --variant fixed --backend cuda --trials 50 --json --no-report > "$R/repro_fixed_graphs.json"; echo "fixed (graphs) rc $?"
+  timeout 80 python3 -m harness.cli repro ngram-filter-race --variant pre-fix --backend cuda --trials 50 --expect race --json --no-report > "$R/repro_prefix_graphs.json"; echo "pre-fix (graphs) rc $?"
   ;;
 esac

@@ -20,6 +20,9 @@ reported. Edges:
   (the recorded streams' positions at the free) have executed before the block is handed
   out, so old accesses ordered before them are dropped at the reuse. Nothing else is
   joined -- the allocator's event query is not a synchronisation the program asked for.
+* a CUDA graph replay is the captured ops, issued on the replaying stream (``ReplayedOp``):
+  their accesses are checked like any op's and reported with both the capture site and
+  the replay site (CSAN sees nothing of a replay).
 
 Shadow state per storage keeps the accesses not yet superseded (FastTrack-style pruning),
 with byte ranges, so distinct rows of one buffer do not conflict, but overlapping views do.
@@ -41,24 +44,47 @@ class AccessInfo:
     op: str
     seq: int
     write: bool
-    frame: Optional[Frame]
+    frame: Optional[Frame]  # for an op replayed from a CUDA graph: where it was captured
     index: int  # position in the trace log
+    # Where the graph was replayed: a field of ``ReplayedAccess`` only, so the accesses of
+    # ordinary ops (one AccessInfo each, the detector's hot path) cost no more.
+    replayed_at = None
 
     def access_kind(self) -> str:
         return "write" if self.write else "read"
 
     def where(self) -> str:
-        if self.frame is None:
-            return "?"
-        return f"{short_path(self.frame[0])}:{self.frame[1]} ({self.frame[2]})"
+        return _fmt(self.frame)
+
+    def site(self) -> str:
+        """``at FILE:LINE (fn)``, or for a replayed op both sites."""
+        if self.replayed_at is None:
+            return f"at {self.where()}"
+        return f"captured at {self.where()}, replayed at {_fmt(self.replayed_at)}"
 
     def to_json(self) -> dict:
-        return {"actor": self.actor, "op": self.op, "seq": self.seq,
-                "access": "write" if self.write else "read",
-                "file": short_path(self.frame[0]) if self.frame else None,
-                "line": self.frame[1] if self.frame else None,
-                "function": self.frame[2] if self.frame else None,
-                "trace_index": self.index}
+        out = {"actor": self.actor, "op": self.op, "seq": self.seq,
+               "access": "write" if self.write else "read",
+               "file": short_path(self.frame[0]) if self.frame else None,
+               "line": self.frame[1] if self.frame else None,
+               "function": self.frame[2] if self.frame else None,
+               "trace_index": self.index}
+        if self.replayed_at is not None:
+            f = self.replayed_at
+            out["replayed_at"] = {"file": short_path(f[0]), "line": f[1], "function": f[2]}
+        return out
+
+
+@dataclass(frozen=True)
+class ReplayedAccess(AccessInfo):
+    """An access of an op issued by a CUDA graph replay."""
+    replayed_at: Optional[Frame] = None
+
+
+def _fmt(frame: Optional[Frame]) -> str:
+    if frame is None:
+        return "?"
+    return f"{short_path(frame[0])}:{frame[1]} ({frame[2]})"
 
 
 @dataclass(frozen=True)
@@ -107,7 +133,8 @@ class Race:
 
     def key(self) -> tuple:
         return (self.kind, self.first.actor, self.first.op, self.first.frame,
-                self.second.actor, self.second.op, self.second.frame, self.reuse is not None)
+                self.first.replayed_at, self.second.actor, self.second.op, self.second.frame,
+                self.second.replayed_at, self.reuse is not None)
 
     def summary(self) -> str:
         if self.reuse is None:
@@ -117,9 +144,9 @@ class Race:
             head = (f"{self.kind} across a reuse of block {r.block}: freed by "
                     f"{r.old.describe()}, reallocated to {r.new.describe()}")
         return (f"{head}: {self.first.actor} {self.first.op} "
-                f"[{'write' if self.first.write else 'read'}] at {self.first.where()} is "
+                f"[{'write' if self.first.write else 'read'}] {self.first.site()} is "
                 f"unordered with {self.second.actor} {self.second.op} "
-                f"[{'write' if self.second.write else 'read'}] at {self.second.where()}"
+                f"[{'write' if self.second.write else 'read'}] {self.second.site()}"
                 + (f" (x{self.count})" if self.count > 1 else ""))
 
     def to_json(self) -> dict:
@@ -190,10 +217,14 @@ class HBDetector:
             if self.needed is None or (s, rec.seq) in self.needed:
                 self.at_position[(s, rec.seq)] = dict(vc)
             actor = self.trace.stream_name(s)
+            replay = rec.replay
             for write, accesses in ((False, rec.reads), (True, rec.writes)):
                 for sid, lo, hi in accesses:
-                    self._check(s, rec.seq, vc, sid, lo, hi, write,
-                                AccessInfo(actor, rec.name, rec.seq, write, rec.frame, rec.index))
+                    info = (AccessInfo(actor, rec.name, rec.seq, write, rec.frame, rec.index)
+                            if replay is None else
+                            ReplayedAccess(actor, rec.name, rec.seq, write, rec.frame,
+                                           rec.index, replay.frame))
+                    self._check(s, rec.seq, vc, sid, lo, hi, write, info)
         elif isinstance(rec, HostAccess):
             host[HOST] += 1
             sid, lo, hi = rec.access

@@ -108,8 +108,8 @@ class ReferenceCrash(Exception):
 
 
 def reference(workload: Workload, args, backend: str, target: str = "impl") -> Reference:
-    """The synchronous reference: the target's own engine, fixed code, no overlap, on an
-    eager device (an LRU cache holds the last ``REFERENCE_CACHE_SIZE``). ``ReferenceCrash``
+    """The synchronous reference: the target's own engine, fixed code, no overlap, no CUDA
+    graphs, on an eager device (an LRU cache holds the last ``REFERENCE_CACHE_SIZE``). ``ReferenceCrash``
     if the engine fails in it."""
     key = json.dumps([target, backend, workload.to_json(), args.spec_algorithm])
     ref = _REFERENCE_CACHE.get(key)
@@ -118,7 +118,7 @@ def reference(workload: Workload, args, backend: str, target: str = "impl") -> R
         return ref
     rec = Recorder()
     ref_args = dataclasses.replace(args, overlap=False, relay="future_map",
-                                   war_barrier="coarse")
+                                   war_barrier="coarse", cuda_graph=False)
     with open_runtime(backend, Eager(), trace=False) as rt:  # a backend error propagates
         try:
             outputs = drive(rt, workload, ref_args, FaultPlan(observer=rec), target)

@@ -65,6 +65,9 @@ def chrome_trace(trace: Any, races: List[Any], result: Optional[Dict[str, Any]] 
             "writes": access_names(trace, op.writes),
             "where": where(op.frame), "trace_index": op.index,
         }
+        if op.replay is not None:  # issued by a CUDA graph replay; "where" is the capture
+            args["graph_replay"] = (f"graph {op.replay.graph} replay {op.replay.n} at "
+                                    f"{where(op.replay.frame)}")
         if op.wait_for is not None:
             args["wait_for"] = f"{trace.stream_name(op.wait_for[0])}#{op.wait_for[1]}"
         if lay.mode == "virtual":

@@ -35,7 +35,12 @@ def _source_line(path: Optional[str], line: Optional[int]) -> Optional[str]:
 def _site(acc: Dict[str, Any]) -> str:
     if acc.get("file") is None:
         return "unknown site"
-    return f"`{acc['file']}:{acc['line']}` ({acc.get('function')})"
+    site = f"`{acc['file']}:{acc['line']}` ({acc.get('function')})"
+    replay = acc.get("replayed_at")
+    if isinstance(replay, dict):  # an op of a CUDA graph: captured here, replayed there
+        return (f"{site} -- captured in a CUDA graph there, replayed at "
+                f"`{replay.get('file')}:{replay.get('line')}` ({replay.get('function')})")
+    return site
 
 
 def _code(v: Any) -> str:

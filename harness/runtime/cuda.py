@@ -33,10 +33,15 @@
     registered in ``hostmem`` so later host reads (``tolist()``, ``.item()``, ...) show up
     as ``HostAccess`` records -- the reads CSAN cannot see;
   - ``torch.cuda.Event.record/wait/query/synchronize``, ``torch.cuda.Stream.wait_event/
-    wait_stream/query/synchronize`` and ``torch.cuda.synchronize`` are wrapped while the
-    runtime is open (and restored after) to log ``EventRecord`` / wait markers /
-    ``SyncRecord`` / ``QueryRecord`` (a ``query()`` that returned True is a sync, which CSAN
-    misses). Waits are stream ops: they advance the stream's seq.
+    wait_stream/query/synchronize`` and ``torch.cuda.synchronize`` are wrapped (once per
+    process; a wrapper logs only while a traced runtime is open) to log ``EventRecord`` /
+    wait markers / ``SyncRecord`` / ``QueryRecord`` (a ``query()`` that returned True is a
+    sync, which CSAN misses). Waits are stream ops: they advance the stream's seq;
+  - CUDA graphs: ``torch.cuda.CUDAGraph.capture_begin/capture_end/replay/reset`` are wrapped
+    the same way. While a graph is captured, the ops the dispatch mode sees on the streams
+    taking part are recorded into the graph, not logged (nothing executes then); every
+    ``replay()`` logs them again, in order, on the replaying stream (``ReplayedOp``, with
+    the replay site), so the detector sees what a replay reads and writes -- CSAN does not.
 
 ``trace=False`` installs nothing (no mode, no wrappers): repro-rate measurements run at
 full speed, with only the stall and the labels. Runtimes nest (a reference run inside a
@@ -64,6 +69,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import BackendError, Runtime, hostmem
+from .graphs import CaptureToken, GraphCapture, replay_ops
 from .limits import DEFAULT_STALL_MS, MAX_STALL_MS, cycles_per_ms_from_env
 from .pinning import CudaPinning, cuda_is_pinned, needs_cuda_pinning
 from .schema import arg_value, effects, iter_tensors
@@ -273,6 +279,8 @@ class _Capture:
         self.depth = 0
         self.token = next(_CAPTURE_TOKENS)  # tells this run's event state from a stale one
         self._slotted_events: Dict[int, Tuple[Any, int, Position]] = {}
+        self.graph: Optional[GraphCapture] = None  # the CUDA graph capture under way
+        self.graph_ids = itertools.count(1)
         self._eids = itertools.count(1)
         self.stream_id(default_handle, "default")
 
@@ -302,13 +310,19 @@ class _Capture:
     def op(self, sid: int, name: str, reads: List[Access], writes: List[Access],
            frame, kind: str = "kernel", wait_for: Optional[Position] = None,
            duration: float = 1.0) -> OpRecord:
-        rec = OpRecord(sid, name, reads, writes, frame, kind=kind, wait_for=wait_for,
-                       duration=duration)
-        self.seqs[sid] += 1
-        rec.seq = self.seqs[sid]
+        return self.log_op(OpRecord(sid, name, reads, writes, frame, kind=kind,
+                                    wait_for=wait_for, duration=duration))
+
+    def log_op(self, rec: OpRecord) -> OpRecord:
+        graph = self.graph
+        if graph is not None and graph.takes(rec.stream):
+            # Captured into a CUDA graph: nothing runs now; each replay logs it again.
+            return graph.record(rec)
+        self.seqs[rec.stream] += 1
+        rec.seq = self.seqs[rec.stream]
         self.trace.add(rec)
         if self.recorded:
-            for accesses in (reads, writes):
+            for accesses in (rec.reads, rec.writes):
                 for acc in accesses:
                     used = self.recorded.get(acc[0])
                     if used is not None:
@@ -776,7 +790,11 @@ def _call_quietly(cap: "_Capture", orig, *a, **k):
         cap.depth -= 1
 
 
-def _log_wait(cap: "_Capture", sid: int, pos: Optional[Position], frame) -> None:
+def _log_wait(cap: "_Capture", sid: int, pos: Any, frame) -> None:
+    if isinstance(pos, CaptureToken):  # recorded inside a CUDA graph capture
+        if pos.capture is cap.graph:
+            cap.graph.wait(sid, pos)  # a fork or a join inside the graph: no stream op
+        return
     # CUDA: waiting on a never-recorded event (or one recorded on an empty stream) is a
     # no-op; the simulator logs nothing there either.
     if pos is None or pos[1] == 0:
@@ -784,9 +802,19 @@ def _log_wait(cap: "_Capture", sid: int, pos: Optional[Position], frame) -> None
     cap.op(sid, "wait_event", [], [], frame, kind="wait", wait_for=pos, duration=0.0)
 
 
+def _at_position(st) -> Optional[Position]:
+    """The stream position of an event's state, None for one recorded inside a capture
+    (CUDA refuses a host wait on that; nothing to log)."""
+    return None if st is None or isinstance(st[1], CaptureToken) else st[1]
+
+
 def _ev_record(cap, orig, self, stream=None, *a, **k):
     res = _call_quietly(cap, orig, self, stream, *a, **k)
-    pos = cap.position(cap.stream_of(stream))
+    sid = cap.stream_of(stream)
+    if cap.graph is not None and cap.graph.takes(sid):
+        cap.event_recorded(self, cap.graph.event(sid))  # a point inside the graph
+        return res
+    pos = cap.position(sid)
     eid = cap.event_recorded(self, pos)
     cap.trace.add(EventRecord(eid, pos, user_frame(3)))
     return res
@@ -801,17 +829,17 @@ def _ev_wait(cap, orig, self, stream=None, *a, **k):
 
 def _ev_query(cap, orig, self, *a, **k):
     res = _call_quietly(cap, orig, self, *a, **k)
-    st = cap.event_state(self) if res else None
-    if st is not None:  # a query() that returned True is a sync (CSAN misses it)
-        cap.trace.add(QueryRecord("event.query", st[1], user_frame(3)))
+    pos = _at_position(cap.event_state(self)) if res else None
+    if pos is not None:  # a query() that returned True is a sync (CSAN misses it)
+        cap.trace.add(QueryRecord("event.query", pos, user_frame(3)))
     return res
 
 
 def _ev_synchronize(cap, orig, self, *a, **k):
     res = _call_quietly(cap, orig, self, *a, **k)
-    st = cap.event_state(self)
-    if st is not None:
-        cap.sync([st[1]], "event.synchronize", user_frame(3))
+    pos = _at_position(cap.event_state(self))
+    if pos is not None:
+        cap.sync([pos], "event.synchronize", user_frame(3))
     return res
 
 
@@ -825,7 +853,9 @@ def _st_wait_event(cap, orig, self, event, *a, **k):
 def _st_wait_stream(cap, orig, self, stream, *a, **k):
     res = _call_quietly(cap, orig, self, stream, *a, **k)
     me, other = cap.stream_of(self), cap.stream_of(stream)
-    if me != other:  # as the simulator: an internal event recorded, then one wait
+    if me != other and cap.graph is not None and cap.graph.takes(other):
+        cap.graph.wait(me, cap.graph.event(other))  # a fork or a join inside the graph
+    elif me != other:  # as the simulator: an internal event recorded, then one wait
         frame = user_frame(3)
         pos = cap.position(other)
         cap.trace.add(EventRecord(cap.new_eid(), pos, frame))
@@ -854,6 +884,44 @@ def _mod_synchronize(cap, orig, *a, **k):
     return res
 
 
+# CUDA graphs: the capture records what the graph's kernels touch (``_Capture.log_op``);
+# each replay logs those ops again on the replaying stream. The graph's ops live on the
+# graph object, tagged with the capture token like event state.
+
+_GRAPH_STATE = "_specrace_graph"  # attribute on the graph: [capture token, gid, ops, replays]
+
+
+def _g_capture_begin(cap, orig, self, *a, **k):
+    res = _call_quietly(cap, orig, self, *a, **k)
+    cap.graph = GraphCapture(cap.cur())  # CUDA itself enforces the capture rules
+    return res
+
+
+def _g_capture_end(cap, orig, self, *a, **k):
+    graph, cap.graph = cap.graph, None
+    res = _call_quietly(cap, orig, self, *a, **k)  # raises for an invalid capture
+    if graph is not None:
+        setattr(self, _GRAPH_STATE, [cap.token, next(cap.graph_ids), graph.ops, 0])
+    return res
+
+
+def _g_replay(cap, orig, self, *a, **k):
+    res = _call_quietly(cap, orig, self, *a, **k)
+    st = getattr(self, _GRAPH_STATE, None)
+    if st is not None and st[0] == cap.token:  # captured in this run: its accesses are known
+        st[3] += 1
+        for op in replay_ops(st[2], cap.cur(), st[1], st[3], user_frame(3)):
+            cap.log_op(op)
+    return res
+
+
+def _g_reset(cap, orig, self, *a, **k):
+    res = _call_quietly(cap, orig, self, *a, **k)
+    if getattr(self, _GRAPH_STATE, None) is not None:
+        setattr(self, _GRAPH_STATE, None)
+    return res
+
+
 # (attribute, logger) for each wrapped API, on the event class, the stream class and the
 # device module.
 _EVENT_API = (("record", _ev_record), ("wait", _ev_wait), ("query", _ev_query),
@@ -861,6 +929,8 @@ _EVENT_API = (("record", _ev_record), ("wait", _ev_wait), ("query", _ev_query),
 _STREAM_API = (("wait_event", _st_wait_event), ("wait_stream", _st_wait_stream),
                ("query", _st_query), ("synchronize", _st_synchronize))
 _MODULE_API = (("synchronize", _mod_synchronize),)
+_GRAPH_API = (("capture_begin", _g_capture_begin), ("capture_end", _g_capture_end),
+              ("replay", _g_replay), ("reset", _g_reset))
 
 
 def _wrapper(orig: Callable[..., Any], log: Callable[..., Any], name: str) -> Callable[..., Any]:
@@ -878,10 +948,14 @@ def _wrapper(orig: Callable[..., Any], log: Callable[..., Any], name: str) -> Ca
     return wrapped
 
 
-def ensure_api_wrapped(stream_cls: Any, event_cls: Any, module: Any) -> None:
-    """Wrap the stream/event API of ``stream_cls`` / ``event_cls`` / ``module`` once."""
-    for owner, table in ((event_cls, _EVENT_API), (stream_cls, _STREAM_API),
-                         (module, _MODULE_API)):
+def ensure_api_wrapped(stream_cls: Any, event_cls: Any, module: Any,
+                       graph_cls: Any = None) -> None:
+    """Wrap the stream/event API of ``stream_cls`` / ``event_cls`` / ``module``, and the
+    capture/replay API of ``graph_cls`` (``torch.cuda.CUDAGraph``), once."""
+    tables = [(event_cls, _EVENT_API), (stream_cls, _STREAM_API), (module, _MODULE_API)]
+    if graph_cls is not None:
+        tables.append((graph_cls, _GRAPH_API))
+    for owner, table in tables:
         for name, log in table:
             current = getattr(owner, name)
             if getattr(current, "_specrace_wrapper", False):
@@ -987,7 +1061,8 @@ def cuda_runtime(trace: bool = True) -> Iterator[CudaRuntime]:
             return
         cap = rt._cap
         hostmem.RECORDER = cap.note_host_access
-        ensure_api_wrapped(torch.cuda.Stream, torch.cuda.Event, torch.cuda)
+        ensure_api_wrapped(torch.cuda.Stream, torch.cuda.Event, torch.cuda,
+                           getattr(torch.cuda, "CUDAGraph", None))
         with capturing(cap), torch.no_grad(), pinning, _CaptureMode(cap):
             yield rt
     finally:

@@ -18,6 +18,8 @@ Both backends write the same records, so one detector and one timeline serve bot
                       the positions the recorded streams (``record_stream``) had reached,
                       which the allocator lets execute before it hands the block out again.
 * ``RecordStreamRecord`` -- ``tensor.record_stream(stream)``.
+* ``ReplayedOp``   -- an ``OpRecord`` issued by a CUDA graph replay: one of the ops the
+                      graph captured, on the replaying stream; ``replay`` says where.
 
 A *position* is ``(stream_id, seq)``: seq is the 1-based index of an op in its stream, and
 position ``(s, n)`` is complete once the first ``n`` ops of stream ``s`` have executed.
@@ -28,7 +30,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
 Access = Tuple[int, int, int]  # (storage id, first byte, one past the last byte)
 Position = Tuple[int, int]  # (stream id, seq)
@@ -44,6 +46,7 @@ class OpRecord:
         "stream", "seq", "name", "reads", "writes", "frame", "kind", "wait_for",
         "duration", "enq", "start", "end", "fn", "index",
     )
+    replay: Optional["Replay"] = None  # set on ``ReplayedOp`` only (a slot there)
 
     def __init__(self, stream: int, name: str, reads: List[Access], writes: List[Access],
                  frame: Optional[Frame], kind: str = "kernel",
@@ -66,6 +69,21 @@ class OpRecord:
 
     def __repr__(self) -> str:
         return f"<op {self.name} s{self.stream}#{self.seq} {self.kind}>"
+
+
+class Replay(NamedTuple):
+    """Which replay of which graph issued an op, and where ``replay()`` was called."""
+    graph: int
+    n: int  # 1-based count of this graph's replays
+    frame: Optional[Frame]
+
+
+class ReplayedOp(OpRecord):
+    """A captured op issued again by a graph replay. Its ``frame`` is the capture site (the
+    line that launched the kernel while the graph was captured); ``replay.frame`` is the
+    replay site. A subclass, so ordinary ops pay nothing for the extra field."""
+
+    __slots__ = ("replay",)
 
 
 @dataclass

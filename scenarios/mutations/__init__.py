@@ -249,4 +249,32 @@ MUTATIONS: List[Mutation] = [
       GRAMMAR),
 ]
 
+# --- the verify forward under a CUDA graph (issue 16: graph_runner.py) ---------------------
+MUTATIONS += [
+    M("graph-input-on-side-stream",
+      "the static input_ids are refilled on the graph runner's own stream: unordered with "
+      "the previous replay reading them and with the replay about to read them",
+      "issue 16 (static input refill)", "impl.graph_runner:VerifyGraphRunner.replay",
+      [("        self.input_ids[bs][:n].copy_(input_ids)\n",
+        "        with self.mod.stream(self.stream):\n"
+        "            self.input_ids[bs][:n].copy_(input_ids)\n")],
+      SEED),
+    M("graph-replay-on-side-stream",
+      "the graph is replayed on its capture stream; the forward stream reads the static "
+      "logits without waiting for the replay",
+      "issue 16 (replay stream)", "impl.graph_runner:VerifyGraphRunner.replay",
+      [("        self.graphs[bs].replay()\n",
+        "        self.stream.wait_stream(self.mod.current_stream())\n"
+        "        with self.mod.stream(self.stream):\n"
+        "            self.graphs[bs].replay()\n")],
+      SEED),
+    M("graph-replay-before-fill",
+      "the graph is replayed before the static input_ids are refilled: it computes the "
+      "previous batch's logits",
+      "issue 16 (replay order)", "impl.graph_runner:VerifyGraphRunner.replay",
+      [("        self.input_ids[bs][:n].copy_(input_ids)\n        self.graphs[bs].replay()\n",
+        "        self.graphs[bs].replay()\n        self.input_ids[bs][:n].copy_(input_ids)\n")],
+      SEED),
+]
+
 BY_NAME = {m.name: m for m in MUTATIONS}

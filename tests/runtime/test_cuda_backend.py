@@ -153,6 +153,23 @@ class FakeStream:
         pass
 
 
+class FakeGraph:
+    """Like torch.cuda.CUDAGraph as far as the wrappers can tell (capture is the caller's
+    business: on CPU stand-ins the kernels simply run)."""
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        pass
+
+    def capture_end(self):
+        pass
+
+    def replay(self):
+        pass
+
+    def reset(self):
+        pass
+
+
 class FakeDevice:
     """A current-stream slot, like the CUDA current stream, plus a fake device module."""
 
@@ -174,7 +191,7 @@ def cpu_capture():
     """The CUDA capture with CPU tensors as device memory and fake streams/events."""
     fake = FakeDevice()
     cap = C._Capture(Trace(), lambda: fake.current, default_handle=0, dev_type="cpu")
-    C.ensure_api_wrapped(FakeStream, FakeEvent, fake.module)
+    C.ensure_api_wrapped(FakeStream, FakeEvent, fake.module, FakeGraph)
     with C.capturing(cap), torch.no_grad(), C._CaptureMode(cap):
         yield cap, fake
 

@@ -17,6 +17,7 @@ import torch
 
 from .. import hostmem
 from ..policy import Policy
+from . import graphs as _graphs
 from . import tensor as _tensor
 from .device import (Event, SimDevice, SimDeviceError, Stream, current_device, set_device)
 
@@ -92,6 +93,11 @@ def _make_module() -> types.ModuleType:
     m.set_rng_state = lambda state, device=None: None
     m.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]
     m.SimDeviceError = SimDeviceError
+    # CUDA graphs, under torch.cuda's names (sim/graphs.py)
+    m.CUDAGraph = _graphs.CUDAGraph
+    m.graph = _graphs.graph
+    m.graph_pool_handle = _graphs.graph_pool_handle
+    m.is_current_stream_capturing = _graphs.is_current_stream_capturing
     return m
 
 

@@ -23,6 +23,10 @@
   ``torch.empty`` on it reads the old data, and a stale kernel of the old owner reads or
   overwrites the new owner's.
 
+Blocks allocated while a CUDA graph is being captured belong to the graph's private pool:
+its replays write them, so no ordinary allocation ever gets one (PyTorch's graph pools).
+Several graphs sharing one pool, and reuse inside a pool, are not modelled.
+
 A free the cyclic garbage collector finds (a storage kept alive by a reference cycle) is
 not returned to any pool: *when* the collector runs is not a property of the program, and
 handing the block out at that point would make the simulator's schedule depend on it.
@@ -77,14 +81,17 @@ if _gc_phase not in gc.callbacks:
 
 
 class Block:
-    __slots__ = ("bid", "size", "mem", "home", "owner")
+    __slots__ = ("bid", "size", "mem", "home", "owner", "graph")
 
-    def __init__(self, bid: int, size: int, home: int) -> None:
+    def __init__(self, bid: int, size: int, home: int, graph: bool = False) -> None:
         self.bid = bid
         self.size = size
         self.mem = torch.full((size,), _POISON_BYTE, dtype=torch.uint8)
         self.home = home  # stream id
         self.owner: Optional[int] = None  # sid of the storage that holds (or last held) it
+        # allocated during a CUDA graph capture: the graph's private pool, which ordinary
+        # allocations never get -- its replays keep writing there
+        self.graph = graph
 
 
 class Storage:
@@ -136,7 +143,14 @@ class SimAllocator:
         if nbytes == 0:
             return torch.empty_strided(shape, stride, dtype=dtype), None
         home = self.dev.current.sid
-        block, reused = self._take(home, -(-nbytes // ROUND) * ROUND)
+        capture = self.dev.capture
+        if capture is not None and capture.takes(home):
+            # A captured op's output lives in the graph's private pool (as CUDA's graph
+            # pools): fresh, and never handed to an ordinary allocation after a free.
+            self.blocks += 1
+            block, reused = Block(self.blocks, -(-nbytes // ROUND) * ROUND, home, True), False
+        else:
+            block, reused = self._take(home, -(-nbytes // ROUND) * ROUND)
         typed = block.mem.view(dtype)
         if poison and not reused and dtype not in _BYTE_POISON:
             poison_fill(typed[:n])
@@ -205,6 +219,8 @@ class SimAllocator:
             self.leaked += 1
             return
         block = st.block
+        if block.graph:
+            return  # stays the graph's: a later replay writes it
         waits: List[Position] = []
         if st.streams:
             streams = self.dev.streams

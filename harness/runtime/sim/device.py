@@ -126,6 +126,7 @@ class Event:
         self._dev = _DEVICE
         self.eid = self._dev.new_eid() if self._dev is not None else 0
         self.position: Optional[Position] = None
+        self.token: Any = None  # recorded inside a graph capture (sim/graphs.py)
         self.time = 0.0
 
     def _mine(self, what: str) -> "SimDevice":
@@ -139,6 +140,9 @@ class Event:
         dev = self._mine("event.record")
         stream = stream or dev.current
         stream._mine("event.record")
+        self.token = None
+        if dev.capture is not None and dev.capture.record_event(self, stream.sid):
+            return
         self.position = (stream.sid, stream.enq)
         dev.trace.add(EventRecord(self.eid, self.position, user_frame(2), dev.host_clock))
 
@@ -146,6 +150,8 @@ class Event:
         dev = self._mine("event.wait")
         stream = stream or dev.current
         stream._mine("event.wait")
+        if dev.capture is not None and dev.capture.wait_event(self, stream.sid):
+            return
         if self.position is None or self.position[1] == 0:
             return  # CUDA: waiting on a never-recorded (or empty-stream) event is a no-op
         dev.enqueue(OpRecord(stream.sid, "wait_event", [], [], user_frame(2), kind="wait",
@@ -153,12 +159,17 @@ class Event:
 
     def query(self) -> bool:
         dev = self._mine("event.query")
+        if dev.capture is not None:
+            dev.capture.refuse("event.query", [self.position] if self.position else [], self)
         if self.position is None:
             return True
         return dev.poll(self.position, "event.query")
 
     def synchronize(self) -> None:
         dev = self._mine("event.synchronize")
+        if dev.capture is not None:
+            dev.capture.refuse("event.synchronize", [self.position] if self.position else [],
+                               self)
         if self.position is not None:
             dev.host_sync([self.position], "event.synchronize")
 
@@ -186,6 +197,12 @@ class SimDevice:
         self.error: Optional[BaseException] = None
         self._eids = itertools.count(1)  # event ids, per session
         self.allocator = SimAllocator(self)
+        # The CUDA graph capture under way, if any, the side stream ``graph()`` captures
+        # on by default, and graph ids (per device, so traces repeat run for run): all
+        # sim/graphs.py.
+        self.capture: Any = None
+        self.graph_stream: Optional[Stream] = None
+        self.graph_ids = itertools.count(1)
         self.policy: Policy = RunAll()
         self.set_policy(policy or RunAll())
 
@@ -211,6 +228,9 @@ class SimDevice:
 
     # --- enqueue and execute ----------------------------------------------------------
     def enqueue(self, op: OpRecord) -> OpRecord:
+        capture = self.capture
+        if capture is not None and capture.takes(op.stream):
+            return capture.record(op)  # part of a graph: recorded, run only by replays
         s = self.streams[op.stream]
         if op.kind == "wait" and not 0 <= op.wait_for[0] < len(self.streams):
             raise SimDeviceError(f"{op.name}: waits on stream {op.wait_for[0]}, which this "
@@ -315,6 +335,8 @@ class SimDevice:
 
     # --- host side --------------------------------------------------------------------
     def host_sync(self, waits: List[Position], label: str) -> None:
+        if self.capture is not None:
+            self.capture.refuse(label, waits)  # no host syncs inside a graph capture
         for sid, seq in waits:
             self.drain(sid, seq)
             self.host_clock = max(self.host_clock, self.streams[sid].ends[seq])
@@ -337,6 +359,8 @@ class SimDevice:
         polls: one op on the way to ``position`` executes, so a polling loop terminates
         under every policy, however lazy.
         """
+        if self.capture is not None:
+            self.capture.refuse(label, [position])
         sid, seq = position
         if self.streams[sid].done < seq:
             self.policy.on_point(self, None)

@@ -1,0 +1,78 @@
+"""The verify forward under a CUDA graph, as SGLang's CUDA-graph runner runs it.
+
+At start-up the runner captures the target model's forward once per batch-size bucket
+(``capture_bs``, largest first, sharing one memory pool) on its own stream, against
+static buffers: the draft tokens ``input_ids`` (``bucket*D``, zero-filled) and the logits
+the captured kernels write. A verify step then runs, on the forward stream:
+
+1. pad the batch to the next captured size;
+2. copy the draft tokens into the static ``input_ids`` -- on the forward stream, so the
+   copy is ordered after the previous replay (which read them) and before this one.
+   Rows past the batch keep what they held: zeros at first, an earlier batch's tokens
+   later -- valid ids either way, so the padded rows compute harmless logits;
+3. replay the graph: one launch of every captured kernel, in order, on this stream;
+4. return the static logits' rows for this batch -- a view, as SGLang's runner returns
+   its output buffers: the sampler consumes it on this stream, before the next replay
+   overwrites it.
+
+Batches larger than the largest bucket run the forward eagerly, as SGLang does.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import torch
+
+CAPTURE_BS = (1, 2, 4, 8, 16, 32)
+WARMUP_RUNS = 1  # lazy initialisation (cuBLAS handles, workspaces) must not happen in capture
+
+
+def graphs_supported(device) -> bool:
+    """Does ``device``'s module capture graphs (torch.cuda and the simulator do)?"""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return False
+    mod = torch.get_device_module(device)
+    return hasattr(mod, "CUDAGraph") and hasattr(mod, "graph")
+
+
+class VerifyGraphRunner:
+    def __init__(self, model, device, draft_token_num: int, max_bs: int) -> None:
+        self.model = model
+        self.device = torch.device(device)
+        self.mod = torch.get_device_module(self.device)
+        self.D = draft_token_num
+        self.capture_bs: List[int] = [bs for bs in CAPTURE_BS if bs <= max_bs]
+        self.stream = self.mod.Stream()  # the capture stream
+        self.pool = self.mod.graph_pool_handle()
+        self.graphs: Dict[int, object] = {}
+        self.input_ids: Dict[int, torch.Tensor] = {}
+        self.logits: Dict[int, torch.Tensor] = {}
+        self.capture()
+
+    def capture(self) -> None:
+        mod = self.mod
+        self.stream.wait_stream(mod.current_stream())  # the weights are uploaded
+        with mod.stream(self.stream):
+            for bs in reversed(self.capture_bs):
+                input_ids = torch.zeros((bs * self.D,), dtype=torch.int64, device=self.device)
+                for _ in range(WARMUP_RUNS):
+                    self.model.forward(input_ids)
+                graph = mod.CUDAGraph()
+                with mod.graph(graph, pool=self.pool, stream=self.stream):
+                    logits = self.model.forward(input_ids)
+                self.graphs[bs] = graph
+                self.input_ids[bs] = input_ids
+                self.logits[bs] = logits
+        mod.current_stream().wait_stream(self.stream)
+
+    def can_run(self, bs: int) -> bool:
+        return 0 < bs <= self.capture_bs[-1]
+
+    def replay(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Logits ``(n, V)`` for flat draft tokens ``(n,)``, on the current stream."""
+        n = input_ids.shape[0]
+        bs = next(b for b in self.capture_bs if b * self.D >= n)
+        self.input_ids[bs][:n].copy_(input_ids)
+        self.graphs[bs].replay()
+        return self.logits[bs][:n]
