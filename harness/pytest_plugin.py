@@ -110,6 +110,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     _pin_worker_gpu()  # first: before any plugin or test module can initialise CUDA
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (auto-skipped without one)")
+    config.addinivalue_line("markers", "cuda_isolated: a cuda test that provokes a sticky "
+                                       "CUDA error: it runs in a fresh process")
     target = config.getoption("--specrace-target", default=None)
     if target:  # xdist workers inherit it; state machines are not fixtures
         os.environ[TARGET_ENV] = target
@@ -124,7 +126,8 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
-    cuda_items = [it for it in items if it.get_closest_marker("cuda") is not None]
+    cuda_items = [it for it in items if it.get_closest_marker("cuda") is not None
+                  or it.get_closest_marker("cuda_isolated") is not None]
     if not cuda_items:
         return
     backend = config.getoption("--specrace-backend")
@@ -144,14 +147,15 @@ _CHILD_ENV = "SPECRACE_ISOLATED_CHILD"
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Optional[bool]:
-    """Each ``cuda`` test runs in a fresh process of its own.
+    """A ``cuda_isolated`` test runs in a fresh process of its own.
 
-    CUDA errors are sticky (a device-side assert poisons the process), and on torch 2.11 a
-    second trace-captured engine run in one process has crashed the interpreter; so a GPU
-    test must not inherit a process another GPU test has used. The child runs exactly
-    this test id; its outcome and output become this test's.
+    CUDA errors are sticky: a test that provokes one on purpose (a device-side assert)
+    poisons its process, and a GPU test must not inherit a process another has poisoned.
+    Every other ``cuda`` test runs in the worker's own process (several traced runs in
+    one process are fine). The child runs exactly this test id; its outcome and output
+    become this test's.
     """
-    if pyfuncitem.get_closest_marker("cuda") is None or os.environ.get(_CHILD_ENV):
+    if pyfuncitem.get_closest_marker("cuda_isolated") is None or os.environ.get(_CHILD_ENV):
         return None
     import sys
     env = {**os.environ, _CHILD_ENV: "1"}

@@ -172,35 +172,36 @@ def _isolated(kind: str, name: str, backend: str, target: str = "impl") -> dict:
 def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = None,
                mutations: Optional[List[Mutation]] = None,
                isolate: Optional[bool] = None, target: str = "impl") -> dict:
-    """On the simulator everything runs in this process; on CUDA (or with ``isolate``)
-    each cell runs in a process of its own (see ``_isolated``)."""
+    """Every cell runs in this process (on CUDA too: each trial is traced), until a cell
+    leaves the GPU with a sticky error (a killed mutation's device-side assert): from then
+    on each remaining cell runs in a fresh process (``_isolated``). ``isolate=True`` runs
+    every cell in a process of its own from the start."""
     mutations = mutations_for(target) if mutations is None else mutations
     probes = probes_for(target)
-    isolate = backend != "sim" if isolate is None else isolate
-    total_steps = len(probes) + len(mutations)
-    done = 0
+    cells = [("probe", p.name) for p in probes.values()] + [("mutation", m.name)
+                                                             for m in mutations]
+    own = {m.name: m for m in mutations}
     t_start = time.perf_counter()
-    fixed, rows = [], []
-    if not isolate:
-        for probe in probes.values():
-            fixed.append(fixed_row(probe, backend, target))
-            done += 1
-            if progress:
-                progress(done, total_steps)
-        for m in mutations:
-            rows.append(mutation_row(m, backend, target))
-            done += 1
-            if progress:
-                progress(done, total_steps)
-    else:
-        # Cells in parallel processes sharing the GPU: each is mostly host work.
-        cells = [("probe", p.name) for p in probes.values()] + \
-                [("mutation", m.name) for m in mutations]
-        workers = max(1, min(8, (os.cpu_count() or 2) // 2))
-        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(lambda c: _isolated(c[0], c[1], backend, target), cells))
-        fixed = [r for (kind, _), r in zip(cells, results) if kind == "probe"]
-        rows = [r for (kind, _), r in zip(cells, results) if kind == "mutation"]
+    results: List[dict] = []
+    for n, (kind, name) in enumerate(cells):
+        if isolate or (backend == "cuda" and not _gpu_healthy()):
+            isolate = True
+            rest = cells[n:]
+            workers = max(1, min(8, (os.cpu_count() or 2) // 2))
+            # Cells in parallel processes sharing the GPU: each is mostly host work.
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                results += list(pool.map(lambda c: _isolated(c[0], c[1], backend, target),
+                                         rest))
+            break
+        # a GPU hang ends the run (stacks, exit 3) instead of hanging it
+        with gpu_watchdog(backend, cell_trials(kind, name, target), None,
+                          f"matrix cell {kind} {name}"):
+            results.append(fixed_row(probes[name], backend, target) if kind == "probe"
+                           else mutation_row(own[name], backend, target))
+        if progress:
+            progress(n + 1, len(cells))
+    fixed = [r for (kind, _), r in zip(cells, results) if kind == "probe"]
+    rows = [r for (kind, _), r in zip(cells, results) if kind == "mutation"]
     cells = fixed + rows
     return {"backend": backend, "target": target,
             "fixed_findings": sum(1 for f in fixed if f["finding"]),
@@ -210,6 +211,16 @@ def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = N
             "timeouts": sum(c.get("status") == "timeout" for c in cells),
             "seconds": round(time.perf_counter() - t_start, 3),
             "mutations": rows}
+
+
+def _gpu_healthy() -> bool:
+    """Can this process still run CUDA work (no sticky error from an earlier cell)?"""
+    import torch
+    try:
+        torch.cuda.synchronize()
+        return True
+    except Exception:  # a sticky device error surfaces at the next sync
+        return False
 
 
 def matrix_ok(res: dict) -> bool:

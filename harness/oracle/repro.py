@@ -79,10 +79,7 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         # Keep traces until a failing trial is found: its timeline is the one to show
         # (a clean run shows trial 0).
         want_trace = first_trial is None
-        # On CUDA only the first trial runs under trace capture: happens-before does not
-        # depend on the schedule, so one captured trace per run finds what there is, and a
-        # second captured engine run in one process crashed torch 2.11 on the H200.
-        detect_now = cfg.detect and (backend == "sim" or i == 0)
+        detect_now = cfg.detect  # every trial traced, on CUDA too
         res = run_trial(backend, trial_policy(policy, i) if backend == "sim" else policy,
                         workload, args, stalls, detect_races=detect_now,
                         keep_trace=want_trace and detect_now,

@@ -841,9 +841,43 @@ def test_gpu_trace_shape(rt):
 
 
 @cuda
-def test_gpu_patches_restored_after_exit():
-    rec = torch.cuda.Event.record
+def test_gpu_api_wrapped_once_and_silent_outside_a_runtime():
+    with open_runtime("cuda") as rt:
+        wrapped = torch.cuda.Event.record
+        assert getattr(wrapped, "_specrace_wrapper", False)
+    n = len(rt.trace.log)
+    ev = torch.cuda.Event()
+    ev.record()
+    ev.synchronize()
+    torch.cuda.synchronize()
+    assert len(rt.trace.log) == n
     with open_runtime("cuda"):
-        assert torch.cuda.Event.record is not rec
-    assert torch.cuda.Event.record is rec
-    assert torch.cuda.synchronize.__module__ == "torch.cuda"
+        assert torch.cuda.Event.record is wrapped  # not wrapped twice
+
+
+@cuda
+def test_gpu_traced_engine_runs_back_to_back_in_one_process():
+    """The second traced engine run in a process used to segfault CPython on the H200
+    (per-run class patching of the stream/event API): three traced trials of the seed race,
+    each reported, in this one process."""
+    from harness.oracle.runner import run_trial, server_args
+    from scenarios.registry import get
+    sc = get("ngram-filter-race")
+    for seed in range(3):
+        wl = sc.workload(seed)
+        args = server_args(wl, {"relay": "spec_info", "war_barrier": "fine"})
+        res = run_trial("cuda", "hardware", wl, args, sc.stalls(None), detect_races=True)
+        assert res.races, seed  # happens-before on every trial, schedule-independent
+
+
+@pytest.mark.cuda_isolated
+def test_gpu_out_of_range_token_is_a_sticky_device_error():
+    """The toy model's embedding gather fails on an out-of-range id as the real one does:
+    a device-side assert, surfacing at the next sync and poisoning the process (so this
+    test runs in a process of its own)."""
+    from impl.model import ToyTargetModel
+    with open_runtime("cuda", trace=False) as rt:
+        model = ToyTargetModel(rt.device)
+        logits = model.forward(torch.tensor([model.vocab_size + 10**6], device=rt.device))
+        with pytest.raises(Exception, match="device-side assert|index out of bounds|CUDA"):
+            logits.cpu()
