@@ -194,8 +194,9 @@ def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = N
                                          rest))
             break
         # a GPU hang ends the run (stacks, exit 3) instead of hanging it
-        with gpu_watchdog(backend, cell_trials(kind, name, target), None,
-                          f"matrix cell {kind} {name}"):
+        trials = (len(probes[name].seeds) if kind == "probe" else
+                  sum(len(PROBES[p].seeds) for p in own[name].probes if p in PROBES))
+        with gpu_watchdog(backend, trials, None, f"matrix cell {kind} {name}"):
             results.append(fixed_row(probes[name], backend, target) if kind == "probe"
                            else mutation_row(own[name], backend, target))
         if progress:
