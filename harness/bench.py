@@ -20,7 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import torch
 
@@ -99,7 +99,11 @@ class _PlainCPU:
         pass
 
 
-def bench_engine(seeds=(0, 1, 2)) -> Dict[str, float]:
+def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, float]:
+    """Per engine iteration: the simulator against plain CPU torch (impl), and -- when
+    ``target`` is sglang, or is None and sglang is installed -- the upstream target's
+    engine on the simulator next to impl's (plain CPU cannot run upstream's code: it
+    pins host memory, which CPU-only torch cannot)."""
     from harness.oracle.runner import drive, server_args
     from harness.policies import parse_policy
     from harness.policies.faultplan import FaultPlan
@@ -133,7 +137,35 @@ def bench_engine(seeds=(0, 1, 2)) -> Dict[str, float]:
         out[f"sim_{pol}_ms_per_iteration"] = min(
             per_iteration(lambda pol=pol: sim_runtime(parse_policy(pol))) for _ in range(2))
         out[f"sim_{pol}_x_plain"] = out[f"sim_{pol}_ms_per_iteration"] / out["plain_cpu_ms_per_iteration"]
+    if target in (None, "sglang") and _sglang_loadable(required=target == "sglang"):
+        def upstream(seed_iters: Dict[str, int]) -> float:
+            total_t, total_it = 0.0, 0
+            for seed in seeds:
+                wl = sc.workload(seed)
+                args = server_args(wl, {"relay": "future_map"})
+                stats: Dict[str, int] = {}
+                with sim_runtime(parse_policy("eager")) as rt:
+                    t = time.perf_counter()
+                    drive(rt, wl, args, FaultPlan(), "sglang", stats)
+                    total_t += time.perf_counter() - t
+                total_it += stats["iterations"]
+            return total_t / max(total_it, 1) * 1e3
+        upstream({})  # warm-up (imports, the platform, compiled patches)
+        out["sglang_sim_eager_ms_per_iteration"] = min(upstream({}) for _ in range(2))
+        out["sglang_x_impl"] = (out["sglang_sim_eager_ms_per_iteration"]
+                                / out["sim_eager_ms_per_iteration"])
     return out
+
+
+def _sglang_loadable(required: bool) -> bool:
+    import targets
+    try:
+        targets.get("sglang")
+        return True
+    except targets.TargetError:
+        if required:
+            raise
+        return False
 
 
 _ITER_CACHE: Dict[str, int] = {}
@@ -306,7 +338,8 @@ def bench_grammar_overlap(trials: int = 4) -> Dict[str, object]:
             "note": "toy target model: a real model's verify forward is ms, not us"}
 
 
-def run_bench(what: str = "all", quiet: bool = False) -> Dict[str, object]:
+def run_bench(what: str = "all", quiet: bool = False,
+              target: Optional[str] = None) -> Dict[str, object]:
     """Run the benchmarks; a human-readable table on stdout unless ``quiet`` (--json)."""
     out: Dict[str, object] = {}
     _print = (lambda *a: None) if quiet else _print_table
@@ -314,7 +347,7 @@ def run_bench(what: str = "all", quiet: bool = False) -> Dict[str, object]:
         out["runtime"] = bench_runtime()
         _print("runtime", out["runtime"], {"sim_eager_x_plain": "<= 10x"})
     if what in ("all", "engine"):
-        out["engine"] = bench_engine()
+        out["engine"] = bench_engine(target=target)
         _print("engine", out["engine"], {"sim_eager_x_plain": "<= 5x"})
     if what in ("all", "matrix"):
         out["matrix"] = bench_matrix()

@@ -63,9 +63,9 @@ def grammar_backend(target: str = "impl"):
 
 
 def drive(runtime, workload: Workload, args, plan: FaultPlan,
-          target: str = "impl") -> Dict[int, List[int]]:
+          target: str = "impl", stats: Optional[Dict[str, int]] = None) -> Dict[int, List[int]]:
     """Run ``workload`` through a fresh scheduler of ``target`` on ``runtime`` with
-    ``plan`` installed."""
+    ``plan`` installed (``stats``, if given, gets the scheduler iterations it took)."""
     tgt = targets.get(target)
     needs_grammar = any(r.schema for r in workload.requests)
     gb = grammar_backend(target) if needs_grammar else None
@@ -88,6 +88,8 @@ def drive(runtime, workload: Workload, args, plan: FaultPlan,
                 sched.step()
             sched.run_to_completion(MAX_ITERATIONS)
         runtime.synchronize()
+        if stats is not None:
+            stats["iterations"] = sched.iteration
     if pending or sched.has_work():
         raise RuntimeError(f"engine did not finish within {MAX_ITERATIONS} iterations")
     return {rid: r.output_ids for rid, r in reqs.items()}
