@@ -112,17 +112,17 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
     sc = get("ngram-filter-race")
     out: Dict[str, float] = {}
 
-    def per_iteration(make_rt) -> float:
+    def per_iteration(make_rt, target: str = "impl") -> float:
         total_t, total_it = 0.0, 0
         for seed in seeds:
             wl = sc.workload(seed)
             args = server_args(wl, {"relay": "future_map"})
+            stats: Dict[str, int] = {}
             with make_rt() as rt:
-                plan = FaultPlan()
                 t = time.perf_counter()
-                drive(rt, wl, args, plan)
+                drive(rt, wl, args, FaultPlan(), target, stats)
                 total_t += time.perf_counter() - t
-                total_it += _iterations(rt, wl, args)
+            total_it += stats["iterations"]
         return total_t / max(total_it, 1) * 1e3
 
     import contextlib
@@ -138,20 +138,11 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
             per_iteration(lambda pol=pol: sim_runtime(parse_policy(pol))) for _ in range(2))
         out[f"sim_{pol}_x_plain"] = out[f"sim_{pol}_ms_per_iteration"] / out["plain_cpu_ms_per_iteration"]
     if target in (None, "sglang") and _sglang_loadable(required=target == "sglang"):
-        def upstream(seed_iters: Dict[str, int]) -> float:
-            total_t, total_it = 0.0, 0
-            for seed in seeds:
-                wl = sc.workload(seed)
-                args = server_args(wl, {"relay": "future_map"})
-                stats: Dict[str, int] = {}
-                with sim_runtime(parse_policy("eager")) as rt:
-                    t = time.perf_counter()
-                    drive(rt, wl, args, FaultPlan(), "sglang", stats)
-                    total_t += time.perf_counter() - t
-                total_it += stats["iterations"]
-            return total_t / max(total_it, 1) * 1e3
-        upstream({})  # warm-up (imports, the platform, compiled patches)
-        out["sglang_sim_eager_ms_per_iteration"] = min(upstream({}) for _ in range(2))
+        def eager():
+            return sim_runtime(parse_policy("eager"))
+        per_iteration(eager, "sglang")  # warm-up (imports, the platform, compiled patches)
+        out["sglang_sim_eager_ms_per_iteration"] = min(per_iteration(eager, "sglang")
+                                                       for _ in range(2))
         out["sglang_x_impl"] = (out["sglang_sim_eager_ms_per_iteration"]
                                 / out["sim_eager_ms_per_iteration"])
     return out
@@ -166,27 +157,6 @@ def _sglang_loadable(required: bool) -> bool:
         if required:
             raise
         return False
-
-
-_ITER_CACHE: Dict[str, int] = {}
-
-
-def _iterations(rt, wl, args) -> int:
-    """Scheduler iterations the workload takes (counted once on plain CPU)."""
-    from harness.oracle.runner import MAX_ITERATIONS
-    from impl.scheduler import Req, Scheduler
-    key = json.dumps(wl.to_json())
-    if key not in _ITER_CACHE:
-        with torch.no_grad():
-            sched = Scheduler(args, "cpu")
-            pending = sorted(wl.requests, key=lambda r: (r.arrive, r.rid))
-            while (pending or sched.has_work()) and sched.iteration < MAX_ITERATIONS:
-                while pending and pending[0].arrive <= sched.iteration:
-                    s = pending.pop(0)
-                    sched.add_request(Req(s.rid, list(s.prompt), s.max_new_tokens))
-                sched.step()
-        _ITER_CACHE[key] = sched.iteration
-    return _ITER_CACHE[key]
 
 
 def bench_matrix() -> Dict[str, float]:
@@ -227,7 +197,8 @@ def bench_cuda(trials: int = 50, soak_iterations: int = 10_000) -> Dict[str, obj
     return out
 
 
-def soak_fixed(min_iterations: int, stall_ms: float = 0.5) -> Dict[str, object]:
+def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
+               target: str = "impl") -> Dict[str, object]:
     """The fixed code, stalled after every shared-read-done record, for >= N iterations."""
     from harness.oracle.runner import run_trial, server_args
     from harness.oracle.workload import random_workload
@@ -238,13 +209,14 @@ def soak_fixed(min_iterations: int, stall_ms: float = 0.5) -> Dict[str, object]:
         wl = random_workload(seed, n_requests=24, max_arrive=60, min_tokens=20, max_tokens=60)
         args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
         res = run_trial("cuda", "hardware", wl, args,
-                        [StallAt("forward.after_read_done", stall_ms)], detect_races=False)
+                        [StallAt("forward.after_read_done", stall_ms)], detect_races=False,
+                        target=target)
         stale += res.divergence is not None
-        iterations += _iterations(None, wl, args)
+        iterations += res.iterations
         trials += 1
         seed += 1
-    return {"iterations": iterations, "trials": trials, "stale_trials": stale,
-            "stall_ms": stall_ms, "wall_s": time.perf_counter() - t0}
+    return {"target": target, "iterations": iterations, "trials": trials,
+            "stale_trials": stale, "stall_ms": stall_ms, "wall_s": time.perf_counter() - t0}
 
 
 _CAPTURE_SNIPPET = r"""

@@ -37,6 +37,7 @@ class TrialResult:
     checked: int
     trace: Any = None  # kept when asked (for the timeline of the first failing trial)
     outputs: Dict[int, List[int]] = field(default_factory=dict)
+    iterations: int = 0  # scheduler iterations the run took (0: it did not finish)
 
     @property
     def reproduced(self) -> bool:
@@ -152,10 +153,11 @@ def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[
     pol = parse_policy(policy) if backend == "sim" else None
     t0 = time.perf_counter()
     outputs: Dict[int, List[int]] = {}
+    stats: Dict[str, int] = {}
     patch = mutation.applied() if mutation is not None else contextlib.nullcontext()
     with open_runtime(backend, pol, trace=detect_races) as rt, patch:
         try:
-            outputs = drive(rt, workload, args, plan, target)
+            outputs = drive(rt, workload, args, plan, target, stats)
             oracle.check_outputs(outputs)
             check_constrained_outputs(workload, outputs, oracle, target)
         except StaleValue:
@@ -167,7 +169,8 @@ def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[
         wall = (time.perf_counter() - t0) * 1000.0
         races = detect(rt.trace) if detect_races and rt.trace is not None else []
         trace = rt.trace if keep_trace else None
-    return TrialResult(oracle.first, races, wall, oracle.checked, trace, outputs)
+    return TrialResult(oracle.first, races, wall, oracle.checked, trace, outputs,
+                       stats.get("iterations", 0))
 
 
 def _quiesce(rt) -> None:
