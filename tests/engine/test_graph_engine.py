@@ -75,9 +75,9 @@ def test_the_synchronous_reference_is_graph_free(monkeypatch):
     seen = []
     real = runner.drive
 
-    def spy(rt, workload, args, plan, target="impl"):
+    def spy(rt, workload, args, plan, *rest):
         seen.append((args.overlap, args.cuda_graph))
-        return real(rt, workload, args, plan, target)
+        return real(rt, workload, args, plan, *rest)
 
     monkeypatch.setattr(runner, "drive", spy)
     monkeypatch.setattr(runner, "_REFERENCE_CACHE", type(runner._REFERENCE_CACHE)())
