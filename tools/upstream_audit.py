@@ -27,8 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-POLICIES = ["eager", "lazy", "stall(forward)", "stall(schedule)", "random(1)", "random(2)",
-            "pct(1,3)", "pct(2,2)"]
+from scenarios.sglang_relay import POLICIES  # noqa: E402
 
 
 def audit_scenarios(seeds: int) -> list:
@@ -60,79 +59,13 @@ def audit_scenarios(seeds: int) -> list:
                   "races": len(control["races"])}
 
 
-def confidence_ring(policy: str, needs_cpu_seq_lens: bool = True, steps: int = 8,
-                    trust_slot: bool = False) -> dict:
-    """Drive the confidence relay's ring for ``steps`` forwards on the simulator, in
-    ``run_batch``'s order: on the schedule stream ``resolve_seq_lens_cpu`` (with
-    ``needs_cpu_seq_lens`` it copies on the private D2H stream and synchronizes it), then
-    ``resolve_confidence_cpu`` (the DSpark budget prep), then the forward, which publishes
-    ``new_seq_lens`` and the confidence (scatter + ring copy on the D2H stream)."""
-    import contextlib
-    import types
-
-    import torch
-
-    from harness.detect import detect
-    from harness.policies import parse_policy
-    from harness.runtime.sim.runtime import sim_runtime
-    from harness.sourcepatch import SourcePatch
-    from targets.sglang import upstream
-
-    ou = upstream.overlap_utils
-    patch = (SourcePatch("sglang.srt.managers.overlap_utils:ConfidenceRelay.resolve", ((
-        "        if not self.copy_done[slot].query():\n            return None\n", ""),),
-        "control: resolve without the copy_done poll").applied()
-        if trust_slot else contextlib.nullcontext())
-    pool_size, gamma, bs = 8, 3, 2
-    mismatches, resolved = [], 0
-    with sim_runtime(parse_policy(policy)) as rt, patch:
-        m = rt.module
-        fwd = m.Stream()
-        rt.label(fwd, "forward")
-        pool = types.SimpleNamespace(
-            req_to_token=torch.zeros((pool_size, 1), dtype=torch.int32, device=rt.device),
-            req_generation=torch.zeros((pool_size,), dtype=torch.int64))
-        fm = ou.FutureMap(rt.device, upstream.SpeculativeAlgorithm.NGRAM, pool,
-                          needs_cpu_seq_lens=needs_cpu_seq_lens, needs_confidence_relay=True)
-        rt.label(fm.fwd_prepare_d2h_stream, "d2h")
-        sched = m.Stream()
-        rt.label(sched, "schedule")
-        indices = torch.tensor([1, 2], dtype=torch.int64, device=rt.device)
-        batch = types.SimpleNamespace(
-            spec_info=types.SimpleNamespace(future_indices=indices),
-            req_pool_indices=indices, req_pool_indices_cpu=torch.tensor([1, 2]))
-        published = []
-        for step in range(steps):
-            with m.stream(sched):
-                fm.resolve_seq_lens_cpu(batch)
-                got = fm.resolve_confidence_cpu(batch)  # the host, before the next launch
-            if got is not None:
-                resolved += 1
-                want = published[fm.confidence_relay.ring_pos - ou.CONFIDENCE_RELAY_RING_LAG]
-                if got.confidence.tolist() != want:
-                    mismatches.append({"step": step, "expected": want,
-                                       "observed": got.confidence.tolist()})
-            value = [[float(step * 10 + r * gamma + k) for k in range(gamma)] for r in range(bs)]
-            published.append(value)
-            with m.stream(fwd):
-                fwd.wait_stream(sched)
-                rt.stall(None)  # the forward's confidence is late
-                conf = torch.tensor(value, device=rt.device)
-                fm.publish(indices, torch.full((bs,), 5, dtype=torch.int64,
-                                               device=rt.device), conf)
-        races = detect(rt.trace)
-        rt.synchronize()
-    return {"policy": policy, "needs_cpu_seq_lens": needs_cpu_seq_lens, "steps": steps,
-            "resolved": resolved,
-            "mismatches": mismatches, "races": [r.summary() for r in races]}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--out", default="reports/upstream/audit.json")
     args = ap.parse_args()
     import targets
+    from scenarios.sglang_relay import confidence_ring
     t0 = time.perf_counter()
     tgt = targets.get("sglang")
     rows, control = audit_scenarios(args.seeds)
