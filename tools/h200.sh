@@ -1,11 +1,57 @@
 #!/usr/bin/env bash
 # Regenerates reports/h200/: run from the repo root on a CUDA machine, one section per call
-# (each fits the device tool's 10-minute limit):  tools/h200.sh suite|matrix|repro|bench|grammar|alloc|graphs  OUTDIR
+# (each fits the device tool's 10-minute limit):
+#   tools/h200.sh suite|matrix|repro|bench|grammar|alloc|graphs|upstream|rates|phase1|phase2  OUTDIR
+# phase1 / phase2 are the two calls that regenerate everything (sections run together).
 # Needs xgrammar & co. on PYTHONPATH (see README "Running on a GPU").
 set -u
 section=$1; R=$2; mkdir -p "$R"
 export PYTHONUNBUFFERED=1
+here=$(cd "$(dirname "$0")" && pwd)
 case $section in
+phase1)
+  # the whole GPU suite in the background, the litmus suite and both matrices meanwhile
+  "$here/h200.sh" env "$R"
+  ( timeout 480 python3 -m pytest -n 10 -q -rs -p no:cacheprovider --specrace-backend cuda > "$R/pytest.log" 2>&1; echo "pytest rc $?" > "$R/pytest.rc" ) &
+  timeout 150 python3 -m harness.cli litmus --backend cuda --json > "$R/litmus_cuda.json"; echo "litmus cuda rc $?"
+  timeout 200 python3 -m harness.cli matrix --backend cuda --json > "$R/matrix_cuda.json"; echo "matrix cuda rc $?"
+  timeout 200 python3 -m harness.cli matrix --target sglang --backend cuda --json > "$R/matrix_cuda_sglang.json"; echo "matrix sglang cuda rc $?"
+  wait; cat "$R/pytest.rc"; tail -3 "$R/pytest.log"
+  ;;
+phase2)
+  "$here/h200.sh" repro "$R"
+  "$here/h200.sh" upstream "$R"
+  "$here/h200.sh" rates "$R"
+  ;;
+env)
+  { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+    python3 -c "import torch,importlib.metadata as m;print('torch',torch.__version__,'cuda',torch.version.cuda,'xgrammar',m.version('xgrammar'),'sglang',m.version('sglang'))"; } > "$R/env.txt" 2>&1
+  ;;
+upstream)
+  # the sglang target on CUDA (the GPU's own platform, real triton/torchvision): the seed
+  # race pre-fix (>= 99%), the released code stalled for >= 1,000 iterations, grammar
+  # staging, and the upstream matrix is in phase1
+  timeout 150 python3 -m harness.cli repro ngram-filter-race --target sglang --variant pre-fix --backend cuda --trials 200 --expect race --json --report-dir "$R/upstream_seed" > "$R/upstream_prefix_fine.json"; echo "upstream prefix rc $?"
+  timeout 80 python3 -m harness.cli repro ngram-filter-race --target sglang --variant fixed --backend cuda --trials 50 --json --no-report > "$R/upstream_fixed_fine.json"; echo "upstream fixed rc $?"
+  timeout 100 python3 -c "import json; from harness.bench import soak_fixed; print(json.dumps(soak_fixed(1000, target='sglang')))" > "$R/upstream_soak.json"; echo "upstream soak rc $?"; cat "$R/upstream_soak.json"
+  for v in fixed no-event; do
+    timeout 60 python3 -m harness.cli repro grammar-tree-staging --target sglang --variant $v --backend cuda --trials 6 --json --no-report > "$R/upstream_grammar_$v.json"; echo "upstream grammar $v rc $?"
+  done
+  ;;
+rates)
+  # stalled-trial rates of the allocator and graph litmus programs, capture vs CSAN per op
+  timeout 100 python3 - > "$R/alloc_rates.json" <<'PY'
+import json
+from scenarios.litmus import get
+from scenarios.litmus_run import run_one_cuda
+print(json.dumps({p: sum(run_one_cuda(get(p), "cuda+stall")["observed"].startswith("stale")
+                         for _ in range(50))
+                  for p in ("reuse_stale_read", "reuse_record_stream")}))
+PY
+  echo "alloc rates rc $?"; cat "$R/alloc_rates.json"
+  timeout 100 python3 tools/graph_rates.py 50 > "$R/graph_rates.json"; echo "graph rates rc $?"
+  timeout 120 python3 -c "import json; from harness.bench import capture_vs_csan; print(json.dumps(capture_vs_csan()))" > "$R/capture_vs_csan.json"; echo "csan rc $?"; cat "$R/capture_vs_csan.json"
+  ;;
 matrix)
   timeout 300 python3 -m harness.cli matrix --backend cuda --json > "$R/matrix_cuda.json"; echo "matrix cuda rc $?"
   ;;

@@ -99,7 +99,8 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
             first_trace, trace_races = res.trace, res.races
         per_trial.append({"trial": i, "seed": cfg.seed + i, "reproduced": res.reproduced,
                           "divergence": res.divergence["kind"] if res.divergence else None,
-                          "races": len(res.races), "ms": round(res.wall_ms, 3),
+                          "races": len(res.races), "traced": detect_now,
+                          "ms": round(res.wall_ms, 3),
                           "checked": res.checked})
         if progress is not None:
             progress(i + 1)
@@ -120,6 +121,7 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         "outcome": outcome, "matches_expectation": outcome == expect,
         "first_divergence": first_div,
         "races": [r.to_json() for r in races.values()],
+        "traced_trials": sum(t["traced"] for t in per_trial),
         "trial_results": per_trial,
     }
     return ReproOutcome(result, first_trace, trace_races)
