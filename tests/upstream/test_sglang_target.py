@@ -68,9 +68,13 @@ def test_a_patch_that_no_longer_fits_is_a_harness_error(sglang):
 
 
 def test_the_simulator_is_sglangs_platform(sglang):
+    """Without a GPU the simulator is sglang's platform (pinned staging, as on CUDA); on
+    a GPU machine sglang's own CUDA platform stays in charge -- and answers the same."""
+    import torch
     from sglang.srt.platforms import current_platform
     from sglang.srt.utils.common import is_pin_memory_available
-    assert type(current_platform).__name__ == "SimSRTPlatform"
+    expected = "CudaSRTPlatform" if torch.cuda.is_available() else "SimSRTPlatform"
+    assert type(current_platform).__name__ == expected
     assert is_pin_memory_available("sim") and not is_pin_memory_available("cpu")
 
 
