@@ -379,5 +379,18 @@ def _stderr_console():
     return Console(stderr=True)
 
 
+def console_main() -> None:
+    """The ``specrace`` console script: ``main``, then out without interpreter teardown
+    once CUDA was used -- on torch 2.11 (H200) tensors freed during finalisation aborted
+    the process in ``StorageImpl::decref_pyobject`` after the work was done, losing a
+    buffered ``--json`` result and the exit status."""
+    rc = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+        os._exit(rc)
+    sys.exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -20,4 +20,4 @@ def test_runtime_fixture_gives_a_device_with_streams(specrace_runtime):
     s = rt.module.Stream()
     with rt.module.stream(s):
         x = torch.arange(4, device=rt.device) * 2
-    assert x.tolist() == [0, 2, 4, 6]
+        assert x.tolist() == [0, 2, 4, 6]  # syncs s, the stream that computed it

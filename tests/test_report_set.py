@@ -125,7 +125,8 @@ def _writer_killed(tmp_path, when: str):
         write_reports(*small_run("new"), folder)
         print("not reached", flush=True)
     """)
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=120)
     assert "not reached" not in proc.stdout

@@ -225,19 +225,26 @@ def user_frame(depth: int = 2) -> Optional[Frame]:
 
 
 _SITE_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+_ROOT = os.path.dirname(os.path.dirname(_RUNTIME_DIR))
 
 
 def short_path(path: str) -> str:
     """Path relative to the project root when inside it, relative to the install root for
-    an installed package (``sglang/srt/...``, never an absolute install path)."""
+    an installed package (``sglang/srt/...``, never an absolute install path): a
+    site-packages folder, or any other ``sys.path`` entry it was imported from (``pip
+    install --target DIR``)."""
     for marker in _SITE_DIRS:
         i = path.rfind(marker)
         if i >= 0:
             return path[i + len(marker):]
-    root = os.path.dirname(os.path.dirname(_RUNTIME_DIR))
-    if path.startswith(root + os.sep):
-        return path[len(root) + 1:]
-    return path
+    if path.startswith(_ROOT + os.sep):
+        return path[len(_ROOT) + 1:]
+    best = ""
+    for entry in sys.path:
+        entry = os.path.abspath(entry) if entry else ""
+        if entry and entry != os.sep and path.startswith(entry + os.sep) and len(entry) > len(best):
+            best = entry
+    return path[len(best) + 1:] if best else path
 
 
 def tensor_range(t: Any) -> Tuple[int, int]:
