@@ -14,8 +14,7 @@ phase1)
   "$here/h200.sh" env "$R"
   ( timeout 480 python3 -m pytest -n 10 -q -rs -p no:cacheprovider --specrace-backend cuda > "$R/pytest.log" 2>&1; echo "pytest rc $?" > "$R/pytest.rc" ) &
   timeout 150 python3 -m harness.cli litmus --backend cuda --json > "$R/litmus_cuda.json"; echo "litmus cuda rc $?"
-  timeout 200 python3 -m harness.cli matrix --backend cuda --json > "$R/matrix_cuda.json"; echo "matrix cuda rc $?"
-  timeout 200 python3 -m harness.cli matrix --target sglang --backend cuda --json > "$R/matrix_cuda_sglang.json"; echo "matrix sglang cuda rc $?"
+  "$here/h200.sh" matrix "$R"
   wait; cat "$R/pytest.rc"; tail -3 "$R/pytest.log"
   ;;
 phase2)
@@ -53,7 +52,9 @@ PY
   timeout 120 python3 -c "import json; from harness.bench import capture_vs_csan; print(json.dumps(capture_vs_csan()))" > "$R/capture_vs_csan.json"; echo "csan rc $?"; cat "$R/capture_vs_csan.json"
   ;;
 matrix)
-  timeout 300 python3 -m harness.cli matrix --backend cuda --json > "$R/matrix_cuda.json"; echo "matrix cuda rc $?"
+  # one process per target; stderr kept (faulthandler on) in case a cell takes the process
+  timeout 240 python3 -X faulthandler -u -c "from harness.cli import console_main; console_main()" matrix --backend cuda --json > "$R/matrix_cuda.json" 2> "$R/matrix_cuda.err"; echo "matrix cuda rc $?"
+  timeout 240 python3 -X faulthandler -u -c "from harness.cli import console_main; console_main()" matrix --target sglang --backend cuda --json > "$R/matrix_cuda_sglang.json" 2> "$R/matrix_cuda_sglang.err"; echo "matrix sglang cuda rc $?"
   ;;
 suite)
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
