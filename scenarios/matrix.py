@@ -121,61 +121,87 @@ def cell_trials(kind: str, name: str, target: str = "impl") -> int:
     return sum(len(PROBES[p].seeds) for p in by_name(target)[name].probes)
 
 
-def _cell_command(kind: str, name: str, backend: str, target: str = "impl") -> List[str]:
-    return [sys.executable, "-m", "scenarios.matrix", kind, name, backend, target]
+def _cell_command(cells: List[Tuple[str, str]], backend: str,
+                  target: str = "impl") -> List[str]:
+    return [sys.executable, "-m", "scenarios.matrix", backend, target,
+            *(f"{kind}:{name}" for kind, name in cells)]
 
 
 CELL_GRACE_S = 60.0  # past its own watchdog, a cell's process is killed from outside
-HARNESS_ERROR = 4  # a child's exit code when the harness itself failed (not the engine);
-# not the watchdog's (WATCHDOG_EXIT, 3)
+HARNESS_ERROR = 4  # a cell whose patch does not apply (the harness's fault, not the engine's)
+POISONED = 5  # the child stopped after a cell left a sticky CUDA error: go on in a fresh one
 
 
-def _isolated(kind: str, name: str, backend: str, target: str = "impl") -> dict:
-    """Run one matrix cell in a fresh process. On a GPU a killed mutation often takes a
-    device-side assert, which is sticky: the process cannot run anything after it. A
-    process that dies that way has been killed by the crash oracle; one that runs past
-    its watchdog (or is killed from outside after the grace time) is a ``timeout`` row."""
-    from harness.runtime.cuda import WATCHDOG_EXIT
-    t0 = time.perf_counter()
-    limit = watchdog_seconds(cell_trials(kind, name, target))
-    by = by_name(target)
-    try:
-        proc = subprocess.run(_cell_command(kind, name, backend, target), capture_output=True,
-                              text=True, timeout=None if limit is None else limit + CELL_GRACE_S)
-        rc, out, err = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired:
-        rc, out, err = None, "", ""
-    seconds = round(time.perf_counter() - t0, 3)
-    if rc is None or rc == WATCHDOG_EXIT:
-        detail = (f"timed out: ran past its watchdog ({limit:g} s)" if limit is not None
-                  else "timed out")
-        if kind == "probe":
-            return {"probe": name, "finding": detail, "oracle": "timeout", "status": "timeout"}
-        return _row(by[name], "timeout", detail=detail, seconds=seconds)
-    lines = out.strip().splitlines()
-    if rc in (0, HARNESS_ERROR) and lines:
-        row = json.loads(lines[-1])
-        if rc == HARNESS_ERROR:
-            if kind == "probe":
-                return {"probe": name, "finding": f"harness error: {row['error']}",
-                        "oracle": "harness-error", "status": "harness-error"}
-            return _row(by[name], "harness-error", detail=row["error"], seconds=seconds)
-        return row
-    last = next((ln for ln in err.splitlines()[::-1] if "Error" in ln or "error" in ln),
-                (err.strip().splitlines() or ["?"])[-1])
-    detail = f"process died (rc {rc}): {last.strip()[:200]}"
+def _cell_row(kind: str, name: str, by: dict, status: str, detail: str,
+              oracle: str, seconds: float = 0.0) -> dict:
     if kind == "probe":
-        return {"probe": name, "finding": detail, "oracle": "crash", "status": "finding"}
-    return _row(by[name], "killed", caught_by="crash", detail=detail, seconds=seconds)
+        return {"probe": name, "finding": detail, "oracle": oracle,
+                "status": "finding" if status == "killed" else status}
+    return _row(by[name], status, detail=detail, seconds=seconds,
+                **({"caught_by": oracle} if status == "killed" else {}))
+
+
+def _in_children(cells: List[Tuple[str, str]], backend: str, target: str,
+                 batch: bool) -> List[dict]:
+    """Run cells in child processes: all in one (``batch``) or one each. A child stops
+    when a cell leaves the GPU with a sticky error (a killed mutation's device-side assert
+    makes even freeing memory abort the process); a child that dies in a cell has been
+    killed by the crash oracle, one past its watchdog is a ``timeout`` row -- and the
+    remaining cells go on in a fresh child."""
+    from harness.runtime.cuda import WATCHDOG_EXIT
+    by = by_name(target)
+    rows: Dict[Tuple[str, str], dict] = {}
+    todo = list(cells)
+    while todo:
+        group = todo if batch else todo[:1]
+        limit = sum(watchdog_seconds(cell_trials(k, n, target)) or 0 for k, n in group)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(_cell_command(group, backend, target), capture_output=True,
+                                  text=True, timeout=limit + CELL_GRACE_S if limit else None)
+            rc, out, err = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc = None
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            err = ""
+        for line in out.splitlines():
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(msg, dict) and "cell" in msg:
+                kind, name = msg["cell"]
+                if "error" in msg:
+                    rows[(kind, name)] = _cell_row(kind, name, by, "harness-error",
+                                                   f"harness error: {msg['error']}",
+                                                   "harness-error")
+                else:
+                    rows[(kind, name)] = msg["row"]
+        todo = [c for c in todo if c not in rows]
+        if not todo or rc in (0, POISONED):
+            continue
+        kind, name = todo.pop(0)  # the cell the child was in when it stopped
+        seconds = round(time.perf_counter() - t0, 3)
+        if rc is None or rc == WATCHDOG_EXIT:
+            cell_limit = watchdog_seconds(cell_trials(kind, name, target))
+            rows[(kind, name)] = _cell_row(
+                kind, name, by, "timeout", "timed out: ran past its watchdog"
+                + (f" ({cell_limit:g} s)" if cell_limit else ""), "timeout", seconds)
+        else:
+            last = next((ln for ln in err.splitlines()[::-1] if "rror" in ln),
+                        (err.strip().splitlines() or ["?"])[-1])
+            rows[(kind, name)] = _cell_row(kind, name, by, "killed",
+                                           f"process died (rc {rc}): {last.strip()[:200]}",
+                                           "crash", seconds)
+    return [rows[c] for c in cells]
 
 
 def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = None,
                mutations: Optional[List[Mutation]] = None,
                isolate: Optional[bool] = None, target: str = "impl") -> dict:
-    """Every cell runs in this process (on CUDA too: each trial is traced), until a cell
-    leaves the GPU with a sticky error (a killed mutation's device-side assert): from then
-    on each remaining cell runs in a fresh process (``_isolated``). ``isolate=True`` runs
-    every cell in a process of its own from the start."""
+    """On the simulator every cell runs in this process. On CUDA they run in one child
+    process (every trial traced), continued in a fresh one only after a cell left the GPU
+    unusable (``_in_children``). ``isolate=True``: a process per cell."""
     mutations = mutations_for(target) if mutations is None else mutations
     probes = probes_for(target)
     cells = [("probe", p.name) for p in probes.values()] + [("mutation", m.name)
@@ -183,24 +209,19 @@ def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = N
     own = {m.name: m for m in mutations}
     t_start = time.perf_counter()
     results: List[dict] = []
-    for n, (kind, name) in enumerate(cells):
-        if isolate or (backend == "cuda" and not _gpu_healthy()):
-            isolate = True
-            rest = cells[n:]
-            workers = max(1, min(8, (os.cpu_count() or 2) // 2))
-            # Cells in parallel processes sharing the GPU: each is mostly host work.
-            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                results += list(pool.map(lambda c: _isolated(c[0], c[1], backend, target),
-                                         rest))
-            break
-        # a GPU hang ends the run (stacks, exit 3) instead of hanging it
-        trials = (len(probes[name].seeds) if kind == "probe" else
-                  sum(len(PROBES[p].seeds) for p in own[name].probes if p in PROBES))
-        with gpu_watchdog(backend, trials, None, f"matrix cell {kind} {name}"):
+    if backend == "cuda" or isolate:
+        # On a GPU the cells run together in one child process (each trial traced), which
+        # hands over to a fresh one after a cell that poisoned CUDA; ``isolate``: a
+        # process per cell.
+        results = _in_children(cells, backend, target, batch=not isolate)
+        if progress:
+            progress(len(cells), len(cells))
+    else:
+        for n, (kind, name) in enumerate(cells):
             results.append(fixed_row(probes[name], backend, target) if kind == "probe"
                            else mutation_row(own[name], backend, target))
-        if progress:
-            progress(n + 1, len(cells))
+            if progress:
+                progress(n + 1, len(cells))
     fixed = [r for (kind, _), r in zip(cells, results) if kind == "probe"]
     rows = [r for (kind, _), r in zip(cells, results) if kind == "mutation"]
     cells = fixed + rows
@@ -267,20 +288,28 @@ def format_matrix(res: dict) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # one cell: python -m scenarios.matrix KIND NAME BACKEND TARGET
-    _kind, _name, _backend = sys.argv[1:4]
-    _target = sys.argv[4] if len(sys.argv) > 4 else "impl"
-    _by = by_name(_target)
-    try:
-        if _kind == "mutation":
-            _by[_name].check()
-    except MutationError as _exc:  # the patch does not apply: say so, don't count a kill
-        print(json.dumps({"error": str(_exc)}), flush=True)
-        os._exit(HARNESS_ERROR)
-    with gpu_watchdog(_backend, cell_trials(_kind, _name, _target), None,
-                      f"matrix cell {_kind} {_name}"):
-        _cell = (fixed_row(PROBES[_name], _backend, _target) if _kind == "probe"
-                 else mutation_row(_by[_name], _backend, _target))
-    print(json.dumps(_cell, default=str), flush=True)
+def _child(backend: str, target: str, cells: List[Tuple[str, str]]) -> int:
+    """A child process's cells, in order, one JSON line each as it finishes."""
+    by = by_name(target)
+    for kind, name in cells:
+        try:
+            if kind == "mutation":
+                by[name].check()
+        except MutationError as exc:  # the patch does not apply: say so, don't count a kill
+            print(json.dumps({"cell": [kind, name], "error": str(exc)}), flush=True)
+            continue
+        with gpu_watchdog(backend, cell_trials(kind, name, target), None,
+                          f"matrix cell {kind} {name}"):
+            row = (fixed_row(PROBES[name], backend, target) if kind == "probe"
+                   else mutation_row(by[name], backend, target))
+        print(json.dumps({"cell": [kind, name], "row": row}, default=str), flush=True)
+        if backend == "cuda" and not _gpu_healthy():
+            return POISONED
+    return 0
+
+
+if __name__ == "__main__":  # python -m scenarios.matrix BACKEND TARGET KIND:NAME...
+    _rc = _child(sys.argv[1], sys.argv[2],
+                 [tuple(c.split(":", 1)) for c in sys.argv[3:]])  # type: ignore[misc]
     sys.stdout.flush()
-    os._exit(0)  # a poisoned CUDA context must not get to run destructors
+    os._exit(_rc)  # a poisoned CUDA context must not get to run destructors

@@ -68,27 +68,34 @@ def test_a_stale_mutation_is_a_harness_error_row(small_matrix):
 
 # --- isolated cells (one process each, as on CUDA) ----------------------------------------
 
-def _fake_cells(monkeypatch, behaviour):
-    """Cells run ``behaviour[name]`` (python code) in a fresh interpreter instead."""
-    def command(kind, name, backend, target="impl"):
-        code = behaviour.get(name)
-        if code is None:
+def _fake_cells(monkeypatch, behaviour, commands=None):
+    """A child runs ``behaviour[name]`` (python code) for a cell instead of the cell; the
+    others report a clean probe / a killed mutation, in the children's line protocol."""
+    def command(cells, backend, target="impl"):
+        if commands is not None:
+            commands.append([n for _, n in cells])
+        code = ["import json, os, sys"]
+        for kind, name in cells:
+            if name in behaviour:
+                code.append(behaviour[name])
+                continue
             row = ({"probe": name, "finding": None, "oracle": None, "status": "clean"}
                    if kind == "probe" else
                    {"name": name, "summary": "", "source": "", "killed": True,
                     "status": "killed", "caught_by": "stale-value", "probe": "seed-eager",
                     "detail": "seed 0: ...", "seconds": 0.01})
-            code = f"print({json.dumps(json.dumps(row))})"
-        return [sys.executable, "-c", code]
+            line = json.dumps({"cell": [kind, name], "row": row})
+            code.append(f"print({json.dumps(line)}, flush=True)")
+        return [sys.executable, "-c", "\n".join(code)]
     monkeypatch.setattr(mx, "_cell_command", command)
 
 
 def test_isolated_cells_report_harness_errors_and_watchdog_exits(fake_probes, monkeypatch):
     from harness.runtime.cuda import WATCHDOG_EXIT
-    err = json.dumps({"error": "mutation x: snippet occurs 0 times"})
+    err = json.dumps({"cell": ["mutation", "stash-drops-accept-lens"],
+                      "error": "mutation x: snippet occurs 0 times"})
     _fake_cells(monkeypatch, {
-        "stash-drops-accept-lens": f"import os; print({json.dumps(err)}, flush=True); "
-                                   f"os._exit({mx.HARNESS_ERROR})",
+        "stash-drops-accept-lens": f"print({json.dumps(err)}, flush=True)",
         "merge-order-swapped": f"import os; os._exit({WATCHDOG_EXIT})",
         "grammar-ngram": f"import os; os._exit({WATCHDOG_EXIT})",
     })
@@ -112,3 +119,52 @@ def test_an_isolated_cell_that_hangs_is_killed_and_is_a_timeout_row(fake_probes,
     res = mx.run_matrix("sim", mutations=[BY_NAME[GOOD]], isolate=True)
     row = _rows(res)[GOOD]
     assert row["status"] == "timeout" and "0.2 s" in row["detail"]
+
+
+def test_cuda_cells_share_one_process_until_one_takes_it_down(fake_probes, monkeypatch):
+    """On CUDA every cell runs in one child; a cell that aborts the child (a device-side
+    assert makes even a free abort) is killed by the crash oracle, and the cells after it
+    go on in a fresh child; one that leaves CUDA poisoned ends its child cleanly
+    (POISONED) and the rest continue likewise."""
+    commands = []
+    names = ["stash-drops-accept-lens", "merge-order-swapped", GOOD]
+    _fake_cells(monkeypatch, {
+        "merge-order-swapped": "sys.stderr.write('CUDA error: device-side assert triggered\\n'); "
+                               "os.abort()",
+    }, commands)
+    monkeypatch.setattr(mx, "probes_for", lambda target: {})
+    res = mx.run_matrix("cuda", mutations=[BY_NAME[n] for n in names])
+    rows = _rows(res)
+    assert rows["merge-order-swapped"]["status"] == "killed"
+    assert rows["merge-order-swapped"]["caught_by"] == "crash"
+    assert "device-side assert" in rows["merge-order-swapped"]["detail"]
+    assert rows["stash-drops-accept-lens"]["status"] == rows[GOOD]["status"] == "killed"
+    assert commands == [names, [GOOD]]  # one child, then a fresh one for the rest
+
+
+def test_a_cell_that_poisons_cuda_ends_its_child_and_the_rest_go_on(fake_probes, monkeypatch):
+    commands = []
+    names = ["stash-drops-accept-lens", "merge-order-swapped", GOOD]
+    line = json.dumps({"cell": ["mutation", "merge-order-swapped"],
+                       "row": {"name": "merge-order-swapped", "killed": True,
+                               "status": "killed", "caught_by": "crash", "probe": None,
+                               "detail": "device-side assert", "seconds": 0.1,
+                               "summary": "", "source": ""}})
+    _fake_cells(monkeypatch, {"merge-order-swapped":
+                              f"print({json.dumps(line)}, flush=True); os._exit({mx.POISONED})"},
+                commands)
+    monkeypatch.setattr(mx, "probes_for", lambda target: {})
+    res = mx.run_matrix("cuda", mutations=[BY_NAME[n] for n in names])
+    assert all(r["status"] == "killed" for r in res["mutations"])
+    assert commands == [names, [GOOD]]
+
+
+def test_a_real_child_runs_its_cells_in_one_process():
+    import subprocess
+    p = subprocess.run([sys.executable, "-m", "scenarios.matrix", "sim", "impl",
+                        "mutation:copy-done-not-recorded", "mutation:merge-order-swapped"],
+                       capture_output=True, text=True, timeout=300)
+    rows = [json.loads(ln) for ln in p.stdout.splitlines()]
+    assert p.returncode == 0, p.stderr
+    assert [r["cell"][1] for r in rows] == ["copy-done-not-recorded", "merge-order-swapped"]
+    assert all(r["row"]["status"] == "killed" for r in rows)
