@@ -18,9 +18,12 @@ def main():
     env = open(os.path.join(D, "env.txt")).read().strip().splitlines()
     out += ["# specrace on an NVIDIA H200: fidelity, CSAN cross-check, benchmarks", "",
             "Environment (`env.txt`): " + "; ".join(env[1:]), "",
-            "Regenerate (on a CUDA machine, xgrammar on `PYTHONPATH`): `tools/h200.sh suite|matrix|repro|bench reports/h200`, "
-            "`python3 tools/csan_compare.py > reports/h200/csan_compare.json`, then "
-            "`python3 tools/h200_summary.py`.", ""]
+            "Regenerate (on a CUDA machine, the carried wheels on `PYTHONPATH`): "
+            "`tools/h200.sh phase1 DIR`, `tools/h200.sh phase2 DIR` (copy the files here), "
+            "`specrace litmus --json > reports/h200/litmus_sim.json`, then "
+            "`python3 tools/h200_summary.py`. `bench_cuda.json` (stall sweep, 10k soak), "
+            "`bench_grammar.json` and `csan_compare.json` are from the previous session's run "
+            "(`tools/h200.sh bench|grammar`, `tools/csan_compare.py`), not re-run here.", ""]
     # --- litmus fidelity
     sim, cuda = load("litmus_sim.json"), load("litmus_cuda.json")
     rows = defaultdict(dict)
@@ -42,23 +45,47 @@ def main():
     out += ["", "## Scenarios on the H200", "",
             "| scenario | variant | fence | trials | reproduced | median trial | race sites | expected |",
             "|---|---|---|---|---|---|---|---|"]
+    out[-2] = ("| target | scenario | variant | fence | trials | traced | reproduced | median "
+               "trial | race sites | expected |")
+    out[-1] = "|---|---|---|---|---|---|---|---|---|---|"
     for f in ("repro_prefix_fine", "repro_prefix_coarse", "repro_fixed_fine",
-              "grammar_fixed", "grammar_no-event", "grammar_stale-mask"):
-        r = load(f + ".json")
-        out.append(f"| {r['scenario']} | {r['variant']} | {r['war_barrier']} | {r['trials']} | "
+              "grammar_fixed", "grammar_no-event", "grammar_stale-mask",
+              "upstream_prefix_fine", "upstream_fixed_fine", "upstream_grammar_fixed",
+              "upstream_grammar_no-event"):
+        try:
+            r = load(f + ".json")
+        except FileNotFoundError:
+            continue
+        out.append(f"| {r.get('target', 'impl')} | {r['scenario']} | {r['variant']} | "
+                   f"{r['war_barrier']} | {r['trials']} | {r.get('traced_trials', '-')} | "
                    f"{r['reproduced']} ({100 * r['rate']:.0f}%) | {r['median_trial_ms']:.1f} ms | "
                    f"{len(r['races'])} | {r['expected_by_scenario']} |")
-    out += ["", "The seed race's report (pre-fix, fine fence): `seed/` (JSON, Markdown, Perfetto "
-            "trace, timeline PNG); the fixed code's: `fixed/`.", ""]
+    out += ["", "Every trial is trace-captured (`traced`): the second-capture crash is gone "
+            "(`second_capture_crash_bisect.txt`, `second_capture_crash_gdb.txt`). The seed "
+            "race's report (pre-fix, fine fence): `seed/` (JSON, Markdown, Perfetto trace, "
+            "timeline PNG); the fixed code's: `fixed/`; on installed sglang: `upstream_seed/`.",
+            ""]
+    try:
+        so = load("upstream_soak.json")
+        out += [f"Released sglang on CUDA, stalled {so['stall_ms']} ms after every "
+                f"shared-read-done record: {so['stale_trials']} stale trials in "
+                f"{so['iterations']} iterations ({so['trials']} trials). Goal: 0 in >= 1,000.", ""]
+    except FileNotFoundError:
+        pass
     # --- matrix
-    m = load("matrix_cuda.json")
-    out += ["## Mutation matrix on the H200", "",
-            f"{m['killed']}/{m['total']} killed, fixed-code findings {m['fixed_findings']}, "
-            f"{m['seconds']:.0f} s (one process per cell). The simulator kills the same "
-            f"{m['total']} (`specrace matrix --backend sim`).", "",
-            "| mutation | killed | caught by | probe |", "|---|---|---|---|"]
-    for r in m["mutations"]:
-        out.append(f"| {r['name']} | {'yes' if r['killed'] else 'NO'} | {r['caught_by']} | {r['probe']} |")
+    for f, what in (("matrix_cuda.json", "impl"), ("matrix_cuda_sglang.json", "sglang")):
+        m = load(f)
+        out += [f"## Mutation matrix on the H200 (target {what})", "",
+                f"{m['killed']}/{m['total']} killed, fixed-code findings {m['fixed_findings']}, "
+                f"harness errors {m.get('harness_errors', 0)}, timeouts {m.get('timeouts', 0)}, "
+                f"{m['seconds']:.0f} s: every cell in one child process, every trial traced; "
+                "a cell whose device-side assert aborted the process was killed by the crash "
+                "oracle and the rest went on in a fresh child.", "",
+                "| mutation | killed | caught by | probe |", "|---|---|---|---|"]
+        for r in m["mutations"]:
+            out.append(f"| {r['name']} | {r.get('status', 'killed' if r['killed'] else 'NO')} | "
+                       f"{r['caught_by']} | {r['probe']} |")
+        out.append("")
     # --- CSAN
     c = load("csan_compare.json")
     out += ["", "## CSAN cross-check (`TORCH_CUDA_SANITIZER=1`)", "",
@@ -95,9 +122,31 @@ def main():
                 "traversal would hide there, which is the seed's intent.", ""]
     except FileNotFoundError:
         pass
+    # --- memory lifetime and graphs
+    try:
+        a, g = load("alloc_rates.json"), load("graph_rates.json")
+        out += ["## Memory lifetime and CUDA graphs: stalled-trial rates", "",
+                f"A tensor read on schedule, freed without `record_stream`, its block reused on "
+                f"its home stream: stale in {a['reuse_stale_read']}/50 stalled trials; with "
+                f"`record_stream`: {a['reuse_record_stream']}/50.", "",
+                "| graph program | expected | stale | race reported | agree |",
+                "|---|---|---|---|---|"]
+        for p in g["programs"]:
+            out.append(f"| {p['name']} | {p['expected']} | {p['stale']}/{g['trials']} | "
+                       f"{p['race_reported']}/{g['trials']} | {p['agree']}/{g['trials']} |")
+        cv = load("capture_vs_csan.json")
+        out += ["", f"Trace capture vs CSAN, re-measured with the allocator tracking and graph "
+                f"capture in place: plain {cv['plain_us_per_op']:.1f} us/op, capture "
+                f"{cv['capture_us_per_op']:.1f} ({cv['capture_x_plain']:.2f}x), CSAN "
+                f"{cv['csan_us_per_op']:.1f} ({cv['csan_x_plain']:.2f}x): "
+                f"{cv['capture_x_plain'] / cv['csan_x_plain']:.3f} of CSAN's cost "
+                "(goal <= 0.333).", ""]
+    except FileNotFoundError:
+        pass
     # --- pytest
     log = open(os.path.join(D, "pytest.log")).read().strip().splitlines()
-    out += ["## `pytest -n 8` on the H200", "", "`pytest.log`: " + log[-1], ""]
+    out += ["## `pytest -n 10 --specrace-backend cuda` on the H200", "",
+            "`pytest.log`: " + log[-1], ""]
     with open(os.path.join(D, "README.md"), "w") as f:
         f.write("\n".join(out) + "\n")
 
