@@ -494,11 +494,16 @@ def _is_metadata_query(func, eff) -> bool:
     return hit
 
 
+_META_READS: Dict[Any, bool] = {}
+
+
 def _metadata_reads(func) -> bool:
     """``*_like`` / ``new_*`` factories use their input's metadata only (as CSAN models)."""
-    name = func._schema.name
-    base = name.split("::", 1)[-1]
-    return base.endswith("_like") or base.startswith("new_")
+    hit = _META_READS.get(func)
+    if hit is None:
+        base = func._schema.name.split("::", 1)[-1]
+        hit = _META_READS[func] = base.endswith("_like") or base.startswith("new_")
+    return hit
 
 
 def _implicit_sync(func, args: tuple, kwargs: dict) -> bool:
@@ -555,6 +560,12 @@ class _CaptureMode(TorchDispatchMode):
         return super().__exit__(*exc)
 
 
+# TorchDispatchMode wraps __torch_dispatch__ to keep dynamo out; the capture is never
+# compiled, and the wrapper is a measurable part of its per-op cost (as on the simulator).
+_CaptureMode.__torch_dispatch__ = getattr(_CaptureMode.__torch_dispatch__, "__wrapped__",
+                                          _CaptureMode.__torch_dispatch__)
+
+
 def _dispatch(mode: _CaptureMode, cap: _Capture, func, args: tuple, kwargs: dict) -> Any:
     if cap.depth:  # paused: a nested runtime is open, or a harness-internal call
         return func(*args, **kwargs)
@@ -563,15 +574,31 @@ def _dispatch(mode: _CaptureMode, cap: _Capture, func, args: tuple, kwargs: dict
         return special(cap, func, args, kwargs)
     if not _has_dev(cap, args, kwargs):
         return _host_op(cap, func, args, kwargs)
-    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+    route = _ROUTES.get(func) or _route(func)
+    if route is _COMPOSITE:
         with mode:
             return func.decompose(*args, **kwargs)
-    if func in _NO_KERNEL or torch.Tag.inplace_view in func.tags:
+    if route is _PASS:
         return func(*args, **kwargs)
-    eff = effects(func)
-    if eff.is_view or _is_metadata_query(func, eff):
-        return func(*args, **kwargs)
-    return _launch(cap, func, args, kwargs, eff)
+    return _launch(cap, func, args, kwargs, route)
+
+
+_COMPOSITE, _PASS = "composite", "pass"
+# func -> _COMPOSITE (decomposed), _PASS (no kernel: allocation, metadata, views) or the
+# op's effects (a kernel to log). Asked for every op: classified once per overload.
+_ROUTES: Dict[Any, Any] = {}
+
+
+def _route(func) -> Any:
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        route: Any = _COMPOSITE
+    elif func in _NO_KERNEL or torch.Tag.inplace_view in func.tags:
+        route = _PASS
+    else:
+        eff = effects(func)
+        route = _PASS if eff.is_view or _is_metadata_query(func, eff) else eff
+    _ROUTES[func] = route
+    return route
 
 
 def _launch(cap: _Capture, func, args: tuple, kwargs: dict, eff) -> Any:
