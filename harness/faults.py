@@ -1,6 +1,7 @@
 """The fault-point hook: the only piece of the harness that ``impl/`` imports.
 
-``impl/`` calls ``fault_point("name", **context)`` at named places in the engine loop.
+``impl/`` calls ``fault_point("name", **context)`` at named places in the engine loop, and
+``observe("name", **values)`` where the host sees a value the oracles judge.
 With no plan installed this is a dictionary-free no-op, so the server code pays nothing
 for being testable. A scenario installs a *plan* (any object with ``hit(name, ctx)``) that
 may stall the current stream there or answer a question the engine asks (``ask``).
@@ -19,6 +20,15 @@ def fault_point(name: str, **ctx: Any) -> None:
     plan = _plan
     if plan is not None:
         plan.hit(name, ctx)
+
+
+def observe(name: str, **values: Any) -> None:
+    """Report a value the host has just seen (e.g. the relayed accept state at draft prep)
+    to the plan's observer -- the oracles' window into the engine. Never changes what the
+    engine does: a plan may stall at a ``fault_point``, never at an ``observe``."""
+    plan = _plan
+    if plan is not None:
+        plan.observe(name, values)
 
 
 def ask(name: str, default: Any, **ctx: Any) -> Any:

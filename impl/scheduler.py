@@ -26,7 +26,7 @@ from typing import Any, Deque, List, Optional, Tuple
 
 import torch
 
-from harness.faults import ask, fault_point
+from harness.faults import ask, fault_point, observe
 
 from .graph_runner import VerifyGraphRunner, graphs_supported
 from .memory import mark_used_on, staged
@@ -331,7 +331,7 @@ class Scheduler:
             if req.finished:
                 continue  # it ran one step past its finish under overlap; drop that step
             accepted = tokens[i * D: i * D + lens[i]]
-            fault_point("observe.result", req=req, step=steps[i], accept_len=lens[i],
+            observe("result", req=req, step=steps[i], accept_len=lens[i],
                         tokens=accepted)
             req.committed_step = steps[i]
             self._commit(req, accepted)

@@ -21,7 +21,7 @@ from typing import Any, List, Optional
 
 import torch
 
-from harness.faults import fault_point
+from harness.faults import fault_point, observe
 
 from .memory import host_empty, staged
 from .spec_info import NgramVerifyInput
@@ -114,8 +114,9 @@ class NgramWorker:
         spec = batch.spec_info
         prev_tokens = spec.accept_tokens.cpu().tolist()  # blocking, on the forward stream
         prev_lens = spec.accept_lens.cpu().tolist()
-        fault_point("observe.draft_prep", reqs=batch.reqs, accept_lens=prev_lens,
-                    accept_tokens=prev_tokens, stride=D)
+        # the state relayed from each request's previous step (the one before this launch)
+        observe("draft_prep", reqs=batch.reqs, steps=[r.launched - 2 for r in batch.reqs],
+                accept_lens=prev_lens, accept_tokens=prev_tokens, stride=D)
         # Under overlap the previous step's result is not yet in output_ids; with a grammar
         # the step was processed synchronously, and splicing again would duplicate it.
         use_prev = self.overlap and not batch.sync_processed

@@ -1,11 +1,11 @@
 """The stale-value oracle: every accept value that reaches the host, and every output
 token, must equal the synchronous reference's for the same request and step.
 
-The engine reports host-visible values through observation points (``observe.*``):
+The engine reports host-visible values through ``harness.faults.observe``:
 
-* ``observe.draft_prep`` -- the relayed accept state read on the host (blocking copy on
+* ``draft_prep`` -- the relayed accept state read on the host (blocking copy on
   the forward stream) at the start of a verify step: the seed race's victim;
-* ``observe.result``     -- a result committed by the host after ``copy_done``.
+* ``result``     -- a result committed by the host after ``copy_done``.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class Recorder:
         self.results: Dict[Key, Tuple[int, List[int]]] = {}
 
     def __call__(self, name: str, ctx: dict) -> None:
-        if name == "observe.result":
+        if name == "result":
             self.results[(ctx["req"].rid, ctx["step"])] = (ctx["accept_len"], list(ctx["tokens"]))
 
 
@@ -53,17 +53,17 @@ class StaleValueOracle:
         return self.divergences[0] if self.divergences else None
 
     def __call__(self, name: str, ctx: dict) -> None:
-        if name == "observe.result":
+        if name == "result":
             self._check(ctx["req"].rid, ctx["step"], ctx["accept_len"], ctx["tokens"],
                         "result processing (host, after copy_done)", "copy")
-        elif name == "observe.draft_prep":
+        elif name == "draft_prep":
             D = ctx["stride"]
             lens, toks = ctx["accept_lens"], ctx["accept_tokens"]
-            for i, req in enumerate(ctx["reqs"]):
+            for i, (req, step) in enumerate(zip(ctx["reqs"], ctx["steps"])):
                 n = lens[i] if i < len(lens) else None
                 row = toks[i * D:(i + 1) * D]
                 got = row[:n] if isinstance(n, int) and 0 <= n <= D else row
-                self._check(req.rid, req.launched - 2, n, got,
+                self._check(req.rid, step, n, got,
                             "draft prep (host, blocking .cpu on the forward stream)", "forward")
 
     def _check(self, rid: int, step: int, n, tokens, where: str, stream: str) -> None:

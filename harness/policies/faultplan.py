@@ -37,11 +37,11 @@ class FaultPlan:
         """Stall the current stream the next time ``point`` is hit (state machines)."""
         self.once.append(StallAt(point, ms))
 
+    def observe(self, name: str, values: dict) -> None:
+        if self.observer is not None:
+            self.observer(name, values)
+
     def hit(self, name: str, ctx: dict) -> None:
-        if name.startswith("observe."):
-            if self.observer is not None:
-                self.observer(name, ctx)
-            return
         n = self.hits[name] = self.hits.get(name, 0) + 1
         for st in self.stalls:
             if st.point == name and n % st.every == 0 and self.runtime is not None:

@@ -32,7 +32,7 @@ from typing import Any, Deque, List, Optional, Tuple
 
 import torch
 
-from harness.faults import ask, fault_point
+from harness.faults import ask, fault_point, observe
 from impl.drafter import draft_tree
 from impl.grammar import apply_vocab_mask
 from impl.model import ToyTargetModel
@@ -175,8 +175,8 @@ class ToyNgramWorker:
         spec = batch.spec_info
         prev_tokens = spec.accept_tokens.cpu().tolist()
         prev_lens = spec.accept_lens.cpu().tolist()
-        fault_point("observe.draft_prep", reqs=batch.reqs, accept_lens=prev_lens,
-                    accept_tokens=prev_tokens, stride=D)
+        observe("draft_prep", reqs=batch.reqs, steps=[r.launched - 2 for r in batch.reqs],
+                accept_lens=prev_lens, accept_tokens=prev_tokens, stride=D)
         use_prev = self.overlap and not batch.sync_processed
         drafts: List[int] = []
         next_token: List[List[int]] = []
@@ -456,7 +456,7 @@ class UpstreamScheduler:
             if req.done:
                 continue  # it ran one step past its finish under overlap; drop that step
             accepted = tokens[i * stride: i * stride + lens[i]]
-            fault_point("observe.result", req=req, step=steps[i], accept_len=lens[i],
+            observe("result", req=req, step=steps[i], accept_len=lens[i],
                         tokens=accepted)
             req.committed_step = steps[i]
             self._commit(req, accepted)
