@@ -19,17 +19,16 @@ from .workload import Workload
 
 
 def check_constrained_outputs(workload: Workload, outputs: Dict[int, List[int]], oracle,
-                              target: str = "impl") -> None:
-    """A fresh grammar of the target's own backend replays each output (the grammar the
-    request was served under: upstream's and impl's differ in whitespace), and the text
-    is validated as JSON against the schema -- independent of either backend."""
+                              backend) -> None:
+    """A fresh grammar of the target's own ``backend`` replays each output (the grammar
+    the request was served under: upstream's and impl's differ in whitespace), and the
+    text is validated as JSON against the schema -- independent of either backend."""
     from impl.vocab import EOS_ID, decode
-    from .runner import grammar_backend
     for spec in workload.requests:
         if not spec.schema or spec.rid not in outputs:
             continue
         tokens = outputs[spec.rid]
-        g = grammar_backend(target).grammar_for_json_schema(spec.schema)
+        g = backend.grammar_for_json_schema(spec.schema)
         for k, tok in enumerate(tokens):
             try:
                 g.accept_token(tok)

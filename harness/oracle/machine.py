@@ -116,8 +116,9 @@ class EngineMachine(RuleBasedStateMachine):
         outputs = {rid: r.output_ids for rid, r in self.reqs.items()}
         self.oracle.check_outputs(outputs)
         from .grammar import check_constrained_outputs
-        check_constrained_outputs(Workload(list(self.specs.values())), outputs, self.oracle,
-                                  self.target_name)
+        if self.gb is not None:
+            check_constrained_outputs(Workload(list(self.specs.values())), outputs,
+                                      self.oracle, self.gb)
 
     @invariant()
     def no_stale_value(self) -> None:
