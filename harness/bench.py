@@ -208,7 +208,7 @@ def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
     while iterations < min_iterations:
         wl = random_workload(seed, n_requests=24, max_arrive=60, min_tokens=20, max_tokens=60)
         args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
-        res = run_trial("cuda", "hardware", wl, args,
+        res = run_trial("cuda", None, wl, args,
                         [StallAt("forward.after_read_done", stall_ms)], detect_races=False,
                         target=target)
         stale += res.divergence is not None

@@ -3,11 +3,16 @@
 The file is untrusted input: it must be a regular file of at most 20 MB, it is parsed as
 JSON only (nothing in it is imported, evaluated or unpickled), validated against
 ``schema.REPORT_SCHEMA``, and its scenario, variant and policy must name things this
-checkout knows. Every failure is a ``ValueError`` with a one-line message.
+checkout knows; its recorded schedule, if any, is decoded under the caps of
+``harness.policies.schedule``. Every failure is a ``ValueError`` with a one-line message.
 
 Compared: the number of reproducing trials, the first divergence (kind, request, step,
 observed value) and the set of race sites (kind + both accesses' file:line). On the
 simulator a replay is identical by construction; on CUDA it is a fresh sample.
+
+``--schedule`` (``replay_report(.., schedule=True)``) re-runs only the trial the report
+shows, from its recorded choices instead of the policy's seed, and compares that trial's
+verdict -- and the choices themselves: the run must take exactly the recorded ones.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import os
 import re
 import shlex
 import stat
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .text import printable
@@ -23,7 +29,25 @@ from .text import printable
 MAX_BYTES = 20 * 1024 * 1024
 MAX_MSG = 300
 
-__all__ = ["replay_report", "load_report", "verdict_of", "MAX_BYTES"]
+__all__ = ["replay_report", "load_report", "LoadedReport", "RecordedTrial", "verdict_of",
+           "MAX_BYTES"]
+
+
+@dataclass(frozen=True)
+class RecordedTrial:
+    """A report's recorded schedule: trial ``trial`` replayed from its choices."""
+    trial: int
+    policy: Any  # harness.policies.Recorded: the trial's policy's idle rule + the choices
+    result: Dict[str, Any]  # that trial's own verdict, as ``verdict_of`` reads it
+
+
+@dataclass(frozen=True)
+class LoadedReport:
+    """A validated report, its policy parsed once (None: recorded on CUDA) and its
+    recorded schedule decoded (None: none recorded)."""
+    doc: Dict[str, Any]
+    policy: Any
+    schedule: Optional[RecordedTrial]
 
 
 def _one_line(text: Any, limit: int = MAX_MSG) -> str:
@@ -78,7 +102,7 @@ def _reject_constant(token: str) -> Any:
     raise ValueError(f"non-standard JSON constant {token}")
 
 
-def load_report(path: Any) -> Dict[str, Any]:
+def load_report(path: Any) -> LoadedReport:
     """Read, parse and validate a report; ``ValueError`` (one line) if it is not one."""
     import jsonschema
 
@@ -112,8 +136,8 @@ def load_report(path: Any) -> Dict[str, Any]:
     if doc["reproduced"] > doc["trials"]:
         raise ValueError(f"{name}: not a specrace report: 'reproduced' ({doc['reproduced']}) "
                          f"is more than 'trials' ({doc['trials']})")
-    _check_names(doc, name)
-    return doc
+    policy = _check_names(doc, name)
+    return LoadedReport(doc, policy, _recorded_trial(doc, policy, name))
 
 
 def _json_type(v: Any) -> str:
@@ -191,12 +215,38 @@ def _check_names(doc: Dict[str, Any], name: str) -> None:
     if not target.supports(scen.name):
         raise ValueError(f"{name}: scenario {scen.name} does not run on the {target.name} "
                          f"target")
-    if doc["backend"] == "sim":
-        from harness.policies import parse_policy
-        try:
-            parse_policy(doc["policy"])
-        except ValueError as exc:
-            raise ValueError(f"{name}: {_one_line(exc, 200)}") from None
+    if doc["backend"] != "sim":
+        return None
+    from harness.policies import parse_policy
+    try:
+        return parse_policy(doc["policy"])
+    except ValueError as exc:
+        raise ValueError(f"{name}: {_one_line(exc, 200)}") from None
+
+
+def _recorded_trial(doc: Dict[str, Any], policy: Any, name: str) -> Optional[RecordedTrial]:
+    """The report's schedule, decoded and checked against the report it sits in."""
+    block = doc.get("schedule")
+    if block is None:
+        return None
+    from harness.policies import Recorded
+    from harness.policies.schedule import decode_choices
+    bad = f"{name}: not a specrace report: 'schedule'"
+    if policy is None:
+        raise ValueError(f"{bad}: a schedule is recorded on the simulator only")
+    if block["trial"] >= doc["trials"]:
+        raise ValueError(f"{bad}: trial {block['trial']} of a {doc['trials']}-trial run")
+    if block["policy"] != str(policy.offset(block["trial"])):
+        raise ValueError(f"{bad}: recorded under {_one_line(repr(block['policy']), 60)}, "
+                         f"not trial {block['trial']}'s policy {policy.offset(block['trial'])}")
+    try:
+        choices = decode_choices(block["choices"])
+    except ValueError as exc:
+        raise ValueError(f"{bad}: {_one_line(exc, 200)}") from None
+    if len(choices) != block["count"]:
+        raise ValueError(f"{bad}: {len(choices)} choices, not the {block['count']} it says")
+    base = policy.offset(block["trial"])  # the same spelling, checked above: no second parse
+    return RecordedTrial(block["trial"], Recorded(base, choices), block["result"])
 
 
 # --- the verdict and its comparison -------------------------------------------------------
@@ -255,10 +305,12 @@ def compare(original: Dict[str, Any], replayed: Dict[str, Any]) -> Tuple[bool, s
     return False, _one_line("replay: DIFFERENT verdict: " + "; ".join(diffs), 400)
 
 
-def replay_report(path: Any, progress: Optional[Callable[..., None]] = None
-                  ) -> Dict[str, Any]:
-    """Re-run the report at ``path``; ``progress(done, total)`` after each trial."""
-    doc = load_report(path)
+def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
+                  schedule: bool = False) -> Dict[str, Any]:
+    """Re-run the report at ``source`` (a path, or a ``LoadedReport``); ``progress(done,
+    total)`` after each trial. ``schedule``: the shown trial only, from its choices."""
+    report = source if isinstance(source, LoadedReport) else load_report(source)
+    doc = report.doc
     from harness.oracle.repro import ReproConfig, run_repro
     from harness.runtime import cuda_available
     from scenarios.registry import SCENARIOS
@@ -271,17 +323,29 @@ def replay_report(path: Any, progress: Optional[Callable[..., None]] = None
         raise ValueError(f"report was recorded on cuda; this machine has no GPU (use "
                          f"--backend sim to reproduce on the simulator: {_one_line(cmd, 200)})")
     scenario = SCENARIOS[doc["scenario"]]
-    cfg = ReproConfig(scenario=doc["scenario"], variant=doc["variant"],
-                      war_barrier=doc["war_barrier"], backend=doc["backend"],
-                      policy=doc["policy"] if doc["backend"] == "sim" else None,
-                      stall_ms=float(doc["stall_ms"]) if doc["stall_ms"] is not None else None,
-                      trials=int(doc["trials"]), seed=int(doc["seed"]), expect=doc["expect"],
-                      target=doc.get("target", "impl"))
+    common = dict(scenario=doc["scenario"], variant=doc["variant"],
+                  war_barrier=doc["war_barrier"], backend=doc["backend"],
+                  stall_ms=float(doc["stall_ms"]) if doc["stall_ms"] is not None else None,
+                  expect=doc["expect"], target=doc.get("target", "impl"))
+    rec = report.schedule
+    if schedule:
+        if rec is None:
+            raise ValueError("this report carries no recorded schedule (recorded on CUDA, or "
+                             "written before schedules were recorded): replay it by seed")
+        # trial t ran workload seed + t; its policy is the recorded choices
+        cfg = ReproConfig(**common, policy=rec.policy, trials=1, seed=int(doc["seed"]) + rec.trial)
+        original = verdict_of(rec.result)
+    else:
+        cfg = ReproConfig(**common, policy=report.policy, trials=int(doc["trials"]),
+                          seed=int(doc["seed"]))
+        original = verdict_of(doc)
     if progress is not None:
         progress(0, cfg.trials)
     outcome = run_repro(cfg, scenario, progress)
-    original, replayed = verdict_of(doc), verdict_of(outcome.result)
+    replayed = verdict_of(outcome.result)
     same, summary = compare(original, replayed)
+    if schedule:
+        same, summary = _same_choices(rec, outcome.result["schedule"], same, summary)
     env = doc.get("environment")
     recorded = env.get("source_digest") if isinstance(env, dict) else None
     code_changed = None
@@ -299,4 +363,19 @@ def replay_report(path: Any, progress: Optional[Callable[..., None]] = None
                         f"{_one_line(recorded_target.get('sglang_version'), 40)} -> "
                         f"{_one_line(now.get('sglang_version'), 40)})")
     return {"same": same, "summary": summary, "original": original, "replayed": replayed,
-            "backend": doc["backend"], "code_changed": code_changed}
+            "backend": doc["backend"], "code_changed": code_changed,
+            "from": "schedule" if schedule else "seed"}
+
+
+def _same_choices(rec: RecordedTrial, ran: Dict[str, Any], same: bool,
+                  summary: str) -> Tuple[bool, str]:
+    """A schedule replay is identical only if the run took exactly the recorded choices."""
+    from harness.policies.schedule import decode_choices
+    want, got = rec.policy.choices, decode_choices(ran["choices"])
+    where = f"trial {rec.trial} from its recorded schedule ({len(want)} choices)"
+    if got == want:
+        return same, summary.replace("replay:", f"replay of {where}:", 1)
+    at = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
+    return False, _one_line(f"replay of {where}: DIFFERENT schedule: the run left the "
+                            f"recorded choices at choice {at + 1} ({len(got)} taken); "
+                            + summary.replace("replay: ", "", 1), 400)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from harness.oracle.repro import MAX_SEED, MAX_TRIALS
 from harness.policies import MAX_POLICY_CHARS
+from harness.policies.schedule import MAX_CHOICES, MAX_SCHEDULE_CHARS
 from harness.runtime.limits import MAX_STALL_MS
 
 _SITE = {
@@ -20,6 +21,55 @@ _SITE = {
         "file": {"type": ["string", "null"], "maxLength": 1000},
         "line": {"type": ["integer", "null"], "minimum": 0},
         "function": {"type": ["string", "null"], "maxLength": 500},
+    },
+}
+
+_RACES = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["kind", "first", "second"],
+        "properties": {
+            "kind": {"enum": ["RAW", "WAR", "WAW"]},
+            "storage": {"type": "string"},
+            "count": {"type": "integer", "minimum": 0},
+            "first": _SITE,
+            "second": _SITE,
+        },
+    },
+}
+
+_DIVERGENCE = {
+    "type": ["object", "null"],
+    "required": ["kind"],
+    "properties": {
+        "kind": {"type": "string", "maxLength": 200},
+        "rid": {"type": ["integer", "null"]},
+        "step": {"type": ["integer", "null"]},
+    },
+}
+
+# The recorded schedule of the trial the report shows (simulator only; absent in reports
+# written before schedules were recorded): which trial, its policy, its choices in
+# ``harness.policies.schedule``'s text form, and that trial's own verdict.
+_SCHEDULE = {
+    "type": ["object", "null"],
+    "required": ["trial", "policy", "count", "choices", "result"],
+    "properties": {
+        "trial": {"type": "integer", "minimum": 0, "maximum": MAX_TRIALS - 1},
+        "policy": {"type": "string", "minLength": 1, "maxLength": MAX_POLICY_CHARS},
+        "count": {"type": "integer", "minimum": 0, "maximum": MAX_CHOICES},
+        "choices": {"type": "string", "maxLength": MAX_SCHEDULE_CHARS},
+        "result": {
+            "type": "object",
+            "required": ["reproduced", "trials", "first_divergence", "races"],
+            "properties": {
+                "reproduced": {"enum": [0, 1]},
+                "trials": {"const": 1},
+                "first_divergence": _DIVERGENCE,
+                "races": _RACES,
+            },
+        },
     },
 }
 
@@ -43,29 +93,9 @@ REPORT_SCHEMA = {
         "seed": {"type": "integer", "minimum": 0, "maximum": MAX_SEED},
         "trials": {"type": "integer", "minimum": 1, "maximum": MAX_TRIALS},
         "reproduced": {"type": "integer", "minimum": 0, "maximum": MAX_TRIALS},
-        "races": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["kind", "first", "second"],
-                "properties": {
-                    "kind": {"enum": ["RAW", "WAR", "WAW"]},
-                    "storage": {"type": "string"},
-                    "count": {"type": "integer", "minimum": 0},
-                    "first": _SITE,
-                    "second": _SITE,
-                },
-            },
-        },
-        "first_divergence": {
-            "type": ["object", "null"],
-            "required": ["kind"],
-            "properties": {
-                "kind": {"type": "string", "maxLength": 200},
-                "rid": {"type": ["integer", "null"]},
-                "step": {"type": ["integer", "null"]},
-            },
-        },
+        "races": _RACES,
+        "first_divergence": _DIVERGENCE,
+        "schedule": _SCHEDULE,
         "expect": {"enum": ["clean", "race"]},
     },
 }

@@ -178,6 +178,9 @@ class Trace:
     # sid -> (op, dtype, shape, frame) of the op that allocated it; formatted only when a
     # report needs the name (an f-string per op would cost more than the op's bookkeeping)
     storage_sites: dict = field(default_factory=dict)
+    # the simulator's schedule: every answer its policy gave, in order (a stream id, or HOST
+    # for "the host goes on"; runtime/policy.py); empty on CUDA, whose schedule is the GPU's
+    schedule: List[int] = field(default_factory=list)
 
     def add(self, rec: Any) -> Any:
         rec.index = len(self.log)

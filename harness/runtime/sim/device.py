@@ -5,7 +5,8 @@ Semantics (CUDA's, see SPEC §1):
 1. A stream is a FIFO. Its head may execute once every event it waits on has completed
    (a wait is itself a queued marker op) and, for a timed stall, once the host clock has
    passed its end.
-2. Enqueueing never blocks the host; *when* runnable heads execute is the policy's choice.
+2. Enqueueing never blocks the host; *when* runnable heads execute is the policy's choice,
+   asked at each scheduling point and recorded (``Scheduler``, ``runtime/policy.py``).
 3. A host sync waits for the positions it names only, plus what they transitively wait on:
    ``drain`` executes exactly those ops and nothing else, which is how stale data reaches
    the host under a lazy or stalled schedule.
@@ -24,13 +25,13 @@ from __future__ import annotations
 
 import collections
 import itertools
-from typing import Any, Deque, Iterable, List, Optional
+from typing import Any, Deque, List, Optional
 
 from .. import DeadlockError
 from ..policy import Policy, RunAll
 from .allocator import SimAllocator
-from ..trace import (EventRecord, HostAccess, OpRecord, Position, QueryRecord, SyncRecord,
-                     Trace, user_frame)
+from ..trace import (HOST, EventRecord, HostAccess, OpRecord, Position, QueryRecord,
+                     SyncRecord, Trace, user_frame)
 
 import torch
 
@@ -184,6 +185,46 @@ class Event:
         return f"<sim event {self.eid} at {self.position}>"
 
 
+class Scheduler:
+    """The device's scheduling hook, ``dev.policy``: the dispatch asks it whether an op
+    enqueued on an idle stream runs at once (``runs_at_enqueue``, the per-op fast path)
+    and calls ``on_point`` at every scheduling point. It turns the device's state into the
+    chooser's plain data and records each answer in ``trace.schedule``."""
+
+    def __init__(self, policy: Policy) -> None:
+        if not isinstance(policy, Policy):  # a spelling is parsed once, above the runtime
+            raise TypeError(f"a schedule policy value is needed (harness.policies."
+                            f"parse_policy makes one), not {type(policy).__name__}")
+        self.value = policy
+        self.chooser = policy.chooser()  # a graph capture wraps it (sim/graphs.py)
+
+    def runs_at_enqueue(self, dev: "SimDevice", stream: Stream) -> bool:
+        return self.chooser.runs_idle(stream.sid, dev.trace.stream_names)
+
+    def on_point(self, dev: "SimDevice", stream: Optional[Stream]) -> None:
+        """Ask while some head may run, until the answer is the host."""
+        choose = self.chooser.choose
+        names = dev.trace.stream_names
+        record = dev.trace.schedule.append
+        last = None
+        while True:
+            runnable = dev.runnable_ids()
+            if not runnable:
+                return
+            choice = choose(runnable, last, names)
+            record(choice)
+            if choice == HOST:
+                return
+            if choice not in runnable:  # a policy bug; running it would break the FIFO
+                raise SimDeviceError(f"policy {self.value} chose stream {choice}, which "
+                                     f"cannot run now (runnable: {runnable})")
+            dev.run_head(dev.streams[choice])
+            last = choice
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 class SimDevice:
     """State of the one simulated device: its streams, the policy, the trace."""
 
@@ -203,13 +244,11 @@ class SimDevice:
         self.capture: Any = None
         self.graph_stream: Optional[Stream] = None
         self.graph_ids = itertools.count(1)
-        self.policy: Policy = RunAll()
-        self.set_policy(policy or RunAll())
+        self.policy = Scheduler(policy or RunAll())
 
     # --- setup ------------------------------------------------------------------------
     def set_policy(self, policy: Policy) -> None:
-        self.policy = policy
-        policy.bind(self)
+        self.policy = Scheduler(policy)
 
     def new_stream(self, name: Optional[str] = None, priority: int = 0) -> Stream:
         s = Stream(priority=priority, _sim=self)
@@ -287,16 +326,10 @@ class SimDevice:
                     f"{where}: {type(exc).__name__}: {exc}")
         self.trace.executed.append(op)
 
-    def run_runnable(self, streams: Optional[Iterable[Stream]] = None) -> None:
-        """Run runnable heads of ``streams`` (default all) until none is left."""
-        pool = list(self.streams if streams is None else streams)
-        progress = True
-        while progress:
-            progress = False
-            for s in pool:
-                while self.runnable(s):
-                    self.run_head(s)
-                    progress = True
+    def runnable_ids(self) -> List[int]:
+        """The streams whose head may execute now, ascending: what a policy chooses from."""
+        runnable = self.runnable
+        return [s.sid for s in self.streams if s.pending and runnable(s)]
 
     def drain(self, sid: int, seq: int) -> None:
         """Execute stream ``sid`` up to ``seq``, and exactly what that needs from others.
