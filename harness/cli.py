@@ -98,9 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("replay", help="re-run a repro report and compare the verdict")
     rp.add_argument("report")
-    rp.add_argument("--schedule", action="store_true",
-                    help="re-run only the trial the report shows, from its recorded "
-                         "schedule (the choices) instead of the policy's seed")
+    rp.add_argument("--from", dest="source", choices=["schedule", "seed"],
+                    help="re-run each trial from its recorded schedule (the choices the "
+                         "policy made; default when the report has them: simulator "
+                         "reports) or from the policy's seed")
     rp.add_argument("--json", action="store_true")
 
     li = sub.add_parser("litmus", help="run the litmus programs, check expected verdicts")
@@ -299,10 +300,9 @@ def cmd_replay(args) -> int:
     try:
         report = load_report(args.report)  # validated first: the watchdog's budget is its trials
         doc = report.doc
-        trials = 1 if args.schedule else doc["trials"]
-        with gpu_watchdog(doc["backend"], trials, doc["stall_ms"], "specrace replay"):
+        with gpu_watchdog(doc["backend"], doc["trials"], doc["stall_ms"], "specrace replay"):
             verdict = _with_progress(
-                lambda prog: replay_report(report, prog, schedule=args.schedule), trials,
+                lambda prog: replay_report(report, prog, from_=args.source), doc["trials"],
                 "replay", quiet=args.json)
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -3,9 +3,9 @@
 Trial ``i`` runs the scenario's workload for seed ``seed + i`` (and, for seeded schedule
 policies, the policy's seed is offset the same way: ``policy.offset(i)``), so trials
 differ but the whole run is a function of its parameters: on the simulator, replaying it
-gives the same verdict. On the simulator the result also carries the *schedule* of the
-trial the report shows (the first failing one, else trial 0): its choices and its own
-verdict, so ``replay --schedule`` can re-run that trial from the choices alone.
+gives the same verdict. On the simulator the result also carries every trial's
+*schedule* (the choices its policy made, ``harness.policies.schedule``), so ``replay`` can
+re-run the trials from the choices alone, without the policies' seeds.
 """
 from __future__ import annotations
 
@@ -71,7 +71,8 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
     races: Dict[tuple, Any] = {}
     first_div = None
     first_trial = None
-    shown = None  # (trial, its policy, its TrialResult): the trial the report shows
+    shown = None  # the TrialResult the report shows (its trace, its races)
+    schedules: List[Optional[str]] = []
     times: List[float] = []
     for i in range(trials):
         workload = scenario.workload(cfg.seed + i)
@@ -94,9 +95,11 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
                 old.count += r.count
         if res.reproduced and first_trial is None:
             first_trial, first_div = i, res.divergence
-            shown = (i, trial_pol, res)
+            shown = res
         elif i == 0:
-            shown = (i, trial_pol, res)
+            shown = res
+        # none when the trial never ran (its reference run crashed)
+        schedules.append(None if res.schedule is None else encode_choices(res.schedule))
         per_trial.append({"trial": i, "seed": cfg.seed + i, "reproduced": res.reproduced,
                           "divergence": res.divergence["kind"] if res.divergence else None,
                           "races": len(res.races), "traced": detect_now,
@@ -123,21 +126,10 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         "races": [r.to_json() for r in races.values()],
         "traced_trials": sum(t["traced"] for t in per_trial),
         "trial_results": per_trial,
-        "schedule": _schedule_of(*shown) if backend == "sim" else None,
+        # every trial's choices (trial i under policy.offset(i)): replay re-runs from these
+        "schedules": schedules if backend == "sim" else None,
     }
-    return ReproOutcome(result, shown[2].trace, shown[2].races)
-
-
-def _schedule_of(trial: int, policy: SchedulePolicy, res) -> Optional[dict]:
-    """The shown trial's schedule and its own verdict (``replay --schedule`` re-runs it);
-    None if the trial never ran (its reference run crashed)."""
-    if res.schedule is None:
-        return None
-    return {"trial": trial, "policy": str(policy), "count": len(res.schedule),
-            "choices": encode_choices(res.schedule),
-            "result": {"reproduced": int(res.reproduced), "trials": 1,
-                       "first_divergence": res.divergence,
-                       "races": [r.to_json() for r in res.races]}}
+    return ReproOutcome(result, shown.trace, shown.races)
 
 
 def verdict_line(result: dict) -> str:

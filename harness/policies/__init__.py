@@ -23,9 +23,9 @@ from typing import List, Optional, Sequence
 
 from .choosers import (MAX_POLICY_SEED, PCT, PCT_STEPS, Eager, Lazy, PctChooser,
                        RandomChooser, RandomPolicy, SchedulePolicy, Stall)
-from .schedule import Recorded
+from .schedule import Recorded, Schedules
 
-__all__ = ["Eager", "Lazy", "Stall", "RandomPolicy", "PCT", "Recorded", "SchedulePolicy",
+__all__ = ["Eager", "Lazy", "Stall", "RandomPolicy", "PCT", "Recorded", "Schedules", "SchedulePolicy",
            "RandomChooser", "PctChooser", "parse_policy", "POLICY_HELP", "standard_policies",
            "MAX_POLICY_CHARS", "MAX_POLICY_SEED", "PCT_STEPS"]
 

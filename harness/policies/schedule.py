@@ -5,6 +5,8 @@ the same answers to the same questions gives the same run -- the trace byte for 
 same verdict -- without the seed that drew them: ``Recorded(base, choices)`` answers from
 ``choices`` and keeps ``base``'s fixed rule for idle streams (``runs_idle``), so it skips
 exactly the questions the recorded run skipped. Shuttle's ``ReplayScheduler`` is the model.
+``Schedules(base, per_trial)`` is a whole repro run's: trial i replays ``per_trial[i]``
+under ``base.offset(i)``'s idle rule.
 
 Text form (a report's ``schedule.choices``): tokens separated by one space; a token is
 ``h`` (the host goes on) or a stream id, with ``*N`` for N >= 2 repeats:
@@ -20,10 +22,10 @@ from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 from ..runtime.policy import HOST, Chooser
 from .choosers import SchedulePolicy
 
-__all__ = ["Recorded", "Replayer", "encode_choices", "decode_choices", "MAX_CHOICES",
-           "MAX_SCHEDULE_CHARS"]
+__all__ = ["Recorded", "Schedules", "Replayer", "encode_choices", "decode_choices",
+           "MAX_CHOICES", "MAX_SCHEDULE_CHARS"]
 
-MAX_CHOICES = 2_000_000  # far above an engine trial's (~10^3..10^4)
+MAX_CHOICES = 2_000_000  # per report, far above an engine trial's (~10^2..10^4)
 MAX_SCHEDULE_CHARS = 8 * 1024 * 1024  # well inside a report's 20 MB
 MAX_STREAM_ID = 99_999
 
@@ -51,8 +53,9 @@ def _token(choice: int, n: int) -> str:
     return head if n == 1 else f"{head}*{n}"
 
 
-def decode_choices(text: str) -> Tuple[int, ...]:
-    """The choices of a text form; ``ValueError`` (one line) if it is not one."""
+def decode_choices(text: str, budget: int = MAX_CHOICES) -> Tuple[int, ...]:
+    """The choices of a text form; ``ValueError`` (one line) if it is not one or holds more
+    than ``budget`` choices (a report's trials share one budget)."""
     if not isinstance(text, str):
         raise ValueError("schedule choices must be a string")
     if len(text) > MAX_SCHEDULE_CHARS:
@@ -66,8 +69,8 @@ def decode_choices(text: str) -> Tuple[int, ...]:
             raise ValueError(f"schedule choices: bad token {tok[:20]!r} (number {i + 1}); "
                              f"expected h or a stream id, optionally *N")
         n = int(m.group(2) or 1)
-        if len(out) + n > MAX_CHOICES:
-            raise ValueError(f"schedule choices: more than {MAX_CHOICES} choices")
+        if len(out) + n > budget:
+            raise ValueError(f"schedule choices: more than {MAX_CHOICES} choices in all")
         if m.group(2) and n < 2:
             raise ValueError(f"schedule choices: bad repeat in {tok!r}")
         out.extend([HOST if m.group(1) == "h" else int(m.group(1))] * n)
@@ -92,6 +95,37 @@ class Recorded(SchedulePolicy):
 
     def __repr__(self) -> str:
         return f"Recorded({self.base!r}, <{len(self.choices)} choices>)"
+
+
+@dataclass(frozen=True, repr=False)
+class Schedules(SchedulePolicy):
+    """A repro run's recorded schedules, one per trial: ``offset(i)`` replays trial i's.
+    A trial with none (None: it never ran, its reference run crashed) gets ``base``'s own
+    policy of trial i, as a replay by seed would."""
+
+    base: SchedulePolicy
+    per_trial: Tuple[Optional[Tuple[int, ...]], ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "per_trial", tuple(None if c is None else tuple(c)
+                                                    for c in self.per_trial))
+
+    def offset(self, i: int) -> SchedulePolicy:
+        if not 0 <= i < len(self.per_trial):
+            raise ValueError(f"no recorded schedule for trial {i} "
+                             f"({len(self.per_trial)} recorded)")
+        choices = self.per_trial[i]
+        return self.base.offset(i) if choices is None else Recorded(self.base.offset(i),
+                                                                     choices)
+
+    def chooser(self) -> Chooser:
+        return self.offset(0).chooser()
+
+    def __str__(self) -> str:
+        return f"{self.base}, replayed from {len(self.per_trial)} recorded schedule(s)"
+
+    def __repr__(self) -> str:
+        return f"Schedules({self.base!r}, <{len(self.per_trial)} trials>)"
 
 
 class Replayer(Chooser):

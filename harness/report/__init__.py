@@ -64,6 +64,9 @@ def write_reports(result: Dict[str, Any], trace: Any, races: Optional[List[Any]]
     report["environment"] = environment()
     report["replay"] = {"command": "specrace replay " + shlex.quote(paths["json"])}
     report["report_files"] = {k: (os.path.basename(v) if v else None) for k, v in paths.items()}
+    if trace is not None:
+        from .chrome import trace_digest
+        report["trace_digest"] = trace_digest(trace, races)
     report["run_id"] = _run_id(report)
 
     members = []  # swapped in in this order: the JSON, replay's entry point, last

@@ -8,6 +8,8 @@ arrow named "race" from the first access to the second.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Dict, List, Optional
 
 from harness.runtime.trace import HostAccess, QueryRecord, SyncRecord
@@ -152,3 +154,11 @@ def chrome_trace(trace: Any, races: List[Any], result: Optional[Dict[str, Any]] 
              "races": [f"{r.kind} #{n}: {r.summary()}" for n, r in enumerate(races, 1)],
              "run_id": result.get("run_id")}
     return printable_tree({"traceEvents": events, "displayTimeUnit": "ms", "otherData": other})
+
+
+def trace_digest(trace: Any, races: List[Any]) -> str:
+    """sha256 of the trace's events as the Chrome trace shows them (without the run's
+    labels): a replay that shows the same trace has the same digest."""
+    events = chrome_trace(trace, races, None)["traceEvents"]
+    text = json.dumps(events, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

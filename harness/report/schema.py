@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from harness.oracle.repro import MAX_SEED, MAX_TRIALS
 from harness.policies import MAX_POLICY_CHARS
-from harness.policies.schedule import MAX_CHOICES, MAX_SCHEDULE_CHARS
+from harness.policies.schedule import MAX_SCHEDULE_CHARS
 from harness.runtime.limits import MAX_STALL_MS
 
 _SITE = {
@@ -49,29 +49,17 @@ _DIVERGENCE = {
     },
 }
 
-# The recorded schedule of the trial the report shows (simulator only; absent in reports
-# written before schedules were recorded): which trial, its policy, its choices in
-# ``harness.policies.schedule``'s text form, and that trial's own verdict.
-_SCHEDULE = {
-    "type": ["object", "null"],
-    "required": ["trial", "policy", "count", "choices", "result"],
-    "properties": {
-        "trial": {"type": "integer", "minimum": 0, "maximum": MAX_TRIALS - 1},
-        "policy": {"type": "string", "minLength": 1, "maxLength": MAX_POLICY_CHARS},
-        "count": {"type": "integer", "minimum": 0, "maximum": MAX_CHOICES},
-        "choices": {"type": "string", "maxLength": MAX_SCHEDULE_CHARS},
-        "result": {
-            "type": "object",
-            "required": ["reproduced", "trials", "first_divergence", "races"],
-            "properties": {
-                "reproduced": {"enum": [0, 1]},
-                "trials": {"const": 1},
-                "first_divergence": _DIVERGENCE,
-                "races": _RACES,
-            },
-        },
-    },
+# Every trial's recorded schedule (simulator only: null on CUDA; absent in reports written
+# before schedules were recorded): trial i's choices in ``harness.policies.schedule``'s
+# text form, or null for a trial that never ran. ``replay`` checks there is one per trial and decodes them under one budget.
+_SCHEDULES = {
+    "type": ["array", "null"],
+    "maxItems": MAX_TRIALS,
+    "items": {"type": ["string", "null"], "maxLength": MAX_SCHEDULE_CHARS},
 }
+
+# sha256 of the shown trial's Chrome trace (``chrome.trace_digest``): the same trace
+_DIGEST = {"type": ["string", "null"], "pattern": "^[0-9a-f]{64}$"}
 
 REPORT_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -95,7 +83,8 @@ REPORT_SCHEMA = {
         "reproduced": {"type": "integer", "minimum": 0, "maximum": MAX_TRIALS},
         "races": _RACES,
         "first_divergence": _DIVERGENCE,
-        "schedule": _SCHEDULE,
+        "schedules": _SCHEDULES,
+        "trace_digest": _DIGEST,
         "expect": {"enum": ["clean", "race"]},
     },
 }
