@@ -14,6 +14,7 @@ from harness.report.chrome import chrome_trace
 from harness.runtime.policy import HOST, Chooser, Policy
 from harness.runtime.sim import SimDeviceError
 from harness.runtime.sim.runtime import sim_runtime
+from harness.runtime.sim.scheduler import runnable_ids
 from harness.runtime.trace import SyncRecord
 from scenarios.litmus import overlap_streams
 
@@ -85,7 +86,7 @@ def _program(rt, n=8, idle_points=0):
             e = m.Event()
             e.record()
             events.append(e)
-        for _ in range(idle_points if not rt.dev.runnable_ids() else 0):
+        for _ in range(idle_points if not runnable_ids(rt.dev) else 0):
             spare.synchronize()
     m.synchronize()
     return x.tolist()

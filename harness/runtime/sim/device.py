@@ -27,11 +27,12 @@ import collections
 import itertools
 from typing import Any, Deque, List, Optional
 
-from .. import DeadlockError
 from ..policy import Policy, RunAll
 from .allocator import SimAllocator
-from ..trace import (HOST, EventRecord, HostAccess, OpRecord, Position, QueryRecord,
-                     SyncRecord, Trace, user_frame)
+from .errors import SimDeadlock, SimDeviceError
+from .scheduler import Scheduler
+from ..trace import (EventRecord, HostAccess, OpRecord, Position, QueryRecord, SyncRecord,
+                     Trace, user_frame)
 
 import torch
 
@@ -40,15 +41,6 @@ _NoSubclassFunction = torch._C.DisableTorchFunctionSubclass
 
 HOST_STEP_US = 1.0  # virtual host time per device API call
 FOREVER = float("inf")
-
-
-class SimDeviceError(RuntimeError):
-    """A kernel failed on the simulated device (like a CUDA device-side assert), or a
-    stream or event was used outside the session it belongs to."""
-
-
-class SimDeadlock(SimDeviceError, DeadlockError):
-    """A host sync waits on something that can never complete."""
 
 
 def _owned(dev: "SimDevice", owner: Optional["SimDevice"], what: str) -> None:
@@ -185,46 +177,6 @@ class Event:
         return f"<sim event {self.eid} at {self.position}>"
 
 
-class Scheduler:
-    """The device's scheduling hook, ``dev.policy``: the dispatch asks it whether an op
-    enqueued on an idle stream runs at once (``runs_at_enqueue``, the per-op fast path)
-    and calls ``on_point`` at every scheduling point. It turns the device's state into the
-    chooser's plain data and records each answer in ``trace.schedule``."""
-
-    def __init__(self, policy: Policy) -> None:
-        if not isinstance(policy, Policy):  # a spelling is parsed once, above the runtime
-            raise TypeError(f"a schedule policy value is needed (harness.policies."
-                            f"parse_policy makes one), not {type(policy).__name__}")
-        self.value = policy
-        self.chooser = policy.chooser()  # a graph capture wraps it (sim/graphs.py)
-
-    def runs_at_enqueue(self, dev: "SimDevice", stream: Stream) -> bool:
-        return self.chooser.runs_idle(stream.sid, dev.trace.stream_names)
-
-    def on_point(self, dev: "SimDevice", stream: Optional[Stream]) -> None:
-        """Ask while some head may run, until the answer is the host."""
-        choose = self.chooser.choose
-        names = dev.trace.stream_names
-        record = dev.trace.schedule.append
-        last = None
-        while True:
-            runnable = dev.runnable_ids()
-            if not runnable:
-                return
-            choice = choose(runnable, last, names)
-            record(choice)
-            if choice == HOST:
-                return
-            if choice not in runnable:  # a policy bug; running it would break the FIFO
-                raise SimDeviceError(f"policy {self.value} chose stream {choice}, which "
-                                     f"cannot run now (runnable: {runnable})")
-            dev.run_head(dev.streams[choice])
-            last = choice
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-
 class SimDevice:
     """State of the one simulated device: its streams, the policy, the trace."""
 
@@ -325,11 +277,6 @@ class SimDevice:
                     f"device-side error in {op.name} on {self.trace.stream_name(s.sid)}"
                     f"{where}: {type(exc).__name__}: {exc}")
         self.trace.executed.append(op)
-
-    def runnable_ids(self) -> List[int]:
-        """The streams whose head may execute now, ascending: what a policy chooses from."""
-        runnable = self.runnable
-        return [s.sid for s in self.streams if s.pending and runnable(s)]
 
     def drain(self, sid: int, seq: int) -> None:
         """Execute stream ``sid`` up to ``seq``, and exactly what that needs from others.
