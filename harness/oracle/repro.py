@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 import targets
-from harness.policies import SchedulePolicy, parse_policy
+from harness.policies import SchedulePolicy
 from harness.policies.schedule import encode_choices
 from harness.runtime import resolve_backend
 
@@ -61,8 +61,7 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
     backend = resolve_backend(cfg.backend)
     target = targets.get(cfg.target)
     variant = cfg.variant or scenario.default_variant
-    # a scenario declares its default as a spelling (the catalogue is text)
-    policy = cfg.policy or parse_policy(scenario.default_policy)
+    policy = cfg.policy or scenario.default_policy
     trials = cfg.trials or (scenario.cuda_trials if backend == "cuda" else scenario.sim_trials)
     if not 1 <= trials <= MAX_TRIALS:
         raise ValueError(f"trials must be in 1..{MAX_TRIALS}, not {trials}")
