@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness.paths import REPO_ROOT as ROOT
 MAX_SEED_POLICY = "pct(9223372036854775807,3)"
 
 

@@ -20,7 +20,7 @@ from harness.report.timeline import render_timeline
 from harness.runtime.trace import EventRecord, HostAccess, OpRecord, SyncRecord, Trace
 from scenarios.registry import get
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness.paths import REPO_ROOT as ROOT
 PHASES = {"X", "i", "s", "f", "M"}
 
 

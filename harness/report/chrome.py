@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any, Dict, List, Optional
 
-from harness.runtime.trace import HostAccess, QueryRecord, SyncRecord
+from harness.runtime.trace import HostAccess, QueryRecord, SyncRecord, access_label
 
 from .common import (access_names, host_label, host_records, layout, op_at, race_marks,
                      stream_ids, time_note, where)
@@ -96,7 +96,7 @@ def chrome_trace(trace: Any, races: List[Any], result: Optional[Dict[str, Any]] 
         else:
             assert isinstance(rec, HostAccess)
             sid, lo, hi = rec.access
-            args["access"] = "write" if rec.write else "read"
+            args["access"] = access_label(rec.write)
             args["storage"] = f"{rec.name} [{lo}:{hi})"
             cat = "host_access"
         ev = {"ph": "i", "s": "t", "pid": PID, "tid": HOST_TID, "name": host_label(rec, trace),
