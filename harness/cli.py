@@ -61,8 +61,7 @@ def _stall_ms(text: str) -> float:
     return v
 
 
-def _policy(text: str):
-    """``--policy``: parsed here, once; the value travels into every trial."""
+def _policy(text: str):  # parsed here, once: the value travels into every trial
     from harness.policies import parse_policy
     try:
         return parse_policy(text)
@@ -83,9 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--variant", help="fixed | pre-fix | ... (per scenario)")
     r.add_argument("--war-barrier", choices=["fine", "coarse"], default="fine")
     r.add_argument("--backend", choices=["sim", "cuda", "auto"], default="auto")
-    r.add_argument("--policy", type=_policy,
-                   help="simulator schedule policy (eager, lazy, stall(S), random(SEED), "
-                        "pct(SEED,DEPTH))")
+    r.add_argument("--policy", type=_policy, help="simulator schedule policy (eager, lazy, "
+                                                  "stall(S), random(SEED), pct(SEED,DEPTH))")
     r.add_argument("--stall-ms", type=_stall_ms, default=None,
                    help="stall length; default: until forced (sim) / 1 ms (cuda)")
     r.add_argument("--trials", type=_trials)
@@ -99,9 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="re-run a repro report and compare the verdict")
     rp.add_argument("report")
     rp.add_argument("--from", dest="source", choices=["schedule", "seed"],
-                    help="re-run each trial from its recorded schedule (the choices the "
-                         "policy made; default when the report has them: simulator "
-                         "reports) or from the policy's seed")
+                    help="each trial's recorded choices (default, if recorded) or the seed")
     rp.add_argument("--json", action="store_true")
 
     li = sub.add_parser("litmus", help="run the litmus programs, check expected verdicts")
