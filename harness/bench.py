@@ -50,7 +50,7 @@ def _best(fn: Callable[[], float], repeat: int = 3) -> float:
 
 def bench_runtime(n_iter: int = 150) -> Dict[str, float]:
     from harness.detect import detect
-    from harness.policies import parse_policy
+    from harness.policies import Eager, parse_policy
     from harness.runtime.sim.runtime import sim_runtime
     torch.set_num_threads(1)
     out: Dict[str, float] = {}
@@ -61,9 +61,9 @@ def bench_runtime(n_iter: int = 150) -> Dict[str, float]:
             n = _op_mix("cpu", n_iter)
         return (time.perf_counter() - t) / n * 1e6
     out["plain_cpu_us_per_op"] = _best(plain)
-    for pol in ("eager", "lazy", "stall(forward)", "random(1)", "pct(1,3)"):
+    for pol in map(parse_policy, ("eager", "lazy", "stall(forward)", "random(1)", "pct(1,3)")):
         def run(pol=pol) -> float:
-            with sim_runtime(parse_policy(pol)) as rt:
+            with sim_runtime(pol) as rt:
                 fwd = rt.module.Stream()
                 rt.label(fwd, "forward")
                 t = time.perf_counter()
@@ -74,7 +74,7 @@ def bench_runtime(n_iter: int = 150) -> Dict[str, float]:
         out[f"sim_{pol}_us_per_op"] = _best(run)
 
     def detector() -> float:
-        with sim_runtime(parse_policy("eager")) as rt:
+        with sim_runtime(Eager()) as rt:
             n = _op_mix(rt.device, n_iter)
             t = time.perf_counter()
             detect(rt.trace)
@@ -105,7 +105,7 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
     engine on the simulator next to impl's (plain CPU cannot run upstream's code: it
     pins host memory, which CPU-only torch cannot)."""
     from harness.oracle.runner import drive, server_args
-    from harness.policies import parse_policy
+    from harness.policies import Eager, parse_policy
     from harness.policies.faultplan import FaultPlan
     from harness.runtime.sim.runtime import sim_runtime
     from scenarios.registry import get
@@ -133,13 +133,13 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
             yield _PlainCPU()
     drive_warm = per_iteration(plain)  # warm-up: weights, caches
     out["plain_cpu_ms_per_iteration"] = min(per_iteration(plain), drive_warm)
-    for pol in ("eager", "lazy", "stall(forward)"):
+    for pol in map(parse_policy, ("eager", "lazy", "stall(forward)")):
         out[f"sim_{pol}_ms_per_iteration"] = min(
-            per_iteration(lambda pol=pol: sim_runtime(parse_policy(pol))) for _ in range(2))
+            per_iteration(lambda pol=pol: sim_runtime(pol)) for _ in range(2))
         out[f"sim_{pol}_x_plain"] = out[f"sim_{pol}_ms_per_iteration"] / out["plain_cpu_ms_per_iteration"]
     if target in (None, "sglang") and _sglang_loadable(required=target == "sglang"):
         def eager():
-            return sim_runtime(parse_policy("eager"))
+            return sim_runtime(Eager())
         per_iteration(eager, "sglang")  # warm-up (imports, the platform, compiled patches)
         out["sglang_sim_eager_ms_per_iteration"] = min(per_iteration(eager, "sglang")
                                                        for _ in range(2))
@@ -208,7 +208,7 @@ def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
     while iterations < min_iterations:
         wl = random_workload(seed, n_requests=24, max_arrive=60, min_tokens=20, max_tokens=60)
         args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
-        res = run_trial("cuda", "hardware", wl, args,
+        res = run_trial("cuda", None, wl, args,
                         [StallAt("forward.after_read_done", stall_ms)], detect_races=False,
                         target=target)
         stale += res.divergence is not None

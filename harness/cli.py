@@ -61,6 +61,14 @@ def _stall_ms(text: str) -> float:
     return v
 
 
+def _policy(text: str):  # parsed here, once: the value travels into every trial
+    from harness.policies import parse_policy
+    try:
+        return parse_policy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="specrace", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
@@ -74,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--variant", help="fixed | pre-fix | ... (per scenario)")
     r.add_argument("--war-barrier", choices=["fine", "coarse"], default="fine")
     r.add_argument("--backend", choices=["sim", "cuda", "auto"], default="auto")
-    r.add_argument("--policy", help="simulator schedule policy (eager, lazy, stall(S), "
-                                    "random(SEED), pct(SEED,DEPTH))")
+    r.add_argument("--policy", type=_policy, help="simulator schedule policy (eager, lazy, "
+                                                  "stall(S), random(SEED), pct(SEED,DEPTH))")
     r.add_argument("--stall-ms", type=_stall_ms, default=None,
                    help="stall length; default: until forced (sim) / 1 ms (cuda)")
     r.add_argument("--trials", type=_trials)
@@ -88,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("replay", help="re-run a repro report and compare the verdict")
     rp.add_argument("report")
+    rp.add_argument("--from", dest="source", choices=["schedule", "seed"],
+                    help="each trial's recorded choices (default, if recorded) or the seed")
     rp.add_argument("--json", action="store_true")
 
     li = sub.add_parser("litmus", help="run the litmus programs, check expected verdicts")
@@ -207,12 +217,6 @@ def _check_repro_args(args, scenario, target: str) -> None:
     if args.variant is not None and args.variant not in scenario.variants:
         raise UsageError(f"unknown variant {args.variant!r} for {scenario.name}; "
                          f"expected one of: {', '.join(scenario.variants)}")
-    if args.policy is not None:
-        from harness.policies import parse_policy
-        try:
-            parse_policy(args.policy)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
     variant = args.variant or scenario.default_variant
     if scenario.variants[variant].get("mutation") is not None:
         from scenarios.mutations import MutationError
@@ -238,7 +242,7 @@ def cmd_repro(args) -> int:
                          f"it runs: {', '.join(s for s in (target.scenarios or ()))}")
     _check_repro_args(args, scenario, target.name)
     backend = resolve_backend(args.backend)
-    if backend == "cuda" and args.policy:
+    if backend == "cuda" and args.policy is not None:
         raise UsageError("--policy applies to the simulator only (--backend sim)")
     cfg = ReproConfig(scenario=scenario.name, variant=args.variant, war_barrier=args.war_barrier,
                       backend=backend, policy=args.policy, stall_ms=args.stall_ms,
@@ -290,10 +294,12 @@ def cmd_replay(args) -> int:
     from harness.report.replay import load_report, replay_report
     from harness.runtime.limits import gpu_watchdog
     try:
-        doc = load_report(args.report)  # validated first: the watchdog's budget is its trials
+        report = load_report(args.report)  # validated first: the watchdog's budget is its trials
+        doc = report.doc
         with gpu_watchdog(doc["backend"], doc["trials"], doc["stall_ms"], "specrace replay"):
-            verdict = _with_progress(lambda prog: replay_report(args.report, prog),
-                                     doc["trials"], "replay", quiet=args.json)
+            verdict = _with_progress(
+                lambda prog: replay_report(report, prog, from_=args.source), doc["trials"],
+                "replay", quiet=args.json)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.json:

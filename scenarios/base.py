@@ -9,6 +9,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from harness.oracle.workload import Workload
 from harness.policies.faultplan import StallAt
+from harness.policies import Eager, SchedulePolicy
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Scenario:
     # host-order decisions (fault-point ``ask`` answers), e.g. {"schedule.disable_overlap":
     # {"every": 2}} alternates overlapped and synchronous steps
     answers: Dict[str, object] = field(default_factory=dict)
-    default_policy: str = "eager"
+    default_policy: SchedulePolicy = Eager()  # a value: parsed spellings come in at the CLI
     sim_trials: int = 20
     cuda_trials: int = 200
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from harness.oracle.runner import run_trial, server_args
+from harness.policies import parse_policy
 from harness.runtime.limits import gpu_watchdog, watchdog_seconds
 
 from .mutations import Mutation, MutationError
@@ -65,12 +66,13 @@ def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None,
               target: str = "impl") -> Tuple[bool, Optional[str], Optional[str]]:
     """(killed, oracle, one-line detail) -- stops at the first trial that finds something."""
     sc = get(probe.scenario)
+    policy = parse_policy(probe.policy) if backend == "sim" else None  # the catalogue's text
     for seed in probe.seeds:
         wl = sc.workload(seed)
         args = server_args(wl, {**sc.variants[probe.variant], "war_barrier": probe.war_barrier})
         # On CUDA only the first trial is trace-captured (one captured engine run per
         # process: a second one crashed torch 2.11 on the H200); later seeds judge values.
-        res = run_trial(backend, probe.policy if backend == "sim" else "hardware", wl, args,
+        res = run_trial(backend, policy, wl, args,
                         sc.stalls(None), detect_races=backend == "sim" or seed == probe.seeds[0],
                         mutation=mutation or sc.mutation(probe.variant, target),
                         answers=sc.answers, target=target)

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness.paths import REPO_ROOT as ROOT
 
 
 def specrace(*args):

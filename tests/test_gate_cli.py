@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness.paths import REPO_ROOT as ROOT
 MAX_SEED_POLICY = "pct(9223372036854775807,3)"
 
 
@@ -80,12 +80,12 @@ def test_policy_seed_at_the_top_of_its_range_runs_every_trial(report):
 
 
 def test_trial_policies_stay_in_the_policy_seed_range():
-    from harness.oracle.repro import trial_policy
     from harness.policies import MAX_POLICY_SEED, parse_policy
-    spelled = [trial_policy(MAX_SEED_POLICY, i) for i in range(3)]
-    seeds = [parse_policy(p).seed for p in spelled]
+    top = parse_policy(MAX_SEED_POLICY)
+    seeds = [top.offset(i).seed for i in range(3)]
     assert len(set(seeds)) == 3 and all(0 <= s <= MAX_POLICY_SEED for s in seeds)
-    assert trial_policy("random(7)", 2) == "random(9)" and trial_policy("lazy", 5) == "lazy"
+    assert str(parse_policy("random(7)").offset(2)) == "random(9)"
+    assert parse_policy("lazy").offset(5) == parse_policy("lazy")
 
 
 def test_the_report_command_is_shell_quoted(report):

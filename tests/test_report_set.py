@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness.paths import REPO_ROOT as ROOT
 NAME = "x-v-fine-sim-seed0"
 EVIL = "bad \ud800 bidi \u202e c1 \x85 esc \x1b[2J math $\\frac{$"
 

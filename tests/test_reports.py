@@ -20,7 +20,7 @@ from harness.report.timeline import render_timeline
 from harness.runtime.trace import EventRecord, HostAccess, OpRecord, SyncRecord, Trace
 from scenarios.registry import get
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness.paths import REPO_ROOT as ROOT
 PHASES = {"X", "i", "s", "f", "M"}
 
 
@@ -197,6 +197,79 @@ def test_replay_of_a_fresh_sim_report_is_identical(written):
     assert verdict["original"] == verdict["replayed"]
 
 
+def test_a_sim_report_records_every_trials_schedule_and_the_shown_trace_digest(written):
+    outcome, paths, _ = written
+    doc = _load(paths["json"])
+    assert len(doc["schedules"]) == doc["trials"] == 2
+    assert all(isinstance(t, str) and t for t in doc["schedules"])
+    from harness.report.chrome import trace_digest
+    assert doc["trace_digest"] == trace_digest(outcome.first_trace, outcome.trace_races)
+
+
+@pytest.mark.parametrize("source", ["schedule", "seed"])
+def test_replay_of_a_pre_fix_report_reproduces_the_race_from_either_source(written, source):
+    _, paths, _ = written
+    verdict = replay_report(paths["json"], from_=source)
+    assert verdict["same"] is True, verdict["summary"]
+    assert verdict["from"] == source
+    assert verdict["replayed"]["reproduced"] == 2 and verdict["replayed"]["race_sites"]
+    assert ("from the recorded schedules" in verdict["summary"]) == (source == "schedule")
+
+
+def test_replay_defaults_to_the_schedule_and_falls_back_to_the_seed(tmp_path, written):
+    _, paths, _ = written
+    from harness.report.replay import load_report, replay_source
+    assert replay_source(load_report(paths["json"]), None) == "schedule"
+    doc = {k: v for k, v in _load(paths["json"]).items() if k != "schedules"}  # an old report
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps(doc))
+    report = load_report(str(p))
+    assert replay_source(report, None) == "seed"
+    with pytest.raises(ValueError, match="recorded no schedules.*--from seed"):
+        replay_source(report, "schedule")
+
+
+def test_a_tampered_schedule_is_reported_as_a_different_schedule(tmp_path, written):
+    """A schedule the run cannot follow (stream 7 never runs) is no crash: the replay
+    goes on from there and says which trial left its recorded choices, and where."""
+    _, paths, _ = written
+    doc = _load(paths["json"])
+    first, rest = doc["schedules"][1].split(" ", 1)
+    doc["schedules"][1] = "7 " + rest
+    p = tmp_path / "tampered.json"
+    p.write_text(json.dumps(doc))
+    verdict = replay_report(str(p))
+    assert verdict["same"] is False
+    assert verdict["summary"].startswith("replay: DIFFERENT schedule: trial 2 left its "
+                                         "recorded choices at choice 1 of ")
+    assert "\n" not in verdict["summary"]
+
+
+def test_a_different_trace_is_told(tmp_path, written):
+    _, paths, _ = written
+    doc = {**_load(paths["json"]), "trace_digest": "0" * 64}
+    p = tmp_path / "digest.json"
+    p.write_text(json.dumps(doc))
+    verdict = replay_report(str(p))
+    assert verdict["same"] is False
+    assert verdict["summary"].startswith("replay: DIFFERENT trace")
+
+
+def test_cli_replay_from_a_report_without_schedules_is_a_usage_error(tmp_path, written):
+    _, paths, _ = written
+    doc = {**_load(paths["json"]), "schedules": None}
+    p = tmp_path / "seed-only.json"
+    p.write_text(json.dumps(doc))
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(x for x in (ROOT, os.environ.get("PYTHONPATH")) if x)}
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "replay", "--from", "schedule",
+                           str(p)], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [proc.stderr.strip()]
+    assert "recorded no schedules" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_replay_notices_a_different_verdict(tmp_path, written):
     _, paths, _ = written
     doc = _load(paths["json"])
@@ -248,6 +321,19 @@ def _bad_reports(tmp_path, good):
     cases["evil-policy.json"] = (cases["evil-policy.json"][0], "bad policy")
     put("multiline.json", json.dumps({**good, "scenario": "a\nb\r\nc"}))
     cases["multiline.json"] = (cases["multiline.json"][0], "unknown scenario")
+    # recorded schedules: text in the choices' form, one per trial, under one budget
+    put("bad-schedule.json", json.dumps({**good, "schedules": ["0 2*2 x*3", "h"]}))
+    cases["bad-schedule.json"] = (cases["bad-schedule.json"][0],
+                                  "'schedules'[0]: schedule choices: bad token 'x*3' (number 3)")
+    put("schedule-count.json", json.dumps({**good, "schedules": good["schedules"][:1]}))
+    cases["schedule-count.json"] = (cases["schedule-count.json"][0],
+                                    "'schedules': 1 recorded for 2 trials")
+    put("schedule-flood.json", json.dumps({**good, "schedules": ["h*1999999", "0*2"]}))
+    cases["schedule-flood.json"] = (cases["schedule-flood.json"][0],
+                                    "'schedules'[1]: schedule choices: more than 2000000")
+    put("schedule-type.json", json.dumps({**good, "schedules": [1, 2]}))
+    cases["schedule-type.json"] = (cases["schedule-type.json"][0],
+                                   "'schedules[0]' must be a string or null, not a number")
     big = tmp_path / "huge.json"
     with open(big, "wb") as f:
         f.truncate(MAX_BYTES + 1)
@@ -275,7 +361,8 @@ def test_replay_of_a_cuda_report_without_a_gpu(tmp_path, written):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
     _, paths, _ = written
-    doc = {**_load(paths["json"]), "backend": "cuda", "policy": "hardware"}
+    # a CUDA report records no schedule (the GPU's is not ours to record)
+    doc = {**_load(paths["json"]), "backend": "cuda", "policy": "hardware", "schedules": None}
     p = tmp_path / "cuda.json"
     p.write_text(json.dumps(doc))
     with pytest.raises(ValueError) as info:
@@ -286,7 +373,7 @@ def test_replay_of_a_cuda_report_without_a_gpu(tmp_path, written):
     assert "\n" not in msg
 
 
-@pytest.mark.parametrize("case", ["missing", "evil-policy.json"])
+@pytest.mark.parametrize("case", ["missing", "evil-policy.json", "bad-schedule.json"])
 def test_cli_replay_bad_input_exits_2_with_one_line(tmp_path, written, case):
     _, paths, _ = written
     cases, _ = _bad_reports(tmp_path, _load(paths["json"]))

@@ -15,7 +15,7 @@ for mode in sys.argv[1:] or ["notrace", "trace"]:
         print(mode, i, "ref", flush=True)
         reference(wl, args, "cuda")
         print(mode, i, "trial", flush=True)
-        r = run_trial("cuda", "hardware", wl, args, sc.stalls(None),
+        r = run_trial("cuda", None, wl, args, sc.stalls(None),
                       detect_races=(mode == "trace"))
         print(mode, i, "done", r.divergence and r.divergence["message"][:100], len(r.races),
               flush=True)

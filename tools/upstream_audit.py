@@ -33,6 +33,7 @@ from scenarios.sglang_relay import POLICIES  # noqa: E402
 def audit_scenarios(seeds: int) -> list:
     import targets
     from harness.oracle.repro import ReproConfig, run_repro
+    from harness.policies import parse_policy
     from scenarios.registry import get
     rows = []
     tgt = targets.get("sglang")
@@ -41,8 +42,8 @@ def audit_scenarios(seeds: int) -> list:
         for fence in ("fine", "coarse"):
             for policy in POLICIES:
                 res = run_repro(ReproConfig(name, variant="fixed", war_barrier=fence,
-                                            backend="sim", policy=policy, trials=seeds,
-                                            target="sglang"), sc).result
+                                            backend="sim", policy=parse_policy(policy),
+                                            trials=seeds, target="sglang"), sc).result
                 rows.append({"scenario": name, "variant": "fixed", "fence": fence,
                              "policy": policy, "trials": res["trials"],
                              "reproduced": res["reproduced"],

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Set
 
 from ..runtime.trace import (HOST, AllocRecord, Frame, FreeRecord, HostAccess, OpRecord,
-                             Position, QueryRecord, SyncRecord, Trace, short_path)
+                             Position, QueryRecord, SyncRecord, Trace, access_label,
+                             frame_text, short_path)
 
 VC = Dict[int, int]
 
@@ -51,20 +52,20 @@ class AccessInfo:
     replayed_at = None
 
     def access_kind(self) -> str:
-        return "write" if self.write else "read"
+        return access_label(self.write)
 
     def where(self) -> str:
-        return _fmt(self.frame)
+        return frame_text(self.frame)
 
     def site(self) -> str:
         """``at FILE:LINE (fn)``, or for a replayed op both sites."""
         if self.replayed_at is None:
             return f"at {self.where()}"
-        return f"captured at {self.where()}, replayed at {_fmt(self.replayed_at)}"
+        return f"captured at {self.where()}, replayed at {frame_text(self.replayed_at)}"
 
     def to_json(self) -> dict:
         out = {"actor": self.actor, "op": self.op, "seq": self.seq,
-               "access": "write" if self.write else "read",
+               "access": access_label(self.write),
                "file": short_path(self.frame[0]) if self.frame else None,
                "line": self.frame[1] if self.frame else None,
                "function": self.frame[2] if self.frame else None,
@@ -81,12 +82,6 @@ class ReplayedAccess(AccessInfo):
     replayed_at: Optional[Frame] = None
 
 
-def _fmt(frame: Optional[Frame]) -> str:
-    if frame is None:
-        return "?"
-    return f"{short_path(frame[0])}:{frame[1]} ({frame[2]})"
-
-
 @dataclass(frozen=True)
 class Owner:
     """One storage that held a block: what it was, where and on which stream allocated."""
@@ -95,9 +90,7 @@ class Owner:
     frame: Optional[Frame]
 
     def where(self) -> str:
-        if self.frame is None:
-            return "?"
-        return f"{short_path(self.frame[0])}:{self.frame[1]}"
+        return frame_text(self.frame, function=False)
 
     def describe(self) -> str:
         on = f" on {self.stream}" if self.stream else ""
@@ -144,9 +137,9 @@ class Race:
             head = (f"{self.kind} across a reuse of block {r.block}: freed by "
                     f"{r.old.describe()}, reallocated to {r.new.describe()}")
         return (f"{head}: {self.first.actor} {self.first.op} "
-                f"[{'write' if self.first.write else 'read'}] {self.first.site()} is "
+                f"[{self.first.access_kind()}] {self.first.site()} is "
                 f"unordered with {self.second.actor} {self.second.op} "
-                f"[{'write' if self.second.write else 'read'}] {self.second.site()}"
+                f"[{self.second.access_kind()}] {self.second.site()}"
                 + (f" (x{self.count})" if self.count > 1 else ""))
 
     def to_json(self) -> dict:

@@ -1,8 +1,11 @@
 """``repro``: run a scenario for N trials and aggregate a verdict a CI job can gate on.
 
 Trial ``i`` runs the scenario's workload for seed ``seed + i`` (and, for seeded schedule
-policies, the policy's seed is offset the same way), so trials differ but the whole run
-is a function of its parameters: on the simulator, replaying it gives the same verdict.
+policies, the policy's seed is offset the same way: ``policy.offset(i)``), so trials
+differ but the whole run is a function of its parameters: on the simulator, replaying it
+gives the same verdict. On the simulator the result also carries every trial's
+*schedule* (the choices its policy made, ``harness.policies.schedule``), so ``replay`` can
+re-run the trials from the choices alone, without the policies' seeds.
 """
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 import targets
-from harness.policies import offset_seed
+from harness.policies import SchedulePolicy
+from harness.policies.schedule import encode_choices
 from harness.runtime import resolve_backend
 
 from .runner import run_trial, server_args
@@ -29,7 +33,7 @@ class ReproConfig:
     variant: Optional[str] = None
     war_barrier: str = "fine"
     backend: str = "auto"
-    policy: Optional[str] = None
+    policy: Optional[SchedulePolicy] = None  # parsed once, where it came in
     stall_ms: Optional[float] = None
     trials: Optional[int] = None
     seed: int = 0
@@ -38,9 +42,11 @@ class ReproConfig:
     target: str = "impl"  # the code under test: impl/ or the installed sglang
 
     def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in ("scenario", "variant", "war_barrier", "backend",
-                                              "policy", "stall_ms", "trials", "seed", "expect",
-                                              "target")}
+        out = {k: getattr(self, k) for k in ("scenario", "variant", "war_barrier", "backend",
+                                             "policy", "stall_ms", "trials", "seed", "expect",
+                                             "target")}
+        out["policy"] = None if self.policy is None else str(self.policy)
+        return out
 
 
 @dataclass
@@ -48,12 +54,6 @@ class ReproOutcome:
     result: Dict[str, Any]
     first_trace: Any = None  # trace of the first failing trial (or the first trial)
     trace_races: List[Any] = field(default_factory=list)
-
-
-def trial_policy(policy: str, i: int) -> str:
-    """Offset the seed of seeded policies per trial (``random(7)`` -> ``random(7+i)``),
-    staying within the policies' seed range."""
-    return offset_seed(policy, i)
 
 
 def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], None]] = None
@@ -70,8 +70,8 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
     races: Dict[tuple, Any] = {}
     first_div = None
     first_trial = None
-    first_trace = None
-    trace_races: List[Any] = []
+    shown = None  # the TrialResult the report shows (its trace, its races)
+    schedules: List[Optional[str]] = []
     times: List[float] = []
     for i in range(trials):
         workload = scenario.workload(cfg.seed + i)
@@ -80,8 +80,8 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         # (a clean run shows trial 0).
         want_trace = first_trial is None
         detect_now = cfg.detect  # every trial traced, on CUDA too
-        res = run_trial(backend, trial_policy(policy, i) if backend == "sim" else policy,
-                        workload, args, stalls, detect_races=detect_now,
+        trial_pol = policy.offset(i) if backend == "sim" else None
+        res = run_trial(backend, trial_pol, workload, args, stalls, detect_races=detect_now,
                         keep_trace=want_trace and detect_now,
                         mutation=scenario.mutation(variant, cfg.target),
                         answers=scenario.answers, target=cfg.target)
@@ -94,9 +94,11 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
                 old.count += r.count
         if res.reproduced and first_trial is None:
             first_trial, first_div = i, res.divergence
-            first_trace, trace_races = res.trace, res.races
+            shown = res
         elif i == 0:
-            first_trace, trace_races = res.trace, res.races
+            shown = res
+        # none when the trial never ran (its reference run crashed)
+        schedules.append(None if res.schedule is None else encode_choices(res.schedule))
         per_trial.append({"trial": i, "seed": cfg.seed + i, "reproduced": res.reproduced,
                           "divergence": res.divergence["kind"] if res.divergence else None,
                           "races": len(res.races), "traced": detect_now,
@@ -110,7 +112,7 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
     result = {
         "scenario": scenario.name, "target": cfg.target, "target_info": target.describe(),
         "variant": variant, "war_barrier": cfg.war_barrier,
-        "backend": backend, "policy": policy if backend == "sim" else "hardware",
+        "backend": backend, "policy": str(policy) if backend == "sim" else "hardware",
         "stall_ms": cfg.stall_ms, "stall_plan": [s.to_json() for s in stalls],
         "host_order": dict(scenario.answers),
         "seed": cfg.seed, "trials": trials, "reproduced": n_repro,
@@ -123,8 +125,10 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         "races": [r.to_json() for r in races.values()],
         "traced_trials": sum(t["traced"] for t in per_trial),
         "trial_results": per_trial,
+        # every trial's choices (trial i under policy.offset(i)): replay re-runs from these
+        "schedules": schedules if backend == "sim" else None,
     }
-    return ReproOutcome(result, first_trace, trace_races)
+    return ReproOutcome(result, shown.trace, shown.races)
 
 
 def verdict_line(result: dict) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 import targets
 from harness import faults
 from harness.detect import Race, detect
-from harness.policies import Eager, parse_policy
+from harness.policies import Eager, SchedulePolicy
 from harness.policies.faultplan import FaultPlan, StallAt
 from harness.runtime import open_runtime
 
@@ -38,6 +38,7 @@ class TrialResult:
     trace: Any = None  # kept when asked (for the timeline of the first failing trial)
     outputs: Dict[int, List[int]] = field(default_factory=dict)
     iterations: int = 0  # scheduler iterations the run took (0: it did not finish)
+    schedule: Optional[List[int]] = None  # the simulator's choices (trace.schedule)
 
     @property
     def reproduced(self) -> bool:
@@ -134,12 +135,14 @@ def reference(workload: Workload, args, backend: str, target: str = "impl") -> R
     return ref
 
 
-def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[StallAt],
+def run_trial(backend: str, policy: Optional[SchedulePolicy], workload: Workload, args,
+              stalls: List[StallAt],
               detect_races: bool = True, keep_trace: bool = False,
               stop_early: bool = True, mutation: Any = None,
               answers: Optional[Dict[str, Any]] = None,
               target: str = "impl") -> TrialResult:
-    """One run. ``mutation`` (a ``scenarios.mutations.Mutation``) is applied around the run
+    """One run; ``policy`` is the simulator's (ignored on CUDA, whose schedule is the
+    GPU's). ``mutation`` (a ``scenarios.mutations.Mutation``) is applied around the run
     only -- never around the reference. A crash of the engine, in the run or in the
     reference, is a finding (divergence kind ``crash``/``deadlock``), never an exception."""
     try:
@@ -150,7 +153,7 @@ def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[
         return TrialResult(oracle.first, [], 0.0, 0)
     oracle = StaleValueOracle(ref, stop_early=stop_early)
     plan = FaultPlan(stalls=list(stalls), answers=dict(answers or {}), observer=oracle)
-    pol = parse_policy(policy) if backend == "sim" else None
+    pol = policy if backend == "sim" else None
     t0 = time.perf_counter()
     outputs: Dict[int, List[int]] = {}
     stats: Dict[str, int] = {}
@@ -170,8 +173,9 @@ def run_trial(backend: str, policy: str, workload: Workload, args, stalls: List[
         wall = (time.perf_counter() - t0) * 1000.0
         races = detect(rt.trace) if detect_races and rt.trace is not None else []
         trace = rt.trace if keep_trace else None
+        schedule = rt.trace.schedule if rt.backend == "sim" else None
     return TrialResult(oracle.first, races, wall, oracle.checked, trace, outputs,
-                       stats.get("iterations", 0))
+                       stats.get("iterations", 0), schedule)
 
 
 def _quiesce(rt) -> None:

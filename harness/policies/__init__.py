@@ -7,125 +7,38 @@
                        order, and each point stops with probability 1/2.
 * ``pct(seed,depth)``  probabilistic concurrency testing (Burckhardt et al., ASPLOS'10):
                        random priorities over the streams *and the host*; the highest
-                       runnable actor above the host runs; ``depth-1`` priority-change
-                       points are drawn in the first ``steps`` scheduling steps.
+                       actor that could go next goes; ``depth-1`` priority-change points
+                       are drawn among the first ``PCT_STEPS`` real choices of the run.
 
-Every policy is a deterministic function of its seed and the program: same seed, same
-execution order, same trace.
+A policy is a value (``choosers.py``): ``parse_policy`` turns a spelling into one, once,
+where the spelling comes in (the command line, a report); the value travels from there
+into every trial (``offset(i)`` gives trial i's seed) and makes each run's chooser. Every
+policy is a deterministic function of its seed and the program: same seed, same choices,
+same trace. ``schedule.py`` replays a recorded run's choices without the seed.
 """
 from __future__ import annotations
 
-import random
 import re
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
-from ..runtime.policy import Policy, RunAll
-from ..runtime.trace import HOST
+from .choosers import (MAX_POLICY_SEED, PCT, PCT_STEPS, Eager, Lazy, PctChooser,
+                       RandomChooser, RandomPolicy, SchedulePolicy, Stall)
+from .schedule import Recorded, Schedules
 
-__all__ = ["Eager", "Lazy", "Stall", "RandomPolicy", "PCT", "parse_policy", "POLICY_HELP",
-           "standard_policies", "offset_seed", "MAX_POLICY_CHARS", "MAX_POLICY_SEED"]
+__all__ = ["Eager", "Lazy", "Stall", "RandomPolicy", "PCT", "Recorded", "Schedules", "SchedulePolicy",
+           "RandomChooser", "PctChooser", "parse_policy", "POLICY_HELP", "standard_policies",
+           "MAX_POLICY_CHARS", "MAX_POLICY_SEED", "PCT_STEPS"]
 
 MAX_POLICY_CHARS = 200  # the longest spelling accepted (the CLI and the report schema)
-MAX_POLICY_SEED = 2**63 - 1  # seeds are 0..MAX_POLICY_SEED
-
-Eager = RunAll
-
-
-class Lazy(Policy):
-    name = "lazy"
-
-    def on_point(self, device, stream) -> None:
-        return None
-
-
-class Stall(Policy):
-    """The named streams execute only when something waits for them."""
-
-    def __init__(self, streams: Sequence[str]) -> None:
-        self.stalled = tuple(streams)
-        self.name = f"stall({','.join(self.stalled)})"
-
-    def _free(self, device) -> List:
-        names = device.trace.stream_names
-        return [s for s in device.streams if names.get(s.sid) not in self.stalled]
-
-    def on_point(self, device, stream) -> None:
-        device.run_runnable(self._free(device))
-
-    def runs_at_enqueue(self, device, stream) -> bool:
-        return device.trace.stream_names.get(stream.sid) not in self.stalled
-
-
-class RandomPolicy(Policy):
-    def __init__(self, seed: int, stop: float = 0.5) -> None:
-        self.seed = seed
-        self.stop = stop
-        self.name = f"random({seed})"
-        self.rng = random.Random(seed)
-
-    def bind(self, device) -> None:
-        self.rng = random.Random(self.seed)
-
-    def on_point(self, device, stream) -> None:
-        while True:
-            ready = [s for s in device.streams if device.runnable(s)]
-            if not ready or self.rng.random() < self.stop:
-                return
-            device.run_head(self.rng.choice(ready))
-
-
-class PCT(Policy):
-    def __init__(self, seed: int, depth: int = 3, steps: int = 400) -> None:
-        if depth < 1:
-            raise ValueError("pct depth must be >= 1")
-        self.seed, self.depth, self.steps = seed, depth, steps
-        self.name = f"pct({seed},{depth})"
-        self.bind(None)
-
-    def bind(self, device) -> None:
-        self.rng = random.Random(self.seed)
-        self.prio: Dict[int, float] = {}
-        self.step = 0
-        self.changes = sorted(self.rng.sample(range(1, self.steps + 1),
-                                              min(self.depth - 1, self.steps)))
-        self.low = float(self.depth)  # changed priorities go below every initial one
-        self._priority(HOST)
-
-    def _priority(self, actor: int) -> float:
-        p = self.prio.get(actor)
-        if p is None:  # initial priorities live above ``depth``; ties broken by the draw
-            p = self.prio[actor] = self.depth + 1 + self.rng.random() * 100
-        return p
-
-    def _tick(self, actor: int) -> None:
-        self.step += 1
-        while self.changes and self.changes[0] <= self.step:
-            self.changes.pop(0)
-            self.low -= 1
-            self.prio[actor] = self.low
-
-    def on_point(self, device, stream) -> None:
-        self._tick(HOST)
-        while True:
-            host = self._priority(HOST)
-            best, best_p = None, host
-            for s in device.streams:
-                p = self._priority(s.sid)
-                if p > best_p and device.runnable(s):
-                    best, best_p = s, p
-            if best is None:
-                return
-            device.run_head(best)
-            self._tick(best.sid)
-
 
 POLICY_HELP = "eager | lazy | stall(STREAM[,STREAM..]) | random(SEED) | pct(SEED[,DEPTH])"
 
 _CALL = re.compile(r"^\s*([a-z]+)\s*(?:\((.*)\))?\s*$")
 
 
-def parse_policy(spec: str) -> Policy:
-    """Build a policy from its spelling; ValueError with a one-line reason otherwise."""
+def parse_policy(spec: str) -> SchedulePolicy:
+    """The policy a spelling names; ValueError with a one-line reason otherwise. The one
+    parser: a spelling is parsed where it comes in, and the value travels."""
     if isinstance(spec, str) and len(spec) > MAX_POLICY_CHARS:
         raise ValueError(f"bad policy {spec[:40]!r}...: longer than {MAX_POLICY_CHARS} "
                          f"characters")
@@ -158,18 +71,6 @@ def _nonneg(text: str) -> int:
     if v < 0 or v > MAX_POLICY_SEED:
         raise ValueError(f"{text} is out of range")
     return v
-
-
-def offset_seed(spec: str, i: int) -> str:
-    """The spelling of ``spec`` with its seed moved on by ``i`` (``random(7)`` ->
-    ``random(7+i)``), wrapping around within 0..MAX_POLICY_SEED so every trial's policy
-    stays valid; unseeded policies are returned as they are. ValueError for a bad spec."""
-    pol = parse_policy(spec)
-    if isinstance(pol, RandomPolicy):
-        return f"random({(pol.seed + i) % (MAX_POLICY_SEED + 1)})"
-    if isinstance(pol, PCT):
-        return f"pct({(pol.seed + i) % (MAX_POLICY_SEED + 1)},{pol.depth})"
-    return spec
 
 
 def standard_policies(stall: Optional[str] = "forward", seeds: Sequence[int] = (1, 2)) -> List[str]:

@@ -23,6 +23,8 @@ import re
 import shlex
 from typing import Any, Dict, List, Optional
 
+from harness.paths import REPO_ROOT
+
 from .reportset import ReportDirError, prepare_report_dir, write_set
 
 REPORT_FORMAT = 1
@@ -64,6 +66,9 @@ def write_reports(result: Dict[str, Any], trace: Any, races: Optional[List[Any]]
     report["environment"] = environment()
     report["replay"] = {"command": "specrace replay " + shlex.quote(paths["json"])}
     report["report_files"] = {k: (os.path.basename(v) if v else None) for k, v in paths.items()}
+    if trace is not None:
+        from .chrome import trace_digest
+        report["trace_digest"] = trace_digest(trace, races)
     report["run_id"] = _run_id(report)
 
     members = []  # swapped in in this order: the JSON, replay's entry point, last
@@ -132,7 +137,7 @@ def source_digest() -> str:
     disagrees can say whether the code changed since the report was written."""
     import hashlib
     h = hashlib.sha256()
-    root = _root()
+    root = REPO_ROOT
     for top in ("impl", "harness", "scenarios"):
         base = os.path.join(root, top)
         for folder, dirs, files in sorted(os.walk(base)):
@@ -159,13 +164,9 @@ def _dist_version(name: str) -> Optional[str]:
         return None
 
 
-def _root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
 def _pyproject_version() -> Optional[str]:
     try:
-        with open(os.path.join(_root(), "pyproject.toml"), encoding="utf-8") as f:
+        with open(os.path.join(REPO_ROOT, "pyproject.toml"), encoding="utf-8") as f:
             m = re.search(r'^version\s*=\s*"([^"]+)"', f.read(), re.M)
         return m.group(1) if m else None
     except OSError:
@@ -178,7 +179,7 @@ def _run(cmd: List[str]) -> Optional[str]:
     if shutil.which(cmd[0]) is None:
         return None
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=5, cwd=_root())
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=5, cwd=REPO_ROOT)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
@@ -189,6 +190,6 @@ def _nvidia_driver() -> Optional[str]:
 
 
 def _git_commit() -> Optional[str]:
-    if not os.path.exists(os.path.join(_root(), ".git")):
+    if not os.path.exists(os.path.join(REPO_ROOT, ".git")):
         return None
     return _run(["git", "rev-parse", "HEAD"])

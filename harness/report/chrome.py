@@ -8,9 +8,11 @@ arrow named "race" from the first access to the second.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Dict, List, Optional
 
-from harness.runtime.trace import HostAccess, QueryRecord, SyncRecord
+from harness.runtime.trace import HostAccess, QueryRecord, SyncRecord, access_label
 
 from .common import (access_names, host_label, host_records, layout, op_at, race_marks,
                      stream_ids, time_note, where)
@@ -94,7 +96,7 @@ def chrome_trace(trace: Any, races: List[Any], result: Optional[Dict[str, Any]] 
         else:
             assert isinstance(rec, HostAccess)
             sid, lo, hi = rec.access
-            args["access"] = "write" if rec.write else "read"
+            args["access"] = access_label(rec.write)
             args["storage"] = f"{rec.name} [{lo}:{hi})"
             cat = "host_access"
         ev = {"ph": "i", "s": "t", "pid": PID, "tid": HOST_TID, "name": host_label(rec, trace),
@@ -152,3 +154,11 @@ def chrome_trace(trace: Any, races: List[Any], result: Optional[Dict[str, Any]] 
              "races": [f"{r.kind} #{n}: {r.summary()}" for n, r in enumerate(races, 1)],
              "run_id": result.get("run_id")}
     return printable_tree({"traceEvents": events, "displayTimeUnit": "ms", "otherData": other})
+
+
+def trace_digest(trace: Any, races: List[Any]) -> str:
+    """sha256 of the trace's events as the Chrome trace shows them (without the run's
+    labels): a replay that shows the same trace has the same digest."""
+    events = chrome_trace(trace, races, None)["traceEvents"]
+    text = json.dumps(events, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -5,16 +5,15 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from harness.runtime.trace import (HostAccess, OpRecord, QueryRecord, SyncRecord,
-                                   short_path)
+                                   access_label, frame_text)
 
 SYNTHETIC_STEP_US = 10.0  # one trace-log position, when ops carry no times (CUDA)
 SYNTHETIC_DUR_US = 8.0
 
 
 def where(frame: Optional[Tuple[str, int, str]]) -> Optional[str]:
-    if not frame:
-        return None
-    return f"{short_path(frame[0])}:{frame[1]} ({frame[2]})"
+    """A site for the trace view (None: no frame)."""
+    return frame_text(frame, missing=None)
 
 
 def access_names(trace: Any, accesses) -> List[str]:
@@ -112,5 +111,5 @@ def host_label(rec: Any, trace: Any) -> str:
     if isinstance(rec, QueryRecord):
         return f"query: {rec.label}"
     if isinstance(rec, HostAccess):
-        return f"host {'write' if rec.write else 'read'} {rec.name}"
+        return f"host {access_label(rec.write)} {rec.name}"
     return type(rec).__name__

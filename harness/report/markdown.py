@@ -5,22 +5,20 @@ import os
 import shlex
 from typing import Any, Dict, List, Optional
 
+from harness.paths import REPO_ROOT
+
 from .text import printable
 
 MAX_RACES = 20
 MAX_TRIAL_ROWS = 20
 
 
-def _root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
 def _source_line(path: Optional[str], line: Optional[int]) -> Optional[str]:
     """The source text at ``path:line`` (project-relative path), if it is readable."""
     if not path or not isinstance(line, int) or line < 1:
         return None
-    full = os.path.normpath(os.path.join(_root(), path))
-    if not full.startswith(_root() + os.sep) or not os.path.isfile(full):
+    full = os.path.normpath(os.path.join(REPO_ROOT, path))
+    if not full.startswith(REPO_ROOT + os.sep) or not os.path.isfile(full):
         return None
     try:
         with open(full, encoding="utf-8", errors="replace") as f:

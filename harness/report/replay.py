@@ -1,202 +1,33 @@
-"""``specrace replay REPORT.json``: re-run a report's parameters and compare the verdict.
+"""``specrace replay REPORT.json``: re-run a report and compare the verdict.
 
-The file is untrusted input: it must be a regular file of at most 20 MB, it is parsed as
-JSON only (nothing in it is imported, evaluated or unpickled), validated against
-``schema.REPORT_SCHEMA``, and its scenario, variant and policy must name things this
-checkout knows. Every failure is a ``ValueError`` with a one-line message.
+The report is read by ``load.load_report`` (untrusted input: validated, one-line errors).
+A replay re-runs every trial of the report, either
+
+* ``from="schedule"`` (the default when the report recorded schedules: simulator reports)
+  -- each trial gives its recorded choices back to the device (``policies.Schedules``),
+  so no policy seed is needed; the run must take exactly the recorded choices, and a
+  run that leaves them (the code changed, the report was edited) is told as such, with
+  the trial and the choice where it left; or
+* ``from="seed"`` -- the policy is drawn again from its seed (CUDA reports: a fresh
+  sample of the GPU's schedule).
 
 Compared: the number of reproducing trials, the first divergence (kind, request, step,
-observed value) and the set of race sites (kind + both accesses' file:line). On the
+observed value), the set of race sites (kind + both accesses' file:line), and, when the
+report has one, the digest of the shown trial's trace (``chrome.trace_digest``). On the
 simulator a replay is identical by construction; on CUDA it is a fresh sample.
 """
 from __future__ import annotations
 
 import json
-import os
-import re
 import shlex
-import stat
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .text import printable
+from .load import MAX_BYTES, LoadedReport, load_report, one_line
 
-MAX_BYTES = 20 * 1024 * 1024
-MAX_MSG = 300
+__all__ = ["replay_report", "load_report", "LoadedReport", "verdict_of", "MAX_BYTES",
+           "SOURCES"]
 
-__all__ = ["replay_report", "load_report", "verdict_of", "MAX_BYTES"]
-
-
-def _one_line(text: Any, limit: int = MAX_MSG) -> str:
-    s = printable(re.sub(r"[\x00-\x1f\x7f]+", " ", str(text)).strip())
-    return s if len(s) <= limit else s[:limit - 3] + "..."
-
-
-def _display(path: Any) -> str:
-    return _one_line(os.path.basename(str(path)) or str(path), 120)
-
-
-def _read(path: Any) -> bytes:
-    name = _display(path)
-    try:
-        p = os.fspath(path)
-    except TypeError:
-        raise ValueError(f"cannot read report: not a path ({type(path).__name__})") from None
-    try:
-        # O_NONBLOCK: opening a FIFO must not hang; fstat below rejects it anyway.
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ValueError(f"cannot read {name}: {_one_line(reason)}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise ValueError(f"cannot read {name}: {kind}")
-        if st.st_size > MAX_BYTES:
-            raise ValueError(f"cannot read {name}: {st.st_size} bytes is over the "
-                             f"{MAX_BYTES // (1024 * 1024)} MB limit for a report")
-        chunks: List[bytes] = []
-        total = 0
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 20)
-            except OSError as exc:
-                raise ValueError(f"cannot read {name}: {_one_line(exc.strerror or exc)}") from None
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > MAX_BYTES:  # grew while we read it
-                raise ValueError(f"cannot read {name}: over the "
-                                 f"{MAX_BYTES // (1024 * 1024)} MB limit for a report")
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {token}")
-
-
-def load_report(path: Any) -> Dict[str, Any]:
-    """Read, parse and validate a report; ``ValueError`` (one line) if it is not one."""
-    import jsonschema
-
-    from .schema import REPORT_SCHEMA
-
-    name = _display(path)
-    data = _read(path)
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{name}: not valid JSON (not UTF-8 text at byte {exc.start})") from None
-    try:
-        doc = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{name}: not valid JSON (line {exc.lineno}: {_one_line(exc.msg, 80)})"
-                         ) from None
-    except ValueError as exc:
-        raise ValueError(f"{name}: not valid JSON ({_one_line(exc, 80)})") from None
-    except RecursionError:
-        raise ValueError(f"{name}: not valid JSON (nested too deeply)") from None
-    if not isinstance(doc, dict):
-        raise ValueError(f"{name}: not a specrace report: expected a JSON object, got "
-                         f"{_json_type(doc)}")
-    validator = jsonschema.Draft202012Validator(REPORT_SCHEMA)
-    try:
-        errors = sorted(validator.iter_errors(doc), key=_error_order)
-    except RecursionError:
-        raise ValueError(f"{name}: not a specrace report (nested too deeply)") from None
-    if errors:
-        raise ValueError(f"{name}: not a specrace report: {_describe(errors[0])}")
-    if doc["reproduced"] > doc["trials"]:
-        raise ValueError(f"{name}: not a specrace report: 'reproduced' ({doc['reproduced']}) "
-                         f"is more than 'trials' ({doc['trials']})")
-    _check_names(doc, name)
-    return doc
-
-
-def _json_type(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, (int, float)):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, list):
-        return "an array"
-    if isinstance(v, dict):
-        return "an object"
-    return type(v).__name__
-
-
-def _error_order(err) -> Tuple[int, int, str]:
-    # Shallow errors first, "missing key" before "wrong value", then by path.
-    return (len(err.absolute_path), 0 if err.validator == "required" else 1,
-            "/".join(str(p) for p in err.absolute_path))
-
-
-def _where(err) -> str:
-    parts = []
-    for p in err.absolute_path:
-        parts.append(f"[{p}]" if isinstance(p, int) else (("." if parts else "") + str(p)))
-    return _one_line("".join(parts), 80)
-
-
-def _describe(err) -> str:
-    where = _where(err)
-    at = f" in '{where}'" if where else ""
-    v = err.validator
-    if v == "required":
-        missing = [k for k in err.validator_value if k not in err.instance]
-        return f"missing {_one_line(repr(missing[0]), 60)}{at}" if missing else f"missing key{at}"
-    if v == "const" and where == "specrace_report":
-        return (f"unsupported format version {_one_line(repr(err.instance), 40)} "
-                f"(specrace_report must be {err.validator_value})")
-    if v == "type":
-        names = {"integer": "an integer", "number": "a number", "string": "a string",
-                 "null": "null", "object": "an object", "array": "an array",
-                 "boolean": "a boolean"}
-        want = err.validator_value
-        want = " or ".join(names.get(w, w) for w in (want if isinstance(want, list) else [want]))
-        return f"'{where}' must be {want}, not {_json_type(err.instance)}"
-    if v == "enum":
-        return (f"'{where}' must be one of {', '.join(map(str, err.validator_value))}, not "
-                f"{_one_line(repr(err.instance), 40)}")
-    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        return f"'{where}' = {_one_line(repr(err.instance), 40)} is out of range"
-    if v in ("maxLength", "minLength"):
-        return f"'{where}' has a bad length"
-    return _one_line(f"{err.message}{at}", 160)
-
-
-def _check_names(doc: Dict[str, Any], name: str) -> None:
-    import targets
-    from scenarios.registry import SCENARIOS
-
-    scen = SCENARIOS.get(doc["scenario"])
-    if scen is None:
-        raise ValueError(f"{name}: unknown scenario {_one_line(repr(doc['scenario']), 80)}; "
-                         f"known: {', '.join(sorted(SCENARIOS))}")
-    if doc["variant"] not in scen.variants:
-        raise ValueError(f"{name}: unknown variant {_one_line(repr(doc['variant']), 80)} for "
-                         f"{scen.name}; expected one of: {', '.join(scen.variants)}")
-    try:
-        target = targets.get(doc.get("target", "impl"))
-    except targets.TargetError as exc:
-        raise ValueError(f"{name}: recorded on target {doc.get('target')}, which cannot run "
-                         f"here: {_one_line(exc, 200)}") from None
-    if not target.supports(scen.name):
-        raise ValueError(f"{name}: scenario {scen.name} does not run on the {target.name} "
-                         f"target")
-    if doc["backend"] == "sim":
-        from harness.policies import parse_policy
-        try:
-            parse_policy(doc["policy"])
-        except ValueError as exc:
-            raise ValueError(f"{name}: {_one_line(exc, 200)}") from None
+SOURCES = ("schedule", "seed")  # what a replay re-runs from
 
 
 # --- the verdict and its comparison -------------------------------------------------------
@@ -225,7 +56,7 @@ def verdict_of(result: Dict[str, Any]) -> Dict[str, Any]:
 def _div_text(d: Optional[Dict[str, Any]]) -> str:
     if not d:
         return "none"
-    return _one_line(f"{d['kind']} (request {d['rid']}, step {d['step']}, observed "
+    return one_line(f"{d['kind']} (request {d['rid']}, step {d['step']}, observed "
                      f"{d['observed']})", 100)
 
 
@@ -252,13 +83,17 @@ def compare(original: Dict[str, Any], replayed: Dict[str, Any]) -> Tuple[bool, s
     if not diffs:
         return True, (f"replay: identical verdict (reproduced {replayed['reproduced']}/"
                       f"{replayed['trials']}, {n} race site{'s' if n != 1 else ''})")
-    return False, _one_line("replay: DIFFERENT verdict: " + "; ".join(diffs), 400)
+    return False, one_line("replay: DIFFERENT verdict: " + "; ".join(diffs), 400)
 
 
-def replay_report(path: Any, progress: Optional[Callable[..., None]] = None
-                  ) -> Dict[str, Any]:
-    """Re-run the report at ``path``; ``progress(done, total)`` after each trial."""
-    doc = load_report(path)
+def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
+                  from_: Optional[str] = None) -> Dict[str, Any]:
+    """Re-run the report at ``source`` (a path, or a ``LoadedReport``); ``progress(done,
+    total)`` after each trial. ``from_``: ``"schedule"`` or ``"seed"`` (None: the recorded
+    schedules when the report has them, else the seed)."""
+    report = source if isinstance(source, LoadedReport) else load_report(source)
+    doc = report.doc
+    from_ = replay_source(report, from_)
     from harness.oracle.repro import ReproConfig, run_repro
     from harness.runtime import cuda_available
     from scenarios.registry import SCENARIOS
@@ -269,11 +104,11 @@ def replay_report(path: Any, progress: Optional[Callable[..., None]] = None
             "--variant", doc["variant"], "--war-barrier", doc["war_barrier"], "--backend",
             "sim", "--trials", doc["trials"], "--seed", doc["seed"]))
         raise ValueError(f"report was recorded on cuda; this machine has no GPU (use "
-                         f"--backend sim to reproduce on the simulator: {_one_line(cmd, 200)})")
+                         f"--backend sim to reproduce on the simulator: {one_line(cmd, 200)})")
     scenario = SCENARIOS[doc["scenario"]]
     cfg = ReproConfig(scenario=doc["scenario"], variant=doc["variant"],
                       war_barrier=doc["war_barrier"], backend=doc["backend"],
-                      policy=doc["policy"] if doc["backend"] == "sim" else None,
+                      policy=report.schedules if from_ == "schedule" else report.policy,
                       stall_ms=float(doc["stall_ms"]) if doc["stall_ms"] is not None else None,
                       trials=int(doc["trials"]), seed=int(doc["seed"]), expect=doc["expect"],
                       target=doc.get("target", "impl"))
@@ -282,21 +117,68 @@ def replay_report(path: Any, progress: Optional[Callable[..., None]] = None
     outcome = run_repro(cfg, scenario, progress)
     original, replayed = verdict_of(doc), verdict_of(outcome.result)
     same, summary = compare(original, replayed)
+    notes = []
+    if from_ == "schedule":
+        left = _left_schedule(report.schedules.per_trial, outcome.result["schedules"])
+        if left:
+            notes.append(left)
+    recorded_digest = doc.get("trace_digest")
+    if recorded_digest and outcome.first_trace is not None:
+        from .chrome import trace_digest
+        if trace_digest(outcome.first_trace, outcome.trace_races) != recorded_digest:
+            notes.append("DIFFERENT trace: the shown trial's trace differs from the report's")
+    if same and from_ == "schedule":
+        n = sum(len(c) for c in report.schedules.per_trial if c is not None)
+        summary += f", from the recorded schedules ({n} choices)"
+    if notes:
+        same = False
+        rest = summary.replace("replay: ", "", 1)
+        summary = one_line("replay: " + "; ".join(notes) + "; " + rest, 400)
     env = doc.get("environment")
     recorded = env.get("source_digest") if isinstance(env, dict) else None
     code_changed = None
-    if isinstance(recorded, str):
-        from . import source_digest
+    if not same and isinstance(recorded, str):
+        from harness.report import source_digest
         code_changed = recorded != source_digest()
-        if not same and code_changed:
-            summary += " (note: impl/, harness/ or scenarios/ changed since the report was written)"
+        if code_changed:
+            summary = one_line(summary + " (the source changed since the report was written)",
+                               400)
     recorded_target = doc.get("target_info")
-    if isinstance(recorded_target, dict) and recorded_target.get("sglang_files_digest"):
+    if not same and isinstance(recorded_target, dict) and recorded_target.get("sglang_version"):
         now = outcome.result.get("target_info") or {}
-        if recorded_target.get("sglang_files_digest") != now.get("sglang_files_digest"):
-            code_changed = True
-            summary += (f" (note: the installed sglang differs from the one recorded: "
-                        f"{_one_line(recorded_target.get('sglang_version'), 40)} -> "
-                        f"{_one_line(now.get('sglang_version'), 40)})")
+        if now.get("sglang_version") != recorded_target.get("sglang_version"):
+            summary = one_line(f"{summary} (sglang "
+                               f"{one_line(recorded_target.get('sglang_version'), 40)} -> "
+                               f"{one_line(now.get('sglang_version'), 40)})")
     return {"same": same, "summary": summary, "original": original, "replayed": replayed,
-            "backend": doc["backend"], "code_changed": code_changed}
+            "backend": doc["backend"], "code_changed": code_changed, "from": from_}
+
+
+def replay_source(report: LoadedReport, from_: Optional[str]) -> str:
+    """What a replay re-runs from (``ValueError``, one line, if the report cannot)."""
+    if from_ is None:
+        return "schedule" if report.schedules is not None else "seed"
+    if from_ not in SOURCES:
+        raise ValueError(f"replay from {one_line(repr(from_), 40)}: expected one of "
+                         f"{', '.join(SOURCES)}")
+    if from_ == "schedule" and report.schedules is None:
+        raise ValueError("this report recorded no schedules (it ran on CUDA, or was written "
+                         "before schedules were recorded): replay it with --from seed")
+    return from_
+
+
+def _left_schedule(recorded: Tuple[Optional[Tuple[int, ...]], ...],
+                   ran: List[Optional[str]]) -> Optional[str]:
+    """Where the replay left the recorded choices (None: every trial with recorded choices
+    took exactly them)."""
+    from harness.policies.schedule import decode_choices
+    for trial, (want, text) in enumerate(zip(recorded, ran)):
+        if want is None:  # nothing recorded: the trial replayed from the seed
+            continue
+        got = decode_choices(text or "")
+        if got != want:
+            at = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b),
+                      min(len(want), len(got)))
+            return (f"DIFFERENT schedule: trial {trial + 1} left its recorded choices at "
+                    f"choice {at + 1} of {len(want)} (the run made {len(got)})")
+    return None

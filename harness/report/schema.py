@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from harness.oracle.repro import MAX_SEED, MAX_TRIALS
 from harness.policies import MAX_POLICY_CHARS
+from harness.policies.schedule import MAX_SCHEDULE_CHARS
 from harness.runtime.limits import MAX_STALL_MS
 
 _SITE = {
@@ -22,6 +23,43 @@ _SITE = {
         "function": {"type": ["string", "null"], "maxLength": 500},
     },
 }
+
+_RACES = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["kind", "first", "second"],
+        "properties": {
+            "kind": {"enum": ["RAW", "WAR", "WAW"]},
+            "storage": {"type": "string"},
+            "count": {"type": "integer", "minimum": 0},
+            "first": _SITE,
+            "second": _SITE,
+        },
+    },
+}
+
+_DIVERGENCE = {
+    "type": ["object", "null"],
+    "required": ["kind"],
+    "properties": {
+        "kind": {"type": "string", "maxLength": 200},
+        "rid": {"type": ["integer", "null"]},
+        "step": {"type": ["integer", "null"]},
+    },
+}
+
+# Every trial's recorded schedule (simulator only: null on CUDA; absent in reports written
+# before schedules were recorded): trial i's choices in ``harness.policies.schedule``'s
+# text form, or null for a trial that never ran. ``replay`` checks there is one per trial and decodes them under one budget.
+_SCHEDULES = {
+    "type": ["array", "null"],
+    "maxItems": MAX_TRIALS,
+    "items": {"type": ["string", "null"], "maxLength": MAX_SCHEDULE_CHARS},
+}
+
+# sha256 of the shown trial's Chrome trace (``chrome.trace_digest``): the same trace
+_DIGEST = {"type": ["string", "null"], "pattern": "^[0-9a-f]{64}$"}
 
 REPORT_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -43,29 +81,10 @@ REPORT_SCHEMA = {
         "seed": {"type": "integer", "minimum": 0, "maximum": MAX_SEED},
         "trials": {"type": "integer", "minimum": 1, "maximum": MAX_TRIALS},
         "reproduced": {"type": "integer", "minimum": 0, "maximum": MAX_TRIALS},
-        "races": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["kind", "first", "second"],
-                "properties": {
-                    "kind": {"enum": ["RAW", "WAR", "WAW"]},
-                    "storage": {"type": "string"},
-                    "count": {"type": "integer", "minimum": 0},
-                    "first": _SITE,
-                    "second": _SITE,
-                },
-            },
-        },
-        "first_divergence": {
-            "type": ["object", "null"],
-            "required": ["kind"],
-            "properties": {
-                "kind": {"type": "string", "maxLength": 200},
-                "rid": {"type": ["integer", "null"]},
-                "step": {"type": ["integer", "null"]},
-            },
-        },
+        "races": _RACES,
+        "first_divergence": _DIVERGENCE,
+        "schedules": _SCHEDULES,
+        "trace_digest": _DIGEST,
         "expect": {"enum": ["clean", "race"]},
     },
 }

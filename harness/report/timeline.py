@@ -178,8 +178,8 @@ def render_timeline(trace: Any, races: List[Any], result: Dict[str, Any], out: B
 
 def _race_line(n: int, race: Any, lay, trace) -> str:
     return (f"#{n} {race.kind} on {race.storage}: {race.first.actor} {race.first.op} "
-            f"[{'write' if race.first.write else 'read'}] {where(race.first.frame)} -> "
-            f"{race.second.actor} {race.second.op} [{'write' if race.second.write else 'read'}]"
+            f"[{race.first.access_kind()}] {where(race.first.frame)} -> "
+            f"{race.second.actor} {race.second.op} [{race.second.access_kind()}]"
             f" {where(race.second.frame)}" + _order_note(lay, trace, race))
 
 
@@ -332,7 +332,7 @@ def _order_note(lay, trace, race) -> str:
     ta, tb = times
     if ta is None or tb is None or tb >= ta:
         return ""
-    what = "read" if not race.second.write else "write"
+    what = race.second.access_kind()
     return f"; the {what} ran {ta - tb:g} µs BEFORE it"
 
 

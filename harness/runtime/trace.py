@@ -32,6 +32,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
+from harness.paths import REPO_ROOT
+
 Access = Tuple[int, int, int]  # (storage id, first byte, one past the last byte)
 Position = Tuple[int, int]  # (stream id, seq)
 Frame = Tuple[str, int, str]  # (file, line, function)
@@ -178,6 +180,9 @@ class Trace:
     # sid -> (op, dtype, shape, frame) of the op that allocated it; formatted only when a
     # report needs the name (an f-string per op would cost more than the op's bookkeeping)
     storage_sites: dict = field(default_factory=dict)
+    # the simulator's schedule: every answer its policy gave, in order (a stream id, or HOST
+    # for "the host goes on"; runtime/policy.py); empty on CUDA, whose schedule is the GPU's
+    schedule: List[int] = field(default_factory=list)
 
     def add(self, rec: Any) -> Any:
         rec.index = len(self.log)
@@ -225,7 +230,7 @@ def user_frame(depth: int = 2) -> Optional[Frame]:
 
 
 _SITE_DIRS = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
-_ROOT = os.path.dirname(os.path.dirname(_RUNTIME_DIR))
+_ROOT = REPO_ROOT
 
 
 def short_path(path: str) -> str:
@@ -245,6 +250,21 @@ def short_path(path: str) -> str:
         if entry and entry != os.sep and path.startswith(entry + os.sep) and len(entry) > len(best):
             best = entry
     return path[len(best) + 1:] if best else path
+
+
+def access_label(write: bool) -> str:
+    """The one spelling of an access's kind in every report and message."""
+    return "write" if write else "read"
+
+
+def frame_text(frame: Optional[Frame], missing: Optional[str] = "?",
+               function: bool = True) -> Optional[str]:
+    """How every report names a site: ``file:line (function)``, the file project-relative
+    (``short_path``); ``missing`` when there is no frame."""
+    if not frame:
+        return missing
+    head = f"{short_path(frame[0])}:{frame[1]}"
+    return f"{head} ({frame[2]})" if function else head
 
 
 def tensor_range(t: Any) -> Tuple[int, int]:

@@ -8,6 +8,7 @@ import jsonschema
 import pytest
 
 from harness.oracle.runner import reference, run_trial, server_args
+from harness.policies import parse_policy
 from impl.vocab import EOS_ID, decode
 from scenarios.registry import get
 
@@ -22,7 +23,7 @@ def test_constrained_outputs_valid_and_others_unaffected(scenario, policy):
     for seed in (0, 1):
         wl = sc.workload(seed)
         args = server_args(wl, sc.variants["fixed"])
-        res = run_trial("sim", policy, wl, args, sc.stalls(None))
+        res = run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None))
         assert res.divergence is None, res.divergence
         assert res.races == []
         ref = reference(wl, args, "sim")

@@ -10,6 +10,7 @@ import harness.oracle.runner as runner
 from harness.oracle.runner import run_trial, server_args
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import ReplayedOp
+from harness.policies import parse_policy
 from impl.graph_runner import VerifyGraphRunner, graphs_supported
 from impl.scheduler import Scheduler, ServerArgs
 from scenarios.matrix import PROBES, run_probe
@@ -22,7 +23,7 @@ SC = get("ngram-filter-race")
 def _trial(policy, seed, **overrides):
     wl = SC.workload(seed)
     args = server_args(wl, {**SC.variants["fixed"], **overrides})
-    return run_trial("sim", policy, wl, args, SC.stalls(None), keep_trace=True)
+    return run_trial("sim", parse_policy(policy), wl, args, SC.stalls(None), keep_trace=True)
 
 
 def test_graphs_on_by_default_where_the_device_captures():
@@ -82,7 +83,7 @@ def test_the_synchronous_reference_is_graph_free(monkeypatch):
     monkeypatch.setattr(runner, "drive", spy)
     monkeypatch.setattr(runner, "_REFERENCE_CACHE", type(runner._REFERENCE_CACHE)())
     wl = SC.workload(4)
-    runner.run_trial("sim", "eager", wl, server_args(wl, {}), [], detect_races=False)
+    runner.run_trial("sim", parse_policy("eager"), wl, server_args(wl, {}), [], detect_races=False)
     assert seen[0] == (False, False) and seen[1] == (True, True)
 
 
@@ -101,7 +102,8 @@ def test_graph_mutations_are_caught_on_every_seed_probe(name, oracles):
 def test_graph_races_name_the_capture_and_replay_sites():
     wl = SC.workload(0)
     args = server_args(wl, SC.variants["fixed"])
-    res = run_trial("sim", "eager", wl, args, [], mutation=BY_NAME["graph-replay-on-side-stream"])
+    res = run_trial("sim", parse_policy("eager"), wl, args, [],
+                    mutation=BY_NAME["graph-replay-on-side-stream"])
     mm = [r for r in res.races if r.first.op == "mm.default"]
     assert mm, [r.summary() for r in res.races]
     text = mm[0].summary()

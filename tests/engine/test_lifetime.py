@@ -7,6 +7,7 @@ usually shows no wrong value; the detector must still name the race.
 import pytest
 
 from harness.oracle.runner import run_trial, server_args
+from harness.policies import parse_policy
 from scenarios.mutations import BY_NAME
 from scenarios.registry import get
 
@@ -15,7 +16,7 @@ def _trial(scenario: str, policy: str, mutation=None, seed: int = 0):
     sc = get(scenario)
     wl = sc.workload(seed)
     args = server_args(wl, {**sc.variants["fixed"], "war_barrier": "fine"})
-    return run_trial("sim", policy, wl, args, sc.stalls(None), stop_early=False,
+    return run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None), stop_early=False,
                      mutation=mutation)
 
 

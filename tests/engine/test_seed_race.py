@@ -4,6 +4,7 @@ hides it, the FutureMap relay removes it -- under every policy."""
 import pytest
 
 from harness.oracle.runner import run_trial, server_args
+from harness.policies import parse_policy
 from scenarios.registry import get
 
 SC = get("ngram-filter-race")
@@ -13,7 +14,7 @@ POLICIES = ["eager", "lazy", "stall(forward)", "random(3)", "pct(5,3)"]
 def trial(variant, war_barrier, policy, seed, stall_ms=None):
     wl = SC.workload(seed)
     args = server_args(wl, {**SC.variants[variant], "war_barrier": war_barrier})
-    return run_trial("sim", policy, wl, args, SC.stalls(stall_ms))
+    return run_trial("sim", parse_policy(policy), wl, args, SC.stalls(stall_ms))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -59,7 +60,7 @@ def test_fixed_outputs_equal_reference_token_for_token():
     from harness.oracle.runner import reference
     wl = SC.workload(4)
     args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
-    res = run_trial("sim", "lazy", wl, args, SC.stalls(None))
+    res = run_trial("sim", parse_policy("lazy"), wl, args, SC.stalls(None))
     ref = reference(wl, args, "sim")
     assert res.outputs == ref.outputs
     assert all(len(v) > 0 for v in res.outputs.values())
@@ -82,7 +83,7 @@ def test_host_order_and_dp_idle_scenarios(name, policy):
     wl = sc.workload(0)
     for variant, clean in (("fixed", True), ("pre-fix", False)):
         args = server_args(wl, {**sc.variants[variant], "war_barrier": "fine"})
-        res = run_trial("sim", policy, wl, args, sc.stalls(None), answers=sc.answers)
+        res = run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None), answers=sc.answers)
         if clean:
             assert res.divergence is None and res.races == [], (res.divergence, res.races)
         else:

@@ -220,8 +220,8 @@ def test_engine_runs_are_deterministic_with_reuse(policy):
     sc = get("ngram-filter-race")
     wl = sc.workload(1)
     args = server_args(wl, {**sc.variants["fixed"], "war_barrier": "fine"})
-    traces = [run_trial("sim", policy, wl, args, sc.stalls(None), keep_trace=True).trace
-              for _ in range(2)]
+    traces = [run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None),
+                        keep_trace=True).trace for _ in range(2)]
     a, b = (_normalised(t) for t in traces)
     assert a == b
     assert any(r[0] == "alloc" and r[5] is not None for r in a)  # blocks really were reused

@@ -866,7 +866,7 @@ def test_gpu_traced_engine_runs_back_to_back_in_one_process():
     for seed in range(3):
         wl = sc.workload(seed)
         args = server_args(wl, {"relay": "spec_info", "war_barrier": "fine"})
-        res = run_trial("cuda", "hardware", wl, args, sc.stalls(None), detect_races=True)
+        res = run_trial("cuda", None, wl, args, sc.stalls(None), detect_races=True)
         assert res.races, seed  # happens-before on every trial, schedule-independent
 
 

@@ -146,7 +146,7 @@ def test_litmus_on_cuda():
     import os
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from harness.paths import REPO_ROOT as root
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "litmus", "--backend", "cuda",

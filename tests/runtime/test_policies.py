@@ -1,12 +1,21 @@
-"""Schedule policies: spelling, determinism, and what each one runs when."""
+"""Schedule policies on the simulator: spelling, determinism, what each one runs when, the
+questions the device asks and the schedule it records (the choosers alone, without a
+simulator: ``test_choosers.py``)."""
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
 
-from harness.policies import (PCT, Eager, Lazy, RandomPolicy, Stall, parse_policy,
-                              standard_policies)
+from harness.policies import (PCT, Eager, Lazy, PctChooser, RandomPolicy, Recorded, Stall,
+                              parse_policy, standard_policies)
+from harness.report.chrome import chrome_trace
+from harness.runtime.policy import HOST, Chooser, Policy
+from harness.runtime.sim import SimDeviceError
 from harness.runtime.sim.runtime import sim_runtime
+from harness.runtime.sim.scheduler import runnable_ids
+from harness.runtime.trace import SyncRecord
 from scenarios.litmus import overlap_streams
 
 
@@ -26,8 +35,8 @@ from scenarios.litmus import overlap_streams
 def test_parse_accepts(spec, cls, name):
     pol = parse_policy(spec)
     assert type(pol) is cls
-    assert pol.describe() == name
-    assert parse_policy(pol.describe()).describe() == name  # round trip
+    assert str(pol) == name
+    assert parse_policy(str(pol)) == pol and str(parse_policy(name)) == name  # round trip
 
 
 @pytest.mark.parametrize("spec", [
@@ -56,11 +65,14 @@ def test_standard_policies():
 
 # --- a three-stream program to schedule -----------------------------------------------------
 
-def _program(rt, n=8):
+def _program(rt, n=8, idle_points=0):
+    """``idle_points``: after each op, while no stream head may run, that many extra host
+    syncs of an unused stream -- scheduling points with nothing to choose."""
     m = rt.module
     streams = [m.Stream() for _ in range(3)]
     for s, name in zip(streams, ("schedule", "forward", "copy")):
         rt.label(s, name)
+    spare = m.Stream()
     x = torch.zeros(16, dtype=torch.int64, device=rt.device)
     m.synchronize()
     events = []
@@ -74,6 +86,8 @@ def _program(rt, n=8):
             e = m.Event()
             e.record()
             events.append(e)
+        for _ in range(idle_points if not runnable_ids(rt.dev) else 0):
+            spare.synchronize()
     m.synchronize()
     return x.tolist()
 
@@ -99,7 +113,7 @@ def test_seeds_explore_different_schedules(family):
 
 
 def test_policy_object_reusable_across_runs():
-    """bind() resets per-run state: one policy object, two runs, one schedule."""
+    """A policy is a value; each run gets a fresh chooser: one value, two runs, one schedule."""
     for pol in (RandomPolicy(5), PCT(5, 3)):
         orders = []
         for _ in range(2):
@@ -107,6 +121,148 @@ def test_policy_object_reusable_across_runs():
                 _program(rt)
                 orders.append([(o.stream, o.seq) for o in rt.trace.executed])
         assert orders[0] == orders[1]
+
+
+def test_the_runtime_takes_a_policy_value_not_a_spelling():
+    with pytest.raises(TypeError, match="parse_policy"):
+        with sim_runtime("lazy"):
+            pass
+
+
+# --- the questions the device asks, and the schedule it records ------------------------------
+
+class _Spy(Policy, Chooser):
+    """Asks ``inner`` and keeps every question and answer."""
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner, self.asked = inner, []
+
+    def chooser(self):
+        self.c = self.inner.chooser()
+        return self
+
+    def choose(self, runnable, last, names):
+        answer = self.c.choose(runnable, last, names)
+        self.asked.append((list(runnable), last, answer))
+        return answer
+
+    def runs_idle(self, stream, names):
+        return self.c.runs_idle(stream, names)
+
+    def __str__(self) -> str:
+        return f"spy({self.inner})"
+
+
+@pytest.mark.parametrize("spec", ["eager", "lazy", "stall(forward)", "random(3)", "pct(2,3)"])
+def test_the_device_asks_only_where_there_is_a_choice_and_records_every_answer(spec):
+    spy = _Spy(parse_policy(spec))
+    with sim_runtime(spy) as rt:
+        _program(rt)
+        schedule = list(rt.trace.schedule)
+        executed = [op.stream for op in rt.trace.executed]
+    assert spy.asked and schedule == [a for _, _, a in spy.asked]
+    for runnable, last, answer in spy.asked:
+        assert runnable and runnable == sorted(runnable)  # never asked with nothing to run
+        assert answer == HOST or answer in runnable
+        assert last is None or last in executed
+    # a stream the answer named ran next (answers are not all of it: drains and the idle
+    # fast path run ops without a question)
+    ran = [a for _, _, a in spy.asked if a != HOST]
+    assert len(ran) <= len(executed)
+
+
+def test_eager_skips_the_question_for_an_idle_stream_and_lazy_is_asked_at_every_enqueue():
+    counts = {}
+    for spec in ("eager", "lazy"):
+        spy = _Spy(parse_policy(spec))
+        with sim_runtime(spy) as rt:
+            _program(rt)
+            counts[spec] = (len(spy.asked), len(rt.trace.executed))
+    eager_asked, ops = counts["eager"]
+    assert eager_asked < ops // 2  # the fast path ran most ops without a question
+    assert counts["lazy"][0] > eager_asked
+
+
+def test_a_chooser_naming_a_stream_that_cannot_run_is_a_device_error():
+    class Bad(Policy, Chooser):
+        def chooser(self):
+            return self
+
+        def choose(self, runnable, last, names):
+            return max(runnable) + 1
+
+        def __str__(self):
+            return "bad"
+
+    with sim_runtime(Bad()) as rt:
+        with pytest.raises(SimDeviceError, match="policy bad chose stream"):
+            _program(rt)
+
+
+def _trace_bytes(trace) -> str:
+    return json.dumps(chrome_trace(trace, [], {}), sort_keys=True)
+
+
+@pytest.mark.parametrize("spec", ["eager", "lazy", "stall(forward)", "random(3)", "random(11)",
+                                  "pct(1,3)", "pct(9,5)"])
+def test_a_recorded_schedule_replays_the_same_trace_byte_for_byte(spec):
+    pol = parse_policy(spec)
+    with sim_runtime(pol) as rt:
+        values = _program(rt)
+        recorded, trace = list(rt.trace.schedule), _trace_bytes(rt.trace)
+    with sim_runtime(Recorded(pol, recorded)) as rt:
+        assert _program(rt) == values
+        assert rt.trace.schedule == recorded
+        assert rt.dev.policy.chooser.diverged_at is None
+        assert _trace_bytes(rt.trace) == trace
+
+
+def test_a_schedule_that_does_not_fit_the_program_is_told_not_hidden():
+    pol = parse_policy("random(3)")
+    with sim_runtime(pol) as rt:
+        _program(rt)
+        recorded = list(rt.trace.schedule)
+    i = next(k for k, c in enumerate(recorded) if c != HOST)
+    tampered = recorded[:i] + [99] + recorded[i + 1:]  # a stream that never exists
+    with sim_runtime(Recorded(pol, tampered)) as rt:
+        _program(rt)  # the run goes on (the host goes on from there): no engine crash
+        assert rt.dev.policy.chooser.diverged_at == i
+        assert rt.trace.schedule != tampered
+
+
+class _ShortPct(Policy):
+    """PCT with its change points among the first 12 real choices (the program is short)."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def chooser(self):
+        return PctChooser(self.seed, depth=3, steps=12)
+
+    def __str__(self) -> str:
+        return f"pct({self.seed},3) within 12"
+
+
+def test_pct_change_points_count_only_real_choices():
+    """Scheduling points with nothing to choose (host syncs while no head may run) are no
+    questions, so they move no change point: the schedule is the same with or without
+    them, and every recorded answer was one real choice."""
+    mattered = 0
+    for seed in range(8):
+        runs = []
+        for idle_points in (0, 3):
+            with sim_runtime(_ShortPct(seed)) as rt:
+                _program(rt, n=12, idle_points=idle_points)
+                chooser = rt.dev.policy.chooser
+                syncs = sum(isinstance(r, SyncRecord) for r in rt.trace.log)
+                runs.append(([(o.stream, o.seq) for o in rt.trace.executed],
+                             list(rt.trace.schedule), syncs))
+                assert chooser.real_choices == len(rt.trace.schedule)
+        (order0, sched0, syncs0), (order3, sched3, syncs3) = runs
+        assert (order3, sched3) == (order0, sched0)
+        # counting mattered where idle points were made and a change point fell inside
+        mattered += syncs3 > syncs0 and len(chooser.changes) < 2
+    assert mattered >= 2
 
 
 # --- what runs when ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from harness.runtime.sim import SimDeviceError
 from harness.runtime.sim.device import current_device
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import OpRecord
+from harness.policies import parse_policy
 from scenarios.registry import get
 
 
@@ -23,7 +24,7 @@ def _seed_trial(variant="pre-fix"):
     sc = get("ngram-filter-race")
     wl = sc.workload(0)
     args = server_args(wl, {**sc.variants[variant], "war_barrier": "fine"})
-    return run_trial("sim", "eager", wl, args, sc.stalls(None), keep_trace=True,
+    return run_trial("sim", parse_policy("eager"), wl, args, sc.stalls(None), keep_trace=True,
                      answers=sc.answers)
 
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import targets
+from harness.policies import parse_policy
 from harness.sourcepatch import PatchError, SourcePatch
 from scenarios.registry import run_scenario
 
@@ -34,7 +35,8 @@ def test_prefix_reproduces_in_every_trial_with_upstream_frames(sglang):
 def test_released_code_and_coarse_fence_are_clean(sglang, policy):
     for variant, fence in (("fixed", "fine"), ("pre-fix", "coarse")):
         res = run_scenario("ngram-filter-race", target="sglang", variant=variant,
-                           war_barrier=fence, backend="sim", policy=policy, trials=2)
+                           war_barrier=fence, backend="sim", policy=parse_policy(policy),
+                           trials=2)
         assert res["outcome"] == "clean", (variant, fence, res["first_divergence"],
                                            res["races"][:1])
         assert all(t["checked"] > 0 for t in res["trial_results"])  # values were judged

@@ -5,7 +5,8 @@ Semantics (CUDA's, see SPEC §1):
 1. A stream is a FIFO. Its head may execute once every event it waits on has completed
    (a wait is itself a queued marker op) and, for a timed stall, once the host clock has
    passed its end.
-2. Enqueueing never blocks the host; *when* runnable heads execute is the policy's choice.
+2. Enqueueing never blocks the host; *when* runnable heads execute is the policy's choice,
+   asked at each scheduling point and recorded (``Scheduler``, ``runtime/policy.py``).
 3. A host sync waits for the positions it names only, plus what they transitively wait on:
    ``drain`` executes exactly those ops and nothing else, which is how stale data reaches
    the host under a lazy or stalled schedule.
@@ -24,11 +25,12 @@ from __future__ import annotations
 
 import collections
 import itertools
-from typing import Any, Deque, Iterable, List, Optional
+from typing import Any, Deque, List, Optional
 
-from .. import DeadlockError
 from ..policy import Policy, RunAll
 from .allocator import SimAllocator
+from .errors import SimDeadlock, SimDeviceError
+from .scheduler import Scheduler
 from ..trace import (EventRecord, HostAccess, OpRecord, Position, QueryRecord, SyncRecord,
                      Trace, user_frame)
 
@@ -39,15 +41,6 @@ _NoSubclassFunction = torch._C.DisableTorchFunctionSubclass
 
 HOST_STEP_US = 1.0  # virtual host time per device API call
 FOREVER = float("inf")
-
-
-class SimDeviceError(RuntimeError):
-    """A kernel failed on the simulated device (like a CUDA device-side assert), or a
-    stream or event was used outside the session it belongs to."""
-
-
-class SimDeadlock(SimDeviceError, DeadlockError):
-    """A host sync waits on something that can never complete."""
 
 
 def _owned(dev: "SimDevice", owner: Optional["SimDevice"], what: str) -> None:
@@ -203,13 +196,11 @@ class SimDevice:
         self.capture: Any = None
         self.graph_stream: Optional[Stream] = None
         self.graph_ids = itertools.count(1)
-        self.policy: Policy = RunAll()
-        self.set_policy(policy or RunAll())
+        self.policy = Scheduler(policy or RunAll())
 
     # --- setup ------------------------------------------------------------------------
     def set_policy(self, policy: Policy) -> None:
-        self.policy = policy
-        policy.bind(self)
+        self.policy = Scheduler(policy)
 
     def new_stream(self, name: Optional[str] = None, priority: int = 0) -> Stream:
         s = Stream(priority=priority, _sim=self)
@@ -286,17 +277,6 @@ class SimDevice:
                     f"device-side error in {op.name} on {self.trace.stream_name(s.sid)}"
                     f"{where}: {type(exc).__name__}: {exc}")
         self.trace.executed.append(op)
-
-    def run_runnable(self, streams: Optional[Iterable[Stream]] = None) -> None:
-        """Run runnable heads of ``streams`` (default all) until none is left."""
-        pool = list(self.streams if streams is None else streams)
-        progress = True
-        while progress:
-            progress = False
-            for s in pool:
-                while self.runnable(s):
-                    self.run_head(s)
-                    progress = True
 
     def drain(self, sid: int, seq: int) -> None:
         """Execute stream ``sid`` up to ``seq``, and exactly what that needs from others.

@@ -25,10 +25,10 @@ inside a pool -- are not modelled.
 from __future__ import annotations
 
 import itertools
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from ..graphs import GraphCapture, replay_ops
-from ..policy import Policy
+from ..policy import Chooser
 from ..trace import Position, short_path, user_frame
 from .device import SimDevice, Stream, current_device
 
@@ -54,25 +54,22 @@ def _site() -> str:
     return f" at {short_path(frame[0])}:{frame[1]}" if frame else ""
 
 
-class _CapturePolicy(Policy):
-    """The device's policy while a capture is under way: ops on streams taking part must
+class _CaptureChooser(Chooser):
+    """The device's chooser while a capture is under way: ops on streams taking part must
     take the queued path (they are recorded, not run), so the idle-stream fast path is off
-    for them; every decision is still the real policy's. Swapping the policy keeps the
+    for them; every choice is still the real chooser's. Swapping the chooser keeps the
     per-op fast path free of any capture check."""
 
-    def __init__(self, inner: Policy, capture: "SimCapture") -> None:
+    def __init__(self, inner: Chooser, capture: "SimCapture") -> None:
         self.inner = inner
         self.capture = capture
-        self.name = inner.name
 
-    def on_point(self, device: Any, stream: Any) -> None:
-        self.inner.on_point(device, stream)
+    def choose(self, runnable: Sequence[int], last: Optional[int],
+               names: Mapping[int, str]) -> int:
+        return self.inner.choose(runnable, last, names)
 
-    def runs_at_enqueue(self, device: Any, stream: Any) -> bool:
-        return not self.capture.takes(stream.sid) and self.inner.runs_at_enqueue(device, stream)
-
-    def describe(self) -> str:
-        return self.inner.describe()
+    def runs_idle(self, stream: int, names: Mapping[int, str]) -> bool:
+        return not self.capture.takes(stream) and self.inner.runs_idle(stream, names)
 
 
 class SimCapture(GraphCapture):
@@ -81,15 +78,16 @@ class SimCapture(GraphCapture):
     def __init__(self, dev: SimDevice, origin: int, mode: str) -> None:
         super().__init__(origin, mode)
         self.dev = dev
-        self.inner = dev.policy
+        self.scheduler = dev.policy
+        self.inner = self.scheduler.chooser
         dev.capture = self
-        dev.policy = _CapturePolicy(self.inner, self)
+        self.scheduler.chooser = _CaptureChooser(self.inner, self)
 
     def finish(self) -> None:
         """End the capture on the device (idempotent): its streams run ordinary work again."""
         if self.dev.capture is self:
             self.dev.capture = None
-            self.dev.policy = self.inner
+            self.scheduler.chooser = self.inner
 
     # --- device hooks ---------------------------------------------------------------
     def refuse(self, what: str, waits: List[Position], event: Any = None) -> None:
