@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from harness.oracle.runner import run_trial, server_args
+from harness.engine.drive import server_args
+from harness.engine.trial import run_trial
 from harness.report.chrome import chrome_trace
 from harness.runtime.sim import SimDeviceError
 from harness.runtime.sim.device import current_device
@@ -151,8 +152,8 @@ def test_the_trial_runner_reports_a_deadlock_as_a_finding(monkeypatch):
 
     monkeypatch.setattr(Scheduler, "step", stuck)
     res = _seed_trial("fixed")
-    assert res.divergence["kind"] == "deadlock" and res.divergence["where"] == "trial"
-    assert "deadlock" in res.divergence["message"]
+    assert res.divergence.kind == "deadlock" and res.divergence.where == "trial"
+    assert "deadlock" in res.divergence.message
 
 
 # --- one stall cap -----------------------------------------------------------------------
