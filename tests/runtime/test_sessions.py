@@ -32,8 +32,8 @@ def _seed_trial(variant="pre-fix"):
 def test_the_same_run_twice_in_one_process_gives_the_same_trace():
     first, second = _seed_trial(), _seed_trial()
     assert first.races and first.trace is not None
-    a = json.dumps(chrome_trace(first.trace, first.races, {}), sort_keys=True)
-    b = json.dumps(chrome_trace(second.trace, second.races, {}), sort_keys=True)
+    a = json.dumps(chrome_trace(first.trace, first.races), sort_keys=True)
+    b = json.dumps(chrome_trace(second.trace, second.races), sort_keys=True)
     assert a == b
     assert [r.summary() for r in first.races] == [r.summary() for r in second.races]
 
