@@ -45,7 +45,9 @@ def chrome_trace(trace: Any, races: List[Any], report: Optional[Any] = None
     # --- metadata: process, lanes ---
     events.append({"ph": "M", "pid": PID, "tid": HOST_TID, "name": "process_name",
                    "args": {"name": "specrace", "time_base": lay.mode, "time_note": note}})
-    label = result.heading() if result is not None else "?"
+    # (the unlabelled form feeds ``trace_digest``: recorded digests depend on it)
+    label = ("? [?, ? fence] ?" if result is None else
+             f"{result.scenario} [{result.variant}, {result.war_barrier} fence] {result.backend}")
     events.append({"ph": "M", "pid": PID, "tid": HOST_TID, "name": "process_labels",
                    "args": {"labels": label}})
     events.append({"ph": "M", "pid": PID, "tid": HOST_TID, "name": "thread_name",
