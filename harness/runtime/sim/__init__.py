@@ -18,6 +18,7 @@ import torch
 from .. import hostmem
 from ..policy import Policy
 from . import graphs as _graphs
+from . import dispatch as _dispatch
 from . import tensor as _tensor
 from .device import (Event, SimDevice, SimDeviceError, Stream, current_device, set_device)
 
@@ -115,6 +116,7 @@ def install() -> None:
     _setup_privateuseone_for_python_backend(rename="sim", backend_module=module)
     sys.modules.setdefault("torch.sim", module)
     _tensor.SIM = torch.device("sim", 0)
+    _tensor.BACKEND = _dispatch.BACKEND
     from .. import pinning
     from . import device as _device
     pinning.install_sim_tensor_factory(lambda: _device._DEVICE is not None)
@@ -149,7 +151,7 @@ def session(policy: Optional[Policy] = None) -> Iterator[SimDevice]:
     set_device(dev)
     hostmem.RECORDER = dev.note_host_access
     try:
-        with torch.no_grad(), _dynamo_off(), _tensor.SimMode():
+        with torch.no_grad(), _dynamo_off(), _dispatch.SimMode():
             yield dev
     finally:
         dev.allocator.close()
