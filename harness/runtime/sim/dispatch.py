@@ -61,7 +61,7 @@ class SimBackend(ops.Backend):
             del kwargs["pin_memory"]
             out = func(*args, **kwargs)
             return hostmem.register(out) if isinstance(out, torch.Tensor) else out
-        if hostmem._PINNED and op.touches_data:
+        if op.touches_data and hostmem.watching():
             hostmem.note_host_op(func, args, kwargs, current_device().note_host_access)
         return func(*args, **kwargs)
 
