@@ -96,13 +96,10 @@ class SimBackend(ops.Backend):
         """A metadata question (``is_same_size``): no kernel, no sync, no access."""
         return op.func(*unwrap(args), **unwrap(kwargs))
 
-    def no_kernel(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
-        # ``_unsafe_view``, ``resize_``, ``set_``: the simulator has no storage aliasing
-        # outside views, so it computes these as kernels (their outputs are fresh blocks).
-        return self.kernel(op, args, kwargs)
-
-    def kernel(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
-        return launch(op, args, kwargs)
+    kernel = launch
+    # ``_unsafe_view``, ``resize_``, ``set_``: the simulator has no storage aliasing outside
+    # views, so it computes these as kernels (their outputs are fresh blocks).
+    no_kernel = launch
 
     # --- specials --------------------------------------------------------------------
     def to_copy(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
@@ -118,7 +115,7 @@ class SimBackend(ops.Backend):
             return _h2d_new(src, non_blocking, rest)
         if src_sim:  # sim -> sim (dtype/layout change): an ordinary kernel
             target = kwargs.get("device")
-            return launch(op, args, {**rest, **({"device": target} if target else {})})
+            return launch(self, op, args, {**rest, **({"device": target} if target else {})})
         return self.host_op(op, args, kwargs)
 
     def copy(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
@@ -126,7 +123,7 @@ class SimBackend(ops.Backend):
         non_blocking = ops.copy_non_blocking(args, kwargs)
         d_sim, s_sim = type(dst) is SimTensor, type(src) is SimTensor
         if d_sim and s_sim:
-            return launch(op, (dst, src), {})
+            return launch(self, op, (dst, src), {})
         if d_sim:
             if src.dim() > 0 and src.shape != dst.shape:
                 src = src.expand(dst.shape)

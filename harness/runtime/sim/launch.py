@@ -14,7 +14,7 @@ from .. import ops
 from ..trace import OpRecord, user_frame
 from .device import current_device
 from .meta import DATA_DEPENDENT, Meta, is_user_error, meta_outputs
-from .tensor import SimTensor, access, adopt, new_storage, snapshot_host, unwrap
+from .tensor import SimTensor, access, adopt, new_storage, snapshot_host, unwrap, unwrap_call
 
 
 def _is_sim(t: torch.Tensor) -> bool:
@@ -29,7 +29,8 @@ def _host_arg(t: torch.Tensor, op: ops.OpInfo) -> None:
 
 
 
-def launch(op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+    """The kernel rung (``SimBackend.kernel`` itself: one Python frame less per op)."""
     dev = current_device()
     stream = dev.current
     frame = user_frame(3)
@@ -51,7 +52,8 @@ def launch(op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         # Run the kernel now, then let the policy decide nothing else; the op is recorded
         # exactly as a queued one would be.
         try:
-            result = func(*unwrap(args), **unwrap(kwargs))
+            bargs, bkwargs = unwrap_call(args, kwargs)
+            result = func(*bargs, **bkwargs)
         except Exception as exc:
             # A kernel failing on its *data* (an out-of-range gather index) is a device-side
             # error: CUDA reports it at the next sync, not at the launch, on every schedule.

@@ -125,6 +125,23 @@ def unwrap(v: Any) -> Any:
     return v
 
 
+_NESTED = (list, tuple, dict, torch.device)
+
+
+def unwrap_call(args: tuple, kwargs: dict) -> Tuple[tuple, dict]:
+    """``unwrap`` of a call's arguments, without a generic call per plain argument (asked
+    for every op)."""
+    out = []
+    for v in args:
+        if type(v) is SimTensor:
+            out.append(v._buf)
+        elif isinstance(v, _NESTED):
+            out.append(unwrap(v))
+        else:
+            out.append(v)
+    return tuple(out), ({k: unwrap(v) for k, v in kwargs.items()} if kwargs else kwargs)
+
+
 def snapshot_host(v: Any) -> Any:
     """Host tensors captured by a queued kernel are its launch arguments: copy them now."""
     if isinstance(v, torch.Tensor) and type(v) is not SimTensor:
