@@ -160,6 +160,15 @@ class Capture:
         lo, hi = tensor_range(t)
         return (sid, lo, hi), ptr
 
+    def sid_access(self, t: torch.Tensor) -> Access:
+        """``access`` without the pointer (the kernel rung's per-argument call)."""
+        ptr = t.untyped_storage().data_ptr()
+        sid = self.ptr_sid.get(ptr)
+        if sid is None:
+            sid = self.storage_id(t)[0]
+        lo, hi = tensor_range(t)
+        return (sid, lo, hi)
+
     def fresh_access(self, t: torch.Tensor, frame) -> Access:
         """The access of an op writing its freshly allocated output ``t``."""
         sid, _ = self.allocated(t, frame)

@@ -78,30 +78,25 @@ class CudaBackend(ops.Backend):
 
     def kernel(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         cap = self.cap
-        in_ptrs = set()
-        host_reads = []
-
-        def access(t: torch.Tensor) -> Access:
-            a, ptr = cap.access(t)
-            in_ptrs.add(ptr)
-            return a
+        watching = hostmem.watching()
+        host_reads: List[Any] = []
 
         def other(t: torch.Tensor, _op) -> None:
             acc = hostmem.access_of(t)
             if acc is not None:  # a pinned CPU scalar read on the host at launch
                 host_reads.append(acc)
 
-        reads, writes = ops.data_accesses(op, args, kwargs, self._is_dev, access,
-                                          other if hostmem.watching() else None)
+        # the hot path: no per-op closure unless pinned memory is watched
+        reads, writes = ops.data_accesses(op, args, kwargs, self._is_dev, cap.sid_access,
+                                          other if watching else None)
         out = op.func(*args, **kwargs)
         frame = None
         for o in (out if isinstance(out, (list, tuple)) else (out,)):
-            if isinstance(o, torch.Tensor) and o.device.type == self.dev_type:
-                ptr = o.untyped_storage().data_ptr()
-                if ptr not in in_ptrs:  # fresh memory, allocated for this op: it wrote it
-                    in_ptrs.add(ptr)
-                    frame = frame or user_frame(2)
-                    writes.append(cap.fresh_access(o, frame))
+            if (isinstance(o, torch.Tensor) and o.device.type == self.dev_type
+                    and not self._aliases_input(o, args, reads, writes)):
+                # fresh memory, allocated for this op: it wrote it
+                frame = frame or user_frame(2)
+                writes.append(cap.fresh_access(o, frame))
         syncs = op.sync is not None and ops.syncs_host(op, args, kwargs)
         if not reads and not writes and not syncs and not host_reads:
             return out
@@ -113,6 +108,17 @@ class CudaBackend(ops.Backend):
         if syncs:  # CUDA syncs the current stream to size the output
             cap.sync([cap.position(sid)], ops.implicit_sync_label(op.name), frame)
         return out
+
+    def _aliases_input(self, o: torch.Tensor, args: tuple, reads: List[Access],
+                       writes: List[Access]) -> bool:
+        """Is output ``o`` in the storage of an argument (an in-place or ``out=`` op)
+        rather than memory allocated for the op?"""
+        if args and o is args[0]:  # in-place ops return self: the common case, cheaply
+            return True
+        sid = self.cap.ptr_sid.get(o.untyped_storage().data_ptr())
+        if sid is None:
+            return False
+        return any(a[0] == sid for a in writes) or any(a[0] == sid for a in reads)
 
     def _is_dev(self, t: torch.Tensor) -> bool:
         return t.device.type == self.dev_type
