@@ -5,19 +5,20 @@
 With no plan installed this is a dictionary-free no-op, so the server code pays nothing
 for being testable. A scenario installs a *plan* (any object with ``hit(name, ctx)``) that
 may stall the current stream there or answer a question the engine asks (``ask``).
-This module sits below every other harness layer and imports nothing from them.
+The plan is part of the current run (``harness.context``, which like this module sits
+below every other harness layer and imports nothing from them).
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
-_plan: Optional[Any] = None
+from .context import current
 
 
 def fault_point(name: str, **ctx: Any) -> None:
     """Mark a named place in the engine; a plan may stall the current stream here."""
-    plan = _plan
+    plan = current().plan
     if plan is not None:
         plan.hit(name, ctx)
 
@@ -26,7 +27,7 @@ def observe(name: str, **values: Any) -> None:
     """Report a value the host has just seen (e.g. the relayed accept state at draft prep)
     to the plan's observer -- the oracles' window into the engine. Never changes what the
     engine does: a plan may stall at a ``fault_point``, never at an ``observe``."""
-    plan = _plan
+    plan = current().plan
     if plan is not None:
         plan.observe(name, values)
 
@@ -36,7 +37,7 @@ def ask(name: str, default: Any, **ctx: Any) -> Any:
 
     The engine's behaviour with no plan is always ``default`` -- the production order.
     """
-    plan = _plan
+    plan = current().plan
     if plan is None:
         return default
     return plan.ask(name, default, ctx)
@@ -46,9 +47,9 @@ def ask(name: str, default: Any, **ctx: Any) -> Any:
 def installed(plan: Any) -> Iterator[Any]:
     """Install ``plan`` for the duration of the block; an outer plan (a trial around a
     nested reference run) is restored afterwards."""
-    global _plan
-    outer, _plan = _plan, plan
+    ctx = current()
+    outer, ctx.plan = ctx.plan, plan
     try:
         yield plan
     finally:
-        _plan = outer
+        ctx.plan = outer

@@ -6,10 +6,10 @@ import sys
 
 VARIANTS = {
     "baseline": "",
-    "no-api-wrappers": "C._install_patches = lambda *a, **k: (lambda: None)",
-    "no-dispatch-mode": "import contextlib as _c; C._CaptureMode = lambda cap: _c.nullcontext()",
+    "no-api-wrappers": "C.runtime.ensure_api_wrapped = lambda *a, **k: None",
+    "no-dispatch-mode": "import contextlib as _c; C.runtime.CaptureMode = lambda cap: _c.nullcontext()",
     "no-pinned-subclass": "hostmem.register = lambda t, name='': t",
-    "no-storage-hold": "C._Capture.storage_id = lambda self, t: (hostmem.new_sid(), t.untyped_storage().data_ptr())",
+    "no-storage-hold": "C.Capture.storage_id = lambda self, t: (hostmem.new_sid(), t.untyped_storage().data_ptr())",
     "gc-off": "import gc; gc.disable()",
     "no-lift-flag": "torch._C._set_only_lift_cpu_tensors = lambda v: None",
 }

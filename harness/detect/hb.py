@@ -185,12 +185,27 @@ def _frame(doc: dict) -> Optional[Frame]:
 
 
 class _Entry:
-    __slots__ = ("actor", "n", "lo", "hi", "write", "info", "owner")
+    """One access in the shadow state. Its ``AccessInfo`` is built only when it is part
+    of a race (``info()``): an access per op is the detector's hot path."""
 
-    def __init__(self, actor: int, n: int, lo: int, hi: int, write: bool,
-                 info: AccessInfo, owner: Optional[int] = None) -> None:
-        self.actor, self.n, self.lo, self.hi, self.write, self.info = actor, n, lo, hi, write, info
+    __slots__ = ("actor", "n", "lo", "hi", "write", "rec", "name", "owner")
+
+    def __init__(self, actor: int, n: int, lo: int, hi: int, write: bool, rec, name: str,
+                 owner: Optional[int] = None) -> None:
+        self.actor, self.n, self.lo, self.hi, self.write = actor, n, lo, hi, write
+        self.rec = rec  # the OpRecord or HostAccess that made it
+        self.name = name  # the actor's name when it was made
         self.owner = owner  # sid of an earlier owner of the block (None: this storage)
+
+    def info(self) -> AccessInfo:
+        rec = self.rec
+        if isinstance(rec, HostAccess):
+            return AccessInfo("host", "host write" if self.write else "host read", self.n,
+                              self.write, rec.frame, rec.index)
+        if rec.replay is not None:
+            return ReplayedAccess(self.name, rec.name, rec.seq, self.write, rec.frame,
+                                  rec.index, rec.replay.frame)
+        return AccessInfo(self.name, rec.name, rec.seq, self.write, rec.frame, rec.index)
 
 
 def _join(into: VC, other: VC) -> None:
@@ -243,20 +258,15 @@ class HBDetector:
             if self.needed is None or (s, rec.seq) in self.needed:
                 self.at_position[(s, rec.seq)] = dict(vc)
             actor = self.trace.stream_name(s)
-            replay = rec.replay
-            for write, accesses in ((False, rec.reads), (True, rec.writes)):
-                for sid, lo, hi in accesses:
-                    info = (AccessInfo(actor, rec.name, rec.seq, write, rec.frame, rec.index)
-                            if replay is None else
-                            ReplayedAccess(actor, rec.name, rec.seq, write, rec.frame,
-                                           rec.index, replay.frame))
-                    self._check(s, rec.seq, vc, sid, lo, hi, write, info)
+            n = rec.seq
+            for sid, lo, hi in rec.reads:
+                self._check(s, n, vc, sid, lo, hi, False, rec, actor)
+            for sid, lo, hi in rec.writes:
+                self._check(s, n, vc, sid, lo, hi, True, rec, actor)
         elif isinstance(rec, HostAccess):
             host[HOST] += 1
             sid, lo, hi = rec.access
-            self._check(HOST, host[HOST], host, sid, lo, hi, rec.write,
-                        AccessInfo("host", "host read" if not rec.write else "host write",
-                                   host[HOST], rec.write, rec.frame, rec.index))
+            self._check(HOST, host[HOST], host, sid, lo, hi, rec.write, rec, "host")
         elif isinstance(rec, SyncRecord):
             for pos in rec.waits:
                 _join(host, self.at_position.get(pos, {}))
@@ -280,7 +290,7 @@ class HBDetector:
         for e in self.shadow.pop(rec.prev, ()):
             if e.n <= done.get(e.actor, 0):
                 continue  # record_stream: the allocator waited for this access
-            carried.append(_Entry(e.actor, e.n, e.lo, e.hi, e.write, e.info,
+            carried.append(_Entry(e.actor, e.n, e.lo, e.hi, e.write, e.rec, e.name,
                                   rec.prev if e.owner is None else e.owner))
         if carried:
             self.shadow[rec.sid] = carried + self.shadow.get(rec.sid, [])
@@ -293,9 +303,13 @@ class HBDetector:
                      a.frame if a is not None else None)
 
     def _check(self, actor: int, n: int, vc: VC, sid: int, lo: int, hi: int, write: bool,
-               info: AccessInfo) -> None:
-        entries = self.shadow.get(sid, ())
+               rec, name: str) -> None:
+        entries = self.shadow.get(sid)
+        if not entries:  # first access of the storage (or all superseded): nothing to check
+            self.shadow[sid] = [_Entry(actor, n, lo, hi, write, rec, name)]
+            return
         keep: List[_Entry] = []
+        info: Optional[AccessInfo] = None
         for e in entries:
             overlap = e.lo < hi and lo < e.hi
             ordered = e.actor == actor or e.n <= vc.get(e.actor, 0)
@@ -305,7 +319,9 @@ class HBDetector:
                 if e.owner is not None:
                     reuse = Reuse(self.block_of.get(sid, -1), self._owner(e.owner),
                                   self._owner(sid))
-                race = Race(kind, self.trace.storage_name(sid), e.info, info, reuse=reuse)
+                if info is None:
+                    info = _Entry(actor, n, lo, hi, write, rec, name).info()
+                race = Race(kind, self.trace.storage_name(sid), e.info(), info, reuse=reuse)
                 old = self.found.get(race.key())
                 if old is None:
                     self.found[race.key()] = race
@@ -318,7 +334,7 @@ class HBDetector:
             if ordered and covered and (write or not e.write):
                 continue
             keep.append(e)
-        keep.append(_Entry(actor, n, lo, hi, write, info))
+        keep.append(_Entry(actor, n, lo, hi, write, rec, name))
         self.shadow[sid] = keep
 
 

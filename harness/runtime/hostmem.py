@@ -12,40 +12,39 @@ every pinned host allocation here, and report host accesses to it:
 """
 from __future__ import annotations
 
-import itertools
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import torch
 
+from ..context import current
+from . import native
 from .trace import Frame, tensor_range, user_frame
 
-# Storage ids are numbered per run: ``save()`` (a runtime opening) starts a fresh count and
-# ``restore()`` puts the outer run's back, so the same run gives the same trace also when it
-# is not the first in its process (pytest, the API).
-_sid_counter = itertools.count(1)
+# The registry and the storage-id count are the current run's (``harness.context``): a
+# runtime opening starts both afresh, so the same run gives the same trace also when it is
+# not the first in its process (pytest, the API). A registry entry is
+# data_ptr -> (sid, name, tensor): it holds the tensor so its memory cannot be freed and
+# handed to an unrelated tensor while registered. The run's ``recorder(access, write,
+# name, frame)`` is set by the backend.
 
 
 def new_sid() -> int:
     """A fresh storage id (never reused within a run, unlike data pointers)."""
-    return next(_sid_counter)
+    return next(current().sids)
 
 
-# storage data_ptr -> (sid, name, tensor). The entry holds the tensor so its memory cannot
-# be freed and handed to an unrelated tensor while registered; ``clear()`` ends a run.
-_PINNED: Dict[int, Tuple[int, str, torch.Tensor]] = {}
-
-# Set by the active backend: recorder(access, write, name, frame) -> None
-RECORDER: Optional[Callable[..., None]] = None
+def watching() -> bool:
+    """Is any pinned memory registered in this run? (The cheap test hot paths ask.)"""
+    return bool(current().pinned)
 
 
 def register(t: torch.Tensor, name: str = "") -> "PinnedHostTensor":
     """Mark ``t`` (a CPU tensor standing for pinned memory) as watched; return it wrapped."""
-    from . import native  # native code that writes pinned memory reports it from now on
-    native.ensure_wrapped()
-    storage = t.untyped_storage()
-    ptr = storage.data_ptr()
-    if ptr not in _PINNED:
-        _PINNED[ptr] = (new_sid(), name or f"pinned {str(t.dtype)[6:]}{list(t.shape)}", t)
+    native.ensure_wrapped(note_host)  # native code writing pinned memory reports it now on
+    pinned = current().pinned
+    ptr = t.untyped_storage().data_ptr()
+    if ptr not in pinned:
+        pinned[ptr] = (new_sid(), name or f"pinned {str(t.dtype)[6:]}{list(t.shape)}", t)
     if type(t) is PinnedHostTensor:
         return t
     return t.as_subclass(PinnedHostTensor)
@@ -53,9 +52,10 @@ def register(t: torch.Tensor, name: str = "") -> "PinnedHostTensor":
 
 def lookup(t: torch.Tensor) -> Optional[Tuple[int, str]]:
     """(sid, name) when ``t`` lives in watched pinned memory, else None."""
-    if not _PINNED or t.device.type != "cpu":
+    pinned = current().pinned
+    if not pinned or t.device.type != "cpu":
         return None
-    hit = _PINNED.get(t.untyped_storage().data_ptr())
+    hit = pinned.get(t.untyped_storage().data_ptr())
     return None if hit is None else (hit[0], hit[1])
 
 
@@ -69,7 +69,7 @@ def access_of(t: torch.Tensor) -> Optional[Tuple[Tuple[int, int, int], str]]:
 
 def note_host(t: torch.Tensor, write: bool, frame: Optional[Frame] = None) -> None:
     """Report a host read/write of ``t`` if it is watched pinned memory."""
-    rec = RECORDER
+    rec = current().recorder
     if rec is None:
         return
     acc = access_of(t)
@@ -82,7 +82,7 @@ def note_host_op(func, args: tuple, kwargs: dict, record, depth: int = 3) -> Non
     (from its schema) to ``record(access, write, name, frame)``. Shared by both backends'
     dispatch modes; callers skip metadata-only ops (views), which touch no data."""
     from .schema import arg_value, effects, iter_tensors
-    if not _PINNED:
+    if not current().pinned:
         return
     frame = None
     for key, is_write in effects(func).tensor_args:
@@ -94,27 +94,8 @@ def note_host_op(func, args: tuple, kwargs: dict, record, depth: int = 3) -> Non
 
 
 def clear() -> None:
-    _PINNED.clear()
-
-
-Saved = Tuple[Dict[int, Tuple[int, str, torch.Tensor]], Any]
-
-
-def save() -> Saved:
-    """Detach the current registry and storage-id count: a run (nested or not) starts
-    empty, numbering from 1; ``restore`` puts the outer state back."""
-    global _sid_counter
-    saved = (dict(_PINNED), _sid_counter)
-    _PINNED.clear()
-    _sid_counter = itertools.count(1)
-    return saved
-
-
-def restore(saved: Saved) -> None:
-    global _sid_counter
-    pinned, _sid_counter = saved
-    _PINNED.clear()
-    _PINNED.update(pinned)
+    """Forget this run's pinned registry."""
+    current().pinned.clear()
 
 
 _HOST_READS = {torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__}

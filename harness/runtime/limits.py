@@ -83,10 +83,11 @@ def check_environment() -> None:
 
 
 def gpu_watchdog(backend: str, trials: int, stall_ms: Optional[float], what: str):
-    """A context manager: on ``cuda``, the watchdog (``cuda.watchdog``: stacks on stderr,
-    exit status ``cuda.WATCHDOG_EXIT``) armed for ``watchdog_seconds(trials, stall_ms)``;
+    """A context manager: on ``cuda``, the watchdog (``watchdog.watchdog``: stacks on
+    stderr, exit status ``watchdog.WATCHDOG_EXIT``) armed for
+    ``watchdog_seconds(trials, stall_ms)``;
     elsewhere nothing (the simulator bounds its own work: iteration cap, deadlocks)."""
     if backend != "cuda":
         return contextlib.nullcontext()
-    from .cuda import watchdog
+    from .watchdog import watchdog
     return watchdog(watchdog_seconds(trials, stall_ms), what)

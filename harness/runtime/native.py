@@ -6,8 +6,8 @@ memory that hides a real bug class from the detector -- the host filling a stagi
 after the non_blocking copy that reads it was queued ("upload before fill"). Each such
 call is declared here with the access it makes, and wrapped once per process (never per
 run: swapping class attributes around every traced run crashed CPython on the H200, see
-``cuda.ensure_api_wrapped``). The wrapper reports to whichever run is recording
-(``hostmem.RECORDER``) and is a plain call otherwise.
+``cuda.api``). The wrapper reports to whichever run is recording (the current run's
+``recorder``, ``harness.context``) and is a plain call otherwise.
 
 Declared:
 
@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Tuple
 
 import torch
 
-from . import hostmem
+from ..context import current
 from .trace import user_frame
 
 
@@ -41,6 +41,9 @@ DECLARED: Tuple[Tuple[str, str, str, Callable[[tuple, dict], Optional[torch.Tens
 )
 
 _WRAPPED = set()
+# hostmem.note_host(t, write, frame), handed over by ``ensure_wrapped`` (hostmem calls it:
+# importing hostmem here would make the two modules a circle)
+_note_host: Callable[..., None] = lambda t, write, frame: None
 
 
 def _wrap(orig: Callable[..., Any], written: Callable[[tuple, dict], Optional[torch.Tensor]]
@@ -48,18 +51,22 @@ def _wrap(orig: Callable[..., Any], written: Callable[[tuple, dict], Optional[to
     @functools.wraps(orig)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         res = orig(*args, **kwargs)
-        if hostmem.RECORDER is not None and hostmem._PINNED:
+        ctx = current()
+        if ctx.recorder is not None and ctx.pinned:
             t = written(args, kwargs)
             if t is not None:
-                hostmem.note_host(t, True, user_frame(2))
+                _note_host(t, True, user_frame(2))
         return res
 
     wrapped._specrace_native = True
     return wrapped
 
 
-def ensure_wrapped() -> None:
-    """Wrap every declared call whose library is loaded (cheap once all are done)."""
+def ensure_wrapped(note_host: Callable[..., None]) -> None:
+    """Wrap every declared call whose library is loaded (cheap once all are done); the
+    wrappers report through ``note_host`` (``hostmem.note_host``)."""
+    global _note_host
+    _note_host = note_host
     if len(_WRAPPED) == len(DECLARED):
         return
     for mod_name, cls_name, meth, written in DECLARED:

@@ -22,6 +22,7 @@ from harness.detect import detect
 from harness.pytest_plugin import gpu_for_worker, parse_nvidia_smi_list
 from harness.runtime import BackendError, open_runtime, resolve_backend
 from harness.runtime import cuda as C
+from harness.runtime.cuda import calibration as CAL
 from harness.runtime.trace import (AllocRecord, EventRecord, FreeRecord, HostAccess,
                                    OpRecord, QueryRecord, RecordStreamRecord, SyncRecord,
                                    Trace)
@@ -190,9 +191,9 @@ class FakeDevice:
 def cpu_capture():
     """The CUDA capture with CPU tensors as device memory and fake streams/events."""
     fake = FakeDevice()
-    cap = C._Capture(Trace(), lambda: fake.current, default_handle=0, dev_type="cpu")
+    cap = C.Capture(Trace(), lambda: fake.current, default_handle=0, dev_type="cpu")
     C.ensure_api_wrapped(FakeStream, FakeEvent, fake.module, FakeGraph)
-    with C.capturing(cap), torch.no_grad(), C._CaptureMode(cap):
+    with C.capturing(cap), torch.no_grad(), C.CaptureMode(cap):
         yield cap, fake
 
 
@@ -283,7 +284,8 @@ def _reuse_on_capture(record: bool, via_dispatch: bool = False):
         with fake.on(sch):
             y = x * 10
             if record and via_dispatch:
-                C._record_stream(cap, lambda *a: None, (x, sch), {})
+                C.CudaBackend(cap, None).record_stream(types.SimpleNamespace(func=lambda *a: None),
+                                                       (x, sch), {})
             elif record:
                 cap.record_stream(x, sch, ("prog.py", 2, "record"))
         del x
@@ -458,20 +460,16 @@ def test_event_from_an_earlier_capture_is_not_trusted():
 
 def test_host_read_of_pinned_buffer_is_recorded():
     """The hostmem path (pinned registry) is backend-neutral: check the CUDA recorder."""
+    from harness import context
     from harness.runtime import hostmem
     trace = Trace()
-    cap = C._Capture(trace, lambda: 0, dev_type="cuda")
-    buf = hostmem.register(torch.zeros(4), "pinned float32[4] test")
-    prev = hostmem.RECORDER
-    hostmem.RECORDER = cap.note_host_access
-    try:
+    cap = C.Capture(trace, lambda: 0, dev_type="cuda")
+    with context.opened(recorder=cap.note_host_access):
+        buf = hostmem.register(torch.zeros(4), "pinned float32[4] test")
         buf.tolist()
-        with C._CaptureMode(cap):
+        with C.CaptureMode(cap):
             buf[1].item()  # a view (no access) then a host read through dispatch
             buf.fill_(1)  # host write
-    finally:
-        hostmem.RECORDER = prev
-        hostmem.clear()
     accs = [r for r in trace.log if isinstance(r, HostAccess)]
     assert [(a.write, a.access[1:]) for a in accs] == [(False, (0, 16)), (False, (4, 8)),
                                                        (True, (0, 16))]
@@ -493,7 +491,7 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(C, "_CYCLES_PER_MS", 2e6)
+    monkeypatch.setattr(CAL, "_CYCLES_PER_MS", 2e6)
     monkeypatch.setattr(C.CudaRuntime, "_dev_type", "cpu")
 
     @contextlib.contextmanager
@@ -509,7 +507,7 @@ def fake_cuda(monkeypatch):
 
 
 def test_runtime_lifecycle_on_fake_cuda(fake_cuda):
-    from harness.runtime import hostmem
+    from harness import context
     with C.cuda_runtime() as rt:
         assert rt.backend == "cuda" and rt.cycles_per_ms == 2e6
         fwd = FakeStream(3)
@@ -528,7 +526,7 @@ def test_runtime_lifecycle_on_fake_cuda(fake_cuda):
         with C.cuda_runtime(trace=False) as plain:
             torch.ones(3)
             plain.stall(1)
-        assert hostmem.RECORDER == rt._cap.note_host_access
+        assert context.current().recorder == rt._cap.note_host_access
         ev.wait()
         z = x + 1
     assert [(o.name, o.stream, o.seq) for o in rt.trace.ops()] == [
@@ -549,9 +547,9 @@ def test_runtime_lifecycle_on_fake_cuda(fake_cuda):
     torch.cuda.synchronize()
     assert len(rt.trace.log) == n
     assert getattr(FakeEvent.record, "_specrace_wrapper", False)
-    assert hostmem.RECORDER is None
+    assert context.current().recorder is None
     assert torch._C._only_lift_cpu_tensors() is False
-    assert C._ACTIVE is None
+    assert context.current().cuda_capture is None
     del y, z
 
 
@@ -571,23 +569,24 @@ def test_capture_numbers_storages_per_run(fake_cuda):
 @pytest.mark.parametrize("value", ["1e12", "nan", "inf", "-2e6", "0", "fast", "1e3"])
 def test_cycles_per_ms_from_the_environment_is_validated(monkeypatch, value):
     from harness.runtime import limits
-    monkeypatch.setattr(C, "_CYCLES_PER_MS", None)
+    monkeypatch.setattr(CAL, "_CYCLES_PER_MS", None)
     monkeypatch.setenv("SPECRACE_CYCLES_PER_MS", value)
     with pytest.raises(limits.LimitError) as info:
         C.calibrate()
     msg = str(info.value)
     assert "SPECRACE_CYCLES_PER_MS" in msg and "\n" not in msg
-    assert C._CYCLES_PER_MS is None
+    assert CAL._CYCLES_PER_MS is None
 
 
 def test_cycles_per_ms_from_the_environment_skips_calibration(monkeypatch):
-    monkeypatch.setattr(C, "_CYCLES_PER_MS", None)
+    monkeypatch.setattr(CAL, "_CYCLES_PER_MS", None)
     monkeypatch.setenv("SPECRACE_CYCLES_PER_MS", "1.98e6")
     assert C.calibrate() == 1.98e6
 
 
 def test_gpu_watchdog_is_armed_for_cuda_with_a_limit_from_the_work(monkeypatch):
     from harness.runtime import limits
+    from harness.runtime import watchdog as W
     armed = []
 
     @contextlib.contextmanager
@@ -595,7 +594,7 @@ def test_gpu_watchdog_is_armed_for_cuda_with_a_limit_from_the_work(monkeypatch):
         armed.append((seconds, what))
         yield
 
-    monkeypatch.setattr(C, "watchdog", fake_watchdog)
+    monkeypatch.setattr(W, "watchdog", fake_watchdog)
     monkeypatch.delenv(limits.WATCHDOG_ENV, raising=False)
     with limits.gpu_watchdog("sim", 200, None, "sim run"):
         pass

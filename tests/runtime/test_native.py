@@ -10,7 +10,7 @@ import xgrammar
 
 from harness.detect import detect
 from harness.policies import parse_policy
-from harness.runtime import native
+from harness.runtime import hostmem, native
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import HostAccess
 from impl.grammar import GrammarBackend, allocate_vocab_mask, bitmask_width
@@ -60,9 +60,9 @@ def test_upload_before_fill_is_a_race_fill_then_upload_is_clean(policy, upload_f
 
 
 def test_wrapped_once_and_silent_outside_a_run():
-    native.ensure_wrapped()
+    native.ensure_wrapped(hostmem.note_host)
     first = xgrammar.GrammarMatcher.fill_next_token_bitmask
-    native.ensure_wrapped()
+    native.ensure_wrapped(hostmem.note_host)
     assert xgrammar.GrammarMatcher.fill_next_token_bitmask is first
     assert getattr(first, "_specrace_native", False)
     row = torch.full((1, W), 0, dtype=torch.int32)

@@ -15,11 +15,12 @@ from typing import Iterator, Optional
 
 import torch
 
-from .. import hostmem
+from ...context import current, opened
 from ..policy import Policy
 from . import graphs as _graphs
+from . import dispatch as _dispatch
 from . import tensor as _tensor
-from .device import (Event, SimDevice, SimDeviceError, Stream, current_device, set_device)
+from .device import Event, SimDevice, SimDeviceError, Stream, current_device
 
 __all__ = ["install", "session", "module", "SimDevice", "SimDeviceError", "Stream", "Event"]
 
@@ -115,9 +116,9 @@ def install() -> None:
     _setup_privateuseone_for_python_backend(rename="sim", backend_module=module)
     sys.modules.setdefault("torch.sim", module)
     _tensor.SIM = torch.device("sim", 0)
+    _tensor.BACKEND = _dispatch.BACKEND
     from .. import pinning
-    from . import device as _device
-    pinning.install_sim_tensor_factory(lambda: _device._DEVICE is not None)
+    pinning.install_sim_tensor_factory(lambda: current().sim_device is not None)
     _INSTALLED = True
 
 
@@ -138,21 +139,16 @@ def _dynamo_off() -> Iterator[None]:
 def session(policy: Optional[Policy] = None) -> Iterator[SimDevice]:
     """A fresh simulated device with ``policy``, the dispatch mode on, autograd off.
 
-    Sessions nest (a reference run inside a running trial): the outer device, its pinned
-    memory registry and its host-access recorder are restored on exit.
+    Sessions nest (a reference run inside a running trial): each is a run context of its
+    own (``harness.context``), so the outer device, its pinned memory registry and its
+    host-access recorder come back on exit.
     """
     install()
-    from .device import _DEVICE as outer
-    saved_pinned = hostmem.save()
-    saved_recorder = hostmem.RECORDER
-    dev = SimDevice(policy)
-    set_device(dev)
-    hostmem.RECORDER = dev.note_host_access
-    try:
-        with torch.no_grad(), _dynamo_off(), _tensor.SimMode():
-            yield dev
-    finally:
-        dev.allocator.close()
-        hostmem.RECORDER = saved_recorder
-        hostmem.restore(saved_pinned)
-        set_device(outer)
+    with opened() as ctx:
+        dev = ctx.sim_device = SimDevice(policy)
+        ctx.recorder = dev.note_host_access
+        try:
+            with torch.no_grad(), _dynamo_off(), _dispatch.SimMode():
+                yield dev
+        finally:
+            dev.allocator.close()

@@ -27,12 +27,13 @@ import collections
 import itertools
 from typing import Any, Deque, List, Optional
 
+from ...context import current
 from ..policy import Policy, RunAll
 from .allocator import SimAllocator
-from .errors import SimDeadlock, SimDeviceError
 from .scheduler import Scheduler
 from ..trace import (EventRecord, HostAccess, OpRecord, Position, QueryRecord, SyncRecord,
                      Trace, user_frame)
+from .errors import SimDeadlock, SimDeviceError, check_session  # noqa: F401 (re-exported)
 
 import torch
 
@@ -41,12 +42,6 @@ _NoSubclassFunction = torch._C.DisableTorchFunctionSubclass
 
 HOST_STEP_US = 1.0  # virtual host time per device API call
 FOREVER = float("inf")
-
-
-def _owned(dev: "SimDevice", owner: Optional["SimDevice"], what: str) -> None:
-    if owner is not dev:
-        raise SimDeviceError(f"{what} belongs to another simulator session: streams and "
-                             f"events cannot be carried from one run into the next")
 
 
 class Stream:
@@ -66,7 +61,7 @@ class Stream:
 
     # --- CUDA's Stream API -------------------------------------------------------------
     def _mine(self, what: str) -> "SimDevice":
-        _owned(current_device(), self._dev, f"{what}: {self!r}")
+        check_session(current_device(), self._dev, f"{what}: {self!r}")
         return self._dev
 
     def wait_event(self, event: "Event") -> None:
@@ -116,7 +111,7 @@ class Event:
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False,
                  interprocess: bool = False) -> None:
-        self._dev = _DEVICE
+        self._dev = current().sim_device
         self.eid = self._dev.new_eid() if self._dev is not None else 0
         self.position: Optional[Position] = None
         self.token: Any = None  # recorded inside a graph capture (sim/graphs.py)
@@ -126,7 +121,7 @@ class Event:
         dev = current_device()
         if self._dev is None:
             self._dev, self.eid = dev, dev.new_eid()
-        _owned(dev, self._dev, f"{what}: {self!r}")
+        check_session(dev, self._dev, f"{what}: {self!r}")
         return dev
 
     def record(self, stream: Optional[Stream] = None) -> None:
@@ -381,16 +376,9 @@ class SimDevice:
         return sum(len(s.pending) for s in self.streams)
 
 
-# The process has one simulated device at a time; ``install``/``reset`` swap it.
-_DEVICE: Optional[SimDevice] = None
-
-
 def current_device() -> SimDevice:
-    if _DEVICE is None:
+    """The simulated device of the open session (the current run's, ``harness.context``)."""
+    dev = current().sim_device
+    if dev is None:
         raise RuntimeError("the sim device is not set up: use harness.runtime.sim.session()")
-    return _DEVICE
-
-
-def set_device(dev: Optional[SimDevice]) -> None:
-    global _DEVICE
-    _DEVICE = dev
+    return dev

@@ -1,9 +1,11 @@
-"""The simulated device's errors (their own module: the device and its scheduler raise them)."""
+"""The simulator's errors, and the check that a stream or event belongs to its session."""
 from __future__ import annotations
+
+from typing import Any, Optional
 
 from .. import DeadlockError
 
-__all__ = ["SimDeviceError", "SimDeadlock"]
+__all__ = ["SimDeviceError", "SimDeadlock", "check_session"]
 
 
 class SimDeviceError(RuntimeError):
@@ -13,3 +15,9 @@ class SimDeviceError(RuntimeError):
 
 class SimDeadlock(SimDeviceError, DeadlockError):
     """A host sync waits on something that can never complete."""
+
+
+def check_session(dev: Any, owner: Optional[Any], what: str) -> None:
+    if owner is not dev:
+        raise SimDeviceError(f"{what} belongs to another simulator session: streams and "
+                             f"events cannot be carried from one run into the next")

@@ -1,0 +1,128 @@
+"""The CUDA runtime's lifecycle: ``cuda_runtime(trace=True)`` yields a ``CudaRuntime``.
+
+``impl/`` code runs on it unchanged (``rt.device`` is a real ``cuda`` device, ``rt.module``
+is ``torch.cuda``). A run is a run context of its own (``harness.context``): its pinned
+registry, its host recorder and -- when traced -- its capture, with the dispatch mode on
+and the API wrappers (installed once per process) logging into it. ``trace=False``
+installs nothing (no mode, no logging): repro-rate measurements run at full speed, with
+only the stall and the labels. Runtimes nest (a reference run inside a trial): the outer
+capture pauses while an inner runtime is open.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator, Optional
+
+import torch
+
+from ...context import current, opened
+from .. import BackendError, Runtime
+from ..pinning import CudaPinning, needs_cuda_pinning
+from ..trace import Trace, user_frame
+from ..watchdog import watchdog
+from . import calibration
+from .api import ensure_api_wrapped
+from .capture import Capture, handle_of
+from .dispatch import CaptureMode
+
+
+def _raw_stream_fn(index: int) -> Callable[[], int]:
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return lambda: raw(index)
+    return lambda: torch.cuda.current_stream(index).cuda_stream
+
+
+class CudaRuntime(Runtime):
+    backend = "cuda"
+    _dev_type = "cuda"  # whose tensors are device memory (the CPU tests swap in "cpu")
+
+    def __init__(self, trace: bool = True) -> None:
+        index = torch.cuda.current_device()
+        self.device = torch.device("cuda", index)
+        self.trace = Trace()
+        self.tracing = trace
+        default = torch.cuda.default_stream(self.device).cuda_stream
+        self._cap = Capture(self.trace, _raw_stream_fn(index), default_handle=default,
+                            dev_type=self._dev_type)
+        self._cycles_per_ms: Optional[float] = None
+
+    # --- streams ---------------------------------------------------------------------
+    def label(self, stream, name: str) -> None:
+        self._cap.stream_id(handle_of(stream), name)
+
+    def stream_id(self, stream=None) -> int:
+        """The trace id of ``stream`` (None: the current stream)."""
+        return self._cap.stream_of(stream)
+
+    # --- stalls ----------------------------------------------------------------------
+    def calibrate(self, force: bool = False) -> float:
+        self._cycles_per_ms = calibration.calibrate(force)
+        return self._cycles_per_ms
+
+    @property
+    def cycles_per_ms(self) -> float:
+        if self._cycles_per_ms is None:
+            self.calibrate()
+        return self._cycles_per_ms  # type: ignore[return-value]
+
+    def stall(self, ms: Optional[float] = None) -> None:
+        """Hold the *current* stream busy for ``ms`` (None: ``DEFAULT_STALL_MS``), capped
+        at ``MAX_STALL_MS``; logged as a stall op when tracing."""
+        cycles = calibration.stall_cycles(ms, self.cycles_per_ms)
+        if cycles > 0:
+            torch.cuda._sleep(cycles)
+        if self.tracing:
+            cap = self._cap
+            cap.op(cap.cur(), "stall", [], [], user_frame(2), kind="stall",
+                   duration=calibration.clamp_ms(ms) * 1000.0)
+
+    watchdog = staticmethod(watchdog)
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+
+@contextlib.contextmanager
+def capturing(cap: Capture) -> Iterator[Capture]:
+    """Make ``cap`` the capture the API wrappers log into, for the block (tests drive a
+    capture without a runtime)."""
+    ctx = current()
+    outer, ctx.cuda_capture = ctx.cuda_capture, cap
+    try:
+        yield cap
+    finally:
+        ctx.cuda_capture = outer
+
+
+@contextlib.contextmanager
+def cuda_runtime(trace: bool = True) -> Iterator[CudaRuntime]:
+    """The CUDA backend for one run; ``trace=False`` installs no capture at all.
+
+    Runtimes nest (a reference run inside a trial): while an inner one is open, the outer
+    capture records nothing; its pinned-memory registry and host recorder come back with
+    its run context on exit.
+    """
+    if not torch.cuda.is_available():
+        raise BackendError("--backend cuda: no CUDA device is available on this machine")
+    rt = CudaRuntime(trace)
+    rt.calibrate()
+    outer = current().cuda_capture
+    if outer is not None:
+        outer.depth += 1  # pause the outer run's capture (mode and wrappers pass through)
+    # A process that opened the simulator must ask CUDA about pinned memory explicitly.
+    pinning = CudaPinning() if needs_cuda_pinning() else contextlib.nullcontext()
+    try:
+        if not trace:
+            with opened(recorder=None), torch.no_grad(), pinning:
+                yield rt
+            return
+        cap = rt._cap
+        ensure_api_wrapped(torch.cuda.Stream, torch.cuda.Event, torch.cuda,
+                           getattr(torch.cuda, "CUDAGraph", None))
+        with opened(cuda_capture=cap, recorder=cap.note_host_access), torch.no_grad(), \
+                pinning, CaptureMode(cap):
+            yield rt
+    finally:
+        if outer is not None:
+            outer.depth -= 1

@@ -1,0 +1,246 @@
+"""One classification of aten ops, shared by both backends' dispatch.
+
+Every aten op that reaches a backend is sorted onto one rung of one ladder, decided once
+per overload and cached (``info``):
+
+1. **special** -- ops with device semantics of their own: transfers (``_to_copy``,
+   ``copy_``), ``.item()``, allocations (``empty*``), ``record_stream``, pinning;
+2. **host** -- no device tensor involved (decided per call, ``Backend.on_device``);
+3. **composite** -- CompositeImplicitAutograd ops are decomposed, so the parts are seen;
+4. **inplace view** / **view** -- metadata only (``t_()``, ``view``, ``select``...);
+5. **no kernel** -- allocation or metadata work that runs nothing on the device
+   (``_unsafe_view``, ``resize_``, ``set_``...), and **query** -- ops returning no tensor
+   and mutating nothing (``is_same_size``): metadata questions;
+6. **kernel** -- a launch on the current stream: it reads its inputs (not the ones a
+   ``*_like`` / ``new_*`` factory uses for metadata only), reads and writes its in-place
+   arguments (``copy_`` only writes), writes its fresh outputs.
+
+What each rung *does* is the backend's: the simulator queues closures on its simulated
+streams, the CUDA capture lets CUDA run the op and records it for the detector. A backend
+subclasses ``Backend`` and names a handler per rung (and per special it models); the
+ladder itself, the read/write rule, which ops sync the host and the sync labels live here
+only, so the two backends cannot drift apart.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from .schema import OpEffects, arg_value, effects, iter_tensors
+
+aten = torch.ops.aten
+
+# Rungs of the ladder (``OpInfo.route``)
+COMPOSITE, INPLACE_VIEW, VIEW, NO_KERNEL, QUERY, KERNEL = (
+    "composite", "inplace_view", "view", "no_kernel", "query", "kernel")
+
+# Host-sync labels: the trace shows these; both backends use the same words.
+SYNC_D2H = "blocking D2H (.cpu/.tolist)"
+SYNC_D2H_INTO = "blocking D2H (copy_ into pageable memory)"
+SYNC_ITEM = "blocking D2H (.item)"
+SYNC_H2D = "blocking H2D"  # PyTorch's blocking H2D is memcpy_and_sync on the stream
+
+
+def implicit_sync_label(name: str) -> str:
+    return f"implicit sync: {name}"
+
+
+def _ops(*names: str) -> frozenset:
+    out = set()
+    for n in names:
+        packet, _, overload = n.partition(".")
+        op = getattr(getattr(aten, packet, None), overload or "default", None)
+        if op is not None:
+            out.add(op)
+    return frozenset(out)
+
+
+# Specials: op -> the name of the backend method that models it.
+SPECIALS: Dict[Any, str] = {
+    aten._to_copy.default: "to_copy",
+    aten.copy_.default: "copy",
+    aten._local_scalar_dense.default: "item",
+    aten.empty.memory_format: "empty",
+    aten.empty_strided.default: "empty",
+    aten.new_empty.default: "empty",
+    aten.new_empty_strided.default: "empty",
+    aten.empty_like.default: "empty_like",
+    aten.record_stream.default: "record_stream",
+    aten.lift_fresh.default: "first_arg",
+    aten.detach_.default: "first_arg",
+    aten._pin_memory.default: "pin",
+    aten.is_pinned.default: "is_pinned",
+}
+
+# Ops whose output shape depends on data: CUDA syncs the current stream to size them.
+_SYNC_OPS = _ops("nonzero.default", "masked_select.default", "_unique2.default",
+                 "unique_dim.default", "unique_consecutive.default", "_unique.default",
+                 "equal.default", "is_nonzero.default", "bincount.default")
+_BOOL_INDEX_OPS = _ops("index.Tensor", "index_put_.default", "index_put.default",
+                       "_index_put_impl_.default")
+_REPEAT_INTERLEAVE = _ops("repeat_interleave.Tensor")
+# No kernel runs: allocation or metadata only (the storage gets an id when first used).
+NO_KERNEL_OPS = _ops("empty.memory_format", "empty_strided.default", "new_empty.default",
+                     "new_empty_strided.default", "empty_like.default", "_unsafe_view.default",
+                     "resize_.default", "resize_as_.default", "set_.source_Storage",
+                     "set_.source_Storage_storage_offset", "set_.source_Tensor",
+                     "set_.default", "detach_.default", "lift_fresh.default",
+                     "is_pinned.default", "_has_same_storage_numel.default")
+# Ops returning no tensor that do read device data (not metadata queries).
+_READS_WITHOUT_TENSOR_RESULT = _ops("_assert_async.default", "_assert_async.msg")
+COPY = aten.copy_.default
+
+
+class OpInfo:
+    """What the ladder knows about one overload (immutable once built)."""
+
+    __slots__ = ("func", "name", "route", "special", "effects", "metadata_reads",
+                 "touches_data", "sync")
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+        self.name: str = func.__name__  # "add.Tensor": the trace's op name
+        self.special: Optional[str] = SPECIALS.get(func)
+        eff = self.effects = effects(func)
+        base = func._schema.name.split("::", 1)[-1]
+        # ``*_like`` / ``new_*`` factories use their input's metadata only (as CSAN models)
+        self.metadata_reads = base.endswith("_like") or base.startswith("new_")
+        inplace_view = torch.Tag.inplace_view in func.tags
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(),
+                                                          "CompositeImplicitAutograd"):
+            route = COMPOSITE
+        elif inplace_view:
+            route = INPLACE_VIEW
+        elif eff.is_view:
+            route = VIEW
+        elif func in NO_KERNEL_OPS:
+            route = NO_KERNEL
+        elif self._is_query(func, eff):
+            route = QUERY
+        else:
+            route = KERNEL
+        self.route = route
+        # Host ops on pinned memory are host accesses unless they touch no data: views,
+        # restrides, allocations, ``*_like`` factories (a view is not a host read).
+        self.touches_data = not (eff.is_view or inplace_view or func in NO_KERNEL_OPS
+                                 or self.metadata_reads)
+        self.sync = ("always" if func in _SYNC_OPS else "bool_index" if func in _BOOL_INDEX_OPS
+                     else "no_output_size" if func in _REPEAT_INTERLEAVE else None)
+
+    @staticmethod
+    def _is_query(func: Any, eff: OpEffects) -> bool:
+        returns_tensor = any("Tensor" in str(r.type) for r in func._schema.returns)
+        return (not returns_tensor and not eff.mutates and func not in _SYNC_OPS
+                and func not in _READS_WITHOUT_TENSOR_RESULT)
+
+    def __repr__(self) -> str:
+        return f"<OpInfo {self.name} {self.special or self.route}>"
+
+
+_INFO: Dict[Any, OpInfo] = {}
+
+
+def info(func: Any) -> OpInfo:
+    """The classification of ``func`` (cached per overload: asked for every op)."""
+    i = _INFO.get(func)
+    if i is None:
+        i = _INFO[func] = OpInfo(func)
+    return i
+
+
+def syncs_host(op: OpInfo, args: tuple, kwargs: dict) -> bool:
+    """Does CUDA sync the current stream to size this op's output?"""
+    rule = op.sync
+    if rule is None:
+        return False
+    if rule == "always":
+        return True
+    if rule == "bool_index":
+        indices = arg_value(args, kwargs, 1)
+        return any(t.dtype in (torch.bool, torch.uint8) for t in iter_tensors(indices))
+    return kwargs.get("output_size") is None
+
+
+def d2h_syncs(non_blocking: bool, into_pinned: bool) -> bool:
+    """A D2H copy returns before it lands only when non_blocking *and* into pinned memory."""
+    return not (non_blocking and into_pinned)
+
+
+def data_accesses(op: OpInfo, args: tuple, kwargs: dict,
+                  is_dev: Callable[[torch.Tensor], bool],
+                  access: Callable[[torch.Tensor], Any],
+                  other: Optional[Callable[[torch.Tensor, OpInfo], None]] = None
+                  ) -> Tuple[List[Any], List[Any]]:
+    """(reads, writes) of a kernel's device-tensor arguments, by the rule above;
+    ``other(t, op)`` sees every argument tensor that is not device memory."""
+    reads: List[Any] = []
+    writes: List[Any] = []
+    read_inplace = op.func is not COPY  # in-place ops read what they overwrite; copy_ not
+    read_inputs = not op.metadata_reads
+    for key, is_write in op.effects.tensor_args:
+        v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
+        if v is None:
+            continue
+        for t in (v,) if isinstance(v, torch.Tensor) else iter_tensors(v):
+            if is_dev(t):
+                a = access(t)
+                if is_write:
+                    writes.append(a)
+                    if read_inplace:
+                        reads.append(a)
+                elif read_inputs:
+                    reads.append(a)
+            elif other is not None:
+                other(t, op)
+    return reads, writes
+
+
+def transfer_target(src_dev: bool, kwargs: dict, dev_type: str) -> bool:
+    """For ``_to_copy``: is the result device memory? (No ``device=``: where ``src`` is.)"""
+    target = kwargs.get("device")
+    return torch.device(target).type == dev_type if target is not None else src_dev
+
+
+def copy_non_blocking(args: tuple, kwargs: dict) -> bool:
+    return bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
+
+
+class Backend:
+    """One backend's handlers for the ladder's rungs. ``dispatch`` picks the handler once
+    per overload (``_handlers``, per class) and calls ``handler(self, op, args, kwargs)``.
+
+    Subclasses define ``on_device(args, kwargs)``, ``host_op`` and one method per rung
+    (``composite``, ``inplace_view``, ``view``, ``no_kernel``, ``query``, ``kernel``), and
+    a method for each special of ``SPECIALS`` they model; a special they leave out is
+    classified like any other op.
+    """
+
+    _handlers: Dict[Any, Tuple[OpInfo, Any, Any]]
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls._handlers = {}
+
+    def on_device(self, args: tuple, kwargs: dict) -> bool:
+        raise NotImplementedError
+
+    def dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        entry = self._handlers.get(func)
+        if entry is None:
+            entry = self._handlers[func] = self._entry(func)
+        op, special, routed = entry
+        if special is not None:
+            return special(self, op, args, kwargs)
+        if not self.on_device(args, kwargs):
+            return self.host_op(op, args, kwargs)
+        return routed(self, op, args, kwargs)
+
+    @classmethod
+    def _entry(cls, func: Any) -> Tuple[OpInfo, Any, Any]:
+        op = info(func)
+        special = getattr(cls, op.special, None) if op.special is not None else None
+        return op, special, getattr(cls, op.route)
+
+    def host_op(self, op: OpInfo, args: tuple, kwargs: dict) -> Any:
+        raise NotImplementedError

@@ -1,0 +1,307 @@
+"""The simulator's rungs of the ``ops`` ladder: every aten op on a ``SimTensor`` (or
+naming ``device="sim"``) becomes a stream op on the current simulated stream.
+
+(Kernel launches are ``launch.py``.)
+
+* views are metadata: computed at once on ``_buf`` and re-wrapped, aliasing the base;
+* kernels get their outputs allocated now, filled with **poison** (device memory is
+  garbage until a kernel writes it), and their computation queued as a closure; when the
+  policy lets the stream run at once and the stream is idle, the op simply executes now
+  (the fast path: no meta run, no poison, no closure);
+* transfers follow CUDA: a blocking D2H syncs the current stream only; a non_blocking D2H
+  into pinned memory is a stream op the host does not wait for; a non_blocking H2D from
+  pinned memory reads its source when it executes, a pageable one snapshots it now;
+* ops whose output shape depends on data (nonzero, boolean masks) sync the current
+  stream and run eagerly, as CUDA does;
+* every op records what it read and wrote (storage id, byte range) and the user frame
+  that issued it, for the happens-before detector.
+"""
+from __future__ import annotations
+
+from typing import Any, List
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .. import hostmem, ops
+from ..trace import OpRecord, user_frame
+from .allocator import poison_fill
+from .device import current_device
+from .launch import launch
+from .tensor import (SimTensor, access, alias, new_storage, note_record_stream,
+                     poisoned_empty, unwrap)
+
+aten = torch.ops.aten
+_CPU = torch.device("cpu")
+
+
+class SimBackend(ops.Backend):
+    # --- the ladder ------------------------------------------------------------------
+    def on_device(self, args: tuple, kwargs: dict) -> bool:
+        for v in args:
+            if type(v) is SimTensor:
+                return True
+            if isinstance(v, (list, tuple)):
+                for x in v:
+                    if type(x) is SimTensor:
+                        return True
+        if kwargs:
+            for v in kwargs.values():
+                if type(v) is SimTensor:
+                    return True
+            dev = kwargs.get("device")
+            return dev is not None and torch.device(dev).type == "sim"
+        return False
+
+    def host_op(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        """An op on host tensors only: run it, report touches of watched pinned memory."""
+        func = op.func
+        if kwargs.get("pin_memory"):
+            kwargs = dict(kwargs)
+            del kwargs["pin_memory"]
+            out = func(*args, **kwargs)
+            return hostmem.register(out) if isinstance(out, torch.Tensor) else out
+        if op.touches_data and hostmem.watching():
+            hostmem.note_host_op(func, args, kwargs, current_device().note_host_access)
+        return func(*args, **kwargs)
+
+    def composite(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        with SimMode():
+            return op.func.decompose(*args, **kwargs)
+
+    def inplace_view(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        self_ = args[0]
+        # Kernels already queued hold ``self._buf`` itself as an argument, so don't restride
+        # that object: give the wrapper a fresh alias of the same memory and change *its*
+        # metadata (else, under lazy, ``y = x * 10; x.t_()`` ran the multiply transposed).
+        buf = self_._buf
+        buf = buf.as_strided(buf.size(), buf.stride(), buf.storage_offset())
+        op.func(buf, *unwrap(args[1:]), **unwrap(kwargs))
+        self_._buf = buf
+        self_.__dict__.pop("_acc", None)
+        with torch._C._DisableTorchDispatch():
+            op.func(self_, *args[1:], **kwargs)
+        return self_
+
+    def view(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        out = op.func(*unwrap(args), **unwrap(kwargs))
+        owner = op.effects.return_alias
+        base = (args[owner[0]] if type(owner[0]) is int else kwargs.get(owner[0])) \
+            if owner and owner[0] is not None else None
+        if isinstance(out, torch.Tensor):
+            return alias(out, base)
+        return type(out)(alias(o, base) for o in out)
+
+    def query(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        """A metadata question (``is_same_size``): no kernel, no sync, no access."""
+        return op.func(*unwrap(args), **unwrap(kwargs))
+
+    kernel = launch
+    # ``_unsafe_view``, ``resize_``, ``set_``: the simulator has no storage aliasing outside
+    # views, so it computes these as kernels (their outputs are fresh blocks).
+    no_kernel = launch
+
+    # --- specials --------------------------------------------------------------------
+    def to_copy(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        src = args[0]
+        src_sim = type(src) is SimTensor
+        dst_sim = ops.transfer_target(src_sim, kwargs, "sim")
+        non_blocking = bool(kwargs.get("non_blocking", False))
+        rest = {k: v for k, v in kwargs.items()
+                if k not in ("device", "non_blocking", "pin_memory")}
+        if src_sim and not dst_sim:
+            return _d2h_new(src, non_blocking, rest)
+        if dst_sim and not src_sim:
+            return _h2d_new(src, non_blocking, rest)
+        if src_sim:  # sim -> sim (dtype/layout change): an ordinary kernel
+            target = kwargs.get("device")
+            return launch(self, op, args, {**rest, **({"device": target} if target else {})})
+        return self.host_op(op, args, kwargs)
+
+    def copy(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        dst, src = args[0], args[1]
+        non_blocking = ops.copy_non_blocking(args, kwargs)
+        d_sim, s_sim = type(dst) is SimTensor, type(src) is SimTensor
+        if d_sim and s_sim:
+            return launch(self, op, (dst, src), {})
+        if d_sim:
+            if src.dim() > 0 and src.shape != dst.shape:
+                src = src.expand(dst.shape)
+            _h2d_into(current_device(), dst, src, non_blocking)
+            return dst
+        if s_sim:
+            dev = current_device()
+            pinned = hostmem.access_of(dst)
+            dbuf, sbuf = dst, src._buf
+
+            def kernel() -> None:
+                dbuf.copy_(sbuf)
+
+            dev.enqueue(OpRecord(dev.current.sid, "copy D2H", [access(src)],
+                                 [pinned[0]] if pinned else [], user_frame(3), kind="copy",
+                                 fn=kernel))
+            if pinned is not None:
+                dev.trace.storage_names.setdefault(pinned[0][0], pinned[1])
+            if ops.d2h_syncs(non_blocking, pinned is not None):
+                dev.sync_current(ops.SYNC_D2H_INTO)
+            return dst
+        return self.host_op(op, args, kwargs)
+
+    def item(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        src = args[0]
+        if type(src) is not SimTensor:
+            return self.host_op(op, args, kwargs)
+        dev = current_device()
+        box: List[Any] = []
+        sbuf = src._buf
+
+        def kernel() -> None:
+            box.append(sbuf.item())
+
+        dev.enqueue(OpRecord(dev.current.sid, "copy D2H (item)", [access(src)], [],
+                             user_frame(3), kind="copy", fn=kernel))
+        dev.sync_current(ops.SYNC_ITEM)
+        return box[0]
+
+    def empty(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        """Allocation only: no kernel runs, so device memory holds poison until written."""
+        func = op.func
+        kwargs = dict(kwargs)
+        pinned = kwargs.pop("pin_memory", False)
+        device = kwargs.get("device")
+        if func in (aten.new_empty.default, aten.new_empty_strided.default) and device is None:
+            device = args[0].device
+            kwargs.setdefault("dtype", args[0].dtype)
+        if device is not None and torch.device(device).type == "sim":
+            kwargs["device"] = _CPU
+            layout = func(*unwrap(args), **kwargs)  # the CPU factory gives shape and strides
+            return new_storage(current_device(), layout.shape, layout.stride(), layout.dtype,
+                               user_frame(3), func.__name__)
+        out = func(*args, **kwargs)
+        # Fresh pinned memory is as undefined as device memory; poison it so a host read
+        # before the copy lands is loud and deterministic.
+        return hostmem.register(poison_fill(out)) if pinned else out
+
+    def empty_like(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        """``empty_like`` allocates like ``empty``: on the device it is poison, not zeros
+        (run as a kernel it would hand back whatever the CPU allocator had -- often zeros,
+        hiding the empty-for-zeros bug)."""
+        src = args[0]
+        device = kwargs.get("device")
+        on_sim = (torch.device(device).type == "sim" if device is not None
+                  else type(src) is SimTensor)
+        kw = dict(kwargs)
+        pinned = kw.pop("pin_memory", False)
+        kw["device"] = _CPU
+        base = src._buf if type(src) is SimTensor else src
+        buf = op.func(base, *args[1:], **kw)
+        if on_sim:
+            return new_storage(current_device(), buf.shape, buf.stride(), buf.dtype,
+                               user_frame(3), op.func.__name__)
+        return hostmem.register(poison_fill(buf)) if pinned else buf
+
+    def first_arg(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        return args[0] if args else None  # lift_fresh, detach_: nothing to do
+
+    def record_stream(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        # ``SimTensor.record_stream`` handles the method; the aten spelling only ever
+        # carries a ``torch.Stream``, which cannot name a simulated stream
+        # (``note_record_stream`` ignores what is not one of ours).
+        if type(args[0]) is SimTensor:
+            note_record_stream(args[0], args[1], user_frame(3))
+        return None
+
+    def pin(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        return hostmem.register(args[0].clone())
+
+    def is_pinned(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        return hostmem.lookup(args[0]) is not None
+
+
+# --- transfers ---------------------------------------------------------------------------
+
+def _d2h_new(src: SimTensor, non_blocking: bool, rest: dict) -> torch.Tensor:
+    """``x.to("cpu")``: a copy kernel on the current stream into new host memory."""
+    dev = current_device()
+    dtype = rest.get("dtype") or src.dtype
+    host = poisoned_empty(src.shape, _contig_stride(src.shape), dtype)
+    if non_blocking:
+        host = hostmem.register(host, f"pinned {str(dtype)[6:]}{list(src.shape)} (to cpu)")
+    dst_acc = hostmem.access_of(host)
+    sbuf = src._buf
+
+    def kernel() -> None:
+        host.copy_(sbuf)
+
+    dev.enqueue(OpRecord(dev.current.sid, "copy D2H", [access(src)],
+                         [dst_acc[0]] if dst_acc else [], user_frame(4), kind="copy",
+                         fn=kernel))
+    if ops.d2h_syncs(non_blocking, non_blocking):  # non_blocking: pinned above
+        dev.sync_current(ops.SYNC_D2H)
+    return host
+
+
+def _h2d_new(src: torch.Tensor, non_blocking: bool, rest: dict) -> SimTensor:
+    dev = current_device()
+    dtype = rest.get("dtype") or src.dtype
+    out = new_storage(dev, src.shape, _contig_stride(src.shape), dtype, user_frame(4),
+                      "copy H2D")
+    _h2d_into(dev, out, src, non_blocking)
+    return out
+
+
+def _h2d_into(dev, dst: SimTensor, src: torch.Tensor, non_blocking: bool) -> None:
+    pinned = hostmem.access_of(src)
+    if non_blocking and pinned is not None:
+        source = src.detach()  # read when the copy executes: the staging-buffer reuse race
+        reads = [pinned[0]]
+        dev.trace.storage_names.setdefault(pinned[0][0], pinned[1])
+    else:
+        source = src.detach().clone()  # pageable: CUDA stages it before returning
+        reads = []
+    dbuf = dst._buf
+    if pinned is not None and not non_blocking:
+        dev.note_host_access(pinned[0], False, pinned[1], user_frame(4))
+
+    def kernel() -> None:
+        dbuf.copy_(source)
+
+    dev.enqueue(OpRecord(dev.current.sid, "copy H2D", reads, [access(dst)], user_frame(4),
+                         kind="copy", fn=kernel))
+    if not non_blocking:
+        # torch's blocking H2D is a copy plus a sync of the current stream
+        # (memcpy_and_sync): the host waits for everything queued there, as on CUDA.
+        dev.sync_current(ops.SYNC_H2D)
+
+
+def _contig_stride(shape) -> tuple:
+    stride, acc = [], 1
+    for s in reversed(list(shape)):
+        stride.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(stride))
+
+
+class SimMode(TorchDispatchMode):
+    """Routes factories naming ``device="sim"`` (and host ops on pinned memory) to the
+    simulator's backend."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return BACKEND.dispatch(func, args, kwargs or {})
+
+    def __enter__(self):
+        self._prev_lift = torch._C._only_lift_cpu_tensors()
+        torch._C._set_only_lift_cpu_tensors(True)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch._C._set_only_lift_cpu_tensors(self._prev_lift)
+        return super().__exit__(*exc)
+
+
+# TorchDispatchMode wraps every subclass's __torch_dispatch__ to keep dynamo out; the
+# simulator is never compiled, and the wrapper costs ~10% of an op here.
+SimMode.__torch_dispatch__ = getattr(SimMode.__torch_dispatch__, "__wrapped__",
+                                     SimMode.__torch_dispatch__)
+
+BACKEND = SimBackend()

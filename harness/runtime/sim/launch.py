@@ -1,0 +1,194 @@
+"""Kernel launch on the simulated device: the ``kernel`` rung of the ``ops`` ladder.
+
+Outputs are allocated now (or the op runs at once when the policy lets the idle stream run
+it: the fast path), the computation is queued as a closure on the current stream, and the
+op is recorded with what it read and wrote and the user frame that issued it.
+"""
+from __future__ import annotations
+
+from typing import Any, List
+
+import torch
+
+from .. import ops
+from ..trace import OpRecord, user_frame
+from .device import current_device
+from .meta import DATA_DEPENDENT, Meta, is_user_error, meta_outputs
+from .tensor import SimTensor, access, adopt, new_storage, snapshot_host, unwrap, unwrap_call
+
+
+def _is_sim(t: torch.Tensor) -> bool:
+    return type(t) is SimTensor
+
+
+def _host_arg(t: torch.Tensor, op: ops.OpInfo) -> None:
+    """CUDA refuses a (non-scalar) CPU tensor mixed with device tensors; so do we."""
+    if t.dim() > 0 and t.device.type == "cpu":
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at "
+                           f"least two devices, sim:0 and cpu! (in {op.func.name()})")
+
+
+
+def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+    """The kernel rung (``SimBackend.kernel`` itself: one Python frame less per op)."""
+    dev = current_device()
+    stream = dev.current
+    frame = user_frame(3)
+    func = op.func
+    reads, writes = ops.data_accesses(op, args, kwargs, _is_sim, access, _host_arg)
+    name = op.name
+    idle = not stream.pending and dev.policy.runs_at_enqueue(dev, stream)
+    meta = None
+    syncs = op.sync is not None and ops.syncs_host(op, args, kwargs)
+    if not idle or syncs:
+        meta = None if syncs else meta_outputs(func, args, kwargs)
+        if syncs or meta is DATA_DEPENDENT:
+            # CUDA syncs the host here (nonzero, boolean masks, .equal); so do we, and run
+            # the op at once: its output's size is known only then.
+            dev.host_sync([(stream.sid, stream.enq)], ops.implicit_sync_label(name))
+            idle, meta = True, None
+
+    if idle:
+        # Run the kernel now, then let the policy decide nothing else; the op is recorded
+        # exactly as a queued one would be.
+        try:
+            bargs, bkwargs = unwrap_call(args, kwargs)
+            result = func(*bargs, **bkwargs)
+        except Exception as exc:
+            # A kernel failing on its *data* (an out-of-range gather index) is a device-side
+            # error: CUDA reports it at the next sync, not at the launch, on every schedule.
+            # So take the queued path below, whose kernel fails when it executes and leaves
+            # the sticky error. Errors the host would raise (shapes, dtypes) raise here.
+            if meta is not None or is_user_error(exc):
+                raise
+            meta = meta_outputs(func, args, kwargs)
+            if meta is DATA_DEPENDENT:
+                raise
+            idle = False
+        if idle:
+            outs = _wrap_outputs(dev, result, args, kwargs, op.effects, frame)
+            new = _new_outputs(outs, args, kwargs)
+            _name_storages(dev, new, name, frame)
+            for o in new:
+                writes.append(access(o))
+            _enqueue_executed(dev, OpRecord(stream.sid, name, reads, writes, frame))
+            return outs
+
+    outs = _alloc_outputs(dev, meta, args, kwargs, op.effects, frame)
+    new = _new_outputs(outs, args, kwargs)
+    _name_storages(dev, new, name, frame)
+    for o in new:
+        writes.append(access(o))
+    bargs = unwrap(snapshot_host(args))
+    bkwargs = unwrap(snapshot_host(kwargs))
+    out_bufs = [o._buf for o in new]
+
+    def kernel() -> None:
+        res = func(*bargs, **bkwargs)
+        fresh = [r for r in _flat(res) if r is not None and not _aliases_arg(r, bargs, bkwargs)]
+        for dst, src in zip(out_bufs, fresh):
+            dst.copy_(src)
+
+    dev.enqueue(OpRecord(stream.sid, name, reads, writes, frame, fn=kernel))
+    return outs
+
+
+def _name_storages(dev, outs, op_name: str, frame) -> None:
+    sites = dev.trace.storage_sites
+    for o in outs:
+        sites[o._sid] = (op_name, o.dtype, o.shape, frame)
+
+
+def _enqueue_executed(dev, op: OpRecord) -> None:
+    """Enqueue an op whose effect already happened (the idle-stream fast path)."""
+    s = dev.streams[op.stream]
+    # The op ran at enqueue; book it in as enqueued-then-executed without re-running it.
+    s.enq += 1
+    op.seq = s.enq
+    dev.host_clock += 1.0
+    op.enq = dev.host_clock
+    dev.trace.add(op)
+    s.pending.append(op)
+    dev.run_head(s)
+    if dev.pending_ops():  # nothing is queued anywhere: the policy has nothing to decide
+        dev.policy.on_point(dev, s)
+
+
+def _flat(res: Any) -> List[Any]:
+    if isinstance(res, (list, tuple)):
+        return list(res)
+    return [res]
+
+
+def _aliases_arg(r: torch.Tensor, bargs, bkwargs) -> bool:
+    for v in bargs:
+        if v is r:
+            return True
+    for v in bkwargs.values():
+        if v is r:
+            return True
+    return False
+
+
+def _wrap_outputs(dev, result, args, kwargs, eff, frame) -> Any:
+    """Map a real result back to wrappers: aliased returns are the argument wrappers,
+    fresh ones move into blocks of the allocator."""
+    if isinstance(result, torch.Tensor):
+        owner = eff.return_alias[0] if eff.return_alias else None
+        if owner is not None:
+            return args[owner] if type(owner) is int else kwargs.get(owner)
+        return adopt(dev, result, frame)
+    items = _flat(result)
+    wrapped = []
+    for i, r in enumerate(items):
+        owner = eff.return_alias[i] if i < len(eff.return_alias) else None
+        if owner is not None:
+            wrapped.append(args[owner] if type(owner) is int else kwargs.get(owner))
+        elif isinstance(r, torch.Tensor):
+            wrapped.append(adopt(dev, r, frame))
+        else:
+            wrapped.append(r)
+    # Non-sequence results (a Python bool/int from ops like aten.equal) are returned as
+    # themselves: ``type(False)([False])`` would be ``bool([False]) == True``.
+    if not isinstance(result, (list, tuple)):
+        return wrapped[0]
+    return type(result)(wrapped)
+
+
+def _alloc_outputs(dev, meta, args, kwargs, eff, frame) -> Any:
+    single = isinstance(meta, Meta)
+    metas = [meta] if single else list(meta)
+    outs = []
+    for i, m in enumerate(metas):
+        owner = eff.return_alias[i] if i < len(eff.return_alias) else None
+        if owner is not None:
+            outs.append(args[owner] if type(owner) is int else kwargs.get(owner))
+        elif m is None:
+            outs.append(None)
+        else:
+            shape, stride, dtype = m
+            outs.append(new_storage(dev, shape, stride, dtype, frame))
+    return outs[0] if single else (tuple(outs) if isinstance(meta, tuple) else outs)
+
+
+def _new_outputs(outs, args, kwargs) -> List[SimTensor]:
+    """The outputs that are fresh storage (not an argument handed back)."""
+    if type(outs) is SimTensor:
+        for v in args:
+            if v is outs:
+                return []
+        for v in kwargs.values():
+            if v is outs:
+                return []
+        return [outs]
+    inputs = {id(t) for v in list(args) + list(kwargs.values()) for t in _iter(v)}
+    return [o for o in _flat(outs) if type(o) is SimTensor and id(o) not in inputs]
+
+
+def _iter(v: Any):
+    if isinstance(v, torch.Tensor):
+        yield v
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            if isinstance(x, torch.Tensor):
+                yield x

@@ -1,0 +1,71 @@
+"""The shape of the tree: no import cycles, small harness modules, impl/ behind its one
+door, and the harness layers (runtime -> detect -> policies -> oracle -> report) with no
+back edges. Static (the import graph of ``tools/import_cycles.py``): nothing is imported."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A module that needs more than this has more than one job: split it into rooms. (The
+# number is a judgement, not a law: ~400 lines is what one reader holds in view.)
+MAX_MODULE_LINES = 400
+
+# Lower floors first: a layer may import the ones before it, never the ones after.
+LAYERS = ("runtime", "detect", "policies", "oracle", "report")
+
+# The only harness names impl/ may import: the fault-point / observe hooks.
+IMPL_DOOR = "harness.faults"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("import_cycles",
+                                                  ROOT / "tools" / "import_cycles.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return _tool().import_graph(str(ROOT))
+
+
+def _layer(module: str):
+    parts = module.split(".")
+    if parts[0] == "harness" and len(parts) > 1 and parts[1] in LAYERS:
+        return LAYERS.index(parts[1])
+    return None
+
+
+def test_no_import_cycle(graph):
+    assert _tool().cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _tool().cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_harness_module_is_too_long():
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "harness").rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_impl_imports_only_the_fault_hooks(graph):
+    leaks = {(m, d) for m, deps in graph.items() if m.split(".")[0] == "impl"
+             for d in deps if d.split(".")[0] == "harness" and d != IMPL_DOOR}
+    assert leaks == set()
+    assert any(IMPL_DOOR in deps for m, deps in graph.items() if m.startswith("impl"))
+
+
+def test_harness_layers_have_no_back_edges(graph):
+    back = {(m, d) for m, deps in graph.items() if _layer(m) is not None
+            for d in deps if _layer(d) is not None and _layer(d) > _layer(m)}
+    assert back == set()
+    # the hooks below every layer import none of them
+    for base in ("harness.faults", "harness.context"):
+        assert {d for d in graph[base] if d.startswith("harness")} <= {"harness.context"}
