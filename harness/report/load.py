@@ -2,8 +2,8 @@
 
 The file is untrusted input: it must be a regular file of at most 20 MB, it is parsed as
 JSON only (nothing in it is imported, evaluated or unpickled), validated against
-``schema.REPORT_SCHEMA``, and its scenario, variant and policy must name things this
-checkout knows; its recorded schedules, if any, are decoded under the caps of
+``schema.REPORT_SCHEMA``, read into a typed ``document.Report`` (the one reader of its
+keys), and its scenario, variant and policy must name things this checkout knows; its recorded schedules, if any, are decoded under the caps of
 ``harness.policies.schedule``. Every failure is a ``ValueError`` with a one-line message.
 """
 from __future__ import annotations
