@@ -238,6 +238,27 @@ def test_replay_defaults_to_the_schedule_and_falls_back_to_the_seed(tmp_path, wr
         replay_source(report, "schedule")
 
 
+def test_a_report_with_only_the_required_keys_reads_and_renders(tmp_path, written):
+    """The schema requires what replay needs; the reader gives every other key the value
+    a run without it would have, and the Markdown still renders."""
+    from harness.report.load import load_report
+    from harness.report.markdown import render_markdown
+    from harness.report.schema import REPORT_SCHEMA
+    _, paths, _ = written
+    full = _load(paths["json"])
+    doc = {k: full[k] for k in REPORT_SCHEMA["required"]}
+    p = tmp_path / "bare.json"
+    p.write_text(json.dumps(doc))
+    loaded = load_report(str(p))
+    res = loaded.result
+    assert (res.target, res.trial_results, res.stall_plan, res.schedules) == ("impl", [], [],
+                                                                              None)
+    assert res.reproduced == full["reproduced"] and len(res.races) == len(full["races"])
+    assert res.first_divergence.kind == full["first_divergence"]["kind"]
+    md = render_markdown(loaded.report, {}, None)
+    assert "RACE REPRODUCED" in md and full["races"][0]["first"]["file"] in md
+
+
 def test_a_tampered_schedule_is_reported_as_a_different_schedule(tmp_path, written):
     """A schedule the run cannot follow (stream 7 never runs) is no crash: the replay
     goes on from there and says which trial left its recorded choices, and where."""
@@ -343,6 +364,23 @@ def _bad_reports(tmp_path, good):
     put("schedule-type.json", json.dumps({**good, "schedules": [1, 2]}))
     cases["schedule-type.json"] = (cases["schedule-type.json"][0],
                                    "'schedules[0]' must be a string or null, not a number")
+    # every key the typed reader reads is typed by the schema: nothing unchecked reaches
+    # the renderers or replay
+    div = {**good["first_divergence"], "kind": "cosmic-ray"}
+    put("bad-divergence-kind.json", json.dumps({**good, "first_divergence": div}))
+    cases["bad-divergence-kind.json"] = (cases["bad-divergence-kind.json"][0],
+                                         "'first_divergence.kind' must be one of")
+    rows = [{**good["trial_results"][0], "checked": "lots"}]
+    put("bad-trial-row.json", json.dumps({**good, "trial_results": rows}))
+    cases["bad-trial-row.json"] = (cases["bad-trial-row.json"][0],
+                                   "'trial_results[0].checked' must be an integer")
+    race = {**good["races"][0], "first": {**good["races"][0]["first"], "seq": [1]}}
+    put("bad-race-seq.json", json.dumps({**good, "races": [race]}))
+    cases["bad-race-seq.json"] = (cases["bad-race-seq.json"][0],
+                                  "'races[0].first.seq' must be an integer")
+    stall = [{"point": "forward.after_read_done", "every": 0}]
+    put("bad-stall-plan.json", json.dumps({**good, "stall_plan": stall}))
+    cases["bad-stall-plan.json"] = (cases["bad-stall-plan.json"][0], "'stall_plan[0].every'")
     big = tmp_path / "huge.json"
     with open(big, "wb") as f:
         f.truncate(MAX_BYTES + 1)

@@ -13,7 +13,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Tuple
 
 from .text import printable
 
