@@ -114,7 +114,7 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
     ``target`` is sglang, or is None and sglang is installed -- the upstream target's
     engine on the simulator next to impl's (plain CPU cannot run upstream's code: it
     pins host memory, which CPU-only torch cannot)."""
-    from harness.oracle.runner import drive, server_args
+    from harness.engine.drive import drive, server_args
     from harness.policies import Eager, parse_policy
     from harness.policies.faultplan import FaultPlan
     from harness.runtime.sim.runtime import sim_runtime
@@ -188,7 +188,7 @@ STALL_SWEEP_MS = (0.0, 0.05, 0.1, 0.5, 1.0)
 
 
 def bench_cuda(trials: int = 50, soak_iterations: int = 10_000) -> Dict[str, object]:
-    from harness.oracle.repro import ReproConfig, run_repro
+    from harness.engine.repro import ReproConfig, run_repro
     from scenarios.registry import get
     sc = get("ngram-filter-race")
     out: Dict[str, object] = {"gpu": torch.cuda.get_device_name(0)}
@@ -196,11 +196,11 @@ def bench_cuda(trials: int = 50, soak_iterations: int = 10_000) -> Dict[str, obj
     for ms in STALL_SWEEP_MS:
         res = run_repro(ReproConfig(sc.name, variant="pre-fix", war_barrier="fine",
                                     backend="cuda", stall_ms=ms, trials=trials, detect=False),
-                        sc).result
-        sweep.append({"stall_ms": ms, "reproduced": res["reproduced"], "trials": trials,
-                      "rate": res["rate"], "median_trial_ms": res["median_trial_ms"]})
-        print(f"bench: stall {ms} ms: reproduced {res['reproduced']}/{trials}, "
-              f"median trial {res['median_trial_ms']:.1f} ms", file=sys.stderr, flush=True)
+                        sc)
+        sweep.append({"stall_ms": ms, "reproduced": res.reproduced, "trials": trials,
+                      "rate": res.rate, "median_trial_ms": res.median_trial_ms})
+        print(f"bench: stall {ms} ms: reproduced {res.reproduced}/{trials}, "
+              f"median trial {res.median_trial_ms:.1f} ms", file=sys.stderr, flush=True)
     out["stall_sweep"] = sweep
     out["fixed_soak"] = soak_fixed(soak_iterations)
     out["capture_vs_csan"] = capture_vs_csan()
@@ -211,7 +211,8 @@ def bench_cuda(trials: int = 50, soak_iterations: int = 10_000) -> Dict[str, obj
 def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
                target: str = "impl") -> Dict[str, object]:
     """The fixed code, stalled after every shared-read-done record, for >= N iterations."""
-    from harness.oracle.runner import run_trial, server_args
+    from harness.engine.drive import server_args
+    from harness.engine.trial import run_trial
     from harness.oracle.workload import random_workload
     from harness.policies.faultplan import StallAt
     iterations, stale, trials, seed = 0, 0, 0, 1000
@@ -277,7 +278,7 @@ def bench_grammar_overlap(trials: int = 4) -> Dict[str, object]:
     of the traversal (``grammar.before_mask_upload``): launch + ``resolve()`` + traversal,
     per verify step of the device-drafted path. Device side: the verify forward for the
     same batch shape, timed with events."""
-    from harness.oracle.runner import drive, server_args
+    from harness.engine.drive import drive, server_args
     from harness.policies.faultplan import FaultPlan
     from harness.runtime import open_runtime
     from impl.model import ToyTargetModel

@@ -41,12 +41,12 @@ def _int_in(lo: int, hi: int):
 # The bounds are the harness's own (repro, the report schema and the runtimes use the
 # same constants); imported when a value is parsed, so `specrace list` stays light.
 def _trials(text: str) -> int:
-    from harness.oracle.repro import MAX_TRIALS
+    from harness.engine.repro import MAX_TRIALS
     return _int_in(1, MAX_TRIALS)(text)
 
 
 def _seed(text: str) -> int:
-    from harness.oracle.repro import MAX_SEED
+    from harness.engine.repro import MAX_SEED
     return _int_in(0, MAX_SEED)(text)
 
 
@@ -223,12 +223,11 @@ def _check_repro_args(args, scenario, target: str) -> None:
         try:
             scenario.mutation(variant, target).check()
         except MutationError as exc:
-            raise UsageError(f"variant {args.variant or scenario.default_variant!r}: "
-                             f"{exc}") from None
+            raise UsageError(f"variant {variant!r}: {exc}") from None
 
 
 def cmd_repro(args) -> int:
-    from harness.oracle.repro import ReproConfig, run_repro, verdict_line
+    from harness.engine.repro import ReproConfig, run_repro
     from harness.runtime import resolve_backend
     from harness.runtime.limits import gpu_watchdog
     from scenarios.registry import get
@@ -244,50 +243,47 @@ def cmd_repro(args) -> int:
     backend = resolve_backend(args.backend)
     if backend == "cuda" and args.policy is not None:
         raise UsageError("--policy applies to the simulator only (--backend sim)")
-    cfg = ReproConfig(scenario=scenario.name, variant=args.variant, war_barrier=args.war_barrier,
-                      backend=backend, policy=args.policy, stall_ms=args.stall_ms,
-                      trials=args.trials, seed=args.seed, expect=args.expect,
-                      target=target.name)
+    cfg = ReproConfig(scenario=scenario.name, variant=args.variant or scenario.default_variant,
+                      war_barrier=args.war_barrier, backend=backend, policy=args.policy,
+                      stall_ms=args.stall_ms, trials=args.trials, seed=args.seed,
+                      expect=args.expect, target=target.name)
     report_dir = args.report_dir or os.path.join("reports", "runs")
     if not args.no_report:  # before the run: a folder that cannot take the set costs no trial
         from harness.report import ReportDirError, check_report_dir
         try:
-            check_report_dir(report_dir, {**cfg.to_json(), "variant": args.variant
-                                          or scenario.default_variant})
+            check_report_dir(report_dir, cfg)
         except ReportDirError as exc:
             raise UsageError(f"--report-dir: {exc}") from None
     trials = args.trials or (scenario.cuda_trials if backend == "cuda" else scenario.sim_trials)
     with gpu_watchdog(backend, trials, args.stall_ms, "specrace repro"):
-        outcome = _with_progress(lambda prog: run_repro(cfg, scenario, prog), trials,
-                                 f"{scenario.name} on {backend}", quiet=args.json)
-    result = outcome.result
+        result = _with_progress(lambda prog: run_repro(cfg, scenario, prog), trials,
+                                f"{scenario.name} on {backend}", quiet=args.json)
     # Quoted, so it pastes into a shell as it ran (``--policy 'pct(7,3)'``).
-    result["command"] = shlex.join(["specrace", *sys.argv[1:]]) if sys.argv else None
+    result.command = shlex.join(["specrace", *sys.argv[1:]]) if sys.argv else None
     write_error = None
     if not args.no_report:
         from harness.report import ReportDirError, write_reports
         try:
-            result["report_files"] = write_reports(result, outcome.first_trace,
-                                                   outcome.trace_races, report_dir)
+            result.report_files = write_reports(result, report_dir)
         except ReportDirError as exc:  # the folder went away during the run
             write_error = f"--report-dir: {exc}"
         except OSError as exc:  # a full disk, a folder gone read-only: the verdict stands
             write_error = (f"cannot write the report to {report_dir!r}: "
                            f"{exc.strerror or exc}")
     if args.json:
-        print(json.dumps(result, indent=None, default=str))
+        print(json.dumps(result.to_json(), indent=None, default=str))
     else:
-        _say(verdict_line(result))
-        if result["first_divergence"]:
-            _say("  first divergence: " + result["first_divergence"]["message"])
-        for race in result["races"][:5]:
-            _say("  race: " + race["summary"])
-        if result.get("report_files"):
-            _say("  report: " + result["report_files"]["markdown"])
+        _say(result.verdict_line())
+        if result.first_divergence is not None:
+            _say("  first divergence: " + result.first_divergence.message)
+        for race in result.races[:5]:
+            _say("  race: " + race.summary())
+        if result.report_files:
+            _say("  report: " + result.report_files["markdown"])
     if write_error is not None:
         _error(write_error)
         return EXIT_USAGE
-    return EXIT_OK if result["matches_expectation"] else EXIT_MISMATCH
+    return EXIT_OK if result.matches_expectation else EXIT_MISMATCH
 
 
 def cmd_replay(args) -> int:
@@ -295,10 +291,10 @@ def cmd_replay(args) -> int:
     from harness.runtime.limits import gpu_watchdog
     try:
         report = load_report(args.report)  # validated first: the watchdog's budget is its trials
-        doc = report.doc
-        with gpu_watchdog(doc["backend"], doc["trials"], doc["stall_ms"], "specrace replay"):
+        run = report.result
+        with gpu_watchdog(run.backend, run.trials, run.stall_ms, "specrace replay"):
             verdict = _with_progress(
-                lambda prog: replay_report(report, prog, from_=args.source), doc["trials"],
+                lambda prog: replay_report(report, prog, from_=args.source), run.trials,
                 "replay", quiet=args.json)
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
-from harness.oracle.runner import run_trial, server_args
+from harness.engine.drive import server_args
+from harness.engine.trial import run_trial
 from harness.policies import parse_policy
 from harness.runtime.limits import gpu_watchdog, watchdog_seconds
 
@@ -56,7 +57,7 @@ def probes_for(target: str) -> Dict[str, Probe]:
 
 def oracle_of(result) -> str:
     if result.divergence is not None:
-        kind = result.divergence["kind"]
+        kind = result.divergence.kind
         return {"accept_lens": "stale-value", "accept_tokens": "stale-value",
                 "output": "output", "grammar": "grammar", "crash": "crash"}.get(kind, kind)
     return "happens-before"
@@ -77,7 +78,7 @@ def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None,
                         mutation=mutation or sc.mutation(probe.variant, target),
                         answers=sc.answers, target=target)
         if res.reproduced:
-            detail = (res.divergence["message"] if res.divergence
+            detail = (res.divergence.message if res.divergence
                       else res.races[0].summary())
             return True, oracle_of(res), f"seed {seed}: {detail}"
     return False, None, None

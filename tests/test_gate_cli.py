@@ -123,7 +123,7 @@ def test_replay_of_the_report_is_identical(report):
 
 
 def test_a_report_may_not_ask_for_more_trials_than_repro_allows(report, tmp_path):
-    from harness.oracle.repro import MAX_TRIALS
+    from harness.engine.repro import MAX_TRIALS
     from harness.report.replay import load_report
     from harness.report.schema import REPORT_SCHEMA
     assert REPORT_SCHEMA["properties"]["trials"]["maximum"] == MAX_TRIALS

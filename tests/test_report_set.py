@@ -3,6 +3,7 @@ temp files left behind, SIGTERM included); every renderer survives unprintable t
 reference cache stays bounded."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -18,6 +19,8 @@ EVIL = "bad \ud800 bidi \u202e c1 \x85 esc \x1b[2J math $\\frac{$"
 SETUP = r'''
 import os
 from harness.detect.hb import AccessInfo, Race
+from harness.engine.results import ReproResult
+from harness.oracle.divergence import Divergence
 from harness.runtime.trace import HostAccess, OpRecord, Trace
 
 def small_run(tag, stream_name="compute"):
@@ -29,13 +32,11 @@ def small_run(tag, stream_name="compute"):
     h = t.add(HostAccess((7, 0, 16), False, "pinned int32[4]", frame, 0.5))
     race = Race("RAW", "pinned int32[4]", AccessInfo(stream_name, "fill", 1, True, frame, 0),
                 AccessInfo("host", "host read", 1, False, frame, h.index))
-    result = {"scenario": "x", "variant": "v", "war_barrier": "fine", "backend": "sim",
-              "policy": "eager", "stall_ms": None, "seed": 0, "trials": 1, "reproduced": 1,
-              "first_trial": 0, "expect": "race", "matches_expectation": True,
-              "first_divergence": {"kind": "crash", "rid": None, "step": None,
-                                   "where": "trial", "observed": tag, "message": tag},
-              "races": [], "trial_results": [], "tag": tag}
-    return result, t, [race]
+    result = ReproResult("x", "v", "fine", "sim", "eager", None, 0, 1, 1, "race",
+                         first_trial=0, trace=t, trace_races=[race],
+                         first_divergence=Divergence("crash", tag, where="trial",
+                                                     observed=tag))
+    return result
 '''
 
 
@@ -70,7 +71,7 @@ def _leftovers(folder):
 
 def test_every_file_of_a_set_carries_its_run_id(tmp_path):
     from harness.report import write_reports
-    write_reports(*_small_run("one"), str(tmp_path))
+    write_reports(_small_run("one"), str(tmp_path))
     ids = _set_in(tmp_path)
     assert set(ids) == {"json", "trace", "png", "md"} and len(set(ids.values())) == 1
     assert _leftovers(tmp_path) == []
@@ -78,9 +79,9 @@ def test_every_file_of_a_set_carries_its_run_id(tmp_path):
 
 def test_a_set_without_a_trace_removes_the_old_trace_and_picture(tmp_path):
     from harness.report import write_reports
-    result, trace, races = _small_run("with trace")
-    write_reports(result, trace, races, str(tmp_path))
-    write_reports(_small_run("no trace")[0], None, [], str(tmp_path))
+    write_reports(_small_run("with trace"), str(tmp_path))
+    write_reports(dataclasses.replace(_small_run("no trace"), trace=None, trace_races=[]),
+                  str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == [NAME + ".json", NAME + ".md"]
 
 
@@ -91,7 +92,7 @@ def test_a_staging_folder_left_by_a_killed_writer_is_swept(tmp_path):
     stale = tmp_path / f".specrace-tmp-{dead}-abc"
     stale.mkdir()
     (stale / "half.json").write_text("{")
-    write_reports(*_small_run("one"), str(tmp_path))
+    write_reports(_small_run("one"), str(tmp_path))
     assert _leftovers(tmp_path) == []
 
 
@@ -99,7 +100,7 @@ def _writer_killed(tmp_path, when: str):
     """Write set 'new' over set 'old' in a subprocess that sends itself SIGTERM ``when``:
     while staging (during the picture) or right after the first file was swapped in."""
     from harness.report import write_reports
-    write_reports(*_small_run("old"), str(tmp_path))
+    write_reports(_small_run("old"), str(tmp_path))
     old = _set_in(tmp_path)
     code = textwrap.dedent(f"""
         ROOT = {ROOT!r}
@@ -122,7 +123,7 @@ def _writer_killed(tmp_path, when: str):
                 if os.path.dirname(os.path.abspath(dst)) == folder:
                     os.kill(os.getpid(), signal.SIGTERM)
             os.replace = swapped
-        write_reports(*small_run("new"), folder)
+        write_reports(small_run("new"), folder)
         print("not reached", flush=True)
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -159,10 +160,10 @@ def test_printable_escapes_what_cannot_be_shown():
 
 
 def test_every_renderer_survives_unprintable_report_fields(tmp_path):
-    from harness.report import write_reports
+    from harness.report import Report, write_reports
     from harness.report.markdown import render_markdown
-    result, trace, races = _small_run(EVIL, stream_name="fwd \ud800 \u202e")
-    paths = write_reports(result, trace, races, str(tmp_path))
+    result = _small_run(EVIL, stream_name="fwd \ud800 \u202e")
+    paths = write_reports(result, str(tmp_path))
     with open(paths["markdown"], encoding="utf-8") as f:
         md = f.read()
     assert "\\ud800" in md and "\u202e" not in md and "\x85" not in md and "\x1b" not in md
@@ -173,25 +174,25 @@ def test_every_renderer_survives_unprintable_report_fields(tmp_path):
     assert all(n.isprintable() for n in names)
     with open(paths["timeline"], "rb") as f:
         assert f.read(4) == b"\x89PNG"
-    md2 = render_markdown({**result, "scenario": EVIL}, paths, None, [], None)
+    md2 = render_markdown(Report(dataclasses.replace(result, scenario=EVIL)), paths, None)
     assert md2.replace("\n", "").isprintable()
 
 
 # --- the reference cache is bounded --------------------------------------------------------
 
 def test_the_reference_cache_keeps_only_the_most_recent(monkeypatch):
-    from harness.oracle import runner
+    from harness.engine import reference as room
     from harness.oracle.workload import RequestSpec, Workload
     from impl.scheduler import ServerArgs
-    monkeypatch.setattr(runner, "REFERENCE_CACHE_SIZE", 2)
-    monkeypatch.setattr(runner, "_REFERENCE_CACHE", type(runner._REFERENCE_CACHE)())
+    monkeypatch.setattr(room, "REFERENCE_CACHE_SIZE", 2)
+    monkeypatch.setattr(room, "_REFERENCE_CACHE", type(room._REFERENCE_CACHE)())
     args = ServerArgs(draft_token_num=2)
     loads = [Workload([RequestSpec(0, 0, [5 + k, 6], 1, None)], 2) for k in range(3)]
     for wl in loads:
-        runner.reference(wl, args, "sim")
-    runner.reference(loads[1], args, "sim")  # a hit makes it the most recent
-    runner.reference(loads[0], args, "sim")  # evicts loads[2], not loads[1]
-    keys = list(runner._REFERENCE_CACHE)
+        room.reference(wl, args, "sim")
+    room.reference(loads[1], args, "sim")  # a hit makes it the most recent
+    room.reference(loads[0], args, "sim")  # evicts loads[2], not loads[1]
+    keys = list(room._REFERENCE_CACHE)
     assert len(keys) == 2
     # key: [target, backend, workload, spec_algorithm]
     assert [json.loads(k)[2] for k in keys] == [loads[1].to_json(), loads[0].to_json()]

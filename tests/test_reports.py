@@ -1,6 +1,7 @@
 """Reports: the four files, the Chrome trace format, replay, and replay's input checks."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -11,8 +12,9 @@ import jsonschema
 import pytest
 
 from harness.detect.hb import AccessInfo, Race
-from harness.oracle.repro import ReproConfig, run_repro
-from harness.report import report_name, write_reports
+from harness.engine.repro import ReproConfig, run_repro
+from harness.engine.results import ReproResult
+from harness.report import Report, report_name, write_reports
 from harness.report.chrome import chrome_trace
 from harness.report.replay import MAX_BYTES, replay_report
 from harness.report.schema import REPORT_SCHEMA
@@ -29,9 +31,9 @@ def written(tmp_path_factory):
     out = tmp_path_factory.mktemp("reports")
     cfg = ReproConfig("ngram-filter-race", variant="pre-fix", war_barrier="fine",
                       backend="sim", trials=2, expect="race")
-    outcome = run_repro(cfg, get("ngram-filter-race"))
-    paths = write_reports(outcome.result, outcome.first_trace, outcome.trace_races, str(out))
-    return outcome, paths, out
+    result = run_repro(cfg, get("ngram-filter-race"))
+    paths = write_reports(result, str(out))
+    return result, paths, out
 
 
 def _load(path):
@@ -44,7 +46,7 @@ def _load(path):
 def test_four_files_under_one_base_name(written):
     outcome, paths, out = written
     assert set(paths) == {"json", "markdown", "trace", "timeline"}
-    base = report_name(outcome.result)
+    base = report_name(outcome)
     assert base == "ngram-filter-race-pre-fix-fine-sim-seed0"
     assert paths["json"].endswith(base + ".json")
     assert paths["markdown"].endswith(base + ".md")
@@ -66,7 +68,14 @@ def test_json_report_validates_and_round_trips(written):
     assert doc["specrace_report"] == 1
     for k in ("scenario", "variant", "war_barrier", "backend", "policy", "stall_ms", "seed",
               "trials", "reproduced", "races", "first_divergence"):
-        assert doc[k] == json.loads(json.dumps(outcome.result[k], default=str))
+        assert doc[k] == json.loads(json.dumps(outcome.to_json()[k], default=str))
+    # ... and reads back as the same typed result (the one reader of the keys)
+    from harness.engine.results import ReproResult
+    again = ReproResult.from_json(doc)
+    assert again.first_divergence == outcome.first_divergence
+    assert [r.summary() for r in again.races] == [r.summary() for r in outcome.races]
+    assert again.to_json() == {**json.loads(json.dumps(outcome.to_json())),
+                               "report_files": doc["report_files"]}
     env = doc["environment"]
     for k in ("python", "platform", "torch", "xgrammar", "specrace"):
         assert k in env
@@ -78,14 +87,14 @@ def test_markdown_says_what_raced_and_how_to_replay(written):
     with open(paths["markdown"], encoding="utf-8") as f:
         md = f.read()
     assert "RACE REPRODUCED" in md
-    for race in outcome.result["races"]:
+    for race in outcome.to_json()["races"]:
         assert f"{race['first']['file']}:{race['first']['line']}" in md
         assert f"{race['second']['file']}:{race['second']['line']}" in md
     assert f"specrace replay {paths['json']}" in md
     assert "ui.perfetto.dev" in md and "chrome://tracing" in md
     assert f"]({os.path.basename(paths['timeline'])})" in md
-    div = outcome.result["first_divergence"]
-    assert div is not None and str(div["observed"]) in md
+    div = outcome.first_divergence
+    assert div is not None and str(div.observed) in md
 
 
 def test_chrome_trace_format(written):
@@ -104,7 +113,7 @@ def test_chrome_trace_format(written):
     names = {ev["tid"]: ev["args"]["name"] for ev in events
              if ev["ph"] == "M" and ev["name"] == "thread_name"}
     assert names[0] == "host"
-    trace = outcome.first_trace
+    trace = outcome.trace
     for sid, sname in trace.stream_names.items():
         assert names[sid + 1].startswith(sname)
     # one X per executed op; flows come in s/f pairs with unique ids
@@ -142,7 +151,8 @@ def test_chrome_trace_marks_the_racing_pair(written):
 
 def test_no_trace_skips_trace_and_png(tmp_path, written):
     outcome, _, _ = written
-    paths = write_reports(outcome.result, None, [], str(tmp_path))
+    paths = write_reports(dataclasses.replace(outcome, trace=None, trace_races=[]),
+                          str(tmp_path))
     assert paths["trace"] is None and paths["timeline"] is None
     assert os.path.isfile(paths["json"]) and os.path.isfile(paths["markdown"])
     assert sorted(os.listdir(tmp_path)) == sorted(
@@ -168,9 +178,8 @@ def _untimed_trace():
 
 def test_untimed_trace_is_laid_out_in_host_order_and_says_so():
     t, race = _untimed_trace()
-    result = {"scenario": "x", "variant": "v", "war_barrier": "fine", "backend": "cuda",
-              "policy": "hardware", "seed": 0, "trials": 1, "reproduced": 1,
-              "first_trial": 0, "first_divergence": None}
+    result = Report(ReproResult("x", "v", "fine", "cuda", "hardware", None, 0, 1, 1, "race",
+                                first_trial=0))
     doc = chrome_trace(t, [race], result)
     events = doc["traceEvents"]
     assert doc["otherData"]["time_base"] == "synthetic"
@@ -203,7 +212,7 @@ def test_a_sim_report_records_every_trials_schedule_and_the_shown_trace_digest(w
     assert len(doc["schedules"]) == doc["trials"] == 2
     assert all(isinstance(t, str) and t for t in doc["schedules"])
     from harness.report.chrome import trace_digest
-    assert doc["trace_digest"] == trace_digest(outcome.first_trace, outcome.trace_races)
+    assert doc["trace_digest"] == trace_digest(outcome.trace, outcome.trace_races)
 
 
 @pytest.mark.parametrize("source", ["schedule", "seed"])
@@ -227,6 +236,27 @@ def test_replay_defaults_to_the_schedule_and_falls_back_to_the_seed(tmp_path, wr
     assert replay_source(report, None) == "seed"
     with pytest.raises(ValueError, match="recorded no schedules.*--from seed"):
         replay_source(report, "schedule")
+
+
+def test_a_report_with_only_the_required_keys_reads_and_renders(tmp_path, written):
+    """The schema requires what replay needs; the reader gives every other key the value
+    a run without it would have, and the Markdown still renders."""
+    from harness.report.load import load_report
+    from harness.report.markdown import render_markdown
+    from harness.report.schema import REPORT_SCHEMA
+    _, paths, _ = written
+    full = _load(paths["json"])
+    doc = {k: full[k] for k in REPORT_SCHEMA["required"]}
+    p = tmp_path / "bare.json"
+    p.write_text(json.dumps(doc))
+    loaded = load_report(str(p))
+    res = loaded.result
+    assert (res.target, res.trial_results, res.stall_plan, res.schedules) == ("impl", [], [],
+                                                                              None)
+    assert res.reproduced == full["reproduced"] and len(res.races) == len(full["races"])
+    assert res.first_divergence.kind == full["first_divergence"]["kind"]
+    md = render_markdown(loaded.report, {}, None)
+    assert "RACE REPRODUCED" in md and full["races"][0]["first"]["file"] in md
 
 
 def test_a_tampered_schedule_is_reported_as_a_different_schedule(tmp_path, written):
@@ -334,6 +364,23 @@ def _bad_reports(tmp_path, good):
     put("schedule-type.json", json.dumps({**good, "schedules": [1, 2]}))
     cases["schedule-type.json"] = (cases["schedule-type.json"][0],
                                    "'schedules[0]' must be a string or null, not a number")
+    # every key the typed reader reads is typed by the schema: nothing unchecked reaches
+    # the renderers or replay
+    div = {**good["first_divergence"], "kind": "cosmic-ray"}
+    put("bad-divergence-kind.json", json.dumps({**good, "first_divergence": div}))
+    cases["bad-divergence-kind.json"] = (cases["bad-divergence-kind.json"][0],
+                                         "'first_divergence.kind' must be one of")
+    rows = [{**good["trial_results"][0], "checked": "lots"}]
+    put("bad-trial-row.json", json.dumps({**good, "trial_results": rows}))
+    cases["bad-trial-row.json"] = (cases["bad-trial-row.json"][0],
+                                   "'trial_results[0].checked' must be an integer")
+    race = {**good["races"][0], "first": {**good["races"][0]["first"], "seq": [1]}}
+    put("bad-race-seq.json", json.dumps({**good, "races": [race]}))
+    cases["bad-race-seq.json"] = (cases["bad-race-seq.json"][0],
+                                  "'races[0].first.seq' must be an integer")
+    stall = [{"point": "forward.after_read_done", "every": 0}]
+    put("bad-stall-plan.json", json.dumps({**good, "stall_plan": stall}))
+    cases["bad-stall-plan.json"] = (cases["bad-stall-plan.json"][0], "'stall_plan[0].every'")
     big = tmp_path / "huge.json"
     with open(big, "wb") as f:
         f.truncate(MAX_BYTES + 1)

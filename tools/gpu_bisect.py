@@ -21,7 +21,8 @@ sys.path.insert(0, ".")
 import harness.runtime.cuda as C
 from harness.runtime import hostmem
 {patch}
-from harness.oracle.runner import run_trial, server_args
+from harness.engine.drive import server_args
+from harness.engine.trial import run_trial
 from scenarios.registry import get
 sc = get("ngram-filter-race")
 for i in range(3):

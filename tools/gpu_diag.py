@@ -4,7 +4,9 @@ import gc
 import sys
 
 faulthandler.enable(all_threads=True)
-from harness.oracle.runner import reference, run_trial, server_args  # noqa: E402
+from harness.engine.drive import server_args  # noqa: E402
+from harness.engine.reference import reference
+from harness.engine.trial import run_trial
 from scenarios.registry import get  # noqa: E402
 
 sc = get("ngram-filter-race")
@@ -17,7 +19,7 @@ for mode in sys.argv[1:] or ["notrace", "trace"]:
         print(mode, i, "trial", flush=True)
         r = run_trial("cuda", None, wl, args, sc.stalls(None),
                       detect_races=(mode == "trace"))
-        print(mode, i, "done", r.divergence and r.divergence["message"][:100], len(r.races),
+        print(mode, i, "done", r.divergence and r.divergence.message[:100], len(r.races),
               flush=True)
         del r
         gc.collect()

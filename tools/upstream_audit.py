@@ -32,7 +32,7 @@ from scenarios.sglang_relay import POLICIES  # noqa: E402
 
 def audit_scenarios(seeds: int) -> list:
     import targets
-    from harness.oracle.repro import ReproConfig, run_repro
+    from harness.engine.repro import ReproConfig, run_repro
     from harness.policies import parse_policy
     from scenarios.registry import get
     rows = []
@@ -43,7 +43,7 @@ def audit_scenarios(seeds: int) -> list:
             for policy in POLICIES:
                 res = run_repro(ReproConfig(name, variant="fixed", war_barrier=fence,
                                             backend="sim", policy=parse_policy(policy),
-                                            trials=seeds, target="sglang"), sc).result
+                                            trials=seeds, target="sglang"), sc).to_json()
                 rows.append({"scenario": name, "variant": "fixed", "fence": fence,
                              "policy": policy, "trials": res["trials"],
                              "reproduced": res["reproduced"],
@@ -54,7 +54,7 @@ def audit_scenarios(seeds: int) -> list:
                       f"{res['trials']}", file=sys.stderr, flush=True)
     control = run_repro(ReproConfig("ngram-filter-race", variant="pre-fix", war_barrier="fine",
                                     backend="sim", trials=seeds, target="sglang"),
-                        get("ngram-filter-race")).result
+                        get("ngram-filter-race")).to_json()
     return rows, {"scenario": "ngram-filter-race", "variant": "pre-fix", "fence": "fine",
                   "reproduced": control["reproduced"], "trials": control["trials"],
                   "races": len(control["races"])}

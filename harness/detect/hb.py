@@ -75,6 +75,15 @@ class AccessInfo:
             out["replayed_at"] = {"file": short_path(f[0]), "line": f[1], "function": f[2]}
         return out
 
+    @staticmethod
+    def from_json(doc: dict) -> "AccessInfo":
+        """An access as a validated report recorded it (its file project-relative, as
+        ``to_json`` wrote it: ``short_path`` leaves it so)."""
+        fields = (doc.get("actor", "?"), doc.get("op", "?"), doc.get("seq", 0),
+                  doc.get("access") == "write", _frame(doc), doc.get("trace_index", -1))
+        replay = doc.get("replayed_at")
+        return AccessInfo(*fields) if replay is None else ReplayedAccess(*fields, _frame(replay))
+
 
 @dataclass(frozen=True)
 class ReplayedAccess(AccessInfo):
@@ -103,6 +112,10 @@ class Owner:
                 "line": self.frame[1] if self.frame else None,
                 "function": self.frame[2] if self.frame else None}
 
+    @staticmethod
+    def from_json(doc: dict) -> "Owner":
+        return Owner(doc.get("storage", "?"), doc.get("stream"), _frame(doc))
+
 
 @dataclass(frozen=True)
 class Reuse:
@@ -113,6 +126,11 @@ class Reuse:
 
     def to_json(self) -> dict:
         return {"block": self.block, "old": self.old.to_json(), "new": self.new.to_json()}
+
+    @staticmethod
+    def from_json(doc: dict) -> "Reuse":
+        return Reuse(doc.get("block", -1), Owner.from_json(doc.get("old") or {}),
+                     Owner.from_json(doc.get("new") or {}))
 
 
 @dataclass
@@ -149,6 +167,21 @@ class Race:
         if self.reuse is not None:
             out["reuse"] = self.reuse.to_json()
         return out
+
+    @staticmethod
+    def from_json(doc: dict) -> "Race":
+        """A race as a report validated by ``harness.report.schema`` recorded it (its
+        ``summary`` is not read: it is this class's to write)."""
+        reuse = doc.get("reuse")
+        return Race(doc["kind"], doc.get("storage", "?"), AccessInfo.from_json(doc["first"]),
+                    AccessInfo.from_json(doc["second"]), doc.get("count", 1),
+                    None if reuse is None else Reuse.from_json(reuse))
+
+
+def _frame(doc: dict) -> Optional[Frame]:
+    """A site's ``(file, line, function)`` from its JSON (None: no file recorded)."""
+    return None if doc.get("file") is None else (doc["file"], doc.get("line"),
+                                                 doc.get("function"))
 
 
 class _Entry:

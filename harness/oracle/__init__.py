@@ -1,2 +1,4 @@
-"""Layer 4: oracles -- the verdicts a run is judged by (stale values, grammar, races),
-the trial runner, repro aggregation and the Hypothesis state machines."""
+"""Layer 4, the judges: what decides a verdict -- stale values and outputs against the
+synchronous reference (``stale``), constrained outputs against their grammar (``grammar``),
+and the ``Divergence`` they report -- plus the workloads and the Hypothesis state
+machines. What runs the engine and gathers the runs is ``harness.engine``."""

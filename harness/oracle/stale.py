@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from .divergence import Divergence
+
 Key = Tuple[int, int]  # (rid, step)
 
 
@@ -19,8 +21,8 @@ class StaleValue(Exception):
     """Raised at the first divergence when a run stops early (keeps garbage ids away
     from the device, where a real GPU would take a sticky device-side assert)."""
 
-    def __init__(self, divergence: dict) -> None:
-        super().__init__(divergence["message"])
+    def __init__(self, divergence: Divergence) -> None:
+        super().__init__(divergence.message)
         self.divergence = divergence
 
 
@@ -45,11 +47,11 @@ class StaleValueOracle:
     def __init__(self, reference: Reference, stop_early: bool = True) -> None:
         self.ref = reference
         self.stop_early = stop_early
-        self.divergences: List[dict] = []
+        self.divergences: List[Divergence] = []
         self.checked = 0
 
     @property
-    def first(self) -> Optional[dict]:
+    def first(self) -> Optional[Divergence]:
         return self.divergences[0] if self.divergences else None
 
     def __call__(self, name: str, ctx: dict) -> None:
@@ -79,10 +81,9 @@ class StaleValueOracle:
             what, exp, got = "accept_tokens", exp_tokens, list(tokens)
         if what is None:
             return
-        self._diverge({"kind": what, "rid": rid, "step": step, "where": where,
-                       "stream": stream, "expected": exp, "observed": got,
-                       "message": f"stale {what} for request {rid} step {step} at {where}: "
-                                  f"expected {exp}, observed {got}"})
+        self._diverge(Divergence(what, f"stale {what} for request {rid} step {step} at "
+                                       f"{where}: expected {exp}, observed {got}",
+                                 rid, step, where, stream, exp, got))
 
     def check_outputs(self, outputs: Dict[int, List[int]]) -> None:
         for rid, exp in sorted(self.ref.outputs.items()):
@@ -90,17 +91,15 @@ class StaleValueOracle:
             if got != exp:
                 k = next((i for i, (a, b) in enumerate(zip(exp, got or [])) if a != b),
                          min(len(exp), len(got or [])))
-                self._diverge({"kind": "output", "rid": rid, "step": None, "position": k,
-                               "where": "final output", "stream": "host",
-                               "expected": exp, "observed": got,
-                               "message": f"output of request {rid} diverges at token {k}: "
-                                          f"expected {exp}, observed {got}"}, stop=False)
+                self._diverge(Divergence("output", f"output of request {rid} diverges at "
+                                                   f"token {k}: expected {exp}, observed {got}",
+                                         rid, None, "final output", "host", exp, got, k),
+                              stop=False)
                 return
 
     def diverge_grammar(self, rid: int, position, message: str) -> None:
-        self._diverge({"kind": "grammar", "rid": rid, "step": None, "position": position,
-                       "where": "final output", "stream": "host", "expected": "schema-valid",
-                       "observed": message, "message": f"request {rid}: {message}"},
+        self._diverge(Divergence("grammar", f"request {rid}: {message}", rid, None,
+                                 "final output", "host", "schema-valid", message, position),
                       stop=False)
 
     def note_crash(self, exc: BaseException, where: str = "trial") -> None:
@@ -112,11 +111,10 @@ class StaleValueOracle:
         run = "the synchronous reference run" if where == "reference" else "the trial run"
         what = "deadlocked" if kind == "deadlock" else "crashed"
         observed = f"{type(exc).__name__}: {exc}"
-        self._diverge({"kind": kind, "rid": None, "step": None, "where": where,
-                       "stream": None, "expected": None, "observed": observed,
-                       "message": f"engine {what} in {run}: {observed}"}, stop=False)
+        self._diverge(Divergence(kind, f"engine {what} in {run}: {observed}", where=where,
+                                 observed=observed), stop=False)
 
-    def _diverge(self, d: dict, stop: bool = True) -> None:
+    def _diverge(self, d: Divergence, stop: bool = True) -> None:
         self.divergences.append(d)
         if stop and self.stop_early:
             raise StaleValue(d)

@@ -1,21 +1,22 @@
 """Reports of a ``specrace repro`` run: JSON (replayable), Markdown, a Chrome trace, a PNG.
 
-``write_reports(result, trace, races, report_dir)`` writes, as one set (``reportset``: a
+``write_reports(result, report_dir)`` writes a ``ReproResult``, as one set (``reportset``: a
 reader sees the previous set or this one, never a mix), under the base name
 ``{scenario}-{variant}-{war_barrier}-{backend}-seed{seed}``:
 
-* ``NAME.json``        the result dict, plus the format version, the environment and the
-                       replay command (``specrace replay NAME.json`` re-runs it);
+* ``NAME.json``        the result, plus the format version, the environment and the replay
+                       command (``document.Report``; ``specrace replay NAME.json`` re-runs it);
 * ``NAME.md``          a person's summary: verdict, what raced with what, first divergence;
 * ``NAME.trace.json``  Chrome trace-event format (ui.perfetto.dev, chrome://tracing);
 * ``NAME.png``         the timeline around the first race, one lane per stream + the host.
 
-``trace`` is the trace of the first failing trial (or trial 0) and ``races`` the races
-found in *that* trace; with no trace the last two are skipped (``None`` in the result).
-Every file carries the set's ``run_id`` (a digest of the JSON report's content).
+The last two show the result's ``trace`` (the first failing trial, or trial 0) and its
+``trace_races``; with no trace they are skipped (``None`` in the set's files). Every file
+carries the set's ``run_id`` (a digest of the JSON report's content).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -25,51 +26,51 @@ from typing import Any, Dict, List, Optional
 
 from harness.paths import REPO_ROOT
 
+from .document import REPORT_FORMAT, Report
 from .reportset import ReportDirError, prepare_report_dir, write_set
 
-REPORT_FORMAT = 1
 SUFFIXES = {"json": ".json", "markdown": ".md", "trace": ".trace.json", "timeline": ".png"}
 
-__all__ = ["write_reports", "report_name", "environment", "REPORT_FORMAT",
+__all__ = ["write_reports", "report_name", "environment", "REPORT_FORMAT", "Report",
            "check_report_dir", "ReportDirError"]
 
 
-def report_name(result: Dict[str, Any]) -> str:
-    target = result.get("target") or "impl"
-    name = (f"{result.get('scenario')}{'' if target == 'impl' else '-' + target}-"
-            f"{result.get('variant')}-{result.get('war_barrier')}-"
-            f"{result.get('backend')}-seed{result.get('seed')}")
+def report_name(run: Any) -> str:
+    """The set's base name, from a ``ReproResult`` or the ``ReproConfig`` about to run."""
+    target = run.target or "impl"
+    name = (f"{run.scenario}{'' if target == 'impl' else '-' + target}-{run.variant}-"
+            f"{run.war_barrier}-{run.backend}-seed{run.seed}")
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
 
 
-def check_report_dir(report_dir: str, result: Dict[str, Any]) -> str:
-    """Create ``report_dir`` if needed and prove ``result``'s set can be written there
+def check_report_dir(report_dir: str, run: Any) -> str:
+    """Create ``report_dir`` if needed and prove ``run``'s set can be written there
     (``ReportDirError``, one line, if not): call it before the run."""
-    name = report_name(result)
+    name = report_name(run)
     longest = max((name + sfx for sfx in SUFFIXES.values()), key=len)
     return prepare_report_dir(report_dir, longest)
 
 
-def write_reports(result: Dict[str, Any], trace: Any, races: Optional[List[Any]],
-                  report_dir: str) -> Dict[str, Optional[str]]:
+def write_reports(result: Any, report_dir: str) -> Dict[str, Optional[str]]:
+    """Write ``result``'s set (a ``ReproResult``); returns each file's path by kind."""
     from .markdown import render_markdown
 
     check_report_dir(report_dir, result)
     name = report_name(result)
+    trace, races = result.trace, list(result.trace_races or [])
     have = {"json", "markdown"} | ({"trace", "timeline"} if trace is not None else set())
     paths: Dict[str, Optional[str]] = {
         k: (os.path.join(report_dir, name + sfx) if k in have else None)
         for k, sfx in SUFFIXES.items()}
-    races = list(races or [])
-    report = {"specrace_report": REPORT_FORMAT}
-    report.update({k: v for k, v in result.items() if k not in ("report_files", "run_id")})
-    report["environment"] = environment()
-    report["replay"] = {"command": "specrace replay " + shlex.quote(paths["json"])}
-    report["report_files"] = {k: (os.path.basename(v) if v else None) for k, v in paths.items()}
+    digest = None
     if trace is not None:
         from .chrome import trace_digest
-        report["trace_digest"] = trace_digest(trace, races)
-    report["run_id"] = _run_id(report)
+        digest = trace_digest(trace, races)
+    report = Report(result, environment(), "specrace replay " + shlex.quote(paths["json"]),
+                    {k: (os.path.basename(v) if v else None) for k, v in paths.items()},
+                    digest)
+    report = dataclasses.replace(report, run_id=_run_id(report.to_json()))
+    doc = report.to_json()
 
     members = []  # swapped in in this order: the JSON, replay's entry point, last
     notes: Dict[str, Any] = {}
@@ -77,27 +78,27 @@ def write_reports(result: Dict[str, Any], trace: Any, races: Optional[List[Any]]
         from .chrome import chrome_trace
         from .timeline import render_timeline
 
-        doc = chrome_trace(trace, races, report)
+        chrome = chrome_trace(trace, races, report)
         members.append((name + SUFFIXES["trace"], lambda f: f.write(
-            json.dumps(doc, default=str, separators=(",", ":")).encode())))
+            json.dumps(chrome, default=str, separators=(",", ":")).encode())))
 
         def timeline(f: Any) -> Any:
             notes["timeline"] = render_timeline(trace, races, report, f)
         members.append((name + SUFFIXES["timeline"], timeline))
 
     def markdown(f: Any) -> None:
-        f.write(render_markdown(report, paths, trace, races, notes.get("timeline")).encode())
+        f.write(render_markdown(report, paths, notes.get("timeline")).encode())
     members.append((name + SUFFIXES["markdown"], markdown))
     members.append((name + SUFFIXES["json"], lambda f: f.write(
-        (json.dumps(report, indent=1, default=str) + "\n").encode())))
+        (json.dumps(doc, indent=1, default=str) + "\n").encode())))
     absent = [name + SUFFIXES[k] for k in SUFFIXES if k not in have]
     write_set(report_dir, members, absent)
     return paths
 
 
-def _run_id(report: Dict[str, Any]) -> str:
+def _run_id(doc: Dict[str, Any]) -> str:
     """The set's id: a digest of the report's content (the same run, the same id)."""
-    text = json.dumps(report, sort_keys=True, default=str)
+    text = json.dumps(doc, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 

@@ -32,9 +32,11 @@ def _inside(ts: float, dur: float) -> float:
     return ts + dur / 2.0 if dur > 0 else ts
 
 
-def chrome_trace(trace: Any, races: List[Any], result: Optional[Dict[str, Any]] = None
+def chrome_trace(trace: Any, races: List[Any], report: Optional[Any] = None
                  ) -> Dict[str, Any]:
-    result = result or {}
+    """The Chrome trace of ``trace``; ``report`` (a ``document.Report``) labels it (None:
+    unlabelled, as ``trace_digest`` hashes it)."""
+    result = report.result if report is not None else None
     lay = layout(trace)
     marks = race_marks(trace, races)
     note = time_note(lay)
@@ -43,8 +45,9 @@ def chrome_trace(trace: Any, races: List[Any], result: Optional[Dict[str, Any]] 
     # --- metadata: process, lanes ---
     events.append({"ph": "M", "pid": PID, "tid": HOST_TID, "name": "process_name",
                    "args": {"name": "specrace", "time_base": lay.mode, "time_note": note}})
-    label = (f"{result.get('scenario', '?')} [{result.get('variant', '?')}, "
-             f"{result.get('war_barrier', '?')} fence] {result.get('backend', '?')}")
+    # (the unlabelled form feeds ``trace_digest``: recorded digests depend on it)
+    label = ("? [?, ? fence] ?" if result is None else
+             f"{result.scenario} [{result.variant}, {result.war_barrier} fence] {result.backend}")
     events.append({"ph": "M", "pid": PID, "tid": HOST_TID, "name": "process_labels",
                    "args": {"labels": label}})
     events.append({"ph": "M", "pid": PID, "tid": HOST_TID, "name": "thread_name",
@@ -145,14 +148,13 @@ def chrome_trace(trace: Any, races: List[Any], result: Optional[Dict[str, Any]] 
             continue
         flow(a, b, "race", "race", {"race": f"{race.kind} #{n}", "storage": race.storage})
 
-    other = {"scenario": result.get("scenario"), "variant": result.get("variant"),
-             "war_barrier": result.get("war_barrier"), "backend": result.get("backend"),
-             "policy": result.get("policy"), "seed": result.get("seed"),
-             "trial": result.get("first_trial") if result.get("first_trial") is not None else 0,
+    run = ({k: getattr(result, k) for k in ("scenario", "variant", "war_barrier", "backend",
+                                            "policy", "seed")} if result is not None else {})
+    other = {**run, "trial": (result.first_trial or 0) if result is not None else 0,
              "time_base": lay.mode, "time_note": note,
              "ops_not_executed": lay.not_executed,
              "races": [f"{r.kind} #{n}: {r.summary()}" for n, r in enumerate(races, 1)],
-             "run_id": result.get("run_id")}
+             "run_id": report.run_id if report is not None else None}
     return printable_tree({"traceEvents": events, "displayTimeUnit": "ms", "otherData": other})
 
 

@@ -2,8 +2,8 @@
 
 The file is untrusted input: it must be a regular file of at most 20 MB, it is parsed as
 JSON only (nothing in it is imported, evaluated or unpickled), validated against
-``schema.REPORT_SCHEMA``, and its scenario, variant and policy must name things this
-checkout knows; its recorded schedules, if any, are decoded under the caps of
+``schema.REPORT_SCHEMA``, read into a typed ``document.Report`` (the one reader of its
+keys), and its scenario, variant and policy must name things this checkout knows; its recorded schedules, if any, are decoded under the caps of
 ``harness.policies.schedule``. Every failure is a ``ValueError`` with a one-line message.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Tuple
 
 from .text import printable
 
@@ -25,11 +25,16 @@ __all__ = ["load_report", "LoadedReport", "one_line", "MAX_BYTES"]
 
 @dataclass(frozen=True)
 class LoadedReport:
-    """A validated report: its policy parsed once (None: recorded on CUDA) and its
-    recorded schedules decoded into one replayable policy (None: none recorded)."""
-    doc: Dict[str, Any]
+    """A validated report, typed (``document.Report``): its policy parsed once (None:
+    recorded on CUDA) and its recorded schedules decoded into one replayable policy
+    (None: none recorded)."""
+    report: Any  # harness.report.document.Report
     policy: Any  # harness.policies.SchedulePolicy
     schedules: Any  # harness.policies.Schedules
+
+    @property
+    def result(self) -> Any:  # harness.engine.results.ReproResult
+        return self.report.result
 
 
 def one_line(text: Any, limit: int = MAX_MSG) -> str:
@@ -115,11 +120,14 @@ def load_report(path: Any) -> LoadedReport:
         raise ValueError(f"{name}: not a specrace report (nested too deeply)") from None
     if errors:
         raise ValueError(f"{name}: not a specrace report: {_describe(errors[0])}")
-    if doc["reproduced"] > doc["trials"]:
-        raise ValueError(f"{name}: not a specrace report: 'reproduced' ({doc['reproduced']}) "
-                         f"is more than 'trials' ({doc['trials']})")
-    policy = _check_names(doc, name)
-    return LoadedReport(doc, policy, _schedules(doc, policy, name))
+    from .document import Report
+    report = Report.from_json(doc)  # the one reader of a report's keys
+    result = report.result
+    if result.reproduced > result.trials:
+        raise ValueError(f"{name}: not a specrace report: 'reproduced' ({result.reproduced}) "
+                         f"is more than 'trials' ({result.trials})")
+    policy = _check_names(result, name)
+    return LoadedReport(report, policy, _schedules(result, policy, name))
 
 
 def _json_type(v: Any) -> str:
@@ -178,38 +186,38 @@ def _describe(err) -> str:
     return one_line(f"{err.message}{at}", 160)
 
 
-def _check_names(doc: Dict[str, Any], name: str) -> Any:
+def _check_names(result: Any, name: str) -> Any:
     import targets
     from scenarios.registry import SCENARIOS
 
-    scen = SCENARIOS.get(doc["scenario"])
+    scen = SCENARIOS.get(result.scenario)
     if scen is None:
-        raise ValueError(f"{name}: unknown scenario {one_line(repr(doc['scenario']), 80)}; "
+        raise ValueError(f"{name}: unknown scenario {one_line(repr(result.scenario), 80)}; "
                          f"known: {', '.join(sorted(SCENARIOS))}")
-    if doc["variant"] not in scen.variants:
-        raise ValueError(f"{name}: unknown variant {one_line(repr(doc['variant']), 80)} for "
+    if result.variant not in scen.variants:
+        raise ValueError(f"{name}: unknown variant {one_line(repr(result.variant), 80)} for "
                          f"{scen.name}; expected one of: {', '.join(scen.variants)}")
     try:
-        target = targets.get(doc.get("target", "impl"))
+        target = targets.get(result.target)
     except targets.TargetError as exc:
-        raise ValueError(f"{name}: recorded on target {doc.get('target')}, which cannot run "
+        raise ValueError(f"{name}: recorded on target {result.target}, which cannot run "
                          f"here: {one_line(exc, 200)}") from None
     if not target.supports(scen.name):
         raise ValueError(f"{name}: scenario {scen.name} does not run on the {target.name} "
                          f"target")
-    if doc["backend"] != "sim":
+    if result.backend != "sim":
         return None
     from harness.policies import parse_policy
     try:
-        return parse_policy(doc["policy"])
+        return parse_policy(result.policy)
     except ValueError as exc:
         raise ValueError(f"{name}: {one_line(exc, 200)}") from None
 
 
-def _schedules(doc: Dict[str, Any], policy: Any, name: str) -> Any:
+def _schedules(result: Any, policy: Any, name: str) -> Any:
     """The report's recorded schedules, decoded (one budget for all trials) and checked
     against the report they sit in."""
-    texts = doc.get("schedules")
+    texts = result.schedules
     if texts is None:
         return None
     from harness.policies import Schedules
@@ -217,8 +225,8 @@ def _schedules(doc: Dict[str, Any], policy: Any, name: str) -> Any:
     bad = f"{name}: not a specrace report: 'schedules'"
     if policy is None:
         raise ValueError(f"{bad}: schedules are recorded on the simulator only")
-    if len(texts) != doc["trials"]:
-        raise ValueError(f"{bad}: {len(texts)} recorded for {doc['trials']} trials")
+    if len(texts) != result.trials:
+        raise ValueError(f"{bad}: {len(texts)} recorded for {result.trials} trials")
     per_trial, budget = [], MAX_CHOICES
     for i, text in enumerate(texts):
         if text is None:  # the trial never ran

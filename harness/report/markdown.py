@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import os
-import shlex
 from typing import Any, Dict, List, Optional
 
 from harness.paths import REPO_ROOT
+from harness.runtime.trace import short_path
 
 from .text import printable
 
@@ -30,15 +30,19 @@ def _source_line(path: Optional[str], line: Optional[int]) -> Optional[str]:
     return None
 
 
-def _site(acc: Dict[str, Any]) -> str:
-    if acc.get("file") is None:
+def _site(acc: Any) -> str:
+    """Where an access (``AccessInfo``) or an owner (``Owner``) happened, in Markdown."""
+    if acc.frame is None:
         return "unknown site"
-    site = f"`{acc['file']}:{acc['line']}` ({acc.get('function')})"
-    replay = acc.get("replayed_at")
-    if isinstance(replay, dict):  # an op of a CUDA graph: captured here, replayed there
-        return (f"{site} -- captured in a CUDA graph there, replayed at "
-                f"`{replay.get('file')}:{replay.get('line')}` ({replay.get('function')})")
+    site = _frame(acc.frame)
+    replay = getattr(acc, "replayed_at", None)
+    if replay is not None:  # an op of a CUDA graph: captured here, replayed there
+        return f"{site} -- captured in a CUDA graph there, replayed at {_frame(replay)}"
     return site
+
+
+def _frame(frame: Any) -> str:
+    return f"`{short_path(frame[0])}:{frame[1]}` ({frame[2]})"
 
 
 def _code(v: Any) -> str:
@@ -46,171 +50,54 @@ def _code(v: Any) -> str:
     return f"`{s if len(s) <= 200 else s[:197] + '...'}`"
 
 
-def repro_command(r: Dict[str, Any]) -> str:
-    parts = ["specrace", "repro", str(r.get("scenario"))]
-    if r.get("target", "impl") != "impl":
-        parts += ["--target", str(r["target"])]
-    parts += ["--variant", str(r.get("variant")),
-             "--war-barrier", str(r.get("war_barrier")), "--backend", str(r.get("backend"))]
-    if r.get("backend") == "sim" and r.get("policy"):
-        parts += ["--policy", str(r["policy"])]
-    if r.get("stall_ms") is not None:
-        parts += ["--stall-ms", str(r["stall_ms"])]
-    parts += ["--trials", str(r.get("trials")), "--seed", str(r.get("seed")),
-              "--expect", str(r.get("expect"))]
-    return " ".join(shlex.quote(p) for p in parts)
+def render_markdown(report: Any, paths: Dict[str, Optional[str]],
+                    timeline_note: Optional[str]) -> str:
+    """The summary of ``report`` (a ``document.Report``) whose files are at ``paths``."""
+    return printable(_render(report, paths, timeline_note), keep_newlines=True)
 
 
-def render_markdown(report: Dict[str, Any], paths: Dict[str, Optional[str]], trace: Any,
-                    races: List[Any], timeline_note: Optional[str]) -> str:
-    return printable(_render(report, paths, trace, races, timeline_note), keep_newlines=True)
-
-
-def _render(report: Dict[str, Any], paths: Dict[str, Optional[str]], trace: Any,
-            races: List[Any], timeline_note: Optional[str]) -> str:
-    from harness.oracle.repro import verdict_line
-
-    r = report
-    n, t = r.get("reproduced", 0), r.get("trials", 0)
-    out: List[str] = []
-    out.append(f"# specrace: {r.get('scenario')} [{r.get('variant')}, "
-               f"{r.get('war_barrier')} fence] on {r.get('backend')}")
-    out.append("")
-    info = r.get("target_info") or {}
-    if r.get("target", "impl") != "impl":
-        out.append(f"Target: installed **{r.get('target')} {info.get('sglang_version', '')}** "
+def _render(report: Any, paths: Dict[str, Optional[str]], timeline_note: Optional[str]) -> str:
+    r = report.result
+    n, t = r.reproduced, r.trials
+    shown = (r.first_trial or 0) + 1  # the trial the trace and the divergence are from
+    out: List[str] = [f"# specrace: {r.heading()}", ""]
+    info = r.target_info
+    if r.target != "impl":
+        out.append(f"Target: installed **{r.target} {info.get('sglang_version', '')}** "
                    f"(files digest `{info.get('sglang_files_digest')}`; stood in for: "
-                   f"{', '.join(info.get('stood_in') or []) or 'nothing'}). Upstream frames "
-                   f"are named `sglang/...`, relative to the install.")
+                   f"{', '.join(map(str, info.get('stood_in') or [])) or 'nothing'}). "
+                   f"Upstream frames are named `sglang/...`, relative to the install.")
         out.append("")
     head = (f"**RACE REPRODUCED in {n}/{t} trials**" if n else f"**clean: 0/{t} trials**")
-    out.append(f"{head} -- expected `{r.get('expect')}` "
-               f"({'matches' if r.get('matches_expectation') else 'does NOT match'}); "
-               f"the scenario expects `{r.get('expected_by_scenario')}` for this variant/fence.")
-    out.append("")
-    try:
-        out.append(f"> {verdict_line(r)}")
-    except (KeyError, TypeError, ValueError):
-        pass
-    out.append("")
-    points = ", ".join(f"`{s.get('point')}`" for s in r.get("stall_plan") or []
-                       if isinstance(s, dict))
-    stall = ("until forced" if r.get("stall_ms") is None else f"{r.get('stall_ms')} ms")
-    out.append(f"- policy: `{r.get('policy')}`; "
+    out.append(f"{head} -- expected `{r.expect}` "
+               f"({'matches' if r.matches_expectation else 'does NOT match'}); "
+               f"the scenario expects `{r.expected_by_scenario}` for this variant/fence.")
+    out += ["", f"> {r.verdict_line()}", ""]
+    points = ", ".join(f"`{s.point}`" for s in r.stall_plan)
+    stall = "until forced" if r.stall_ms is None else f"{r.stall_ms} ms"
+    out.append(f"- policy: `{r.policy}`; "
                + (f"stall {stall} at {points}" if points else "no stalls"))
-    out.append(f"- seed {r.get('seed')} (trial i runs seed {r.get('seed')}+i), "
-               f"first failing trial: "
-               f"{'none' if r.get('first_trial') is None else r.get('first_trial') + 1}")
-    if r.get("run_id"):
-        out.append(f"- run id `{r['run_id']}` (every file of this report set carries it)")
+    out.append(f"- seed {r.seed} (trial i runs seed {r.seed}+i), first failing trial: "
+               f"{'none' if r.first_trial is None else r.first_trial + 1}")
+    if report.run_id:
+        out.append(f"- run id `{report.run_id}` (every file of this report set carries it)")
     out.append("")
-
-    # --- what raced with what ---
-    rs = r.get("races") or []
-    out.append(f"## What raced ({len(rs)} site{'s' if len(rs) != 1 else ''})")
-    out.append("")
-    if not rs:
-        out.append("No unordered conflicting accesses were found by the happens-before "
-                   "detector.")
-    for i, race in enumerate(rs[:MAX_RACES], 1):
-        a, b = race.get("first", {}), race.get("second", {})
-        out.append(f"{i}. **{race.get('kind')}** on `{race.get('storage')}` "
-                   f"(seen {race.get('count', 1)}x over the trials): the {a.get('access')} "
-                   f"is not ordered before the {b.get('access')} -- no event/sync edge "
-                   f"between them.")
-        for label, acc in (("first ", a), ("second", b)):
-            out.append(f"   - {label}: stream **{acc.get('actor')}**, op `{acc.get('op')}` "
-                       f"({acc.get('access')}, #{acc.get('seq')} on its stream) at "
-                       f"{_site(acc)}")
-            src = _source_line(acc.get("file"), acc.get("line"))
-            if src:
-                out.append(f"     `{src.replace('`', chr(39))}`")
-        reuse = race.get("reuse")
-        if isinstance(reuse, dict):
-            out.append(f"   - **across a reuse**: the caching allocator handed block "
-                       f"{reuse.get('block')} on to a new storage while the first access, "
-                       f"made through the old one, may still be pending (free it after a "
-                       f"sync, or `record_stream` the stream that uses it):")
-            for label, owner in (("old owner", reuse.get("old") or {}),
-                                 ("new owner", reuse.get("new") or {})):
-                on = f" on stream **{owner.get('stream')}**" if owner.get("stream") else ""
-                out.append(f"     - {label}: `{owner.get('storage')}`, allocated{on} at "
-                           f"{_site(owner) if owner.get('file') else 'an unknown site'}")
-    if len(rs) > MAX_RACES:
-        out.append(f"\n... and {len(rs) - MAX_RACES} more in the JSON report.")
-    out.append("")
-
-    # --- first divergence ---
-    out.append("## First divergence")
-    out.append("")
-    div = r.get("first_divergence")
-    if not div:
-        out.append("None: every value that reached the host matched the synchronous "
-                   "reference.")
-    else:
-        trial = (r.get('first_trial') or 0) + 1
-        if div.get("kind") in ("accept_lens", "accept_tokens"):
-            out.append(f"Trial {trial}: **stale `{div.get('kind')}`** for request "
-                       f"{div.get('rid')}, step {div.get('step')}, at {div.get('where')} "
-                       f"(stream `{div.get('stream')}`).")
-        else:
-            out.append(f"Trial {trial}: **{div.get('kind')}** -- "
-                       f"{_code(div.get('message'))}")
-        out.append("")
-        out.append("| | value |")
-        out.append("|---|---|")
-        out.append(f"| expected (synchronous reference) | {_code(div.get('expected'))} |")
-        out.append(f"| observed | {_code(div.get('observed'))} |")
-        obs = div.get("observed")
-        if isinstance(obs, int) and obs in (0x5A5A5A5A, 0x5A5A5A5A5A5A5A5A):
-            out.append("")
-            out.append("The observed value is the simulator's uninitialised-memory fill "
-                       "(0x5A5A...): the host read memory no kernel had written yet.")
-    out.append("")
-
-    # --- trials ---
-    trials = r.get("trial_results") or []
-    if trials:
-        out.append("## Trials")
-        out.append("")
-        out.append("| trial | seed | reproduced | divergence | races | values checked |")
-        out.append("|---:|---:|:---:|---|---:|---:|")
-        for tr in trials[:MAX_TRIAL_ROWS]:
-            out.append(f"| {tr.get('trial', 0) + 1} | {tr.get('seed')} | "
-                       f"{'yes' if tr.get('reproduced') else 'no'} | "
-                       f"{tr.get('divergence') or '-'} | {tr.get('races')} | "
-                       f"{tr.get('checked')} |")
-        if len(trials) > MAX_TRIAL_ROWS:
-            out.append(f"\n({len(trials) - MAX_TRIAL_ROWS} more trials in the JSON report.)")
-        out.append("")
+    out += _races(r.races)
+    out += _divergence(r.first_divergence, shown)
+    out += _trials(r.trial_results)
 
     # --- replay ---
-    out.append("## Replay")
-    out.append("")
-    out.append("Re-run with the same parameters and compare the verdict (identical on the "
-               "simulator):")
-    out.append("")
-    out.append("```sh")
-    out.append(r.get("replay", {}).get("command", ""))
-    out.append("```")
-    out.append("")
-    out.append("or from scratch:")
-    out.append("")
-    out.append("```sh")
-    out.append(repro_command(r))
-    out.append("```")
-    out.append("")
+    out += ["## Replay", "", "Re-run with the same parameters and compare the verdict "
+            "(identical on the simulator):", "", "```sh", report.replay_command or "", "```",
+            "", "or from scratch:", "", "```sh", r.repro_command(), "```", ""]
 
     # --- timeline ---
-    out.append("## Timeline")
-    out.append("")
+    out += ["## Timeline", ""]
     if paths.get("timeline"):
         png = os.path.basename(paths["timeline"])
-        out.append(f"![timeline of trial {(r.get('first_trial') or 0) + 1}]({png})")
-        out.append("")
+        out += [f"![timeline of trial {shown}]({png})", ""]
         if timeline_note and timeline_note != "full trace":
-            out.append(f"The picture shows a {timeline_note}.")
-            out.append("")
+            out += [f"The picture shows a {timeline_note}.", ""]
         out.append(f"The full trace is `{os.path.basename(paths['trace'])}` "
                    f"(Chrome trace-event format). Open it at <https://ui.perfetto.dev> -> "
                    f"**Open trace file**, or in Chrome at `chrome://tracing` -> **Load**. "
@@ -223,12 +110,76 @@ def _render(report: Dict[str, Any], paths: Dict[str, Optional[str]], trace: Any,
     out.append("")
 
     # --- environment ---
-    env = r.get("environment") or {}
-    out.append("## Environment")
-    out.append("")
+    out += ["## Environment", ""]
     for k in ("python", "platform", "torch", "cuda", "gpu", "driver", "xgrammar", "specrace",
               "git_commit"):
-        if env.get(k) is not None:
-            out.append(f"- {k}: `{env[k]}`")
+        if report.environment.get(k) is not None:
+            out.append(f"- {k}: `{report.environment[k]}`")
     out.append("")
     return "\n".join(out)
+
+
+def _races(races: List[Any]) -> List[str]:
+    """What raced with what (``harness.detect.Race``, counted over the trials)."""
+    out = [f"## What raced ({len(races)} site{'s' if len(races) != 1 else ''})", ""]
+    if not races:
+        out.append("No unordered conflicting accesses were found by the happens-before "
+                   "detector.")
+    for i, race in enumerate(races[:MAX_RACES], 1):
+        a, b = race.first, race.second
+        out.append(f"{i}. **{race.kind}** on `{race.storage}` (seen {race.count}x over the "
+                   f"trials): the {a.access_kind()} is not ordered before the "
+                   f"{b.access_kind()} -- no event/sync edge between them.")
+        for label, acc in (("first ", a), ("second", b)):
+            out.append(f"   - {label}: stream **{acc.actor}**, op `{acc.op}` "
+                       f"({acc.access_kind()}, #{acc.seq} on its stream) at {_site(acc)}")
+            src = _source_line(short_path(acc.frame[0]), acc.frame[1]) if acc.frame else None
+            if src:
+                out.append(f"     `{src.replace('`', chr(39))}`")
+        if race.reuse is not None:
+            out.append(f"   - **across a reuse**: the caching allocator handed block "
+                       f"{race.reuse.block} on to a new storage while the first access, "
+                       f"made through the old one, may still be pending (free it after a "
+                       f"sync, or `record_stream` the stream that uses it):")
+            for label, owner in (("old owner", race.reuse.old), ("new owner", race.reuse.new)):
+                on = f" on stream **{owner.stream}**" if owner.stream else ""
+                out.append(f"     - {label}: `{owner.storage}`, allocated{on} at "
+                           f"{_site(owner) if owner.frame else 'an unknown site'}")
+    if len(races) > MAX_RACES:
+        out.append(f"\n... and {len(races) - MAX_RACES} more in the JSON report.")
+    out.append("")
+    return out
+
+
+def _divergence(div: Any, trial: int) -> List[str]:
+    """The first divergence (``harness.oracle.divergence.Divergence``), seen in ``trial``."""
+    out = ["## First divergence", ""]
+    if div is None:
+        return out + ["None: every value that reached the host matched the synchronous "
+                      "reference.", ""]
+    if div.stale:
+        out.append(f"Trial {trial}: **stale `{div.kind}`** for request {div.rid}, step "
+                   f"{div.step}, at {div.where} (stream `{div.stream}`).")
+    else:
+        out.append(f"Trial {trial}: **{div.kind}** -- {_code(div.message)}")
+    out += ["", "| | value |", "|---|---|",
+            f"| expected (synchronous reference) | {_code(div.expected)} |",
+            f"| observed | {_code(div.observed)} |"]
+    if isinstance(div.observed, int) and div.observed in (0x5A5A5A5A, 0x5A5A5A5A5A5A5A5A):
+        out += ["", "The observed value is the simulator's uninitialised-memory fill "
+                "(0x5A5A...): the host read memory no kernel had written yet."]
+    return out + [""]
+
+
+def _trials(trials: List[Any]) -> List[str]:
+    """One row per trial (``TrialSummary``), the first ``MAX_TRIAL_ROWS``."""
+    if not trials:
+        return []
+    out = ["## Trials", "", "| trial | seed | reproduced | divergence | races | values checked |",
+           "|---:|---:|:---:|---|---:|---:|"]
+    for tr in trials[:MAX_TRIAL_ROWS]:
+        out.append(f"| {tr.trial + 1} | {tr.seed} | {'yes' if tr.reproduced else 'no'} | "
+                   f"{tr.divergence or '-'} | {tr.races} | {tr.checked} |")
+    if len(trials) > MAX_TRIAL_ROWS:
+        out.append(f"\n({len(trials) - MAX_TRIAL_ROWS} more trials in the JSON report.)")
+    return out + [""]

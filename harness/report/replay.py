@@ -18,9 +18,9 @@ simulator a replay is identical by construction; on CUDA it is a fresh sample.
 """
 from __future__ import annotations
 
-import json
-import shlex
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from harness.runtime.trace import frame_text
 
 from .load import MAX_BYTES, LoadedReport, load_report, one_line
 
@@ -32,25 +32,17 @@ SOURCES = ("schedule", "seed")  # what a replay re-runs from
 
 # --- the verdict and its comparison -------------------------------------------------------
 
-def _norm(v: Any) -> Any:
-    return json.loads(json.dumps(v, default=str))
-
-
-def verdict_of(result: Dict[str, Any]) -> Dict[str, Any]:
-    """What replay compares, from a report or a fresh result."""
-    div = result.get("first_divergence")
-    first = None
-    if isinstance(div, dict):
-        first = {k: _norm(div.get(k)) for k in ("kind", "rid", "step", "observed")}
-    sites = set()
-    for r in result.get("races") or []:
-        a, b = r.get("first") or {}, r.get("second") or {}
-        sites.add((str(r.get("kind")), f"{a.get('file')}:{a.get('line')}",
-                   f"{b.get('file')}:{b.get('line')}"))
-    return {"reproduced": int(result.get("reproduced") or 0),
-            "trials": int(result.get("trials") or 0),
-            "first_divergence": first,
+def verdict_of(result: Any) -> Dict[str, Any]:
+    """What replay compares, from a ``ReproResult`` (a report's or a fresh run's)."""
+    div = result.first_divergence
+    sites = {(r.kind, _place(r.first), _place(r.second)) for r in result.races}
+    return {"reproduced": result.reproduced, "trials": result.trials,
+            "first_divergence": None if div is None else div.identity(),
             "race_sites": [list(s) for s in sorted(sites)]}
+
+
+def _place(acc: Any) -> str:
+    return frame_text(acc.frame, missing="unknown site", function=False)
 
 
 def _div_text(d: Optional[Dict[str, Any]]) -> str:
@@ -91,51 +83,44 @@ def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
     """Re-run the report at ``source`` (a path, or a ``LoadedReport``); ``progress(done,
     total)`` after each trial. ``from_``: ``"schedule"`` or ``"seed"`` (None: the recorded
     schedules when the report has them, else the seed)."""
-    report = source if isinstance(source, LoadedReport) else load_report(source)
-    doc = report.doc
-    from_ = replay_source(report, from_)
-    from harness.oracle.repro import ReproConfig, run_repro
+    loaded = source if isinstance(source, LoadedReport) else load_report(source)
+    from_ = replay_source(loaded, from_)
+    from harness.engine.repro import ReproConfig, run_repro
     from harness.runtime import cuda_available
     from scenarios.registry import SCENARIOS
 
-    if doc["backend"] == "cuda" and not cuda_available():
-        cmd = " ".join(shlex.quote(str(p)) for p in (
-            "specrace", "repro", doc["scenario"], "--target", doc.get("target", "impl"),
-            "--variant", doc["variant"], "--war-barrier", doc["war_barrier"], "--backend",
-            "sim", "--trials", doc["trials"], "--seed", doc["seed"]))
+    report, old = loaded.report, loaded.result
+    if old.backend == "cuda" and not cuda_available():
         raise ValueError(f"report was recorded on cuda; this machine has no GPU (use "
-                         f"--backend sim to reproduce on the simulator: {one_line(cmd, 200)})")
-    scenario = SCENARIOS[doc["scenario"]]
-    cfg = ReproConfig(scenario=doc["scenario"], variant=doc["variant"],
-                      war_barrier=doc["war_barrier"], backend=doc["backend"],
-                      policy=report.schedules if from_ == "schedule" else report.policy,
-                      stall_ms=float(doc["stall_ms"]) if doc["stall_ms"] is not None else None,
-                      trials=int(doc["trials"]), seed=int(doc["seed"]), expect=doc["expect"],
-                      target=doc.get("target", "impl"))
+                         f"--backend sim to reproduce on the simulator: "
+                         f"{one_line(old.repro_command(backend='sim'), 200)})")
+    cfg = ReproConfig(scenario=old.scenario, variant=old.variant,
+                      war_barrier=old.war_barrier, backend=old.backend,
+                      policy=loaded.schedules if from_ == "schedule" else loaded.policy,
+                      stall_ms=float(old.stall_ms) if old.stall_ms is not None else None,
+                      trials=old.trials, seed=old.seed, expect=old.expect, target=old.target)
     if progress is not None:
         progress(0, cfg.trials)
-    outcome = run_repro(cfg, scenario, progress)
-    original, replayed = verdict_of(doc), verdict_of(outcome.result)
+    new = run_repro(cfg, SCENARIOS[old.scenario], progress)
+    original, replayed = verdict_of(old), verdict_of(new)
     same, summary = compare(original, replayed)
     notes = []
     if from_ == "schedule":
-        left = _left_schedule(report.schedules.per_trial, outcome.result["schedules"])
+        left = _left_schedule(loaded.schedules.per_trial, new.schedules)
         if left:
             notes.append(left)
-    recorded_digest = doc.get("trace_digest")
-    if recorded_digest and outcome.first_trace is not None:
+    if report.trace_digest and new.trace is not None:
         from .chrome import trace_digest
-        if trace_digest(outcome.first_trace, outcome.trace_races) != recorded_digest:
+        if trace_digest(new.trace, new.trace_races) != report.trace_digest:
             notes.append("DIFFERENT trace: the shown trial's trace differs from the report's")
     if same and from_ == "schedule":
-        n = sum(len(c) for c in report.schedules.per_trial if c is not None)
+        n = sum(len(c) for c in loaded.schedules.per_trial if c is not None)
         summary += f", from the recorded schedules ({n} choices)"
     if notes:
         same = False
         rest = summary.replace("replay: ", "", 1)
         summary = one_line("replay: " + "; ".join(notes) + "; " + rest, 400)
-    env = doc.get("environment")
-    recorded = env.get("source_digest") if isinstance(env, dict) else None
+    recorded = report.environment.get("source_digest")
     code_changed = None
     if not same and isinstance(recorded, str):
         from harness.report import source_digest
@@ -143,15 +128,14 @@ def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
         if code_changed:
             summary = one_line(summary + " (the source changed since the report was written)",
                                400)
-    recorded_target = doc.get("target_info")
-    if not same and isinstance(recorded_target, dict) and recorded_target.get("sglang_version"):
-        now = outcome.result.get("target_info") or {}
-        if now.get("sglang_version") != recorded_target.get("sglang_version"):
-            summary = one_line(f"{summary} (sglang "
-                               f"{one_line(recorded_target.get('sglang_version'), 40)} -> "
-                               f"{one_line(now.get('sglang_version'), 40)})")
+    was = old.target_info.get("sglang_version")
+    if not same and was:
+        now = new.target_info.get("sglang_version")
+        if now != was:
+            summary = one_line(f"{summary} (sglang {one_line(was, 40)} -> "
+                               f"{one_line(now, 40)})")
     return {"same": same, "summary": summary, "original": original, "replayed": replayed,
-            "backend": doc["backend"], "code_changed": code_changed, "from": from_}
+            "backend": old.backend, "code_changed": code_changed, "from": from_}
 
 
 def replay_source(report: LoadedReport, from_: Optional[str]) -> str:

@@ -1,15 +1,24 @@
 """JSON Schema of a ``specrace repro`` report (``NAME.json``), format version 1.
 
-Only what replay relies on is constrained; other keys (environment, trial results, ...)
-are free. The bounds are the very constants ``repro`` and the CLI enforce, so a report
-asks for no more than ``repro`` itself allows and every report ``repro`` writes replays.
+What replay relies on is required; every other key the typed reader
+(``document.Report.from_json``) reads is optional -- older reports lack some -- but typed
+where present, so nothing unchecked reaches the renderers. Other keys are free. The
+bounds are the very constants ``repro`` and the CLI enforce, so a report asks for no more
+than ``repro`` itself allows and every report ``repro`` writes replays.
 """
 from __future__ import annotations
 
-from harness.oracle.repro import MAX_SEED, MAX_TRIALS
+from harness.engine.repro import MAX_SEED, MAX_TRIALS
+from harness.oracle.divergence import KINDS
 from harness.policies import MAX_POLICY_CHARS
 from harness.policies.schedule import MAX_SCHEDULE_CHARS
 from harness.runtime.limits import MAX_STALL_MS
+
+_TEXT = {"type": "string", "maxLength": 1000}
+_OPT_TEXT = {"type": ["string", "null"], "maxLength": 1000}
+_OPT_INT = {"type": ["integer", "null"]}
+_FRAME = {"file": _OPT_TEXT, "line": {"type": ["integer", "null"], "minimum": 0},
+          "function": _OPT_TEXT}
 
 _SITE = {
     "type": "object",
@@ -17,12 +26,15 @@ _SITE = {
     "properties": {
         "actor": {"type": "string", "maxLength": 200},
         "op": {"type": "string", "maxLength": 500},
+        "seq": {"type": "integer"},
         "access": {"enum": ["read", "write"]},
-        "file": {"type": ["string", "null"], "maxLength": 1000},
-        "line": {"type": ["integer", "null"], "minimum": 0},
-        "function": {"type": ["string", "null"], "maxLength": 500},
+        **_FRAME,
+        "trace_index": {"type": "integer"},
+        "replayed_at": {"type": "object", "required": ["file", "line"], "properties": _FRAME},
     },
 }
+
+_OWNER = {"type": "object", "properties": {"storage": _TEXT, "stream": _OPT_TEXT, **_FRAME}}
 
 _RACES = {
     "type": "array",
@@ -35,20 +47,50 @@ _RACES = {
             "count": {"type": "integer", "minimum": 0},
             "first": _SITE,
             "second": _SITE,
+            "reuse": {"type": "object",
+                      "properties": {"block": {"type": "integer"}, "old": _OWNER,
+                                     "new": _OWNER}},
         },
     },
 }
 
+# ``expected`` / ``observed`` are any JSON value (token lists, numbers, messages)
 _DIVERGENCE = {
     "type": ["object", "null"],
     "required": ["kind"],
     "properties": {
-        "kind": {"type": "string", "maxLength": 200},
-        "rid": {"type": ["integer", "null"]},
-        "step": {"type": ["integer", "null"]},
+        "kind": {"enum": list(KINDS)},
+        "message": {"type": "string"},
+        "rid": _OPT_INT,
+        "step": _OPT_INT,
+        "position": _OPT_INT,
+        "where": _OPT_TEXT,
+        "stream": _OPT_TEXT,
     },
 }
 
+_TRIAL = {
+    "type": "object",
+    "required": ["trial", "seed", "reproduced", "divergence", "races", "traced", "ms",
+                 "checked"],
+    "properties": {
+        "trial": {"type": "integer", "minimum": 0},
+        "seed": {"type": "integer"},
+        "reproduced": {"type": "boolean"},
+        "divergence": {"enum": [*KINDS, None]},
+        "races": {"type": "integer", "minimum": 0},
+        "traced": {"type": "boolean"},
+        "ms": {"type": "number"},
+        "checked": {"type": "integer", "minimum": 0},
+    },
+}
+
+_STALL = {
+    "type": "object",
+    "required": ["point"],
+    "properties": {"point": _TEXT, "ms": {"type": ["number", "null"]},
+                   "every": {"type": "integer", "minimum": 1}},
+}
 # Every trial's recorded schedule (simulator only: null on CUDA; absent in reports written
 # before schedules were recorded): trial i's choices in ``harness.policies.schedule``'s
 # text form, or null for a trial that never ran. ``replay`` checks there is one per trial and decodes them under one budget.
@@ -83,6 +125,20 @@ REPORT_SCHEMA = {
         "reproduced": {"type": "integer", "minimum": 0, "maximum": MAX_TRIALS},
         "races": _RACES,
         "first_divergence": _DIVERGENCE,
+        # the rest is optional (older reports lack some), but typed where present: it is
+        # what ``document.Report.from_json`` reads
+        "first_trial": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_TRIALS},
+        "trial_results": {"type": "array", "maxItems": MAX_TRIALS, "items": _TRIAL},
+        "median_trial_ms": {"type": ["number", "null"]},
+        "expected_by_scenario": {"enum": ["clean", "race", None]},
+        "target_info": {"type": "object"},
+        "stall_plan": {"type": "array", "maxItems": 100, "items": _STALL},
+        "host_order": {"type": "object"},
+        "command": _OPT_TEXT,
+        "environment": {"type": "object"},
+        "replay": {"type": "object", "properties": {"command": _OPT_TEXT}},
+        "report_files": {"type": "object", "additionalProperties": _OPT_TEXT},
+        "run_id": _OPT_TEXT,
         "schedules": _SCHEDULES,
         "trace_digest": _DIGEST,
         "expect": {"enum": ["clean", "race"]},

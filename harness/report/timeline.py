@@ -89,8 +89,9 @@ def _windows(lay, trace, marks):
     return overview, zoom
 
 
-def render_timeline(trace: Any, races: List[Any], result: Dict[str, Any], out: BinaryIO) -> str:
-    """Draw the timeline into ``out`` (PNG); returns what the picture shows (one line)."""
+def render_timeline(trace: Any, races: List[Any], report: Any, out: BinaryIO) -> str:
+    """Draw the timeline of ``report`` (a ``document.Report``) into ``out`` (PNG); returns
+    what the picture shows (one line)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -141,7 +142,7 @@ def render_timeline(trace: Any, races: List[Any], result: Dict[str, Any], out: B
         axes[0].text(zoom[0], -0.88, " zoomed below", fontsize=8, color=RACE_COLOR,
                      va="top", ha="left", clip_on=True)
 
-    fig.suptitle(_title(result, races, overview[2]), fontsize=10.5, x=0.085, ha="left",
+    fig.suptitle(_title(report.result, races, overview[2]), fontsize=10.5, x=0.085, ha="left",
                  y=1.0 - 0.12 / fig_h, va="top", linespacing=1.45)
 
     handles = [Patch(label="kernel", **KIND_STYLE["kernel"]),
@@ -169,7 +170,7 @@ def render_timeline(trace: Any, races: List[Any], result: Dict[str, Any], out: B
     for text in fig.findobj(Text):
         text.set_parse_math(False)
         text.set_text(printable(text.get_text(), keep_newlines=True))
-    run_id = result.get("run_id")
+    run_id = report.run_id
     fig.savefig(out, format="png",
                 metadata={"Description": f"specrace run {run_id}"} if run_id else None)
     notes = [p[2] for p in panels if p[2]]
@@ -336,25 +337,21 @@ def _order_note(lay, trace, race) -> str:
     return f"; the {what} ran {ta - tb:g} µs BEFORE it"
 
 
-def _title(result: Dict[str, Any], races: List[Any], note: Optional[str]) -> str:
-    n, t = result.get("reproduced", 0), result.get("trials", 0)
-    head = (f"{result.get('scenario')} [{result.get('variant')}, {result.get('war_barrier')} "
-            f"fence] on {result.get('backend')} ({result.get('policy')}), seed "
-            f"{result.get('seed')}")
+def _title(result: Any, races: List[Any], note: Optional[str]) -> str:
+    n, t = result.reproduced, result.trials
+    head = f"{result.heading()} ({result.policy}), seed {result.seed}"
     verdict = f"RACE reproduced in {n}/{t} trials" if n else f"clean in {t}/{t} trials"
-    trial = result.get("first_trial")
     lines = [f"{head} -- {verdict}",
-             f"timeline of trial {(trial if trial is not None else 0) + 1}: {len(races)} race "
+             f"timeline of trial {(result.first_trial or 0) + 1}: {len(races)} race "
              f"site(s) in this trial"]
-    div = result.get("first_divergence")
-    if div:
-        if div.get("kind") in ("accept_lens", "accept_tokens"):
-            lines[-1] += (f"; first divergence: stale {div.get('kind')} for request "
-                          f"{div.get('rid')} step {div.get('step')} (expected "
-                          f"{_short(div.get('expected'))}, observed "
-                          f"{_short(div.get('observed'))})")
+    div = result.first_divergence
+    if div is not None:
+        if div.stale:
+            lines[-1] += (f"; first divergence: stale {div.kind} for request "
+                          f"{div.rid} step {div.step} (expected "
+                          f"{_short(div.expected)}, observed {_short(div.observed)})")
         else:
-            lines[-1] += f"; first divergence: {_short(div.get('message'), 110)}"
+            lines[-1] += f"; first divergence: {_short(div.message, 110)}"
     if note:
         lines.append(note)
     return "\n".join(lines)

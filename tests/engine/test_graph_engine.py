@@ -6,8 +6,10 @@ import dataclasses
 import pytest
 import torch
 
-import harness.oracle.runner as runner
-from harness.oracle.runner import run_trial, server_args
+import harness.engine.reference as reference
+import harness.engine.trial as trial
+from harness.engine.drive import server_args
+from harness.engine.trial import run_trial
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import ReplayedOp
 from harness.policies import parse_policy
@@ -74,16 +76,17 @@ def test_batches_above_the_largest_bucket_run_eagerly(monkeypatch):
 
 def test_the_synchronous_reference_is_graph_free(monkeypatch):
     seen = []
-    real = runner.drive
+    real = trial.drive
 
     def spy(rt, workload, args, plan, *rest):
         seen.append((args.overlap, args.cuda_graph))
         return real(rt, workload, args, plan, *rest)
 
-    monkeypatch.setattr(runner, "drive", spy)
-    monkeypatch.setattr(runner, "_REFERENCE_CACHE", type(runner._REFERENCE_CACHE)())
+    for room in (reference, trial):  # the reference run and the trial each drive
+        monkeypatch.setattr(room, "drive", spy)
+    monkeypatch.setattr(reference, "_REFERENCE_CACHE", type(reference._REFERENCE_CACHE)())
     wl = SC.workload(4)
-    runner.run_trial("sim", parse_policy("eager"), wl, server_args(wl, {}), [], detect_races=False)
+    trial.run_trial("sim", parse_policy("eager"), wl, server_args(wl, {}), [], detect_races=False)
     assert seen[0] == (False, False) and seen[1] == (True, True)
 
 
@@ -112,13 +115,16 @@ def test_graph_races_name_the_capture_and_replay_sites():
 
 
 def test_markdown_report_names_both_sites():
+    from harness.detect.hb import AccessInfo
     from harness.report.markdown import _site
-    acc = {"file": "impl/model.py", "line": 76, "function": "forward",
-           "replayed_at": {"file": "impl/graph_runner.py", "line": 77, "function": "replay"}}
+    acc = AccessInfo.from_json({
+        "file": "impl/model.py", "line": 76, "function": "forward",
+        "replayed_at": {"file": "impl/graph_runner.py", "line": 77, "function": "replay"}})
     text = _site(acc)
     assert text.startswith("`impl/model.py:76` (forward) -- captured in a CUDA graph there")
     assert text.endswith("replayed at `impl/graph_runner.py:77` (replay)")
-    assert _site({"file": "impl/x.py", "line": 3, "function": "f"}) == "`impl/x.py:3` (f)"
+    plain = AccessInfo.from_json({"file": "impl/x.py", "line": 3, "function": "f"})
+    assert _site(plain) == "`impl/x.py:3` (f)"
 
 
 def test_graph_trials_are_deterministic():

@@ -6,7 +6,8 @@ usually shows no wrong value; the detector must still name the race.
 """
 import pytest
 
-from harness.oracle.runner import run_trial, server_args
+from harness.engine.drive import server_args
+from harness.engine.trial import run_trial
 from harness.policies import parse_policy
 from scenarios.mutations import BY_NAME
 from scenarios.registry import get

@@ -3,7 +3,8 @@ at draft prep AND the detector's schedule-gather vs forward-write pair), the coa
 hides it, the FutureMap relay removes it -- under every policy."""
 import pytest
 
-from harness.oracle.runner import run_trial, server_args
+from harness.engine.drive import server_args
+from harness.engine.trial import run_trial
 from harness.policies import parse_policy
 from scenarios.registry import get
 
@@ -21,8 +22,8 @@ def trial(variant, war_barrier, policy, seed, stall_ms=None):
 def test_prefix_fine_fence_reproduces_with_stall(seed):
     res = trial("pre-fix", "fine", "eager", seed)
     assert res.divergence is not None
-    assert res.divergence["kind"] in ("accept_lens", "accept_tokens")
-    assert "draft prep" in res.divergence["where"]
+    assert res.divergence.kind in ("accept_lens", "accept_tokens")
+    assert "draft prep" in res.divergence.where
     pairs = {(r.first.actor, r.first.access_kind(), r.second.actor, r.second.op.split(".")[0],
               r.second.where().split(" ")[0]) for r in res.races}
     # the schedule stream's gather in filter_batch races the forward stream's write
@@ -57,7 +58,7 @@ def test_fixed_relay_is_clean(policy, seed):
 
 
 def test_fixed_outputs_equal_reference_token_for_token():
-    from harness.oracle.runner import reference
+    from harness.engine.reference import reference
     wl = SC.workload(4)
     args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
     res = run_trial("sim", parse_policy("lazy"), wl, args, SC.stalls(None))

@@ -200,7 +200,7 @@ def test_a_chooser_naming_a_stream_that_cannot_run_is_a_device_error():
 
 
 def _trace_bytes(trace) -> str:
-    return json.dumps(chrome_trace(trace, [], {}), sort_keys=True)
+    return json.dumps(chrome_trace(trace, []), sort_keys=True)
 
 
 @pytest.mark.parametrize("spec", ["eager", "lazy", "stall(forward)", "random(3)", "random(11)",

@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from harness.oracle.runner import run_trial, server_args
+from harness.engine.drive import server_args
+from harness.engine.trial import run_trial
 from harness.report.chrome import chrome_trace
 from harness.runtime.sim import SimDeviceError
 from harness.runtime.sim.device import current_device
@@ -31,8 +32,8 @@ def _seed_trial(variant="pre-fix"):
 def test_the_same_run_twice_in_one_process_gives_the_same_trace():
     first, second = _seed_trial(), _seed_trial()
     assert first.races and first.trace is not None
-    a = json.dumps(chrome_trace(first.trace, first.races, {}), sort_keys=True)
-    b = json.dumps(chrome_trace(second.trace, second.races, {}), sort_keys=True)
+    a = json.dumps(chrome_trace(first.trace, first.races), sort_keys=True)
+    b = json.dumps(chrome_trace(second.trace, second.races), sort_keys=True)
     assert a == b
     assert [r.summary() for r in first.races] == [r.summary() for r in second.races]
 
@@ -151,8 +152,8 @@ def test_the_trial_runner_reports_a_deadlock_as_a_finding(monkeypatch):
 
     monkeypatch.setattr(Scheduler, "step", stuck)
     res = _seed_trial("fixed")
-    assert res.divergence["kind"] == "deadlock" and res.divergence["where"] == "trial"
-    assert "deadlock" in res.divergence["message"]
+    assert res.divergence.kind == "deadlock" and res.divergence.where == "trial"
+    assert "deadlock" in res.divergence.message
 
 
 # --- one stall cap -----------------------------------------------------------------------

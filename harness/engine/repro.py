@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
 
 import targets
+from harness.detect import Race
 from harness.policies import SchedulePolicy
 from harness.policies.schedule import encode_choices
 from harness.runtime import resolve_backend
 
-from .runner import run_trial, server_args
+from .drive import server_args
+from .results import ReproResult, TrialSummary
+from .trial import run_trial
 
 # The most trials one run may ask for: the CLI's --trials and a report that replay reads
 # are held to it (a slow simulator trial takes ~1 s: this is hours, not days).
@@ -41,23 +44,9 @@ class ReproConfig:
     detect: bool = True
     target: str = "impl"  # the code under test: impl/ or the installed sglang
 
-    def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in ("scenario", "variant", "war_barrier", "backend",
-                                             "policy", "stall_ms", "trials", "seed", "expect",
-                                             "target")}
-        out["policy"] = None if self.policy is None else str(self.policy)
-        return out
-
-
-@dataclass
-class ReproOutcome:
-    result: Dict[str, Any]
-    first_trace: Any = None  # trace of the first failing trial (or the first trial)
-    trace_races: List[Any] = field(default_factory=list)
-
 
 def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], None]] = None
-              ) -> ReproOutcome:
+              ) -> ReproResult:
     backend = resolve_backend(cfg.backend)
     target = targets.get(cfg.target)
     variant = cfg.variant or scenario.default_variant
@@ -66,8 +55,8 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
     if not 1 <= trials <= MAX_TRIALS:
         raise ValueError(f"trials must be in 1..{MAX_TRIALS}, not {trials}")
     stalls = scenario.stalls(cfg.stall_ms)
-    per_trial: List[dict] = []
-    races: Dict[tuple, Any] = {}
+    per_trial: List[TrialSummary] = []
+    races: Dict[tuple, Race] = {}
     first_div = None
     first_trial = None
     shown = None  # the TrialResult the report shows (its trace, its races)
@@ -99,54 +88,20 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
             shown = res
         # none when the trial never ran (its reference run crashed)
         schedules.append(None if res.schedule is None else encode_choices(res.schedule))
-        per_trial.append({"trial": i, "seed": cfg.seed + i, "reproduced": res.reproduced,
-                          "divergence": res.divergence["kind"] if res.divergence else None,
-                          "races": len(res.races), "traced": detect_now,
-                          "ms": round(res.wall_ms, 3),
-                          "checked": res.checked})
+        per_trial.append(TrialSummary(i, cfg.seed + i, res.reproduced,
+                                      res.divergence.kind if res.divergence else None,
+                                      len(res.races), detect_now, round(res.wall_ms, 3),
+                                      res.checked))
         if progress is not None:
             progress(i + 1)
-    n_repro = sum(t["reproduced"] for t in per_trial)
-    outcome = "race" if n_repro else "clean"
-    expect = cfg.expect
-    result = {
-        "scenario": scenario.name, "target": cfg.target, "target_info": target.describe(),
-        "variant": variant, "war_barrier": cfg.war_barrier,
-        "backend": backend, "policy": str(policy) if backend == "sim" else "hardware",
-        "stall_ms": cfg.stall_ms, "stall_plan": [s.to_json() for s in stalls],
-        "host_order": dict(scenario.answers),
-        "seed": cfg.seed, "trials": trials, "reproduced": n_repro,
-        "rate": n_repro / trials if trials else 0.0,
-        "first_trial": first_trial,
-        "median_trial_ms": round(statistics.median(times), 3) if times else None,
-        "expect": expect, "expected_by_scenario": scenario.expected(variant, cfg.war_barrier),
-        "outcome": outcome, "matches_expectation": outcome == expect,
-        "first_divergence": first_div,
-        "races": [r.to_json() for r in races.values()],
-        "traced_trials": sum(t["traced"] for t in per_trial),
-        "trial_results": per_trial,
-        # every trial's choices (trial i under policy.offset(i)): replay re-runs from these
-        "schedules": schedules if backend == "sim" else None,
-    }
-    return ReproOutcome(result, shown.trace, shown.races)
-
-
-def verdict_line(result: dict) -> str:
-    n, t = result["reproduced"], result["trials"]
-    pct = 100.0 * n / t if t else 0.0
-    head = "reproduced" if n else "clean"
-    extra = f", first at trial {result['first_trial'] + 1}" if result["first_trial"] is not None else ""
-    races = len(result["races"])
-    return (f"{head} {n}/{t} ({pct:.0f}%){extra}, median trial {result['median_trial_ms']:.1f} ms"
-            f" -- {result['scenario']}{_target_tag(result)} [{result['variant']}, "
-            f"{result['war_barrier']} fence] on "
-            f"{result['backend']} ({result['policy']}); {races} race site(s); "
-            f"expected {result['expect']}: {'OK' if result['matches_expectation'] else 'MISMATCH'}")
-
-
-def _target_tag(result: dict) -> str:
-    info = result.get("target_info") or {}
-    if result.get("target", "impl") == "impl":
-        return ""
-    version = info.get("sglang_version")
-    return f" (target {result['target']}{' ' + version if version else ''})"
+    sim = backend == "sim"
+    return ReproResult(
+        scenario=scenario.name, target=cfg.target, target_info=target.describe(),
+        variant=variant, war_barrier=cfg.war_barrier, backend=backend,
+        policy=str(policy) if sim else "hardware", stall_ms=cfg.stall_ms, stall_plan=stalls,
+        host_order=dict(scenario.answers), seed=cfg.seed, trials=trials,
+        reproduced=sum(t.reproduced for t in per_trial), first_trial=first_trial,
+        median_trial_ms=round(statistics.median(times), 3) if times else None,
+        expect=cfg.expect, expected_by_scenario=scenario.expected(variant, cfg.war_barrier),
+        first_divergence=first_div, races=list(races.values()), trial_results=per_trial,
+        schedules=schedules if sim else None, trace=shown.trace, trace_races=shown.races)

@@ -1,0 +1,64 @@
+"""Drive a workload through a fresh scheduler of a target, on a runtime, under a fault plan."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional
+
+import targets
+from harness import faults
+from harness.oracle.workload import Workload
+from harness.policies.faultplan import FaultPlan
+
+MAX_ITERATIONS = 400  # a run that does not finish by then is a finding, not a hang
+
+
+def server_args(workload: Workload, overrides: Dict[str, Any]):
+    """ServerArgs for a workload; a variant's ``mutation`` key is not a server arg."""
+    from impl.scheduler import ServerArgs
+    args = ServerArgs(draft_token_num=workload.draft_token_num)
+    return dataclasses.replace(args, **{k: v for k, v in overrides.items() if k != "mutation"})
+
+
+_BACKEND_CACHE: Dict[str, Any] = {}
+
+
+def grammar_backend(target: str = "impl"):
+    """One grammar backend per target and process (compiling grammars is the expensive
+    part)."""
+    gb = _BACKEND_CACHE.get(target)
+    if gb is None:
+        gb = _BACKEND_CACHE[target] = targets.get(target).grammar_backend()
+    return gb
+
+
+def drive(runtime, workload: Workload, args, plan: FaultPlan,
+          target: str = "impl", stats: Optional[Dict[str, int]] = None) -> Dict[int, List[int]]:
+    """Run ``workload`` through a fresh scheduler of ``target`` on ``runtime`` with
+    ``plan`` installed (``stats``, if given, gets the scheduler iterations it took)."""
+    tgt = targets.get(target)
+    needs_grammar = any(r.schema for r in workload.requests)
+    gb = grammar_backend(target) if needs_grammar else None
+    plan.runtime = runtime
+    with tgt.variant(args):
+        sched = tgt.scheduler(args, runtime.device, grammar_backend=gb)
+        for name, stream in sched.streams.items():
+            if stream is not None:
+                runtime.label(stream, name)
+        pending = sorted(workload.requests, key=lambda r: (r.arrive, r.rid))
+        reqs = {}
+        with faults.installed(plan):
+            while (pending or sched.has_work()) and sched.iteration < MAX_ITERATIONS:
+                while pending and pending[0].arrive <= sched.iteration:
+                    spec = pending.pop(0)
+                    grammar = gb.grammar_for_json_schema(spec.schema) if spec.schema else None
+                    reqs[spec.rid] = tgt.request(spec.rid, spec.prompt, spec.max_new_tokens,
+                                                 grammar)
+                    sched.add_request(reqs[spec.rid])
+                sched.step()
+            sched.run_to_completion(MAX_ITERATIONS)
+        runtime.synchronize()
+        if stats is not None:
+            stats["iterations"] = sched.iteration
+    if pending or sched.has_work():
+        raise RuntimeError(f"engine did not finish within {MAX_ITERATIONS} iterations")
+    return {rid: r.output_ids for rid, r in reqs.items()}
