@@ -43,6 +43,8 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("grammar-lazy", "grammar-ngram", "fixed", "lazy", seeds=(0, 1)),
     Probe("mixed-overlap", "mixed-overlap", "fixed", "stall(forward)", seeds=(0, 1)),
     Probe("dp-idle", "dp-idle", "fixed", "lazy", seeds=(0, 1)),
+    Probe("slot-reuse", "slot-reuse", "fixed", "eager"),
+    Probe("slot-reuse-stall", "slot-reuse", "fixed", "stall(forward)"),
 )}
 
 
