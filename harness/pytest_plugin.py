@@ -9,6 +9,10 @@ it from a source tree that is not pip-installed).
 * fixtures: ``specrace_backend`` (the resolved name), ``specrace_runtime`` (an open
   runtime), ``scenario_runner`` (``run_scenario(name, **kw)``), ``specrace_report``
   (``.attach(path)``: a failing test's report shows "specrace report: PATH");
+* ``--specrace-matrix`` / ``--specrace-soak N``: instead of the tests, the mutation
+  matrix's cells / N seeded runs of each state machine as items (``harness.pytest_matrix``),
+  for pytest-xdist to spread; the session ends with the matrix's kill table
+  (``--specrace-matrix-json PATH`` also writes it as JSON);
 * under pytest-xdist on a machine with several GPUs each worker pins itself to one GPU
   (``CUDA_VISIBLE_DEVICES`` from the worker id), before anything initialises CUDA -- unless
   the user already set ``CUDA_VISIBLE_DEVICES``.
@@ -104,6 +108,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="the code under test for target-aware tests and state machines: "
                          "impl (specrace's mirror, default) or sglang (the installed "
                          "package)")
+    group.addoption("--specrace-matrix", action="store_true", default=False,
+                    help="collect the mutation matrix's cells (for --specrace-target on "
+                         "--specrace-backend) as items instead of the tests; the session "
+                         "ends with the kill table `specrace matrix` prints")
+    group.addoption("--specrace-soak", action="store", type=int, default=0, metavar="N",
+                    help="collect N seeded runs of each Hypothesis state machine as items "
+                         "instead of the tests")
+    group.addoption("--specrace-matrix-json", action="store", default=None, metavar="PATH",
+                    help="with --specrace-matrix: also write the kill table as JSON")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -115,6 +128,9 @@ def pytest_configure(config: pytest.Config) -> None:
     target = config.getoption("--specrace-target", default=None)
     if target:  # xdist workers inherit it; state machines are not fixtures
         os.environ[TARGET_ENV] = target
+    if _matrix_session(config):  # collects the cells' rows, prints the kill table
+        from .pytest_matrix import MatrixSession
+        config.pluginmanager.register(MatrixSession(config), "specrace-matrix-session")
 
 
 def _cuda_available() -> bool:
@@ -125,7 +141,30 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+def _matrix_session(config: pytest.Config) -> bool:
+    return bool(config.getoption("--specrace-matrix", default=False)
+                or config.getoption("--specrace-soak", default=0))
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> Optional[bool]:
+    """A matrix/soak session collects its own items (``pytest_collection_modifyitems``),
+    not the test files."""
+    return True if _matrix_session(config) else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: List[pytest.Item]) -> None:
+    if _matrix_session(config):
+        from . import pytest_matrix
+        items[:] = pytest_matrix.make_items(session)
+        # counted as collected (the terminal's "collected N items"), as a collector's are
+        config.hook.pytest_collectreport(report=pytest.CollectReport(
+            session.nodeid, "passed", None, list(items)))
+    _skip_cuda_items(config, items)
+
+
+def _skip_cuda_items(config: pytest.Config, items: List[pytest.Item]) -> None:
     cuda_items = [it for it in items if it.get_closest_marker("cuda") is not None
                   or it.get_closest_marker("cuda_isolated") is not None]
     if not cuda_items:

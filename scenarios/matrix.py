@@ -198,43 +198,80 @@ def _in_children(cells: List[Tuple[str, str]], backend: str, target: str,
     return [rows[c] for c in cells]
 
 
+Cell = Tuple[str, str]  # ("probe", name): the fixed code; ("mutation", name): a seeded bug
+
+
+def matrix_cells(target: str = "impl", mutations: Optional[List[Mutation]] = None
+                 ) -> List[Cell]:
+    """The matrix's cells, in table order: the fixed code against every probe of
+    ``target``, then each seeded bug (the target's catalogue unless ``mutations``). The
+    CLI and the pytest items (``harness.pytest_matrix``) both run exactly these."""
+    mutations = mutations_for(target) if mutations is None else mutations
+    return ([("probe", p) for p in probes_for(target)]
+            + [("mutation", m.name) for m in mutations])
+
+
+def run_cell(cell: Cell, backend: str, target: str = "impl",
+             mutations: Optional[List[Mutation]] = None) -> dict:
+    """One cell's row, in this process. On CUDA run cells through ``run_isolated``: a
+    killed mutation may leave the process's GPU context unusable."""
+    kind, name = cell
+    if kind == "probe":
+        return fixed_row(PROBES[name], backend, target)
+    own = {m.name: m for m in (mutations_for(target) if mutations is None else mutations)}
+    return mutation_row(own[name], backend, target)
+
+
+def run_isolated(cells: List[Cell], backend: str, target: str = "impl",
+                 batch: bool = True) -> List[dict]:
+    """The cells' rows from child processes (``_in_children``): all in one (``batch``)
+    or one each."""
+    return _in_children(cells, backend, target, batch=batch)
+
+
+def cell_failed(cell: Cell, row: dict) -> bool:
+    """Does this cell fail the gate? A mutation that is not killed, a finding on the
+    fixed code, a harness error or a timeout (``matrix_ok`` over one cell)."""
+    if cell[0] == "probe":
+        return row["status"] != "clean"
+    return row["status"] != "killed"
+
+
+def assemble(backend: str, target: str, cells: List[Cell], rows: List[dict],
+             seconds: float) -> dict:
+    """The matrix result (what ``format_matrix``/``matrix_ok`` read) from its cells' rows."""
+    fixed = [r for (kind, _), r in zip(cells, rows) if kind == "probe"]
+    muts = [r for (kind, _), r in zip(cells, rows) if kind == "mutation"]
+    every = fixed + muts
+    return {"backend": backend, "target": target,
+            "fixed_findings": sum(1 for f in fixed if f["finding"]),
+            "fixed": fixed,
+            "total": len(muts), "killed": sum(r["killed"] for r in muts),
+            "harness_errors": sum(c.get("status") == "harness-error" for c in every),
+            "timeouts": sum(c.get("status") == "timeout" for c in every),
+            "seconds": round(seconds, 3),
+            "mutations": muts}
+
+
 def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = None,
                mutations: Optional[List[Mutation]] = None,
                isolate: Optional[bool] = None, target: str = "impl") -> dict:
     """On the simulator every cell runs in this process. On CUDA they run in one child
     process (every trial traced), continued in a fresh one only after a cell left the GPU
     unusable (``_in_children``). ``isolate=True``: a process per cell."""
-    mutations = mutations_for(target) if mutations is None else mutations
-    probes = probes_for(target)
-    cells = [("probe", p.name) for p in probes.values()] + [("mutation", m.name)
-                                                             for m in mutations]
-    own = {m.name: m for m in mutations}
+    cells = matrix_cells(target, mutations)
     t_start = time.perf_counter()
     results: List[dict] = []
     if backend == "cuda" or isolate:
-        # On a GPU the cells run together in one child process (each trial traced), which
-        # hands over to a fresh one after a cell that poisoned CUDA; ``isolate``: a
-        # process per cell.
-        results = _in_children(cells, backend, target, batch=not isolate)
+        results = run_isolated(cells, backend, target, batch=not isolate)
         if progress:
             progress(len(cells), len(cells))
     else:
-        for n, (kind, name) in enumerate(cells):
-            results.append(fixed_row(probes[name], backend, target) if kind == "probe"
-                           else mutation_row(own[name], backend, target))
+        for n, cell in enumerate(cells):
+            results.append(run_cell(cell, backend, target, mutations))
             if progress:
                 progress(n + 1, len(cells))
-    fixed = [r for (kind, _), r in zip(cells, results) if kind == "probe"]
-    rows = [r for (kind, _), r in zip(cells, results) if kind == "mutation"]
-    cells = fixed + rows
-    return {"backend": backend, "target": target,
-            "fixed_findings": sum(1 for f in fixed if f["finding"]),
-            "fixed": fixed,
-            "total": len(rows), "killed": sum(r["killed"] for r in rows),
-            "harness_errors": sum(c.get("status") == "harness-error" for c in cells),
-            "timeouts": sum(c.get("status") == "timeout" for c in cells),
-            "seconds": round(time.perf_counter() - t_start, 3),
-            "mutations": rows}
+    return assemble(backend, target, cells, results, time.perf_counter() - t_start)
 
 
 def _gpu_healthy() -> bool:

@@ -40,6 +40,7 @@ POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "random(2)", "pct(1,
 # then pools of 3, 2 and 1 slots, which every few arrivals wrap around: a finished
 # request's slot goes to the next one while its last forward may still be in flight.
 POOL_SIZES = [64, 4, 3, 2]
+SMALL_POOLS = [4, 3, 2]  # every program wraps around (``SmallPoolEngineMachine``)
 MAX_REQUESTS = 12  # arrivals per program: enough to wrap the small pools several times
 STALL_POINTS = ["forward.after_read_done", "forward.before_verify", "future_map.before_stash"]
 
@@ -60,7 +61,7 @@ class EngineMachine(RuleBasedStateMachine):
 
     @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
                 pool=st.sampled_from(POOL_SIZES))
-    def start(self, policy: str, draft: int, pool: int = POOL_SIZES[0]) -> None:
+    def start(self, policy: str, draft: int, pool: int) -> None:
         from impl.scheduler import ServerArgs
         self.target_name = self.target or os.environ.get("SPECRACE_TARGET", "impl")
         self.tgt = targets.get(self.target_name)
@@ -84,8 +85,20 @@ class EngineMachine(RuleBasedStateMachine):
         self.reqs: Dict[int, object] = {}
         self.specs: Dict[int, RequestSpec] = {}
 
+    @contextlib.contextmanager
     def _engine(self):
-        return self.mutation.applied() if self.mutation is not None else contextlib.nullcontext()
+        """The engine's own work: the mutation (if any) applied, and a crash of the engine
+        turned into a finding (an ``AssertionError``, as the oracles' are), as the
+        matrix's crash oracle counts it."""
+        patch = self.mutation.applied() if self.mutation is not None \
+            else contextlib.nullcontext()
+        with patch:
+            try:
+                yield
+            except AssertionError:
+                raise
+            except Exception as exc:
+                raise AssertionError(f"engine crashed: {type(exc).__name__}: {exc}") from exc
 
     @precondition(lambda self: self.sched is not None and len(self.specs) < MAX_REQUESTS)
     @rule(motif=st.lists(st.integers(1, 93), min_size=1, max_size=4),
@@ -164,6 +177,15 @@ class EngineMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.stack.close()
+
+
+class SmallPoolEngineMachine(EngineMachine):
+    """Every program runs through a pool of 1-3 slots: each wraps around."""
+
+    @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
+                pool=st.sampled_from(SMALL_POOLS))
+    def start(self, policy: str, draft: int, pool: int) -> None:
+        super().start(policy, draft, pool)
 
 
 class PrefixEngineMachine(EngineMachine):

@@ -136,7 +136,11 @@ MUTATIONS: List[Mutation] = [
       "draft prep splices the relayed tokens even when they are already committed",
       "M11", "impl.scheduler:Req.needs_splice",
       [("return self.committed_step < self.launched - 2", "return True")],
-      SEED),
+      # Reached when a request's previous step is already committed at its draft prep
+      # -- a prefill (someone joining) ran between two of its steps -- and the doubled
+      # run changes its next draft: the seed workloads get there on 4 seeds in 10;
+      # slot-reuse's long cycle-prompt request beside its admissions, on every seed.
+      ("slot-reuse",) + SEED),
     M("no-splice-under-overlap",
       "draft prep never splices the in-flight step's tokens under overlap",
       "M11", "impl.scheduler:Req.needs_splice",
