@@ -76,15 +76,16 @@ SOAK_STEPS = 25  # rules per program
 
 
 def soak_machines() -> Dict[str, type]:
-    """The state machines a soak runs: the engine with the pool sizes of ``POOL_SIZES``
-    (small pools wrap around), and with constrained (grammar) requests."""
-    from harness.oracle.machine import EngineMachine
+    """The state machines a soak runs: the engine with the pool sizes of ``POOL_SIZES``,
+    with pools that always wrap around, and with constrained (grammar) requests."""
+    from harness.oracle.machine import EngineMachine, SmallPoolEngineMachine
     from scenarios.grammar import SCHEMAS
 
     class GrammarSoakMachine(EngineMachine):
         schemas = tuple(SCHEMAS)
 
-    return {"engine": EngineMachine, "grammar": GrammarSoakMachine}
+    return {"engine": EngineMachine, "small-pool": SmallPoolEngineMachine,
+            "grammar": GrammarSoakMachine}
 
 
 def seeded_machine(machine: type, seed: int):
@@ -104,6 +105,17 @@ def seeded_machine(machine: type, seed: int):
     return hypothesis_seed(seed)(make)
 
 
+def run_soak(machine: type, seed: int, database, **overrides) -> None:
+    """``SOAK_EXAMPLES`` programs of ``machine`` from ``seed``, examples kept in
+    ``database``; raises with the shrunk program on a failure."""
+    from hypothesis import HealthCheck, settings
+    from hypothesis.stateful import run_state_machine_as_test
+    run_state_machine_as_test(seeded_machine(machine, seed), settings=settings(
+        **{**dict(max_examples=SOAK_EXAMPLES, stateful_step_count=SOAK_STEPS, deadline=None,
+                  suppress_health_check=list(HealthCheck), database=database,
+                  derandomize=False, report_multiple_bugs=False), **overrides}))
+
+
 class SoakItem(pytest.Item):
     """One seeded run of a state machine: ``SOAK_EXAMPLES`` programs, fails with the
     shrunk program Hypothesis prints."""
@@ -114,16 +126,10 @@ class SoakItem(pytest.Item):
 
     def runtest(self) -> None:
         import os
-        from hypothesis import HealthCheck, settings
-        from hypothesis.stateful import run_state_machine_as_test
         from .pytest_plugin import TARGET_ENV
         os.environ[TARGET_ENV] = self.target  # what the machines read
-        run_state_machine_as_test(
-            seeded_machine(soak_machines()[self.machine], self.seed),
-            settings=settings(max_examples=SOAK_EXAMPLES, stateful_step_count=SOAK_STEPS,
-                              deadline=None, suppress_health_check=list(HealthCheck),
-                              database=example_database(self.config.rootpath),
-                              derandomize=False, report_multiple_bugs=False))
+        run_soak(soak_machines()[self.machine], self.seed,
+                 example_database(self.config.rootpath))
 
     def reportinfo(self):
         return self.path, None, f"specrace soak {self.target}: {self.name}"
