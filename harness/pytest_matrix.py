@@ -128,8 +128,9 @@ class SoakItem(pytest.Item):
         import os
         from .pytest_plugin import TARGET_ENV
         os.environ[TARGET_ENV] = self.target  # what the machines read
+        examples = self.config.getoption("--specrace-soak-examples") or SOAK_EXAMPLES
         run_soak(soak_machines()[self.machine], self.seed,
-                 example_database(self.config.rootpath))
+                 example_database(self.config.rootpath), max_examples=examples)
 
     def reportinfo(self):
         return self.path, None, f"specrace soak {self.target}: {self.name}"

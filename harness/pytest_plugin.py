@@ -115,6 +115,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--specrace-soak", action="store", type=int, default=0, metavar="N",
                     help="collect N seeded runs of each Hypothesis state machine as items "
                          "instead of the tests")
+    group.addoption("--specrace-soak-examples", action="store", type=int, default=None,
+                    metavar="K", help="programs per soak item (default 10)")
     group.addoption("--specrace-matrix-json", action="store", default=None, metavar="PATH",
                     help="with --specrace-matrix: also write the kill table as JSON")
 
