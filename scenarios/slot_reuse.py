@@ -1,4 +1,4 @@
-"""Slot reuse (issue 13): many short requests through a request pool of two slots.
+"""Slot reuse (issue 13): many short requests through a request pool of three slots.
 
 Requests always wait for a slot, so every slot a finished request releases goes to the
 next one in the following iteration -- while the finished request's last forward (the
@@ -15,7 +15,7 @@ from .base import Scenario
 
 SLOT_REUSE = Scenario(
     name="slot-reuse",
-    summary="many short requests through a 2-slot request pool: each released slot goes "
+    summary="many short requests through a 3-slot request pool: each released slot goes "
             "to a waiting request while its finished owner's last forward may be in "
             "flight; forward stalled after the shared-read-done record",
     workload=slot_reuse_workload,
