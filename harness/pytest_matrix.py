@@ -37,19 +37,21 @@ class MatrixItem(pytest.Item):
     """One matrix cell: the fixed code against a probe, or a seeded bug against its
     probes."""
 
-    def __init__(self, *, cell: Tuple[str, str], backend: str, target: str, **kw) -> None:
+    def __init__(self, *, cell: Tuple[str, str], order: int, backend: str, target: str,
+                 **kw) -> None:
         super().__init__(**kw)
-        self.cell, self.backend, self.target = cell, backend, target
+        self.cell, self.order, self.backend, self.target = cell, order, backend, target
 
     def runtest(self) -> None:
-        from scenarios.matrix import cell_failed, run_cell, run_isolated
+        from scenarios.matrix import run_cell, run_isolated
+        from scenarios.matrix_table import cell_failed
         if self.backend == "cuda":  # a killed mutation may poison the process's CUDA context
             row = run_isolated([self.cell], self.backend, self.target)[0]
         else:
             row = run_cell(self.cell, self.backend, self.target)
         self.user_properties.append(
-            (ROW_PROPERTY, json.dumps({"cell": list(self.cell), "backend": self.backend,
-                                       "row": row}, default=str)))
+            (ROW_PROPERTY, json.dumps({"cell": list(self.cell), "order": self.order,
+                                       "backend": self.backend, "row": row}, default=str)))
         if cell_failed(self.cell, row):
             kind, name = self.cell
             what = (row.get("finding") if kind == "probe" else row.get("detail")) or ""
@@ -159,10 +161,10 @@ def make_items(session: pytest.Session) -> List[pytest.Item]:
     items: List[pytest.Item] = []
     if config.getoption("--specrace-matrix"):
         from scenarios.matrix import matrix_cells
-        for kind, name in matrix_cells(target):
+        for order, (kind, name) in enumerate(matrix_cells(target)):
             items.append(MatrixItem.from_parent(
                 session, name=f"matrix[{target}-{backend}]::{kind}:{name}",
-                cell=(kind, name), backend=backend, target=target))
+                cell=(kind, name), order=order, backend=backend, target=target))
     for seed in range(config.getoption("--specrace-soak") or 0):
         for machine in soak_machines():
             items.append(SoakItem.from_parent(
@@ -177,7 +179,7 @@ class MatrixSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.rows: Dict[Tuple[str, str], Tuple[str, dict]] = {}  # cell -> (backend, row)
+        self.rows: List[dict] = []  # as the items sent them: cell, order, backend, row
         self.started = time.perf_counter()
 
     def pytest_sessionstart(self, session) -> None:
@@ -188,18 +190,17 @@ class MatrixSession:
             return
         for key, value in report.user_properties:
             if key == ROW_PROPERTY:
-                msg = json.loads(value)
-                self.rows[(msg["cell"][0], msg["cell"][1])] = (msg["backend"], msg["row"])
+                self.rows.append(json.loads(value))
 
     def result(self) -> Optional[dict]:
         """The matrix result over the cells that ran, in table order (None: none ran)."""
         if not self.rows:
             return None
-        from scenarios.matrix import assemble, matrix_cells
-        target = _target(self.config)
-        cells = [c for c in matrix_cells(target) if c in self.rows]
-        return assemble(self.rows[cells[0]][0], target, cells,
-                        [self.rows[c][1] for c in cells], time.perf_counter() - self.started)
+        from scenarios.matrix_table import assemble  # no torch in this process
+        rows = sorted(self.rows, key=lambda m: m["order"])  # table order, as collected
+        return assemble(rows[0]["backend"], _target(self.config),
+                        [(m["cell"][0], m["cell"][1]) for m in rows],
+                        [m["row"] for m in rows], time.perf_counter() - self.started)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         summary(self.config, terminalreporter, self.result())
@@ -209,7 +210,7 @@ def summary(config: pytest.Config, terminalreporter, res: Optional[dict]) -> Non
     """The kill table (and the one-line problem summary) at the end of the session."""
     if res is None:
         return
-    from scenarios.matrix import format_matrix, problem_line
+    from scenarios.matrix_table import format_matrix, problem_line
     from .report.text import printable
     terminalreporter.write_sep("=", "specrace mutation matrix")
     terminalreporter.write_line(printable(format_matrix(res), keep_newlines=True))

@@ -19,6 +19,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 from harness.oracle.runner import run_trial, server_args
 from harness.runtime.limits import gpu_watchdog, watchdog_seconds
 
+from .matrix_table import (Cell, assemble, cell_failed, format_matrix,  # noqa: F401
+                           matrix_ok, problem_line)
 from .mutations import Mutation, MutationError
 from .mutations.catalogue import by_name, mutations_for
 from .registry import get
@@ -198,9 +200,6 @@ def _in_children(cells: List[Tuple[str, str]], backend: str, target: str,
     return [rows[c] for c in cells]
 
 
-Cell = Tuple[str, str]  # ("probe", name): the fixed code; ("mutation", name): a seeded bug
-
-
 def matrix_cells(target: str = "impl", mutations: Optional[List[Mutation]] = None
                  ) -> List[Cell]:
     """The matrix's cells, in table order: the fixed code against every probe of
@@ -227,30 +226,6 @@ def run_isolated(cells: List[Cell], backend: str, target: str = "impl",
     """The cells' rows from child processes (``_in_children``): all in one (``batch``)
     or one each."""
     return _in_children(cells, backend, target, batch=batch)
-
-
-def cell_failed(cell: Cell, row: dict) -> bool:
-    """Does this cell fail the gate? A mutation that is not killed, a finding on the
-    fixed code, a harness error or a timeout (``matrix_ok`` over one cell)."""
-    if cell[0] == "probe":
-        return row["status"] != "clean"
-    return row["status"] != "killed"
-
-
-def assemble(backend: str, target: str, cells: List[Cell], rows: List[dict],
-             seconds: float) -> dict:
-    """The matrix result (what ``format_matrix``/``matrix_ok`` read) from its cells' rows."""
-    fixed = [r for (kind, _), r in zip(cells, rows) if kind == "probe"]
-    muts = [r for (kind, _), r in zip(cells, rows) if kind == "mutation"]
-    every = fixed + muts
-    return {"backend": backend, "target": target,
-            "fixed_findings": sum(1 for f in fixed if f["finding"]),
-            "fixed": fixed,
-            "total": len(muts), "killed": sum(r["killed"] for r in muts),
-            "harness_errors": sum(c.get("status") == "harness-error" for c in every),
-            "timeouts": sum(c.get("status") == "timeout" for c in every),
-            "seconds": round(seconds, 3),
-            "mutations": muts}
 
 
 def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = None,
@@ -282,49 +257,6 @@ def _gpu_healthy() -> bool:
         return True
     except Exception:  # a sticky device error surfaces at the next sync
         return False
-
-
-def matrix_ok(res: dict) -> bool:
-    return (res["fixed_findings"] == 0 and res["killed"] == res["total"]
-            and not res["harness_errors"] and not res["timeouts"])
-
-
-def problem_line(res: dict) -> Optional[str]:
-    """One line naming the cells that are neither killed nor clean (None: there are none)."""
-    bad = [f"{c.get('name') or c.get('probe')} ({c['status']})"
-           for c in res["fixed"] + res["mutations"]
-           if c.get("status") in ("harness-error", "timeout")]
-    survived = [r["name"] for r in res["mutations"] if r.get("status") == "survived"]
-    if not (bad or survived or res["fixed_findings"]):
-        return None
-    parts = [f"{res['killed']}/{res['total']} killed"]
-    if res["fixed_findings"]:
-        parts.append(f"{res['fixed_findings']} finding(s) on the fixed code")
-    if survived:
-        parts.append(f"survived: {', '.join(survived)}")
-    if bad:
-        parts.append(f"{res['harness_errors']} harness error(s), {res['timeouts']} timeout(s): "
-                     + ", ".join(bad))
-    return "matrix: " + "; ".join(parts)
-
-
-_MARK = {"killed": "killed", "survived": "SURVIVED", "harness-error": "ERROR",
-         "timeout": "TIMEOUT"}
-
-
-def format_matrix(res: dict) -> str:
-    lines = [f"mutation kill matrix ({res.get('target', 'impl')}) on {res['backend']}: "
-             f"{res['killed']}/{res['total']} killed, fixed code findings: {res['fixed_findings']}, {res['seconds']:.1f} s"
-             + (f", {res['harness_errors']} harness error(s)" if res.get("harness_errors") else "")
-             + (f", {res['timeouts']} timeout(s)" if res.get("timeouts") else "")]
-    for f in res["fixed"]:
-        lines.append(f"  fixed  {f['probe']:<16} {'FINDING: ' + f['finding'] if f['finding'] else 'clean'}")
-    for r in res["mutations"]:
-        mark = _MARK.get(r.get("status"), "killed" if r["killed"] else "SURVIVED")
-        by = (f"{r['caught_by']} @ {r['probe']}" if r["killed"] else
-              (r.get("detail") or "-") if mark in ("ERROR", "TIMEOUT") else "-")
-        lines.append(f"  {mark:<8} {r['name']:<36} {by:<34} {r['seconds']:6.2f}s")
-    return "\n".join(lines)
 
 
 def _child(backend: str, target: str, cells: List[Tuple[str, str]]) -> int:
