@@ -127,9 +127,7 @@ class SoakItem(pytest.Item):
         self.machine, self.seed, self.target = machine, seed, target
 
     def runtest(self) -> None:
-        import os
-        from .pytest_plugin import TARGET_ENV
-        os.environ[TARGET_ENV] = self.target  # what the machines read
+        # the machines read the target from $SPECRACE_TARGET, which the plugin exported
         examples = self.config.getoption("--specrace-soak-examples") or SOAK_EXAMPLES
         run_soak(soak_machines()[self.machine], self.seed,
                  example_database(self.config.rootpath), max_examples=examples)
@@ -141,18 +139,11 @@ class SoakItem(pytest.Item):
 # ---------------------------------------------------------------------------------------
 # Collection and the session's table (called from the plugin's hooks)
 
-def _target(config: pytest.Config) -> str:
-    import os
-    from .pytest_plugin import TARGET_ENV
-    return config.getoption("--specrace-target") or os.environ.get(TARGET_ENV, "impl")
-
-
-def make_items(session: pytest.Session) -> List[pytest.Item]:
+def make_items(session: pytest.Session, target: str) -> List[pytest.Item]:
     """The matrix cells and soak runs the options ask for, in table order."""
     import targets
     from harness.runtime import BackendError, resolve_backend
     config = session.config
-    target = _target(config)
     try:
         targets.get(target)
         backend = resolve_backend(config.getoption("--specrace-backend"))
@@ -177,8 +168,8 @@ class MatrixSession:
     """A plugin for the session (in the controlling process under xdist): keeps each
     cell's row from its report and prints the kill table at the end."""
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
+    def __init__(self, config: pytest.Config, target: str) -> None:
+        self.config, self.target = config, target
         self.rows: List[dict] = []  # as the items sent them: cell, order, backend, row
         self.started = time.perf_counter()
 
@@ -198,7 +189,7 @@ class MatrixSession:
             return None
         from scenarios.matrix_table import assemble  # no torch in this process
         rows = sorted(self.rows, key=lambda m: m["order"])  # table order, as collected
-        return assemble(rows[0]["backend"], _target(self.config),
+        return assemble(rows[0]["backend"], self.target,
                         [(m["cell"][0], m["cell"][1]) for m in rows],
                         [m["row"] for m in rows], time.perf_counter() - self.started)
 

@@ -96,6 +96,17 @@ def _pin_worker_gpu() -> Optional[int]:
     return gpu
 
 
+def _share_cores() -> None:
+    """An xdist worker of a matrix/soak session takes its share of the cores for torch's
+    intra-op threads (before torch loads; a user's ``OMP_NUM_THREADS`` wins): N workers
+    each running a full-width thread pool oversubscribe the machine, and the idle threads'
+    spinning costs more than the simulator's small tensors gain."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers and workers.isdigit() and int(workers) > 0:
+        share = max(1, (os.cpu_count() or 1) // int(workers))
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
+
+
 # ---------------------------------------------------------------------------------------
 # Hooks
 
@@ -124,6 +135,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     _pin_worker_gpu()  # first: before any plugin or test module can initialise CUDA
+    if _matrix_session(config):
+        _share_cores()
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (auto-skipped without one)")
     config.addinivalue_line("markers", "cuda_isolated: a cuda test that provokes a sticky "
                                        "CUDA error: it runs in a fresh process")
@@ -132,7 +145,8 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[TARGET_ENV] = target
     if _matrix_session(config):  # collects the cells' rows, prints the kill table
         from .pytest_matrix import MatrixSession
-        config.pluginmanager.register(MatrixSession(config), "specrace-matrix-session")
+        config.pluginmanager.register(MatrixSession(config, _target(config)),
+                                      "specrace-matrix-session")
 
 
 def _cuda_available() -> bool:
@@ -141,6 +155,10 @@ def _cuda_available() -> bool:
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
+
+
+def _target(config: pytest.Config) -> str:
+    return config.getoption("--specrace-target") or os.environ.get(TARGET_ENV, "impl")
 
 
 def _matrix_session(config: pytest.Config) -> bool:
@@ -159,7 +177,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                                   items: List[pytest.Item]) -> None:
     if _matrix_session(config):
         from . import pytest_matrix
-        items[:] = pytest_matrix.make_items(session)
+        items[:] = pytest_matrix.make_items(session, _target(config))
         # counted as collected (the terminal's "collected N items"), as a collector's are
         config.hook.pytest_collectreport(report=pytest.CollectReport(
             session.nodeid, "passed", None, list(items)))
