@@ -9,6 +9,10 @@ it from a source tree that is not pip-installed).
 * fixtures: ``specrace_backend`` (the resolved name), ``specrace_runtime`` (an open
   runtime), ``scenario_runner`` (``run_scenario(name, **kw)``), ``specrace_report``
   (``.attach(path)``: a failing test's report shows "specrace report: PATH");
+* ``--specrace-matrix`` / ``--specrace-soak N``: instead of the tests, the mutation
+  matrix's cells / N seeded runs of each state machine as items (``harness.pytest_matrix``),
+  for pytest-xdist to spread; the session ends with the matrix's kill table
+  (``--specrace-matrix-json PATH`` also writes it as JSON);
 * under pytest-xdist on a machine with several GPUs each worker pins itself to one GPU
   (``CUDA_VISIBLE_DEVICES`` from the worker id), before anything initialises CUDA -- unless
   the user already set ``CUDA_VISIBLE_DEVICES``.
@@ -92,6 +96,17 @@ def _pin_worker_gpu() -> Optional[int]:
     return gpu
 
 
+def _share_cores() -> None:
+    """An xdist worker of a matrix/soak session takes its share of the cores for torch's
+    intra-op threads (before torch loads; a user's ``OMP_NUM_THREADS`` wins): N workers
+    each running a full-width thread pool oversubscribe the machine, and the idle threads'
+    spinning costs more than the simulator's small tensors gain."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers and workers.isdigit() and int(workers) > 0:
+        share = max(1, (os.cpu_count() or 1) // int(workers))
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
+
+
 # ---------------------------------------------------------------------------------------
 # Hooks
 
@@ -104,17 +119,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="the code under test for target-aware tests and state machines: "
                          "impl (specrace's mirror, default) or sglang (the installed "
                          "package)")
+    group.addoption("--specrace-matrix", action="store_true", default=False,
+                    help="collect the mutation matrix's cells (for --specrace-target on "
+                         "--specrace-backend) as items instead of the tests; the session "
+                         "ends with the kill table `specrace matrix` prints")
+    group.addoption("--specrace-soak", action="store", type=int, default=0, metavar="N",
+                    help="collect N seeded runs of each Hypothesis state machine as items "
+                         "instead of the tests")
+    group.addoption("--specrace-soak-examples", action="store", type=int, default=None,
+                    metavar="K", help="programs per soak item (default 10)")
+    group.addoption("--specrace-matrix-json", action="store", default=None, metavar="PATH",
+                    help="with --specrace-matrix: also write the kill table as JSON")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     _pin_worker_gpu()  # first: before any plugin or test module can initialise CUDA
+    if _matrix_session(config):
+        _share_cores()
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (auto-skipped without one)")
     config.addinivalue_line("markers", "cuda_isolated: a cuda test that provokes a sticky "
                                        "CUDA error: it runs in a fresh process")
     target = config.getoption("--specrace-target", default=None)
     if target:  # xdist workers inherit it; state machines are not fixtures
         os.environ[TARGET_ENV] = target
+    if _matrix_session(config):  # collects the cells' rows, prints the kill table
+        from .pytest_matrix import MatrixSession
+        config.pluginmanager.register(MatrixSession(config, _target(config)),
+                                      "specrace-matrix-session")
 
 
 def _cuda_available() -> bool:
@@ -125,7 +157,34 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+def _target(config: pytest.Config) -> str:
+    return config.getoption("--specrace-target") or os.environ.get(TARGET_ENV, "impl")
+
+
+def _matrix_session(config: pytest.Config) -> bool:
+    return bool(config.getoption("--specrace-matrix", default=False)
+                or config.getoption("--specrace-soak", default=0))
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config) -> Optional[bool]:
+    """A matrix/soak session collects its own items (``pytest_collection_modifyitems``),
+    not the test files."""
+    return True if _matrix_session(config) else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: List[pytest.Item]) -> None:
+    if _matrix_session(config):
+        from . import pytest_matrix
+        items[:] = pytest_matrix.make_items(session, _target(config))
+        # counted as collected (the terminal's "collected N items"), as a collector's are
+        config.hook.pytest_collectreport(report=pytest.CollectReport(
+            session.nodeid, "passed", None, list(items)))
+    _skip_cuda_items(config, items)
+
+
+def _skip_cuda_items(config: pytest.Config, items: List[pytest.Item]) -> None:
     cuda_items = [it for it in items if it.get_closest_marker("cuda") is not None
                   or it.get_closest_marker("cuda_isolated") is not None]
     if not cuda_items:

@@ -46,7 +46,7 @@ class ServerArgs:
     relay: str = "future_map"  # "spec_info" is the pre-#35198 relay
     war_barrier: str = "fine"
     overlap: bool = True
-    req_pool_size: int = 64
+    req_pool_size: int = 64  # rows of the request pool; slot 0 is the padding row
     max_prefill_reqs: int = 4
     dp_attention: bool = False  # an idle rank still runs (empty) batches
     spec_algorithm: str = "ngram"  # "eagle": a device drafter builds the tree
@@ -64,6 +64,8 @@ class ServerArgs:
             raise ValueError("draft_token_num must be in 1..16")
         if self.spec_algorithm not in ("ngram", "eagle"):
             raise ValueError("spec_algorithm must be ngram or eagle")
+        if not 2 <= self.req_pool_size <= 4096:
+            raise ValueError("req_pool_size must be in 2..4096 (slot 0 is the padding row)")
         if not 1 <= self.cuda_graph_max_bs <= 32:
             raise ValueError("cuda_graph_max_bs must be in 1..32")
 

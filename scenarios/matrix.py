@@ -21,6 +21,8 @@ from harness.engine.trial import run_trial
 from harness.policies import parse_policy
 from harness.runtime.limits import gpu_watchdog, watchdog_seconds
 
+from .matrix_table import (Cell, assemble, cell_failed, format_matrix,  # noqa: F401
+                           matrix_ok, problem_line)
 from .mutations import Mutation, MutationError
 from .mutations.catalogue import by_name, mutations_for
 from .registry import get
@@ -45,6 +47,8 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("grammar-lazy", "grammar-ngram", "fixed", "lazy", seeds=(0, 1)),
     Probe("mixed-overlap", "mixed-overlap", "fixed", "stall(forward)", seeds=(0, 1)),
     Probe("dp-idle", "dp-idle", "fixed", "lazy", seeds=(0, 1)),
+    Probe("slot-reuse", "slot-reuse", "fixed", "eager"),
+    Probe("slot-reuse-stall", "slot-reuse", "fixed", "stall(forward)"),
 )}
 
 
@@ -199,43 +203,53 @@ def _in_children(cells: List[Tuple[str, str]], backend: str, target: str,
     return [rows[c] for c in cells]
 
 
+def matrix_cells(target: str = "impl", mutations: Optional[List[Mutation]] = None
+                 ) -> List[Cell]:
+    """The matrix's cells, in table order: the fixed code against every probe of
+    ``target``, then each seeded bug (the target's catalogue unless ``mutations``). The
+    CLI and the pytest items (``harness.pytest_matrix``) both run exactly these."""
+    mutations = mutations_for(target) if mutations is None else mutations
+    return ([("probe", p) for p in probes_for(target)]
+            + [("mutation", m.name) for m in mutations])
+
+
+def run_cell(cell: Cell, backend: str, target: str = "impl",
+             mutations: Optional[List[Mutation]] = None) -> dict:
+    """One cell's row, in this process. On CUDA run cells through ``run_isolated``: a
+    killed mutation may leave the process's GPU context unusable."""
+    kind, name = cell
+    if kind == "probe":
+        return fixed_row(PROBES[name], backend, target)
+    own = {m.name: m for m in (mutations_for(target) if mutations is None else mutations)}
+    return mutation_row(own[name], backend, target)
+
+
+def run_isolated(cells: List[Cell], backend: str, target: str = "impl",
+                 batch: bool = True) -> List[dict]:
+    """The cells' rows from child processes (``_in_children``): all in one (``batch``)
+    or one each."""
+    return _in_children(cells, backend, target, batch=batch)
+
+
 def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = None,
                mutations: Optional[List[Mutation]] = None,
                isolate: Optional[bool] = None, target: str = "impl") -> dict:
     """On the simulator every cell runs in this process. On CUDA they run in one child
     process (every trial traced), continued in a fresh one only after a cell left the GPU
     unusable (``_in_children``). ``isolate=True``: a process per cell."""
-    mutations = mutations_for(target) if mutations is None else mutations
-    probes = probes_for(target)
-    cells = [("probe", p.name) for p in probes.values()] + [("mutation", m.name)
-                                                             for m in mutations]
-    own = {m.name: m for m in mutations}
+    cells = matrix_cells(target, mutations)
     t_start = time.perf_counter()
     results: List[dict] = []
     if backend == "cuda" or isolate:
-        # On a GPU the cells run together in one child process (each trial traced), which
-        # hands over to a fresh one after a cell that poisoned CUDA; ``isolate``: a
-        # process per cell.
-        results = _in_children(cells, backend, target, batch=not isolate)
+        results = run_isolated(cells, backend, target, batch=not isolate)
         if progress:
             progress(len(cells), len(cells))
     else:
-        for n, (kind, name) in enumerate(cells):
-            results.append(fixed_row(probes[name], backend, target) if kind == "probe"
-                           else mutation_row(own[name], backend, target))
+        for n, cell in enumerate(cells):
+            results.append(run_cell(cell, backend, target, mutations))
             if progress:
                 progress(n + 1, len(cells))
-    fixed = [r for (kind, _), r in zip(cells, results) if kind == "probe"]
-    rows = [r for (kind, _), r in zip(cells, results) if kind == "mutation"]
-    cells = fixed + rows
-    return {"backend": backend, "target": target,
-            "fixed_findings": sum(1 for f in fixed if f["finding"]),
-            "fixed": fixed,
-            "total": len(rows), "killed": sum(r["killed"] for r in rows),
-            "harness_errors": sum(c.get("status") == "harness-error" for c in cells),
-            "timeouts": sum(c.get("status") == "timeout" for c in cells),
-            "seconds": round(time.perf_counter() - t_start, 3),
-            "mutations": rows}
+    return assemble(backend, target, cells, results, time.perf_counter() - t_start)
 
 
 def _gpu_healthy() -> bool:
@@ -246,49 +260,6 @@ def _gpu_healthy() -> bool:
         return True
     except Exception:  # a sticky device error surfaces at the next sync
         return False
-
-
-def matrix_ok(res: dict) -> bool:
-    return (res["fixed_findings"] == 0 and res["killed"] == res["total"]
-            and not res["harness_errors"] and not res["timeouts"])
-
-
-def problem_line(res: dict) -> Optional[str]:
-    """One line naming the cells that are neither killed nor clean (None: there are none)."""
-    bad = [f"{c.get('name') or c.get('probe')} ({c['status']})"
-           for c in res["fixed"] + res["mutations"]
-           if c.get("status") in ("harness-error", "timeout")]
-    survived = [r["name"] for r in res["mutations"] if r.get("status") == "survived"]
-    if not (bad or survived or res["fixed_findings"]):
-        return None
-    parts = [f"{res['killed']}/{res['total']} killed"]
-    if res["fixed_findings"]:
-        parts.append(f"{res['fixed_findings']} finding(s) on the fixed code")
-    if survived:
-        parts.append(f"survived: {', '.join(survived)}")
-    if bad:
-        parts.append(f"{res['harness_errors']} harness error(s), {res['timeouts']} timeout(s): "
-                     + ", ".join(bad))
-    return "matrix: " + "; ".join(parts)
-
-
-_MARK = {"killed": "killed", "survived": "SURVIVED", "harness-error": "ERROR",
-         "timeout": "TIMEOUT"}
-
-
-def format_matrix(res: dict) -> str:
-    lines = [f"mutation kill matrix ({res.get('target', 'impl')}) on {res['backend']}: "
-             f"{res['killed']}/{res['total']} killed, fixed code findings: {res['fixed_findings']}, {res['seconds']:.1f} s"
-             + (f", {res['harness_errors']} harness error(s)" if res.get("harness_errors") else "")
-             + (f", {res['timeouts']} timeout(s)" if res.get("timeouts") else "")]
-    for f in res["fixed"]:
-        lines.append(f"  fixed  {f['probe']:<16} {'FINDING: ' + f['finding'] if f['finding'] else 'clean'}")
-    for r in res["mutations"]:
-        mark = _MARK.get(r.get("status"), "killed" if r["killed"] else "SURVIVED")
-        by = (f"{r['caught_by']} @ {r['probe']}" if r["killed"] else
-              (r.get("detail") or "-") if mark in ("ERROR", "TIMEOUT") else "-")
-        lines.append(f"  {mark:<8} {r['name']:<36} {by:<34} {r['seconds']:6.2f}s")
-    return "\n".join(lines)
 
 
 def _child(backend: str, target: str, cells: List[Tuple[str, str]]) -> int:

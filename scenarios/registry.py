@@ -7,10 +7,11 @@ from .base import Scenario
 from .grammar import GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING
 from .host_order import DP_IDLE, MIXED_OVERLAP
 from .ngram_filter_race import SCENARIO as _NGRAM_FILTER_RACE
+from .slot_reuse import SLOT_REUSE
 
 SCENARIOS: Dict[str, Scenario] = {
     s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING,
-                        MIXED_OVERLAP, DP_IDLE)}
+                        MIXED_OVERLAP, DP_IDLE, SLOT_REUSE)}
 
 
 def get(name: str) -> Scenario:

@@ -1,5 +1,11 @@
 """Suite-wide setup: the specrace pytest plugin and the Hypothesis profiles.
 
+The example database is explicit: ``.hypothesis/examples`` under the project root (the
+same directory the plugin's soak items use), not wherever pytest was started -- so every
+xdist worker on this host reads and writes the one database, and a failing example one
+worker saved is replayed by the next run of that test on any worker. The CI profile has
+none: it is derandomized (Hypothesis: derandomize implies no database).
+
 The plugin (``harness/pytest_plugin.py``) is registered by the ``pytest11`` entry point when
 the project is pip-installed; pytest loads entry-point plugins before any conftest, so it is
 already imported here in that case. From a plain source tree it is not, and we register it
@@ -12,6 +18,7 @@ import sys
 from pathlib import Path
 
 from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import InvalidArgument
 
 _ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +41,7 @@ def _ci_parent():
 
 settings.register_profile("ci", parent=_ci_parent(), derandomize=True, deadline=None,
                           database=None, print_blob=True)
-settings.register_profile("dev", deadline=None)
+settings.register_profile("dev", deadline=None, database=DirectoryBasedExampleDatabase(
+    str(_ROOT / ".hypothesis" / "examples")))
 _ON_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 settings.load_profile("ci" if _ON_CI else "dev")

@@ -36,6 +36,13 @@ from .stale import Reference, StaleValueOracle
 from .workload import RequestSpec, Workload
 
 POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "random(2)", "pct(1,3)", "pct(2,2)"]
+# Request-pool rows (slot 0 is the padding row): the server's default, which these
+# programs never fill, first -- programs shrink to it unless a smaller pool matters --
+# then pools of 3, 2 and 1 slots, which every few arrivals wrap around: a finished
+# request's slot goes to the next one while its last forward may still be in flight.
+POOL_SIZES = [64, 4, 3, 2]
+SMALL_POOLS = [4, 3, 2]  # every program wraps around (``SmallPoolEngineMachine``)
+MAX_REQUESTS = 12  # arrivals per program: enough to wrap the small pools several times
 STALL_POINTS = ["forward.after_read_done", "forward.before_verify", "future_map.before_stash"]
 
 
@@ -44,14 +51,18 @@ class EngineMachine(RuleBasedStateMachine):
     war_barrier = "fine"
     schemas = ()  # JSON schemas requests may carry
     target = None  # the code under test; None: $SPECRACE_TARGET (pytest --specrace-target)
+    # a seeded bug (``scenarios.mutations.Mutation``) applied around the engine's own work
+    # -- building it, stepping, draining -- and never around the solo references
+    mutation = None
 
     def __init__(self) -> None:
         super().__init__()
         self.stack = contextlib.ExitStack()
         self.sched = None
 
-    @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5))
-    def start(self, policy: str, draft: int) -> None:
+    @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
+                pool=st.sampled_from(POOL_SIZES))
+    def start(self, policy: str, draft: int, pool: int) -> None:
         from impl.scheduler import ServerArgs
         self.target_name = self.target or os.environ.get("SPECRACE_TARGET", "impl")
         self.tgt = targets.get(self.target_name)
@@ -59,10 +70,11 @@ class EngineMachine(RuleBasedStateMachine):
         pol = parse_policy(policy) if self.backend == "sim" else None
         self.rt = self.stack.enter_context(open_runtime(self.backend, pol))
         self.args = ServerArgs(draft_token_num=draft, relay=self.relay,
-                               war_barrier=self.war_barrier)
+                               war_barrier=self.war_barrier, req_pool_size=pool)
         self.gb = grammar_backend(self.target_name) if self.schemas else None
         self.stack.enter_context(self.tgt.variant(self.args))
-        self.sched = self.tgt.scheduler(self.args, self.rt.device, grammar_backend=self.gb)
+        with self._engine():
+            self.sched = self.tgt.scheduler(self.args, self.rt.device, grammar_backend=self.gb)
         for name, stream in self.sched.streams.items():
             if stream is not None:
                 self.rt.label(stream, name)
@@ -74,13 +86,43 @@ class EngineMachine(RuleBasedStateMachine):
         self.reqs: Dict[int, object] = {}
         self.specs: Dict[int, RequestSpec] = {}
 
-    @precondition(lambda self: self.sched is not None and len(self.specs) < 8)
+    @contextlib.contextmanager
+    def _engine(self):
+        """The engine's own work: the mutation (if any) applied, and a crash of the engine
+        turned into a finding (an ``AssertionError``, as the oracles' are), as the
+        matrix's crash oracle counts it."""
+        patch = self.mutation.applied() if self.mutation is not None \
+            else contextlib.nullcontext()
+        with patch:
+            try:
+                yield
+            except AssertionError:
+                raise
+            except Exception as exc:
+                raise AssertionError(f"engine crashed: {type(exc).__name__}: {exc}") from exc
+
+    @precondition(lambda self: self.sched is not None and len(self.specs) < MAX_REQUESTS)
     @rule(motif=st.lists(st.integers(1, 93), min_size=1, max_size=4),
           length=st.integers(1, 10), budget=st.integers(1, 12), grammar=st.integers(0, 3))
     def arrive(self, motif, length, budget, grammar) -> None:
-        rid = len(self.specs)
         schema = self.schemas[grammar % len(self.schemas)] if self.schemas and grammar else None
-        spec = RequestSpec(rid, 0, (motif * length)[:max(length, 1)], budget, schema)
+        self._add((motif * length)[:max(length, 1)], budget, schema)
+
+    @precondition(lambda self: self.sched is not None and len(self.specs) < MAX_REQUESTS)
+    @rule(motif=st.lists(st.integers(1, 93), min_size=1, max_size=4),
+          count=st.integers(2, 6))
+    def wave(self, motif, count) -> None:
+        """``count`` short requests at once (budgets 1, 2, 1, 2, ...; prompts the motif
+        shifted per request). Through a small pool: one finishes at its prefill's result
+        and the next at its first verify step -- in the iteration whose prefill refills the
+        first one's slot -- and the requests still waiting take each slot as it is
+        released, while its finished owner's last forward may be in flight."""
+        for i in range(min(count, MAX_REQUESTS - len(self.specs))):
+            self._add([(t + 7 * i - 1) % 93 + 1 for t in motif * 3], 1 + i % 2, None)
+
+    def _add(self, prompt, budget: int, schema) -> None:
+        rid = len(self.specs)
+        spec = RequestSpec(rid, 0, prompt, budget, schema)
         solo = reference(Workload([spec], self.args.draft_token_num), self.args, self.backend,
                          self.target_name)
         self.ref.results.update(solo.results)
@@ -94,7 +136,8 @@ class EngineMachine(RuleBasedStateMachine):
     @rule()
     def step(self) -> None:
         if self.sched.has_work():
-            self.sched.step()
+            with self._engine():
+                self.sched.step()
 
     @precondition(lambda self: self.sched is not None)
     @rule(point=st.sampled_from(STALL_POINTS))
@@ -112,8 +155,9 @@ class EngineMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.sched is not None)
     @rule()
     def drain(self) -> None:
-        self.sched.run_to_completion()
-        self.rt.synchronize()
+        with self._engine():
+            self.sched.run_to_completion()
+            self.rt.synchronize()
         outputs = {rid: r.output_ids for rid, r in self.reqs.items()}
         self.oracle.check_outputs(outputs)
         from .grammar import check_constrained_outputs
@@ -134,6 +178,15 @@ class EngineMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.stack.close()
+
+
+class SmallPoolEngineMachine(EngineMachine):
+    """Every program runs through a pool of 1-3 slots: each wraps around."""
+
+    @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
+                pool=st.sampled_from(SMALL_POOLS))
+    def start(self, policy: str, draft: int, pool: int) -> None:
+        super().start(policy, draft, pool)
 
 
 class PrefixEngineMachine(EngineMachine):

@@ -50,6 +50,7 @@ def M(name, summary, source, target, edits, probes) -> Mutation:
 
 SEED = ("seed-eager", "seed-lazy", "seed-stall")
 GRAMMAR = ("grammar-ngram", "grammar-eagle")
+SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
 
 MUTATIONS: List[Mutation] = [
     # --- the NGRAM relay and its streams (seed 002, digest §2.8, M1-M12) --------------
@@ -135,7 +136,11 @@ MUTATIONS: List[Mutation] = [
       "draft prep splices the relayed tokens even when they are already committed",
       "M11", "impl.scheduler:Req.needs_splice",
       [("return self.committed_step < self.launched - 2", "return True")],
-      SEED),
+      # Reached when a request's previous step is already committed at its draft prep
+      # -- a prefill (someone joining) ran between two of its steps -- and the doubled
+      # run changes its next draft: the seed workloads get there on 4 seeds in 10;
+      # slot-reuse's long cycle-prompt request beside its admissions, on every seed.
+      ("slot-reuse",) + SEED),
     M("no-splice-under-overlap",
       "draft prep never splices the in-flight step's tokens under overlap",
       "M11", "impl.scheduler:Req.needs_splice",
@@ -275,6 +280,37 @@ MUTATIONS += [
       [("        self.input_ids[bs][:n].copy_(input_ids)\n        self.graphs[bs].replay()\n",
         "        self.graphs[bs].replay()\n        self.input_ids[bs][:n].copy_(input_ids)\n")],
       SEED),
+]
+
+# --- the request pool: slot reuse (issue 13) ------------------------------------------------
+# Each is harmless while every request gets a fresh slot; only a pool that wraps around
+# (``slot-reuse``: many short requests through a few slots) reaches them.
+MUTATIONS += [
+    M("pool-edge-off-by-one",
+      "the FutureMap sizes its relay buffers without the padding row (req_pool_size - 1 "
+      "rows): the stash for the pool's last slot indexes past them",
+      "issue 13 (pool edge)", "impl.overlap:FutureMap.__init__",
+      [("        self.req_pool_size = req_pool_size\n",
+        "        self.req_pool_size = req_pool_size - 1\n")],
+      SLOT_REUSE),
+    M("slot-released-twice",
+      "a finished request's slot is released at finish detection and again when its batch "
+      "filters it out: once the pool wraps, two live requests share one slot and one "
+      "resolves the other's relayed accept state",
+      "issue 13 (slot freed early)", "impl.scheduler:Scheduler._filter_finished",
+      [("            batch.filter_batch(keep, self.device)\n",
+        "            self.free_slots += [r.pool_idx for r in batch.reqs if r.finished]\n"
+        "            batch.filter_batch(keep, self.device)\n")],
+      SLOT_REUSE),
+    M("finished-kept-on-merge",
+      "in an iteration that merges a prefill, the running batch is not filtered: a finished "
+      "request whose slot was already handed to a new one runs beside it, and one resolves "
+      "the other's relayed accept state from the shared row",
+      "issue 13 (finish and join in one iteration)",
+      "impl.scheduler:Scheduler.get_next_batch_to_run",
+      [("        if self.running_batch is not None:\n            self._filter_finished(",
+        "        elif self.running_batch is not None:\n            self._filter_finished(")],
+      SLOT_REUSE),
 ]
 
 BY_NAME = {m.name: m for m in MUTATIONS}

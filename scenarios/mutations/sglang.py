@@ -23,6 +23,7 @@ _SPEC = "sglang.srt.speculative.spec_utils"
 
 SEED = ("seed-eager", "seed-lazy", "seed-stall")
 GRAMMAR = ("grammar-ngram", "grammar-eagle")
+SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
 
 
 def M(name, summary, source, target, edits, probes) -> Mutation:
@@ -170,4 +171,12 @@ MUTATIONS: List[Mutation] = [
       "M19", f"{_SPEC}:traverse_tree",
       [("            if not grammar.is_terminated():\n", "            if True:\n")],
       GRAMMAR),
+    # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
+    M("pool-edge-off-by-one",
+      "FutureMap sizes its pool-indexed buffers without the padding row (one row short of "
+      "the request pool): the publish/stash for the pool's last slot indexes past them",
+      "issue 13 (pool edge)", f"{_FM}.__init__",
+      [("        self.req_pool_size = req_to_token_pool.req_to_token.shape[0]\n",
+        "        self.req_pool_size = req_to_token_pool.req_to_token.shape[0] - 1\n")],
+      SLOT_REUSE),
 ]

@@ -18,7 +18,7 @@ from . import contract
 # Scenarios the upstream engine runs: all of them (grammar staging on sglang's own
 # xgrammar backend)
 SCENARIOS = ("ngram-filter-race", "mixed-overlap", "dp-idle", "grammar-ngram",
-             "grammar-tree-staging")
+             "grammar-tree-staging", "slot-reuse")
 
 
 class SglangTarget(Target):

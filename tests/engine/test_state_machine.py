@@ -1,13 +1,15 @@
 """Hypothesis state machines over arrivals / steps / stalls / drains (see
 harness/oracle/machine.py). The fixed engine must survive every generated program; the
-pre-fix relay must be caught, and the counterexample shrinks to a handful of steps."""
+pre-fix relay must be caught, and the counterexample shrinks to a handful of steps; with
+small request pools the seeded slot-reuse bugs are found."""
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.oracle.machine import EngineMachine, PrefixEngineMachine
+from harness.oracle.machine import EngineMachine, PrefixEngineMachine, SmallPoolEngineMachine
 from scenarios.grammar import SCHEMAS
+from scenarios.mutations import BY_NAME
 
 # one bug reported (the shrunk one), not a group of distinct failures
 FAST = dict(deadline=None, suppress_health_check=list(HealthCheck), database=None,
@@ -33,8 +35,34 @@ def test_prefix_relay_is_found_and_shrunk():
         run_state_machine_as_test(PrefixEngineMachine, settings=settings(
             max_examples=200, stateful_step_count=30, derandomize=True, **FAST))
     notes = "\n".join(getattr(info.value, "__notes__", []))
-    assert "state.arrive(" in notes, notes
+    assert "state.arrive(" in notes or "state.wave(" in notes, notes  # requests came
     program = [ln for ln in notes.splitlines() if ln.strip().startswith("state.")]
     assert len(program) <= 15, notes  # shrunk to a handful of steps
     # what fired: the stale-value oracle or the happens-before oracle
     assert "stale" in str(info.value) or "RAW" in str(info.value), str(info.value)
+
+
+# --- slot reuse (issue 13): small pools wrap around ---------------------------------------
+
+# Find, don't shrink: the shrunk program is not what these tests are about (and shrinking
+# a 30-step program through reference runs is the slow part).
+FIND = dict(FAST, derandomize=True, phases=[Phase.explicit, Phase.generate])
+
+
+def test_fixed_engine_survives_small_pool_programs():
+    run_state_machine_as_test(SmallPoolEngineMachine, settings=settings(
+        max_examples=12, stateful_step_count=25, **FAST))
+
+
+@pytest.mark.parametrize("name", ["pool-edge-off-by-one", "slot-released-twice",
+                                  "finished-kept-on-merge"])
+def test_small_pool_programs_find_slot_reuse_bugs(name):
+    """Each seeded slot-reuse bug is harmless until a slot is reused: the machine's small
+    pools (the ``wave`` rule's short requests) reach it -- a crash counts, as an
+    ``AssertionError`` naming it."""
+    machine = type(f"Mutated_{name.replace('-', '_')}", (EngineMachine,),
+                   {"mutation": BY_NAME[name]})
+    with pytest.raises(AssertionError) as info:
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=60, stateful_step_count=30, **FIND))
+    assert "stale" in str(info.value) or "engine crashed" in str(info.value), str(info.value)
