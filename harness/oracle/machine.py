@@ -168,7 +168,7 @@ class EngineMachine(RuleBasedStateMachine):
     @invariant()
     def no_stale_value(self) -> None:
         if self.sched is not None:
-            assert self.oracle.first is None, self.oracle.first["message"]
+            assert self.oracle.first is None, self.oracle.first.message
 
     @invariant()
     def no_race(self) -> None:
