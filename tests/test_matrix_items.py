@@ -24,10 +24,21 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "plugin_fixtures"
 
 
+def _plugin_args() -> list:
+    """``-p harness.pytest_plugin`` where specrace is not installed (its ``pytest11`` entry
+    point absent: a checkout on PYTHONPATH, as on the GPU machine), since a pytest started
+    outside ``tests/`` never reads the conftest that would load it."""
+    from importlib.metadata import entry_points
+    installed = any(ep.value == "harness.pytest_plugin"
+                    for ep in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "harness.pytest_plugin"]
+
+
 def _pytest(*args, cwd=ROOT):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(FIXTURES), str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *args],
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly",
+                           *_plugin_args(), *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -2,6 +2,7 @@
 left in reports/h200/ (run anywhere: it only reads JSON)."""
 import json
 import os
+import re
 import sys
 from collections import defaultdict
 
@@ -147,6 +148,16 @@ def main():
     log = open(os.path.join(D, "pytest.log")).read().strip().splitlines()
     out += ["## `pytest -n 10 --specrace-backend cuda` on the H200", "",
             "`pytest.log`: " + log[-1], ""]
+    failed = [m.group(1) for m in map(re.compile(r"^_{3,} (test\S*) _{3,}$").match, log) if m]
+    out += [f"Failed: `{name}`" for name in failed]
+    note = os.path.join(D, "pytest_note.md")
+    if os.path.exists(note):  # what became of a failure (fixed, re-run), written by hand
+        out += ["", open(note).read().strip()]
+    if os.path.exists(os.path.join(D, "matrix_items_cuda.log")):
+        items = open(os.path.join(D, "matrix_items_cuda.log")).read().strip().splitlines()
+        table = [line for line in items if line.startswith("mutation kill matrix")]
+        out += ["", "## `pytest --specrace-matrix --specrace-backend cuda -n 4` on the H200", "",
+                "`matrix_items_cuda.log`: " + (table[0] if table else "?") + "; " + items[-1], ""]
     with open(os.path.join(D, "README.md"), "w") as f:
         f.write("\n".join(out) + "\n")
 
