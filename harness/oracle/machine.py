@@ -20,6 +20,7 @@ import contextlib
 import os
 from typing import Dict
 
+from hypothesis import HealthCheck, Phase
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -34,6 +35,15 @@ from harness.runtime import open_runtime, resolve_backend
 
 from .stale import Reference, StaleValueOracle
 from .workload import RequestSpec, Workload
+
+# Settings for running these machines as tests: one bug reported (the shrunk one), not a
+# group; no deadline (an example is an engine run plus its reference runs); no explain
+# phase, which re-runs the shrunk program once per argument to mark which ones matter --
+# minutes for a program whose every run is an engine, and tests read only the program
+# and the error.
+TEST_SETTINGS = dict(deadline=None, suppress_health_check=list(HealthCheck), database=None,
+                     report_multiple_bugs=False,
+                     phases=[p for p in Phase if p is not Phase.explain])
 
 POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "random(2)", "pct(1,3)", "pct(2,2)"]
 # Request-pool rows (slot 0 is the padding row): the server's default, which these

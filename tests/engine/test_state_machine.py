@@ -4,16 +4,15 @@ pre-fix relay must be caught, and the counterexample shrinks to a handful of ste
 small request pools the seeded slot-reuse bugs are found."""
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.oracle.machine import EngineMachine, PrefixEngineMachine, SmallPoolEngineMachine
+from harness.oracle.machine import (TEST_SETTINGS, EngineMachine, PrefixEngineMachine,
+                                    SmallPoolEngineMachine)
 from scenarios.grammar import SCHEMAS
 from scenarios.mutations import BY_NAME
 
-# one bug reported (the shrunk one), not a group of distinct failures
-FAST = dict(deadline=None, suppress_health_check=list(HealthCheck), database=None,
-            report_multiple_bugs=False)
+FAST = TEST_SETTINGS
 
 
 class GrammarEngineMachine(EngineMachine):

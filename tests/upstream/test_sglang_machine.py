@@ -2,14 +2,12 @@
 generated programs; with the pre-#35198 relay patched into the real classes the machine
 finds the seed race from scratch and shrinks it to a handful of steps."""
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.oracle.machine import EngineMachine, PrefixEngineMachine
+from harness.oracle.machine import TEST_SETTINGS, EngineMachine, PrefixEngineMachine
 
-# one bug reported (the shrunk one), not a group of distinct failures
-FAST = dict(deadline=None, suppress_health_check=list(HealthCheck), database=None,
-            report_multiple_bugs=False)
+FAST = TEST_SETTINGS
 
 
 class SglangMachine(EngineMachine):
