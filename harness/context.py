@@ -63,3 +63,17 @@ def opened(**fields: Any) -> Iterator[RunContext]:
         yield ctx
     finally:
         _CURRENT = outer
+
+
+@contextlib.contextmanager
+def field_set(name: str, value: Any) -> Iterator[Any]:
+    """One field of the current context set to ``value`` for the block, and the outer
+    value back afterwards (a fault plan around a nested reference run; a capture that
+    tests drive without a runtime)."""
+    ctx = current()
+    outer = getattr(ctx, name)
+    setattr(ctx, name, value)
+    try:
+        yield value
+    finally:
+        setattr(ctx, name, outer)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from .context import current
+from .context import current, field_set
 
 
 def fault_point(name: str, **ctx: Any) -> None:
@@ -47,9 +47,5 @@ def ask(name: str, default: Any, **ctx: Any) -> Any:
 def installed(plan: Any) -> Iterator[Any]:
     """Install ``plan`` for the duration of the block; an outer plan (a trial around a
     nested reference run) is restored afterwards."""
-    ctx = current()
-    outer, ctx.plan = ctx.plan, plan
-    try:
+    with field_set("plan", plan):
         yield plan
-    finally:
-        ctx.plan = outer

@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-from ...context import current, opened
+from ...context import current, field_set, opened
 from .. import BackendError, Runtime
 from ..pinning import CudaPinning, needs_cuda_pinning
 from ..trace import Trace, user_frame
@@ -87,12 +87,8 @@ class CudaRuntime(Runtime):
 def capturing(cap: Capture) -> Iterator[Capture]:
     """Make ``cap`` the capture the API wrappers log into, for the block (tests drive a
     capture without a runtime)."""
-    ctx = current()
-    outer, ctx.cuda_capture = ctx.cuda_capture, cap
-    try:
+    with field_set("cuda_capture", cap):
         yield cap
-    finally:
-        ctx.cuda_capture = outer
 
 
 @contextlib.contextmanager
