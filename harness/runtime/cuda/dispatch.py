@@ -78,17 +78,16 @@ class CudaBackend(ops.Backend):
 
     def kernel(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         cap = self.cap
-        watching = hostmem.watching()
         host_reads: List[Any] = []
+        other = None
+        if hostmem.watching():  # the hot path builds no closure while no pinned memory is
+            def other(t: torch.Tensor, _op) -> None:
+                acc = hostmem.access_of(t)
+                if acc is not None:  # a pinned CPU scalar read on the host at launch
+                    host_reads.append(acc)
 
-        def other(t: torch.Tensor, _op) -> None:
-            acc = hostmem.access_of(t)
-            if acc is not None:  # a pinned CPU scalar read on the host at launch
-                host_reads.append(acc)
-
-        # the hot path: no per-op closure unless pinned memory is watched
         reads, writes = ops.data_accesses(op, args, kwargs, self._is_dev, cap.sid_access,
-                                          other if watching else None)
+                                          other)
         out = op.func(*args, **kwargs)
         frame = None
         for o in (out if isinstance(out, (list, tuple)) else (out,)):

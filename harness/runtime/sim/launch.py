@@ -11,6 +11,7 @@ from typing import Any, List
 import torch
 
 from .. import ops
+from ..schema import iter_tensors
 from ..trace import OpRecord, user_frame
 from .device import current_device
 from .meta import DATA_DEPENDENT, Meta, is_user_error, meta_outputs
@@ -181,14 +182,6 @@ def _new_outputs(outs, args, kwargs) -> List[SimTensor]:
             if v is outs:
                 return []
         return [outs]
-    inputs = {id(t) for v in list(args) + list(kwargs.values()) for t in _iter(v)}
+    inputs = {id(t) for v in list(args) + list(kwargs.values()) for t in iter_tensors(v)}
     return [o for o in _flat(outs) if type(o) is SimTensor and id(o) not in inputs]
 
-
-def _iter(v: Any):
-    if isinstance(v, torch.Tensor):
-        yield v
-    elif isinstance(v, (list, tuple)):
-        for x in v:
-            if isinstance(x, torch.Tensor):
-                yield x
