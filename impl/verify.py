@@ -1,4 +1,4 @@
-"""Greedy verification of a draft tree on the device (``verify_tree_greedy``).
+"""Greedy verification of a draft tree on the device: one kernel, ``verify_tree_greedy``.
 
 For each request, walk down from the root: at each depth, take the first child (in
 sibling order) whose draft token equals the target's argmax *at its parent*; stop when
@@ -8,10 +8,18 @@ none does. The token predicted at the last accepted node is the bonus. Outputs:
 * ``accept_index``  (bs, D)  flat indices of the accepted path, root first, -1 padded;
 * ``accept_lens``   (bs,)    accepted drafts + 1 (the bonus) -- in [1, D].
 
+SGLang verifies with one fused kernel (sgl_kernel's ``verify_tree_greedy``) that fills
+buffers its caller allocated -- ``accept_index`` pre-filled with -1, the kernel writing
+only the accepted slots. This mirror is shaped the same way: ``verify_tree_greedy``
+allocates the outputs and launches ``specrace::verify_tree_greedy``, one device op on the
+current stream that reads the target's argmax and the tree links and writes the three
+buffers. The op's body (``_verify_kernel``) is ordinary torch code over its arguments --
+what a fused kernel does inside is private to it, so a race detector sees one launch, as
+it would on the server. Nothing here syncs with the host.
+
 The walk is vectorised over the batch *and* the tree: parents are recovered from the
 links in BFS order, a node matches if its draft equals the target at its parent, the
 first matching sibling wins, and a node is accepted if it and all its ancestors won.
-Ordinary tensor ops on the current stream; nothing here syncs with the host.
 """
 from __future__ import annotations
 
@@ -33,10 +41,12 @@ def _parents(next_token: torch.Tensor, next_sibling: torch.Tensor) -> torch.Tens
     return parent[:, :D]
 
 
-def verify_tree_greedy(target_predict: torch.Tensor, draft_token: torch.Tensor,
-                       next_token: torch.Tensor, next_sibling: torch.Tensor
-                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``target_predict``, ``draft_token``, links: ``(bs, D)`` int64 on the device."""
+def _verify_kernel(target_predict: torch.Tensor, draft_token: torch.Tensor,
+                   next_token: torch.Tensor, next_sibling: torch.Tensor,
+                   predict: torch.Tensor, accept_index: torch.Tensor,
+                   accept_lens: torch.Tensor) -> None:
+    """The kernel's body: fills ``predict`` and ``accept_lens``, and ``accept_index`` at
+    the accepted slots only (the rest keep what the caller put there)."""
     bs, D = draft_token.shape
     device = draft_token.device
     parent = _parents(next_token, next_sibling)
@@ -53,10 +63,45 @@ def verify_tree_greedy(target_predict: torch.Tensor, draft_token: torch.Tensor,
     accepted = won.clone()
     for j in range(1, D):  # accepted iff it won and its parent was accepted
         accepted[:, j] = won[:, j] & accepted.gather(1, parent[:, j:j + 1]).squeeze(1)
-    accept_lens = accepted.sum(dim=1).to(torch.int32)
+    accept_lens.copy_(accepted.sum(dim=1))
     # The accepted nodes form one root path, in BFS (= depth) order: sort them first.
     order = torch.where(accepted, node, node + D).sort(dim=1).values
     row0 = (torch.arange(bs, device=device) * D)[:, None]
-    accept_index = torch.where(order < D, row0 + order, torch.full_like(order, -1))
-    predict = torch.where(accepted, target_predict, torch.zeros_like(target_predict)).flatten()
+    accept_index.copy_(torch.where(order < D, row0 + order, accept_index))
+    predict.copy_(torch.where(accepted, target_predict, 0).flatten())
+
+
+# The op, declared to the dispatcher like a native kernel: its schema says what it writes
+# (``Tensor(a!)``), which is all a dispatch-level tracer needs. (``torch.library.custom_op``
+# would add Python autograd and version-counter hops, ~100 us a call.) FRAGMENT: a second
+# import of this module must not fail the definition.
+_LIB = torch.library.Library("specrace", "FRAGMENT")
+_LIB.define("verify_tree_greedy(Tensor target_predict, Tensor draft_token, "
+            "Tensor next_token, Tensor next_sibling, Tensor(a!) predict, "
+            "Tensor(b!) accept_index, Tensor(c!) accept_lens) -> ()")
+
+
+def _verify_op(*args) -> None:
+    _verify_kernel(*args)  # looked up when the op runs: a patched body (a mutation) runs
+
+
+def _verify_op_meta(*args) -> None:
+    return None  # writes its arguments only: nothing to compute on meta tensors
+
+
+_LIB.impl("verify_tree_greedy", _verify_op, "CompositeExplicitAutograd")
+_LIB.impl("verify_tree_greedy", _verify_op_meta, "Meta")
+
+
+def verify_tree_greedy(target_predict: torch.Tensor, draft_token: torch.Tensor,
+                       next_token: torch.Tensor, next_sibling: torch.Tensor
+                       ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``target_predict``, ``draft_token``, links: ``(bs, D)`` int64 on the device."""
+    bs, D = draft_token.shape
+    device = draft_token.device
+    predict = torch.empty((bs * D,), dtype=target_predict.dtype, device=device)
+    accept_index = torch.full((bs, D), -1, dtype=torch.int64, device=device)
+    accept_lens = torch.empty((bs,), dtype=torch.int32, device=device)
+    torch.ops.specrace.verify_tree_greedy(target_predict, draft_token, next_token,
+                                          next_sibling, predict, accept_index, accept_lens)
     return predict, accept_index, accept_lens

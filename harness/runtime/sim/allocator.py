@@ -95,15 +95,19 @@ class Block:
 
 
 class Storage:
-    """One storage's hold on its block; finalised when the last wrapper on it dies."""
+    """One storage's hold on its block; finalised when the last wrapper on it dies.
+    ``access`` is the first tensor's ``(sid, lo, hi)``, known here without asking the
+    tensor (the detector's access of every kernel output)."""
 
-    __slots__ = ("allocator", "block", "sid", "streams")
+    __slots__ = ("allocator", "block", "sid", "streams", "access")
 
-    def __init__(self, allocator: "SimAllocator", block: Block, sid: int) -> None:
+    def __init__(self, allocator: "SimAllocator", block: Block, sid: int,
+                 access: Tuple[int, int, int]) -> None:
         self.allocator = allocator
         self.block = block
         self.sid = sid
         self.streams: Optional[Set[int]] = None  # record_stream'ed streams other than home
+        self.access = access
 
     def __del__(self) -> None:
         try:
@@ -135,11 +139,15 @@ class SimAllocator:
 
     # --- allocation -----------------------------------------------------------------
     def storage(self, shape, stride, dtype: torch.dtype, frame: Optional[Frame],
-                offset: int = 0, poison: bool = True) -> Tuple[torch.Tensor, Optional[Storage]]:
+                offset: int = 0, poison: bool = True, n: Optional[int] = None
+                ) -> Tuple[torch.Tensor, Optional[Storage]]:
         """A tensor of this layout in a block of the current stream's pool, and its
-        storage handle (None for an empty tensor: no block, as PyTorch's nullptr)."""
-        n = _extent(shape, stride, offset)
-        nbytes = n * dtype.itemsize
+        storage handle (None for an empty tensor: no block, as PyTorch's nullptr).
+        ``n``: the elements the layout reaches, when the caller knows them."""
+        if n is None:
+            n = _extent(shape, stride, offset)
+        item = dtype.itemsize
+        nbytes = n * item
         if nbytes == 0:
             return torch.empty_strided(shape, stride, dtype=dtype), None
         home = self.dev.current.sid
@@ -159,17 +167,26 @@ class SimAllocator:
         self.trace.add(AllocRecord(block.bid, sid, home, nbytes, frame,
                                    block.owner if reused else None))
         block.owner = sid
-        return buf, Storage(self, block, sid)
+        # strides are never negative: the layout covers [offset, n) of the block
+        return buf, Storage(self, block, sid, (sid, offset * item, nbytes))
 
     def adopt(self, result: torch.Tensor, frame: Optional[Frame]
               ) -> Tuple[torch.Tensor, Optional[Storage]]:
         """A kernel's result (computed in fresh CPU memory) moved into a block."""
+        offset = result.storage_offset()
+        if offset == 0 and result.is_contiguous():  # most results: no layout walk
+            buf, st = self.storage(result.shape, result.stride(), result.dtype, frame,
+                                   poison=False, n=result.numel())
+            if st is not None:
+                buf.copy_(result)
+            return buf, st
         stride = result.stride()
         if result.numel() > 1 and 0 in stride:  # an expanded layout cannot be written to
             result = result.contiguous()
             stride = result.stride()
-        buf, st = self.storage(result.shape, stride, result.dtype, frame,
-                               result.storage_offset(), poison=False)
+            offset = 0
+        buf, st = self.storage(result.shape, stride, result.dtype, frame, offset,
+                               poison=False)
         if st is not None:
             buf.copy_(result)
         return buf, st

@@ -375,6 +375,12 @@ class SimDevice:
     def pending_ops(self) -> int:
         return sum(len(s.pending) for s in self.streams)
 
+    def any_pending(self) -> bool:
+        for s in self.streams:
+            if s.pending:
+                return True
+        return False
+
 
 def current_device() -> SimDevice:
     """The simulated device of the open session (the current run's, ``harness.context``)."""

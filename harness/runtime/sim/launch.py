@@ -11,7 +11,6 @@ from typing import Any, List
 import torch
 
 from .. import ops
-from ..schema import iter_tensors
 from ..trace import OpRecord, user_frame
 from .device import current_device
 from .meta import DATA_DEPENDENT, Meta, is_user_error, meta_outputs
@@ -67,19 +66,15 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
                 raise
             idle = False
         if idle:
-            outs = _wrap_outputs(dev, result, args, kwargs, op.effects, frame)
-            new = _new_outputs(outs, args, kwargs)
-            _name_storages(dev, new, name, frame)
-            for o in new:
-                writes.append(access(o))
+            new: List[SimTensor] = []
+            outs = _wrap_outputs(dev, result, args, kwargs, op.effects, frame, new)
+            _name_storages(dev, new, name, frame, writes)
             _enqueue_executed(dev, OpRecord(stream.sid, name, reads, writes, frame))
             return outs
 
-    outs = _alloc_outputs(dev, meta, args, kwargs, op.effects, frame)
-    new = _new_outputs(outs, args, kwargs)
-    _name_storages(dev, new, name, frame)
-    for o in new:
-        writes.append(access(o))
+    new = []
+    outs = _alloc_outputs(dev, meta, args, kwargs, op.effects, frame, new)
+    _name_storages(dev, new, name, frame, writes)
     bargs = unwrap(snapshot_host(args))
     bkwargs = unwrap(snapshot_host(kwargs))
     out_bufs = [o._buf for o in new]
@@ -94,10 +89,12 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
     return outs
 
 
-def _name_storages(dev, outs, op_name: str, frame) -> None:
+def _name_storages(dev, new, op_name: str, frame, writes: list) -> None:
+    """Fresh outputs: named after the op in reports, and written by it."""
     sites = dev.trace.storage_sites
-    for o in outs:
+    for o in new:
         sites[o._sid] = (op_name, o.dtype, o.shape, frame)
+        writes.append(access(o))
 
 
 def _enqueue_executed(dev, op: OpRecord) -> None:
@@ -111,7 +108,7 @@ def _enqueue_executed(dev, op: OpRecord) -> None:
     dev.trace.add(op)
     s.pending.append(op)
     dev.run_head(s)
-    if dev.pending_ops():  # nothing is queued anywhere: the policy has nothing to decide
+    if dev.any_pending():  # else nothing is queued anywhere: nothing for the policy to decide
         dev.policy.on_point(dev, s)
 
 
@@ -131,14 +128,16 @@ def _aliases_arg(r: torch.Tensor, bargs, bkwargs) -> bool:
     return False
 
 
-def _wrap_outputs(dev, result, args, kwargs, eff, frame) -> Any:
+def _wrap_outputs(dev, result, args, kwargs, eff, frame, new: list) -> Any:
     """Map a real result back to wrappers: aliased returns are the argument wrappers,
-    fresh ones move into blocks of the allocator."""
+    fresh ones move into blocks of the allocator (and are appended to ``new``)."""
     if isinstance(result, torch.Tensor):
         owner = eff.return_alias[0] if eff.return_alias else None
         if owner is not None:
             return args[owner] if type(owner) is int else kwargs.get(owner)
-        return adopt(dev, result, frame)
+        t = adopt(dev, result, frame)
+        new.append(t)
+        return t
     items = _flat(result)
     wrapped = []
     for i, r in enumerate(items):
@@ -146,7 +145,9 @@ def _wrap_outputs(dev, result, args, kwargs, eff, frame) -> Any:
         if owner is not None:
             wrapped.append(args[owner] if type(owner) is int else kwargs.get(owner))
         elif isinstance(r, torch.Tensor):
-            wrapped.append(adopt(dev, r, frame))
+            t = adopt(dev, r, frame)
+            new.append(t)
+            wrapped.append(t)
         else:
             wrapped.append(r)
     # Non-sequence results (a Python bool/int from ops like aten.equal) are returned as
@@ -156,7 +157,11 @@ def _wrap_outputs(dev, result, args, kwargs, eff, frame) -> Any:
     return type(result)(wrapped)
 
 
-def _alloc_outputs(dev, meta, args, kwargs, eff, frame) -> Any:
+def _alloc_outputs(dev, meta, args, kwargs, eff, frame, new: list) -> Any:
+    """Outputs of a queued kernel, from the meta run: argument wrappers for aliased
+    returns, fresh (poisoned) storage for the rest (appended to ``new``)."""
+    if meta == ():  # no returns: the op writes its arguments only (meta.py)
+        return None
     single = isinstance(meta, Meta)
     metas = [meta] if single else list(meta)
     outs = []
@@ -168,20 +173,7 @@ def _alloc_outputs(dev, meta, args, kwargs, eff, frame) -> Any:
             outs.append(None)
         else:
             shape, stride, dtype = m
-            outs.append(new_storage(dev, shape, stride, dtype, frame))
+            t = new_storage(dev, shape, stride, dtype, frame)
+            new.append(t)
+            outs.append(t)
     return outs[0] if single else (tuple(outs) if isinstance(meta, tuple) else outs)
-
-
-def _new_outputs(outs, args, kwargs) -> List[SimTensor]:
-    """The outputs that are fresh storage (not an argument handed back)."""
-    if type(outs) is SimTensor:
-        for v in args:
-            if v is outs:
-                return []
-        for v in kwargs.values():
-            if v is outs:
-                return []
-        return [outs]
-    inputs = {id(t) for v in list(args) + list(kwargs.values()) for t in iter_tensors(v)}
-    return [o for o in _flat(outs) if type(o) is SimTensor and id(o) not in inputs]
-

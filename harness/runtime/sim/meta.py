@@ -52,6 +52,8 @@ def meta_outputs(func, args: tuple, kwargs: dict) -> Any:
         key = None
     if key is not None and key in _META_CACHE:
         return _META_CACHE[key]
+    if not func._schema.returns:  # writes its arguments only (a fused kernel's shape)
+        return ()
     margs = tuple(_to_meta(a) for a in args)
     mkwargs = {k: _to_meta(v) for k, v in kwargs.items()}
     if "device" in mkwargs:

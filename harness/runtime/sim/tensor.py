@@ -67,7 +67,12 @@ class SimTensor(torch.Tensor):
 
 
 def _owned(buf: torch.Tensor, owner) -> SimTensor:
-    t = SimTensor(buf, owner.sid if owner is not None else hostmem.new_sid())
+    """The first tensor on a fresh storage (its access is the allocator's)."""
+    if owner is None:
+        t = SimTensor(buf, hostmem.new_sid())
+    else:
+        t = SimTensor(buf, owner.sid)
+        t._acc = owner.access
     t._owner = owner
     return t
 
