@@ -5,7 +5,8 @@ speed; each figure is printed next to the goal it is held against (SPEC §5).
 
 * runtime -- µs per op of a realistic op mix (gather, index_put_, cat, small int
   arithmetic on 64..4096 elements) on plain CPU torch and on the simulator under each
-  policy, and the detector's cost per traced op;
+  policy, the detector's cost per traced op, and the floors of Python dispatch itself
+  on the same mix (``bench_floor.py``: a no-op dispatch mode, a bare wrapper subclass);
 * engine  -- one NGRAM engine iteration on plain CPU torch vs on the simulator;
 * matrix  -- wall time of the mutation matrix on the simulator;
 * cuda    -- on a GPU: seed-race repro rate and median trial time across a stall sweep,
@@ -28,13 +29,15 @@ import torch
 SIZES = (64, 512, 4096)
 
 
-def _op_mix(device, n_iter: int) -> int:
-    """The op mix; returns the number of ops issued."""
+def _op_mix(device, n_iter: int, wrap: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
+            ) -> int:
+    """The op mix; returns the number of ops issued. ``wrap``: how its three starting
+    tensors become the measured kind (the floors' wrapper subclass)."""
     ops = 0
     for size in SIZES:
-        a = torch.arange(size, dtype=torch.int64, device=device)
-        idx = torch.arange(0, size, 2, dtype=torch.int64, device=device)
-        buf = torch.zeros(size, dtype=torch.int64, device=device)
+        a = wrap(torch.arange(size, dtype=torch.int64, device=device))
+        idx = wrap(torch.arange(0, size, 2, dtype=torch.int64, device=device))
+        buf = wrap(torch.zeros(size, dtype=torch.int64, device=device))
         ops += 3
         for _ in range(n_iter):
             g = a[idx]  # gather
@@ -88,11 +91,25 @@ def bench_runtime(n_iter: int = 150) -> Dict[str, float]:
             detect(rt.trace)
             return (time.perf_counter() - t) / n * 1e6
     runs["detector"] = detector
+
+    def floor(mode: bool) -> float:
+        from harness.bench_floor import bare_wrapper, no_op_mode
+        with torch.no_grad():
+            if mode:
+                with no_op_mode():
+                    t = time.perf_counter()
+                    n = _op_mix("cpu", n_iter)
+            else:
+                t = time.perf_counter()
+                n = _op_mix("cpu", n_iter, bare_wrapper)
+        return (time.perf_counter() - t) / n * 1e6
+    runs["floor_dispatch_mode"] = lambda: floor(True)
+    runs["floor_bare_wrapper"] = lambda: floor(False)
     plain()  # warm-up
     out.update({f"{k}_us_per_op": v for k, v in _best_interleaved(runs).items()})
     base = out["plain_cpu_us_per_op"]
     for k in list(out):
-        if k.startswith("sim_") or k == "detector_us_per_op":
+        if k.startswith(("sim_", "floor_")) or k == "detector_us_per_op":
             out[k.replace("_us_per_op", "_x_plain")] = out[k] / base
     return out
 
