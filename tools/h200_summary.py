@@ -146,7 +146,7 @@ def main():
         pass
     # --- pytest
     log = open(os.path.join(D, "pytest.log")).read().strip().splitlines()
-    out += ["## `pytest -n 14 --specrace-backend cuda` on the H200", "",
+    out += ["## `pytest -n 10 --specrace-backend cuda` on the H200 (phase1: beside the litmus suite and both matrices)", "",
             "`pytest.log`: " + log[-1], ""]
     failed = [m.group(1) for m in map(re.compile(r"^_{3,} (test\S*) _{3,}$").match, log) if m]
     out += [f"Failed: `{name}`" for name in failed]
