@@ -81,12 +81,13 @@ if _gc_phase not in gc.callbacks:
 
 
 class Block:
-    __slots__ = ("bid", "size", "mem", "home", "owner", "graph")
+    __slots__ = ("bid", "size", "mem", "typed", "home", "owner", "graph")
 
     def __init__(self, bid: int, size: int, home: int, graph: bool = False) -> None:
         self.bid = bid
         self.size = size
         self.mem = torch.full((size,), _POISON_BYTE, dtype=torch.uint8)
+        self.typed: Dict[torch.dtype, torch.Tensor] = {}  # mem viewed as each dtype asked
         self.home = home  # stream id
         self.owner: Optional[int] = None  # sid of the storage that holds (or last held) it
         # allocated during a CUDA graph capture: the graph's private pool, which ordinary
@@ -159,7 +160,9 @@ class SimAllocator:
             block, reused = Block(self.blocks, -(-nbytes // ROUND) * ROUND, home, True), False
         else:
             block, reused = self._take(home, -(-nbytes // ROUND) * ROUND)
-        typed = block.mem.view(dtype)
+        typed = block.typed.get(dtype)
+        if typed is None:  # a block is reused mostly for the same dtype: view it once
+            typed = block.typed[dtype] = block.mem.view(dtype)
         if poison and not reused and dtype not in _BYTE_POISON:
             poison_fill(typed[:n])
         buf = typed.as_strided(shape, stride, offset)
@@ -197,6 +200,13 @@ class SimAllocator:
         pool = self.pools.get(home)
         if pool is not None:
             sizes, stacks = pool
+            stack = stacks.get(size)
+            if stack is not None:  # an exact fit is the smallest fit: no search
+                block = stack.pop()
+                if not stack:
+                    del stacks[size]
+                    sizes.remove(size)
+                return block, True
             i = bisect.bisect_left(sizes, size)
             if i < len(sizes):
                 stack = stacks[sizes[i]]
