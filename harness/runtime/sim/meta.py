@@ -23,7 +23,7 @@ class Meta(NamedTuple):
 
 def _meta_key(v: Any) -> Any:
     if isinstance(v, torch.Tensor):  # a host tensor (cpu) is a different argument
-        return (v.shape, v.stride(), v.dtype, v.device.type == "cpu")
+        return (v.shape, v.stride(), v.dtype, v.is_cpu)
     if isinstance(v, (list, tuple)):
         return (type(v),) + tuple(_meta_key(x) for x in v)
     if isinstance(v, (int, float, bool)):
