@@ -48,7 +48,7 @@ def _op_mix(device, n_iter: int, wrap: Callable[[torch.Tensor], torch.Tensor] = 
     return ops
 
 
-def _best_interleaved(runs: Dict[str, Callable[[], float]], rounds: int = 3) -> Dict[str, float]:
+def _best_interleaved(runs: Dict[str, Callable[[], float]], rounds: int = 5) -> Dict[str, float]:
     """Each measurement's best of ``rounds``, the rounds interleaving all of them: on a
     shared machine load comes and goes, and two figures taken minutes apart would carry
     it into their ratio."""
