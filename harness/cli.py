@@ -213,14 +213,6 @@ def cmd_list(args) -> int:
     return EXIT_OK
 
 
-def _check_variant_name(args, scenario) -> None:
-    """Asked before the target loads: importing installed sglang takes seconds, and a
-    misspelt variant should not wait for it."""
-    if args.variant is not None and args.variant not in scenario.variants:
-        raise UsageError(f"unknown variant {args.variant!r} for {scenario.name}; "
-                         f"expected one of: {', '.join(scenario.variants)}")
-
-
 def _check_repro_args(args, scenario, target: str) -> None:
     variant = args.variant or scenario.default_variant
     if scenario.variants[variant].get("mutation") is not None:
@@ -240,7 +232,9 @@ def cmd_repro(args) -> int:
         scenario = get(args.scenario)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
-    _check_variant_name(args, scenario)
+    if args.variant is not None and args.variant not in scenario.variants:  # before the
+        raise UsageError(f"unknown variant {args.variant!r} for {scenario.name}; "  # slow
+                         f"expected one of: {', '.join(scenario.variants)}")  # target load
     target = _load_target(args.target)
     if not target.supports(scenario.name):
         raise UsageError(f"scenario {scenario.name} does not run on the {target.name} target; "

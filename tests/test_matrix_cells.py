@@ -4,6 +4,7 @@ timeout -- and the matrix goes on. The isolated (CUDA) path runs here on the CPU
 stand-in for the cell's process."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import sys
@@ -11,6 +12,7 @@ import sys
 import pytest
 
 import scenarios.matrix as mx
+from harness.engine import reference
 from scenarios.mutations import BY_NAME
 
 GOOD = "copy-done-not-recorded"
@@ -43,6 +45,9 @@ def test_a_crash_in_both_runs_is_a_kill_and_the_matrix_goes_on(small_matrix, mon
 
     # A bug present in the reference run too (it compiles the same grammars).
     monkeypatch.setattr(GrammarBackend, "grammar_for_json_schema", broken)
+    # A reference an earlier test on this worker computed with the grammar intact would be
+    # reused (the break is not part of its key), and the crash would be the trial's.
+    monkeypatch.setattr(reference, "_REFERENCE_CACHE", collections.OrderedDict())
     res = mx.run_matrix("sim", mutations=[BY_NAME["grammar-mask-not-applied"], BY_NAME[GOOD]])
     fixed = {f["probe"]: f for f in res["fixed"]}
     assert fixed["seed-eager"]["finding"] is None
