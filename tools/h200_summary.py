@@ -146,7 +146,7 @@ def main():
         pass
     # --- pytest
     log = open(os.path.join(D, "pytest.log")).read().strip().splitlines()
-    out += ["## `pytest -n 10 --specrace-backend cuda` on the H200 (phase1: beside the litmus suite and both matrices)", "",
+    out += ["## `pytest --specrace-backend cuda` on the H200", "",
             "`pytest.log`: " + log[-1], ""]
     failed = [m.group(1) for m in map(re.compile(r"^_{3,} (test\S*) _{3,}$").match, log) if m]
     out += [f"Failed: `{name}`" for name in failed]
@@ -156,7 +156,7 @@ def main():
     if os.path.exists(os.path.join(D, "matrix_items_cuda.log")):
         items = open(os.path.join(D, "matrix_items_cuda.log")).read().strip().splitlines()
         table = [line for line in items if line.startswith("mutation kill matrix")]
-        out += ["", "## `pytest --specrace-matrix --specrace-backend cuda -n 4` on the H200", "",
+        out += ["", "## `pytest --specrace-matrix --specrace-backend cuda -n 4` on the H200 (not re-run every session)", "",
                 "`matrix_items_cuda.log`: " + (table[0] if table else "?") + "; " + items[-1], ""]
     with open(os.path.join(D, "README.md"), "w") as f:
         f.write("\n".join(out) + "\n")
