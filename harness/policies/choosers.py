@@ -7,6 +7,7 @@ point, stream labels -- so each is tested without a simulator
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -31,6 +32,13 @@ class SchedulePolicy(Policy):
 
     def __repr__(self) -> str:
         return f"parse_policy({str(self)!r})"
+
+
+class SeededPolicy(SchedulePolicy):
+    """A policy drawn from its dataclass field ``seed``: trial ``i`` runs seed + i."""
+
+    def offset(self, i: int) -> "SeededPolicy":
+        return dataclasses.replace(self, seed=(self.seed + i) % (MAX_POLICY_SEED + 1))
 
 
 class Eager(RunAll, SchedulePolicy):
@@ -80,7 +88,7 @@ class Stall(SchedulePolicy, Chooser):
 
 
 @dataclass(frozen=True, repr=False)
-class RandomPolicy(SchedulePolicy):
+class RandomPolicy(SeededPolicy):
     """``random(seed)``: at each question, the host goes on with probability ``stop``, else
     a uniformly drawn runnable head runs."""
 
@@ -89,9 +97,6 @@ class RandomPolicy(SchedulePolicy):
 
     def chooser(self) -> Chooser:
         return RandomChooser(self.seed, self.stop)
-
-    def offset(self, i: int) -> "RandomPolicy":
-        return RandomPolicy((self.seed + i) % (MAX_POLICY_SEED + 1), self.stop)
 
     def __str__(self) -> str:
         return f"random({self.seed})"
@@ -110,7 +115,7 @@ class RandomChooser(Chooser):
 
 
 @dataclass(frozen=True, repr=False)
-class PCT(SchedulePolicy):
+class PCT(SeededPolicy):
     """``pct(seed,depth)``: probabilistic concurrency testing (Burckhardt et al.,
     ASPLOS'10) over the streams *and the host* (see ``PctChooser``)."""
 
@@ -123,9 +128,6 @@ class PCT(SchedulePolicy):
 
     def chooser(self) -> Chooser:
         return PctChooser(self.seed, self.depth)
-
-    def offset(self, i: int) -> "PCT":
-        return PCT((self.seed + i) % (MAX_POLICY_SEED + 1), self.depth)
 
     def __str__(self) -> str:
         return f"pct({self.seed},{self.depth})"
