@@ -304,11 +304,15 @@ def test_replay_notices_a_different_verdict(tmp_path, written):
     _, paths, _ = written
     doc = _load(paths["json"])
     doc["reproduced"], doc["first_divergence"], doc["races"] = 0, None, []
+    for row in doc["trial_results"]:  # the derived figures follow the edit
+        row["reproduced"], row["divergence"], row["races"] = False, None, 0
+    doc.update(first_trial=None, outcome="clean", rate=0.0, matches_expectation=False)
     p = tmp_path / "edited.json"
     p.write_text(json.dumps(doc))
     verdict = replay_report(str(p))
     assert verdict["same"] is False
     assert verdict["summary"].startswith("replay: DIFFERENT verdict: reproduced 0/2 -> 2/2")
+    assert verdict["summary"].endswith("EDITED report: its content does not match its run id")
     assert "\n" not in verdict["summary"]
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import targets
 from harness.detect import Race
 from harness.policies import SchedulePolicy
+from harness.policies.faultplan import StallAt
 from harness.policies.schedule import encode_choices
 from harness.runtime import resolve_backend
 
@@ -27,6 +28,9 @@ from .trial import run_trial
 # The most trials one run may ask for: the CLI's --trials and a report that replay reads
 # are held to it (a slow simulator trial takes ~1 s: this is hours, not days).
 MAX_TRIALS = 10_000
+# Distinct race sites one run records (a site is a pair of code locations: real runs have
+# tens; sites past it are not recorded, so a report stays within its schema).
+MAX_RACE_SITES = 1_000
 MAX_SEED = 2**31 - 1  # a run's --seed (trial i runs workload seed + i)
 
 
@@ -43,6 +47,35 @@ class ReproConfig:
     expect: str = "clean"
     detect: bool = True
     target: str = "impl"  # the code under test: impl/ or the installed sglang
+    # the fault plan (None: the scenario's, for ``stall_ms``) and the host-order answers
+    # (None: the scenario's); ``replay`` passes a report's recorded ones
+    stall_plan: Optional[List[StallAt]] = None
+    host_order: Optional[Dict[str, Any]] = None
+
+    def identity(self, scenario) -> Dict[str, Any]:
+        """Every setting that changes what the run does, defaults resolved (``expect``
+        does not: it is what the user said, not what ran): the report set's name."""
+        backend = resolve_backend(self.backend)
+        return {"scenario": scenario.name, "target": self.target,
+                "variant": self.variant or scenario.default_variant,
+                "war_barrier": self.war_barrier, "backend": backend,
+                "policy": str(self.policy or scenario.default_policy) if backend == "sim"
+                else "hardware",
+                "stall_ms": self.stall_ms, "trials": self._trials(scenario, backend),
+                "seed": self.seed, "detect": self.detect,
+                "stall_plan": [s.to_json() for s in self._stalls(scenario)],
+                "host_order": self._answers(scenario)}
+
+    def _trials(self, scenario, backend: str) -> int:
+        return self.trials or (scenario.cuda_trials if backend == "cuda"
+                               else scenario.sim_trials)
+
+    def _stalls(self, scenario) -> List[StallAt]:
+        return list(self.stall_plan if self.stall_plan is not None
+                    else scenario.stalls(self.stall_ms))
+
+    def _answers(self, scenario) -> Dict[str, Any]:
+        return dict(self.host_order if self.host_order is not None else scenario.answers)
 
 
 def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], None]] = None
@@ -51,10 +84,10 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
     target = targets.get(cfg.target)
     variant = cfg.variant or scenario.default_variant
     policy = cfg.policy or scenario.default_policy
-    trials = cfg.trials or (scenario.cuda_trials if backend == "cuda" else scenario.sim_trials)
+    trials = cfg._trials(scenario, backend)
     if not 1 <= trials <= MAX_TRIALS:
         raise ValueError(f"trials must be in 1..{MAX_TRIALS}, not {trials}")
-    stalls = scenario.stalls(cfg.stall_ms)
+    stalls, answers = cfg._stalls(scenario), cfg._answers(scenario)
     per_trial: List[TrialSummary] = []
     races: Dict[tuple, Race] = {}
     first_div = None
@@ -73,12 +106,14 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         res = run_trial(backend, trial_pol, workload, args, stalls, detect_races=detect_now,
                         keep_trace=want_trace and detect_now,
                         mutation=scenario.mutation(variant, cfg.target),
-                        answers=scenario.answers, target=cfg.target)
+                        answers=answers, target=cfg.target)
         times.append(res.wall_ms)
         for r in res.races:
             old = races.get(r.key())
-            if old is None:
+            if old is None and len(races) < MAX_RACE_SITES:
                 races[r.key()] = dataclasses.replace(r)
+            elif old is None:
+                continue
             else:
                 old.count += r.count
         if res.reproduced and first_trial is None:
@@ -99,7 +134,7 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         scenario=scenario.name, target=cfg.target, target_info=target.describe(),
         variant=variant, war_barrier=cfg.war_barrier, backend=backend,
         policy=str(policy) if sim else "hardware", stall_ms=cfg.stall_ms, stall_plan=stalls,
-        host_order=dict(scenario.answers), seed=cfg.seed, trials=trials,
+        host_order=answers, seed=cfg.seed, trials=trials,
         reproduced=sum(t.reproduced for t in per_trial), first_trial=first_trial,
         median_trial_ms=round(statistics.median(times), 3) if times else None,
         expect=cfg.expect, expected_by_scenario=scenario.expected(variant, cfg.war_barrier),

@@ -17,7 +17,6 @@ carries the set's ``run_id`` (a digest of the JSON report's content).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -26,7 +25,7 @@ from typing import Any, Dict, List, Optional
 
 from harness.paths import REPO_ROOT
 
-from .document import REPORT_FORMAT, Report
+from .document import REPORT_FORMAT, Report, content_id
 from .reportset import ReportDirError, prepare_report_dir, write_set
 
 SUFFIXES = {"json": ".json", "markdown": ".md", "trace": ".trace.json", "timeline": ".png"}
@@ -69,7 +68,7 @@ def write_reports(result: Any, report_dir: str) -> Dict[str, Optional[str]]:
     report = Report(result, environment(), "specrace replay " + shlex.quote(paths["json"]),
                     {k: (os.path.basename(v) if v else None) for k, v in paths.items()},
                     digest)
-    report = dataclasses.replace(report, run_id=_run_id(report.to_json()))
+    report = dataclasses.replace(report, run_id=content_id(report.to_json()))
     doc = report.to_json()
 
     members = []  # swapped in in this order: the JSON, replay's entry point, last
@@ -94,12 +93,6 @@ def write_reports(result: Any, report_dir: str) -> Dict[str, Optional[str]]:
     absent = [name + SUFFIXES[k] for k in SUFFIXES if k not in have]
     write_set(report_dir, members, absent)
     return paths
-
-
-def _run_id(doc: Dict[str, Any]) -> str:
-    """The set's id: a digest of the report's content (the same run, the same id)."""
-    text = json.dumps(doc, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 # --- environment ------------------------------------------------------------------------

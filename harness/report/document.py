@@ -7,6 +7,8 @@ the replay command, the set's files, the shown trace's digest, the run id);
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
@@ -42,3 +44,11 @@ class Report:
         return cls(ReproResult.from_json(doc), dict(doc.get("environment") or {}),
                    replay.get("command"), dict(doc.get("report_files") or {}),
                    doc.get("trace_digest"), doc.get("run_id"))
+
+
+def content_id(doc: Dict[str, Any]) -> str:
+    """A report's run id: a digest of its document without the ``run_id`` key (the same
+    run, the same id; ``load`` recomputes it, so an edited report is told apart)."""
+    rest = {k: v for k, v in doc.items() if k != "run_id"}
+    text = json.dumps(rest, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]

@@ -13,8 +13,9 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import Any, List, Tuple
+from typing import Any, List
 
+from . import bounded
 from .text import printable
 
 MAX_BYTES = 20 * 1024 * 1024
@@ -31,6 +32,9 @@ class LoadedReport:
     report: Any  # harness.report.document.Report
     policy: Any  # harness.policies.SchedulePolicy
     schedules: Any  # harness.policies.Schedules
+    # the content no longer matches its run id (True), it does (False), no run id (None)
+    edited: Any = None
+    keys: frozenset = frozenset()  # the document's top-level keys (older reports lack some)
 
     @property
     def result(self) -> Any:  # harness.engine.results.ReproResult
@@ -85,10 +89,6 @@ def _read(path: Any) -> bytes:
         os.close(fd)
 
 
-def _reject_constant(token: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {token}")
-
-
 def load_report(path: Any) -> LoadedReport:
     """Read, parse and validate a report; ``ValueError`` (one line) if it is not one."""
     import jsonschema
@@ -102,32 +102,63 @@ def load_report(path: Any) -> LoadedReport:
     except UnicodeDecodeError as exc:
         raise ValueError(f"{name}: not valid JSON (not UTF-8 text at byte {exc.start})") from None
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = bounded.parse(data, text)
+    except bounded.TooBig as exc:
+        raise ValueError(f"{name}: not a specrace report: {exc} (the limit for a report)"
+                         ) from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{name}: not valid JSON (line {exc.lineno}: {one_line(exc.msg, 80)})"
                          ) from None
     except ValueError as exc:
         raise ValueError(f"{name}: not valid JSON ({one_line(exc, 80)})") from None
-    except RecursionError:
-        raise ValueError(f"{name}: not valid JSON (nested too deeply)") from None
     if not isinstance(doc, dict):
         raise ValueError(f"{name}: not a specrace report: expected a JSON object, got "
                          f"{_json_type(doc)}")
-    validator = jsonschema.Draft202012Validator(REPORT_SCHEMA)
-    try:
-        errors = sorted(validator.iter_errors(doc), key=_error_order)
-    except RecursionError:
-        raise ValueError(f"{name}: not a specrace report (nested too deeply)") from None
-    if errors:
-        raise ValueError(f"{name}: not a specrace report: {_describe(errors[0])}")
-    from .document import Report
+    # The first error is the answer: validation stops there (collecting every error of a
+    # crafted file is unbounded work). The schema lists cheap checks (required keys,
+    # types, list lengths) before the per-item ones, so the first is a shallow one.
+    error = next(jsonschema.Draft202012Validator(REPORT_SCHEMA).iter_errors(doc), None)
+    if error is not None:
+        raise ValueError(f"{name}: not a specrace report: {_describe(error)}")
+    from .document import Report, content_id
     report = Report.from_json(doc)  # the one reader of a report's keys
     result = report.result
-    if result.reproduced > result.trials:
-        raise ValueError(f"{name}: not a specrace report: 'reproduced' ({result.reproduced}) "
-                         f"is more than 'trials' ({result.trials})")
+    _check_derived(doc, result, f"{name}: not a specrace report")
     policy = _check_names(result, name)
-    return LoadedReport(report, policy, _schedules(result, policy, name))
+    edited = None if report.run_id is None else content_id(doc) != report.run_id
+    return LoadedReport(report, policy, _schedules(result, policy, name), edited,
+                        frozenset(doc))
+
+
+def _check_derived(doc: dict, result: Any, bad: str) -> None:
+    """What a run derives from its own figures must follow from them: an edited figure
+    is refused here, not replayed as if the report said it (``from_json`` reads none of
+    these; they are for people and scripts)."""
+    if result.reproduced > result.trials:
+        raise ValueError(f"{bad}: 'reproduced' ({result.reproduced}) is more than 'trials' "
+                         f"({result.trials})")
+    rows = result.trial_results
+    if rows:
+        if len(rows) != result.trials:
+            raise ValueError(f"{bad}: 'trial_results' has {len(rows)} rows for "
+                             f"{result.trials} trials")
+        for i, row in enumerate(rows):
+            if row.trial != i or row.seed != result.seed + i:
+                raise ValueError(f"{bad}: 'trial_results[{i}]' is not trial {i} of seed "
+                                 f"{result.seed} (trial {row.trial}, seed {row.seed})")
+        if sum(r.reproduced for r in rows) != result.reproduced:
+            raise ValueError(f"{bad}: 'reproduced' ({result.reproduced}) is not the number "
+                             f"of reproducing rows in 'trial_results'")
+        first = next((r.trial for r in rows if r.reproduced), None)
+        if "first_trial" in doc and result.first_trial != first:
+            raise ValueError(f"{bad}: 'first_trial' is not the first reproducing trial")
+    derived = {"outcome": result.outcome, "rate": result.rate,
+               "matches_expectation": result.matches_expectation,
+               "traced_trials": result.traced_trials if rows else doc.get("traced_trials")}
+    for key, want in derived.items():
+        if key in doc and doc[key] != want:
+            raise ValueError(f"{bad}: {key!r} ({_short(doc[key])}) does not follow from the "
+                             f"report's figures ({_short(want)})")
 
 
 def _json_type(v: Any) -> str:
@@ -146,12 +177,6 @@ def _json_type(v: Any) -> str:
     return type(v).__name__
 
 
-def _error_order(err) -> Tuple[int, int, str]:
-    # Shallow errors first, "missing key" before "wrong value", then by path.
-    return (len(err.absolute_path), 0 if err.validator == "required" else 1,
-            "/".join(str(p) for p in err.absolute_path))
-
-
 def _where(err) -> str:
     parts = []
     for p in err.absolute_path:
@@ -165,9 +190,9 @@ def _describe(err) -> str:
     v = err.validator
     if v == "required":
         missing = [k for k in err.validator_value if k not in err.instance]
-        return f"missing {one_line(repr(missing[0]), 60)}{at}" if missing else f"missing key{at}"
+        return f"missing {_short(missing[0])}{at}" if missing else f"missing key{at}"
     if v == "const" and where == "specrace_report":
-        return (f"unsupported format version {one_line(repr(err.instance), 40)} "
+        return (f"unsupported format version {_short(err.instance)} "
                 f"(specrace_report must be {err.validator_value})")
     if v == "type":
         names = {"integer": "an integer", "number": "a number", "string": "a string",
@@ -178,12 +203,31 @@ def _describe(err) -> str:
         return f"'{where}' must be {want}, not {_json_type(err.instance)}"
     if v == "enum":
         return (f"'{where}' must be one of {', '.join(map(str, err.validator_value))}, not "
-                f"{one_line(repr(err.instance), 40)}")
+                f"{_short(err.instance)}")
+    if v == "const":
+        return f"'{where}' must be {err.validator_value!r}, not {_short(err.instance)}"
     if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        return f"'{where}' = {one_line(repr(err.instance), 40)} is out of range"
+        return f"'{where}' = {_short(err.instance)} is out of range"
     if v in ("maxLength", "minLength"):
         return f"'{where}' has a bad length"
-    return one_line(f"{err.message}{at}", 160)
+    if v == "maxItems":
+        return f"'{where}' has more than {err.validator_value} items"
+    if v == "minItems":
+        return f"'{where}' has fewer than {err.validator_value} items"
+    if v == "maxProperties":
+        return f"'{where}' has more than {err.validator_value} keys"
+    if v == "pattern":
+        return f"'{where}' is not in the expected form"
+    # never ``err.message``: it quotes the whole instance, which may be the whole file
+    return f"'{where or '(the report)'}' fails the schema's {one_line(v, 40)!r} rule"
+
+
+def _short(value: Any) -> str:
+    """A bounded repr of a value from the file (reprlib cuts long strings and lists)."""
+    import reprlib
+    r = reprlib.Repr()
+    r.maxstring, r.maxother, r.maxlevel = 40, 40, 3
+    return one_line(r.repr(value), 60)
 
 
 def _check_names(result: Any, name: str) -> Any:

@@ -1,6 +1,8 @@
 """JSON Schema of a ``specrace repro`` report (``NAME.json``), format version 1.
 
-What replay relies on is required; every other key the typed reader
+Every list has a ``maxItems`` and every free object a ``maxProperties`` (the parser,
+``bounded.parse``, has already bounded depth and size), so validation is bounded work; it
+stops at the first error (``load.load_report``). What replay relies on is required; every other key the typed reader
 (``document.Report.from_json``) reads is optional -- older reports lack some -- but typed
 where present, so nothing unchecked reaches the renderers. Other keys are free. The
 bounds are the very constants ``repro`` and the CLI enforce, so a report asks for no more
@@ -8,7 +10,7 @@ than ``repro`` itself allows and every report ``repro`` writes replays.
 """
 from __future__ import annotations
 
-from harness.engine.repro import MAX_SEED, MAX_TRIALS
+from harness.engine.repro import MAX_RACE_SITES, MAX_SEED, MAX_TRIALS
 from harness.oracle.divergence import KINDS
 from harness.policies import MAX_POLICY_CHARS
 from harness.policies.schedule import MAX_SCHEDULE_CHARS
@@ -38,6 +40,7 @@ _OWNER = {"type": "object", "properties": {"storage": _TEXT, "stream": _OPT_TEXT
 
 _RACES = {
     "type": "array",
+    "maxItems": MAX_RACE_SITES,
     "items": {
         "type": "object",
         "required": ["kind", "first", "second"],
@@ -85,11 +88,28 @@ _TRIAL = {
     },
 }
 
+MAX_EVERY = 1_000_000  # a stall or an answer at every n-th hit
+
+# A free-form object (what the environment, the target and the host order recorded): any
+# keys, a bounded number of them (the parser bounds the depth of what is inside).
+_FREE = {"type": "object", "maxProperties": 200}
 _STALL = {
     "type": "object",
     "required": ["point"],
-    "properties": {"point": _TEXT, "ms": {"type": ["number", "null"]},
-                   "every": {"type": "integer", "minimum": 1}},
+    "properties": {"point": _TEXT,
+                   "ms": {"type": ["number", "null"], "minimum": 0, "maximum": MAX_STALL_MS},
+                   "every": {"type": "integer", "minimum": 1, "maximum": MAX_EVERY}},
+}
+# The host-order answers ``replay`` gives the engine (``FaultPlan.ask``): per question a
+# constant or ``{"every": n}``.
+_HOST_ORDER = {
+    "type": "object",
+    "maxProperties": 50,
+    "additionalProperties": {"anyOf": [
+        {"type": ["boolean", "integer"]},
+        {"type": "object", "required": ["every"], "additionalProperties": False,
+         "properties": {"every": {"type": "integer", "minimum": 1, "maximum": MAX_EVERY}}},
+    ]},
 }
 # Every trial's recorded schedule (simulator only: null on CUDA; absent in reports written
 # before schedules were recorded): trial i's choices in ``harness.policies.schedule``'s
@@ -131,13 +151,14 @@ REPORT_SCHEMA = {
         "trial_results": {"type": "array", "maxItems": MAX_TRIALS, "items": _TRIAL},
         "median_trial_ms": {"type": ["number", "null"]},
         "expected_by_scenario": {"enum": ["clean", "race", None]},
-        "target_info": {"type": "object"},
+        "target_info": _FREE,
         "stall_plan": {"type": "array", "maxItems": 100, "items": _STALL},
-        "host_order": {"type": "object"},
+        "host_order": _HOST_ORDER,
         "command": _OPT_TEXT,
-        "environment": {"type": "object"},
+        "environment": _FREE,
         "replay": {"type": "object", "properties": {"command": _OPT_TEXT}},
-        "report_files": {"type": "object", "additionalProperties": _OPT_TEXT},
+        "report_files": {"type": "object", "maxProperties": 20,
+                         "additionalProperties": _OPT_TEXT},
         "run_id": _OPT_TEXT,
         "schedules": _SCHEDULES,
         "trace_digest": _DIGEST,
