@@ -187,10 +187,10 @@ def _sglang_loadable(required: bool) -> bool:
         return False
 
 
-def bench_matrix() -> Dict[str, float]:
+def bench_matrix(target: Optional[str] = None) -> Dict[str, float]:
     from scenarios.matrix import run_matrix
     t = time.perf_counter()
-    res = run_matrix("sim")
+    res = run_matrix("sim", target=target or "impl")
     wall = time.perf_counter() - t
     secs = [m["seconds"] for m in res["mutations"]]
     return {"matrix_wall_s": wall, "mutations": res["total"], "killed": res["killed"],
@@ -374,7 +374,7 @@ def _run_sections(what: str, out: Dict[str, object], _print, target: Optional[st
         out["engine"] = bench_engine(target=target)
         _print("engine", out["engine"], {"sim_eager_x_plain": "<= 5x"})
     if what in ("all", "matrix"):
-        out["matrix"] = bench_matrix()
+        out["matrix"] = bench_matrix(target)
         _print("matrix", out["matrix"], {"matrix_wall_s": "<= 60 s on 2 cores",
                                          "median_kill_s": "<= 1 s"})
     if what == "grammar" and torch.cuda.is_available():

@@ -1,17 +1,24 @@
 """``specrace``: list | repro | replay | litmus | matrix | bench.
 
-Exit codes: 0 = the outcome matches what was expected, 1 = it does not, 2 = bad input
-or a report that cannot be written (always one line on stderr, never a traceback).
+Exit codes: 0 = the outcome matches what was expected (``repro`` without ``--expect``:
+it ran), 1 = it does not, 2 = bad input, a report that cannot be written or output that
+cannot be (always one line on stderr, never a traceback), 130 / 143 = interrupted by
+SIGINT / SIGTERM (one line; the report folder keeps its previous set).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import os
-import shlex
-import sys
-from typing import List, Optional
+if __name__ == "__main__":  # ``python -m harness.cli``: the signal policy before the imports
+    from harness import signals as _signals
+    _signals.install()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shlex  # noqa: E402
+import sys  # noqa: E402
+from typing import List, Optional  # noqa: E402
+
+from harness import cli_args as A  # noqa: E402
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 
@@ -23,50 +30,6 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not argparse's usage block
         raise UsageError(message)
-
-
-def _int_in(lo: int, hi: int):
-    """An argparse type: an integer in [lo, hi]."""
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if v < lo or v > hi:
-            raise argparse.ArgumentTypeError(f"{v} is out of range ({lo}..{hi})")
-        return v
-    return parse
-
-
-# The bounds are the harness's own (repro, the report schema and the runtimes use the
-# same constants); imported when a value is parsed, so `specrace list` stays light.
-def _trials(text: str) -> int:
-    from harness.engine.repro import MAX_TRIALS
-    return _int_in(1, MAX_TRIALS)(text)
-
-
-def _seed(text: str) -> int:
-    from harness.engine.repro import MAX_SEED
-    return _int_in(0, MAX_SEED)(text)
-
-
-def _stall_ms(text: str) -> float:
-    from harness.runtime.limits import MAX_STALL_MS
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(v) or v < 0 or v > MAX_STALL_MS:
-        raise argparse.ArgumentTypeError(f"{text} is out of range (0..{MAX_STALL_MS:g} ms)")
-    return v
-
-
-def _policy(text: str):  # parsed here, once: the value travels into every trial
-    from harness.policies import parse_policy
-    try:
-        return parse_policy(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,13 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--variant", help="fixed | pre-fix | ... (per scenario)")
     r.add_argument("--war-barrier", choices=["fine", "coarse"], default="fine")
     r.add_argument("--backend", choices=["sim", "cuda", "auto"], default="auto")
-    r.add_argument("--policy", type=_policy, help="simulator schedule policy (eager, lazy, "
+    r.add_argument("--policy", type=A.policy, help="simulator schedule policy (eager, lazy, "
                                                   "stall(S), random(SEED), pct(SEED,DEPTH))")
-    r.add_argument("--stall-ms", type=_stall_ms, default=None,
+    r.add_argument("--stall-ms", type=A.stall_ms, default=None,
                    help="stall length; default: until forced (sim) / 1 ms (cuda)")
-    r.add_argument("--trials", type=_trials)
-    r.add_argument("--seed", type=_seed, default=0)
-    r.add_argument("--expect", choices=["clean", "race"], default="clean")
+    r.add_argument("--trials", type=A.trials)
+    r.add_argument("--seed", type=A.seed, default=0)
+    r.add_argument("--expect", choices=["clean", "race"], default=None,
+                   help="the outcome the gate expects (exit 1 if not); without it the "
+                        "verdict is reported and the exit is 0")
     r.add_argument("--json", action="store_true", help="print one JSON object")
     r.add_argument("--report-dir", default=None, help="default: reports/runs")
     r.add_argument("--no-report", action="store_true")
@@ -98,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("report")
     rp.add_argument("--from", dest="source", choices=["schedule", "seed"],
                     help="each trial's recorded choices (default, if recorded) or the seed")
+    rp.add_argument("--max-trials", type=A.trials, default=None,
+                    help="refuse a report asking for more trials (default 1000)")
+    rp.add_argument("--budget-s", type=A.budget_s, default=None,
+                    help="stop past this much wall clock, between trials (default 600)")
     rp.add_argument("--json", action="store_true")
 
     li = sub.add_parser("litmus", help="run the litmus programs, check expected verdicts")
@@ -145,9 +114,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UsageError as exc:
         _error(exc)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("specrace: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # SIGINT / SIGTERM (harness.signals)
+        from harness import signals
+        name = exc.signame if isinstance(exc, signals.Interrupted) else "SIGINT"
+        print(f"specrace: interrupted ({name})", file=sys.stderr)
+        return signals.status_of(exc)
     except BrokenPipeError:  # `specrace list | head`: the reader left; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
@@ -158,9 +129,9 @@ def _error(exc: object) -> None:
 
 
 def _line(text: object) -> str:
-    """One printable line (report fields and messages carry text from outside)."""
-    from harness.report.text import printable
-    return printable(" ".join(str(text).split()))
+    """One printable line of bounded length (messages carry text from outside)."""
+    from harness.report.text import bounded, printable
+    return bounded(printable(" ".join(str(text).split())))
 
 
 def _say(text: object) -> None:
@@ -251,12 +222,12 @@ def cmd_repro(args) -> int:
     if not args.no_report:  # before the run: a folder that cannot take the set costs no trial
         from harness.report import ReportDirError, check_report_dir
         try:
-            check_report_dir(report_dir, cfg)
+            check_report_dir(report_dir)
         except ReportDirError as exc:
             raise UsageError(f"--report-dir: {exc}") from None
     trials = args.trials or (scenario.cuda_trials if backend == "cuda" else scenario.sim_trials)
     with gpu_watchdog(backend, trials, args.stall_ms, "specrace repro"):
-        result = _with_progress(lambda prog: run_repro(cfg, scenario, prog), trials,
+        result = A.with_progress(lambda prog: run_repro(cfg, scenario, prog), trials,
                                 f"{scenario.name} on {backend}", quiet=args.json)
     # Quoted, so it pastes into a shell as it ran (``--policy 'pct(7,3)'``).
     result.command = shlex.join(["specrace", *sys.argv[1:]]) if sys.argv else None
@@ -283,19 +254,23 @@ def cmd_repro(args) -> int:
     if write_error is not None:
         _error(write_error)
         return EXIT_USAGE
-    return EXIT_OK if result.matches_expectation else EXIT_MISMATCH
+    return EXIT_MISMATCH if result.matches_expectation is False else EXIT_OK
 
 
 def cmd_replay(args) -> int:
     from harness.report.replay import load_report, replay_report
     from harness.runtime.limits import gpu_watchdog
+    from harness.report.replay import check_bounds
     try:
         report = load_report(args.report)  # validated first: the watchdog's budget is its trials
+        check_bounds(report, args.max_trials)  # before the watchdog and the first trial
         run = report.result
         with gpu_watchdog(run.backend, run.trials, run.stall_ms, "specrace replay"):
-            verdict = _with_progress(
-                lambda prog: replay_report(report, prog, from_=args.source), run.trials,
-                "replay", quiet=args.json)
+            verdict = A.with_progress(
+                lambda prog: replay_report(report, prog, from_=args.source,
+                                           max_trials=args.max_trials,
+                                           budget_s=args.budget_s),
+                run.trials, "replay", quiet=args.json)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
@@ -325,7 +300,7 @@ def cmd_matrix(args) -> int:
     from scenarios.matrix import format_matrix, matrix_ok, problem_line, run_matrix
     target = _load_target(args.target)
     backend = resolve_backend(args.backend)
-    res = _with_progress(lambda prog: run_matrix(backend, prog, target=target.name), None,
+    res = A.with_progress(lambda prog: run_matrix(backend, prog, target=target.name), None,
                          f"mutation matrix ({target.name})", quiet=args.json)
     if args.json:
         print(json.dumps(res, default=str))
@@ -339,6 +314,8 @@ def cmd_matrix(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if args.target is not None:  # a target asked for and missing: before any figure
+        _load_target(args.target)
     from harness.bench import run_bench
     res = run_bench(args.what, quiet=args.json, target=args.target)
     if args.json:
@@ -346,53 +323,6 @@ def cmd_bench(args) -> int:
     return EXIT_OK
 
 
-def _with_progress(fn, total, label: str, quiet: bool):
-    """Progress on stderr while ``fn(progress_callback)`` runs: a rich bar on a terminal,
-    a line every tenth of the way in a CI log, nothing with ``--json``."""
-    if quiet:
-        return fn(lambda n, total=None: None)
-    if not sys.stderr.isatty():
-        state = {"total": total, "last": -1}
-
-        def log(n: int, total: Optional[int] = None) -> None:
-            if total is not None:
-                state["total"] = total
-            t = state["total"]
-            step = max(1, (t or 10) // 10)
-            if n // step != state["last"] or n == t:
-                state["last"] = n // step
-                print(f"specrace: {label}: {n}/{t if t else '?'}", file=sys.stderr, flush=True)
-        return fn(log)
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), transient=True, console=_stderr_console()) as prog:
-        task = prog.add_task(label, total=total)
-
-        def update(n: int, total: Optional[int] = None) -> None:
-            if total is not None:
-                prog.update(task, total=total)
-            prog.update(task, completed=n)
-        return fn(update)
-
-
-def _stderr_console():
-    from rich.console import Console
-    return Console(stderr=True)
-
-
-def console_main() -> None:
-    """The ``specrace`` console script: ``main``, then out without interpreter teardown
-    once CUDA was used -- on torch 2.11 (H200) tensors freed during finalisation aborted
-    the process in ``StorageImpl::decref_pyobject`` after the work was done, losing a
-    buffered ``--json`` result and the exit status."""
-    rc = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
-        os._exit(rc)
-    sys.exit(rc)
-
-
 if __name__ == "__main__":
+    from harness.console import console_main
     console_main()

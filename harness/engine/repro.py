@@ -44,7 +44,7 @@ class ReproConfig:
     stall_ms: Optional[float] = None
     trials: Optional[int] = None
     seed: int = 0
-    expect: str = "clean"
+    expect: Optional[str] = None  # clean | race; None: report the verdict, expect nothing
     detect: bool = True
     target: str = "impl"  # the code under test: impl/ or the installed sglang
     # the fault plan (None: the scenario's, for ``stall_ms``) and the host-order answers

@@ -53,7 +53,7 @@ class ReproResult:
     seed: int  # trial i ran workload seed + i
     trials: int
     reproduced: int  # trials that diverged or raced
-    expect: str  # clean | race
+    expect: Optional[str]  # clean | race; None: nobody stated one
     target: str = "impl"
     first_trial: Optional[int] = None  # 0-based, the first that reproduced
     first_divergence: Optional[Divergence] = None
@@ -78,8 +78,9 @@ class ReproResult:
         return "race" if self.reproduced else "clean"
 
     @property
-    def matches_expectation(self) -> bool:
-        return self.outcome == self.expect
+    def matches_expectation(self) -> Optional[bool]:
+        """None without an expectation: an outcome nobody stated cannot mismatch."""
+        return None if self.expect is None else self.outcome == self.expect
 
     @property
     def rate(self) -> float:
@@ -88,6 +89,18 @@ class ReproResult:
     @property
     def traced_trials(self) -> int:
         return sum(t.traced for t in self.trial_results)
+
+    def identity(self) -> Dict[str, Any]:
+        """Every setting that changed what ran (``ReproConfig.identity`` before the run
+        gives the same): the report set's name is made from it."""
+        return {"scenario": self.scenario, "target": self.target, "variant": self.variant,
+                "war_barrier": self.war_barrier, "backend": self.backend,
+                "policy": self.policy, "stall_ms": self.stall_ms, "trials": self.trials,
+                "seed": self.seed,
+                "detect": all(t.traced for t in self.trial_results) if self.trial_results
+                else True,
+                "stall_plan": [s.to_json() for s in self.stall_plan],
+                "host_order": dict(self.host_order)}
 
     def heading(self) -> str:
         """``SCENARIO [VARIANT, FENCE fence] on BACKEND``: how every view names the run."""
@@ -100,8 +113,12 @@ class ReproResult:
         return (f"{'reproduced' if n else 'clean'} {n}/{t} ({100.0 * self.rate:.0f}%){extra}, "
                 f"median trial {median} ms -- {self.scenario}{self.target_tag()} "
                 f"[{self.variant}, {self.war_barrier} fence] on {self.backend} "
-                f"({self.policy}); {len(self.races)} race site(s); expected {self.expect}: "
-                f"{'OK' if self.matches_expectation else 'MISMATCH'}")
+                f"({self.policy}); {len(self.races)} race site(s)" + self._expectation())
+
+    def _expectation(self) -> str:
+        if self.expect is None:
+            return ""
+        return f"; expected {self.expect}: {'OK' if self.matches_expectation else 'MISMATCH'}"
 
     def repro_command(self, backend: Optional[str] = None) -> str:
         """The ``specrace repro`` command line that runs this again (on ``backend``: the
@@ -115,8 +132,9 @@ class ReproResult:
             parts += ["--policy", self.policy]
         if self.stall_ms is not None:
             parts += ["--stall-ms", str(self.stall_ms)]
-        parts += ["--trials", str(self.trials), "--seed", str(self.seed),
-                  "--expect", self.expect]
+        parts += ["--trials", str(self.trials), "--seed", str(self.seed)]
+        if self.expect is not None:
+            parts += ["--expect", self.expect]
         return shlex.join(parts)
 
     def target_tag(self) -> str:
@@ -159,7 +177,7 @@ class ReproResult:
             scenario=doc["scenario"], variant=doc["variant"], war_barrier=doc["war_barrier"],
             backend=doc["backend"], policy=doc["policy"], stall_ms=doc["stall_ms"],
             seed=doc["seed"], trials=doc["trials"], reproduced=doc["reproduced"],
-            expect=doc["expect"], target=doc.get("target", "impl"),
+            expect=doc.get("expect"), target=doc.get("target", "impl"),
             first_trial=doc.get("first_trial"),
             first_divergence=None if div is None else Divergence.from_json(div),
             races=[Race.from_json(r) for r in doc["races"]],

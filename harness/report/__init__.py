@@ -1,14 +1,18 @@
 """Reports of a ``specrace repro`` run: JSON (replayable), Markdown, a Chrome trace, a PNG.
 
-``write_reports(result, report_dir)`` writes a ``ReproResult``, as one set (``reportset``: a
-reader sees the previous set or this one, never a mix), under the base name
-``{scenario}-{variant}-{war_barrier}-{backend}-seed{seed}``:
+``write_reports(result, report_dir)`` writes a ``ReproResult`` as one set: the folder
+``REPORT_DIR/NAME/``, swapped in whole by one rename (``reportset``: a reader sees the
+previous set or this one, never a mix). ``NAME`` (``report_name``) carries every setting
+that changes the run -- readable, ``{scenario}[-{target}]-{variant}-{war_barrier}-
+{backend}[-{policy}]-stall{ms|auto}-t{trials}-seed{seed}``, then a digest of all of them
+(the stall plan and host-order answers too), so two runs share a name only if they are the
+same run:
 
-* ``NAME.json``        the result, plus the format version, the environment and the replay
-                       command (``document.Report``; ``specrace replay NAME.json`` re-runs it);
-* ``NAME.md``          a person's summary: verdict, what raced with what, first divergence;
-* ``NAME.trace.json``  Chrome trace-event format (ui.perfetto.dev, chrome://tracing);
-* ``NAME.png``         the timeline around the first race, one lane per stream + the host.
+* ``report.json``   the result, plus the format version, the environment and the replay
+                    command (``document.Report``; ``specrace replay NAME/report.json``);
+* ``report.md``     a person's summary: verdict, what raced with what, first divergence;
+* ``trace.json``    Chrome trace-event format (ui.perfetto.dev, chrome://tracing);
+* ``timeline.png``  the timeline around the first race, one lane per stream + the host.
 
 The last two show the result's ``trace`` (the first failing trial, or trial 0) and its
 ``trace_races``; with no trace they are skipped (``None`` in the set's files). Every file
@@ -17,81 +21,102 @@ carries the set's ``run_id`` (a digest of the JSON report's content).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
 import shlex
 from typing import Any, Dict, List, Optional
 
+from harness import signals
 from harness.paths import REPO_ROOT
 
 from .document import REPORT_FORMAT, Report, content_id
 from .reportset import ReportDirError, prepare_report_dir, write_set
 
-SUFFIXES = {"json": ".json", "markdown": ".md", "trace": ".trace.json", "timeline": ".png"}
+FILES = {"json": "report.json", "markdown": "report.md", "trace": "trace.json",
+         "timeline": "timeline.png"}
+MAX_READABLE = 120  # characters of a name's readable part (the digest follows)
 
 __all__ = ["write_reports", "report_name", "environment", "REPORT_FORMAT", "Report",
-           "check_report_dir", "ReportDirError"]
+           "check_report_dir", "ReportDirError", "FILES", "preload"]
 
 
-def report_name(run: Any) -> str:
-    """The set's base name, from a ``ReproResult`` or the ``ReproConfig`` about to run."""
-    target = run.target or "impl"
-    name = (f"{run.scenario}{'' if target == 'impl' else '-' + target}-{run.variant}-"
-            f"{run.war_barrier}-{run.backend}-seed{run.seed}")
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+def report_name(identity: Dict[str, Any]) -> str:
+    """The set's folder name from a run's identity (``ReproResult.identity()``, or
+    ``ReproConfig.identity(scenario)`` before the run: the same dict)."""
+    ms = identity.get("stall_ms")
+    parts = [identity["scenario"]]
+    if identity.get("target", "impl") != "impl":
+        parts.append(identity["target"])
+    parts += [identity["variant"], identity["war_barrier"], identity["backend"]]
+    if identity["backend"] == "sim":
+        parts.append(str(identity["policy"]))
+    parts += ["stallauto" if ms is None else f"stall{float(ms):g}ms",
+              f"t{identity['trials']}", f"seed{identity['seed']}"]
+    readable = re.sub(r"[^A-Za-z0-9.-]+", "_", "-".join(map(str, parts))).strip("_.")
+    text = json.dumps(identity, sort_keys=True, default=str)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{readable[:MAX_READABLE]}-{digest}"
 
 
-def check_report_dir(report_dir: str, run: Any) -> str:
-    """Create ``report_dir`` if needed and prove ``run``'s set can be written there
+LONGEST_NAME = "x" * (MAX_READABLE + 11)
+
+
+def check_report_dir(report_dir: str) -> str:
+    """Create ``report_dir`` if needed and prove a set can be written there
     (``ReportDirError``, one line, if not): call it before the run."""
-    name = report_name(run)
-    longest = max((name + sfx for sfx in SUFFIXES.values()), key=len)
-    return prepare_report_dir(report_dir, longest)
+    return prepare_report_dir(report_dir, LONGEST_NAME)
+
+
+def preload() -> None:
+    """Import what writing a set needs, before its critical section (``reportset``): a
+    signal is not deferred in the middle of an import, nor an import begun inside."""
+    from matplotlib.backends import backend_agg  # noqa: F401
+    import PIL.PngImagePlugin  # noqa: F401 -- savefig's PNG writer
+
+    from . import chrome, markdown, timeline  # noqa: F401
 
 
 def write_reports(result: Any, report_dir: str) -> Dict[str, Optional[str]]:
     """Write ``result``'s set (a ``ReproResult``); returns each file's path by kind."""
+    with signals.deferred():  # an import is not a place for an exception
+        preload()
+    from .chrome import chrome_trace, trace_digest
     from .markdown import render_markdown
+    from .timeline import render_timeline
 
-    check_report_dir(report_dir, result)
-    name = report_name(result)
+    check_report_dir(report_dir)
+    name = report_name(result.identity())
+    folder = os.path.join(report_dir, name)
     trace, races = result.trace, list(result.trace_races or [])
     have = {"json", "markdown"} | ({"trace", "timeline"} if trace is not None else set())
     paths: Dict[str, Optional[str]] = {
-        k: (os.path.join(report_dir, name + sfx) if k in have else None)
-        for k, sfx in SUFFIXES.items()}
-    digest = None
-    if trace is not None:
-        from .chrome import trace_digest
-        digest = trace_digest(trace, races)
+        k: (os.path.join(folder, fn) if k in have else None) for k, fn in FILES.items()}
+    digest = trace_digest(trace, races) if trace is not None else None
     report = Report(result, environment(), "specrace replay " + shlex.quote(paths["json"]),
                     {k: (os.path.basename(v) if v else None) for k, v in paths.items()},
                     digest)
     report = dataclasses.replace(report, run_id=content_id(report.to_json()))
     doc = report.to_json()
 
-    members = []  # swapped in in this order: the JSON, replay's entry point, last
+    members = []
     notes: Dict[str, Any] = {}
     if trace is not None:
-        from .chrome import chrome_trace
-        from .timeline import render_timeline
-
         chrome = chrome_trace(trace, races, report)
-        members.append((name + SUFFIXES["trace"], lambda f: f.write(
+        members.append((FILES["trace"], lambda f: f.write(
             json.dumps(chrome, default=str, separators=(",", ":")).encode())))
 
         def timeline(f: Any) -> Any:
             notes["timeline"] = render_timeline(trace, races, report, f)
-        members.append((name + SUFFIXES["timeline"], timeline))
+        members.append((FILES["timeline"], timeline))
 
     def markdown(f: Any) -> None:
         f.write(render_markdown(report, paths, notes.get("timeline")).encode())
-    members.append((name + SUFFIXES["markdown"], markdown))
-    members.append((name + SUFFIXES["json"], lambda f: f.write(
+    members.append((FILES["markdown"], markdown))
+    members.append((FILES["json"], lambda f: f.write(
         (json.dumps(doc, indent=1, default=str) + "\n").encode())))
-    absent = [name + SUFFIXES[k] for k in SUFFIXES if k not in have]
-    write_set(report_dir, members, absent)
+    write_set(report_dir, name, members)
     return paths
 
 

@@ -69,8 +69,10 @@ def _render(report: Any, paths: Dict[str, Optional[str]], timeline_note: Optiona
                    f"Upstream frames are named `sglang/...`, relative to the install.")
         out.append("")
     head = (f"**RACE REPRODUCED in {n}/{t} trials**" if n else f"**clean: 0/{t} trials**")
-    out.append(f"{head} -- expected `{r.expect}` "
-               f"({'matches' if r.matches_expectation else 'does NOT match'}); "
+    stated = ("no expectation stated" if r.expect is None else
+              f"expected `{r.expect}` "
+              f"({'matches' if r.matches_expectation else 'does NOT match'})")
+    out.append(f"{head} -- {stated}; "
                f"the scenario expects `{r.expected_by_scenario}` for this variant/fence.")
     out += ["", f"> {r.verdict_line()}", ""]
     points = ", ".join(f"`{s.point}`" for s in r.stall_plan)

@@ -1,27 +1,44 @@
-"""Writing a report set so that a reader sees the previous set or the new one, never a mix.
+"""Writing a report set as one directory, swapped in whole by one rename.
 
-The set's files are written and fsynced into a private staging folder inside the report
-folder (same file system, so a rename moves a file into place atomically), then renamed
-over the old files in one burst with SIGINT/SIGTERM held back, the entry point (the JSON
-that ``replay`` reads) last; members the new set lacks are removed after it. Every member
-carries the set's run id, so a reader can still tell a mix apart if the process is
-killed outright (SIGKILL, power loss) inside that burst.
+A set is the folder ``REPORT_DIR/NAME/``. Its files are written and fsynced into a staging
+folder beside it (``.specrace-tmp-PID-XXXX``: same file system), and then one system call
+puts the whole folder in place: ``rename(stage, NAME)`` where there is no set yet, else an
+atomic exchange of the two names (``renameat2(RENAME_EXCHANGE)``, Linux 3.15+), after which
+the staging name holds the old set, which is removed. So
 
-SIGTERM while staging raises (``Terminated``) instead of killing the process, so the
-staging folder is removed; one left behind by a killed process is removed by the next
-write into the same folder (its name carries the writer's pid).
+* a reader sees the old set or the new one, whole -- never a mix, whatever happens;
+* two writers of one name are serialised by the kernel: the last exchange wins, whole;
+* a writer killed at any moment (SIGKILL included) leaves the old set or the new one, plus
+  at most its staging folder, which the next write into the report folder removes (its
+  name carries the writer's pid; a live writer's is left alone);
+* a failing rename changes nothing (one call: it happened or it did not).
+
+Where the file system cannot exchange (``EINVAL``/``ENOSYS``: NFS, FUSE, not Linux), the old
+set is renamed aside and the new one into place, under an exclusive ``flock`` on
+``.specrace-lock`` so writers stay serialised: a reader may then find no set for that
+instant, never a mixed one.
+
+Signals: the whole write is a critical section (``harness.signals.deferred``): a SIGINT or
+SIGTERM is remembered, not raised into the middle of a file or a garbage-collector callback;
+staging checks for one between files and stops (the old set stays, the staging folder is
+removed), the swap itself is one call, and the signal is honoured when the section ends.
+Nothing is imported inside it (``preload`` first).
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
 import shutil
-import signal
+import stat
 import tempfile
-import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from harness import signals
 
 STAGING_PREFIX = ".specrace-tmp-"
+LOCK_NAME = ".specrace-lock"
 
 Writer = Callable[[Any], Any]  # writes one file into the open binary file it is given
 
@@ -30,69 +47,149 @@ class ReportDirError(ValueError):
     """The report folder cannot take a report set (one line for the user)."""
 
 
-class Terminated(SystemExit):
-    """SIGTERM arrived while a report set was being written (exit status 128 + 15)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(128 + signum)
+def _shown(path: str) -> str:
+    return path if len(path) <= 120 else path[:117] + "..."
 
 
 def prepare_report_dir(path: str, longest_name: str = "") -> str:
     """Create ``path`` if needed and prove a set can be written there -- before a run, so
-    a bad ``--report-dir`` costs no trials: a staging folder and a file named
-    ``longest_name`` inside it are created and removed again."""
-    shown = path if len(path) <= 120 else path[:117] + "..."
+    a bad ``--report-dir`` costs no trials: a staging folder holding a folder named
+    ``longest_name`` is created and removed again."""
     try:
         os.makedirs(path, exist_ok=True)
     except FileExistsError:
-        raise ReportDirError(f"cannot write reports to {shown!r}: not a directory") from None
+        raise ReportDirError(f"cannot write reports to {_shown(path)!r}: not a directory"
+                             ) from None
     except OSError as exc:
-        raise ReportDirError(f"cannot write reports to {shown!r}: "
+        raise ReportDirError(f"cannot write reports to {_shown(path)!r}: "
                              f"{exc.strerror or exc}") from None
     if not os.path.isdir(path):
-        raise ReportDirError(f"cannot write reports to {shown!r}: not a directory")
+        raise ReportDirError(f"cannot write reports to {_shown(path)!r}: not a directory")
     try:
         probe = tempfile.mkdtemp(prefix=STAGING_PREFIX + f"{os.getpid()}-", dir=path)
         try:
-            with open(os.path.join(probe, longest_name or "probe"), "wb"):
-                pass
+            os.mkdir(os.path.join(probe, longest_name or "probe"))
         finally:
             shutil.rmtree(probe, ignore_errors=True)
     except OSError as exc:
-        raise ReportDirError(f"cannot write reports to {shown!r}: "
+        raise ReportDirError(f"cannot write reports to {_shown(path)!r}: "
                              f"{exc.strerror or exc}") from None
     return path
 
 
-def write_set(folder: str, members: Sequence[Tuple[str, Writer]],
-              absent: Sequence[str] = ()) -> Dict[str, Any]:
-    """Write ``members`` (file name, writer) as one set into ``folder``; they are swapped
-    in in the order given (put the entry point last), then ``absent`` names (members of an
-    older set that this one lacks) are removed. Returns each writer's result by name."""
-    _sweep_stale(folder)
+def write_set(folder: str, name: str, members: Sequence[Tuple[str, Writer]]) -> Dict[str, Any]:
+    """Write ``members`` (file name, writer) as the set ``folder/name/``, swapped in whole.
+    Returns each writer's result by file name. ``OSError`` if it cannot be written (the
+    old set, if any, is then still there)."""
+    target = os.path.join(folder, name)
     results: Dict[str, Any] = {}
-    with _terminate_raises():
+    with signals.deferred():
+        sweep_stale(folder)
         stage = tempfile.mkdtemp(prefix=STAGING_PREFIX + f"{os.getpid()}-", dir=folder)
         try:
-            for name, write in members:
-                with open(os.path.join(stage, name), "wb") as f:
-                    results[name] = write(f)
+            os.chmod(stage, 0o777 & ~_umask())  # a set folder as mkdir would make it
+            for fname, write in members:
+                if signals.pending() is not None:  # stop: the old set stays
+                    return results
+                with open(os.path.join(stage, fname), "wb") as f:
+                    results[fname] = write(f)
                     f.flush()
                     os.fsync(f.fileno())
-            _swap(stage, folder, [name for name, _ in members], absent)
+            _fsync_dir(stage)
+            if signals.pending() is None:
+                swap(stage, target)
+                _fsync_dir(folder)
         finally:
-            shutil.rmtree(stage, ignore_errors=True)
+            _remove(stage)  # the new set if it never went in, else the old one
     return results
 
 
-def _swap(stage: str, folder: str, names: List[str], absent: Sequence[str]) -> None:
-    with _signals_held():
-        for name in names:
-            os.replace(os.path.join(stage, name), os.path.join(folder, name))
-        for name in absent:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(folder, name))
-        _fsync_dir(folder)
+def swap(stage: str, target: str) -> None:
+    """Put the folder ``stage`` at ``target`` in one step; the old ``target`` (if any) is
+    left at ``stage``."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.ENOTDIR, f"{os.path.basename(target)} is in the way (not a "
+                                     f"report set folder)")
+    if st is None:
+        try:
+            os.rename(stage, target)  # an empty target is replaced; a set is not
+            os.mkdir(stage)  # the caller removes ``stage``: give it something to remove
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            # another writer put a set there first: exchange with it
+    try:
+        _exchange(stage, target)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        _swap_locked(stage, target)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_renameat2: Any = None
+
+
+def _exchange(a: str, b: str) -> None:
+    """Atomically exchange the names ``a`` and ``b`` (both exist)."""
+    global _renameat2
+    if _renameat2 is None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fn = libc.renameat2
+            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                           ctypes.c_uint]
+            fn.restype = ctypes.c_int
+            _renameat2 = fn
+        except (AttributeError, OSError):
+            _renameat2 = False
+    if _renameat2 is False:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE):
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _swap_locked(stage: str, target: str) -> None:
+    """The fallback: old set aside, new set in, serialised by a lock in the folder."""
+    import fcntl
+    folder = os.path.dirname(target) or "."
+    fd = os.open(os.path.join(folder, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        aside = tempfile.mkdtemp(prefix=STAGING_PREFIX + f"{os.getpid()}-old-", dir=folder)
+        os.rmdir(aside)
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(target, aside)
+        os.rename(stage, target)
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(aside, stage)  # the caller removes ``stage``: the old set
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _remove(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _fsync_dir(folder: str) -> None:
@@ -108,52 +205,7 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-@contextlib.contextmanager
-def _terminate_raises() -> Iterator[None]:
-    """SIGTERM raises ``Terminated`` in the block (only where it would kill us outright:
-    the main thread, default disposition), so ``finally`` clauses run."""
-    if not _main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise Terminated(signum)
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT/SIGTERM wait until the block is done (a handful of renames), then act as
-    they would have. Python handlers defer them (masking the main thread alone would not:
-    the kernel may hand a process-directed signal to any of torch's threads)."""
-    if not _main_thread():
-        yield
-        return
-    held: List[int] = []
-    # (a disposition set outside Python reads as None and cannot be put back: left alone)
-    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    old = {sig: h for sig, h in old.items() if h is not None}
-    for sig in old:
-        signal.signal(sig, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        for sig in dict.fromkeys(held):
-            signal.raise_signal(sig)  # now, under the handler it would have met
-
-
-def _sweep_stale(folder: str) -> None:
+def sweep_stale(folder: str) -> None:
     """Remove staging folders whose writer is gone (killed before it could clean up)."""
     try:
         entries = os.listdir(folder)
@@ -164,7 +216,7 @@ def _sweep_stale(folder: str) -> None:
             continue
         pid = _pid_of(entry)
         if pid is not None and pid != os.getpid() and not _alive(pid):
-            shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
+            _remove(os.path.join(folder, entry))
 
 
 def _pid_of(entry: str) -> Optional[int]:

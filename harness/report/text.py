@@ -39,3 +39,30 @@ def printable_tree(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [printable_tree(v) for v in obj]
     return obj
+
+
+ECHO_CHARS = 200  # the most of one piece of outside text an error line repeats
+LINE_CHARS = 600  # the longest error line
+
+
+def echo(text: Any, limit: int = ECHO_CHARS) -> str:
+    """A value from outside, as an error line quotes it: ``repr``, printable, cut to
+    ``limit`` characters with an ellipsis (a 100 kB argument is not a 100 kB line)."""
+    s = text if isinstance(text, str) else str(text)
+    cut = len(s) > limit
+    shown = printable(repr(s[:limit]))
+    return shown[:-1] + "...'" if cut and shown.endswith("'") else shown + ("..." if cut else "")
+
+
+def bounded(line: str, limit: int = LINE_CHARS) -> str:
+    """One line of at most ``limit`` characters: over it, every whitespace-free run longer
+    than ``ECHO_CHARS`` is cut, then the middle (the head says what, the tail usually what
+    was expected)."""
+    if len(line) <= limit:
+        return line
+    import re
+    line = re.sub(r"\S{%d,}" % (ECHO_CHARS + 1), lambda m: m.group(0)[:ECHO_CHARS] + "...", line)
+    if len(line) <= limit:
+        return line
+    head = limit * 2 // 3
+    return line[:head] + " ... " + line[-(limit - head - 5):]

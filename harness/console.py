@@ -1,0 +1,157 @@
+"""The ``specrace`` console script: the process around ``harness.cli.main``.
+
+Before anything else is imported it installs the signal policy (``harness.signals``: a
+SIGINT or SIGTERM at any moment, the first milliseconds included, is exit 130 / 143 and one
+line, never a traceback) and makes the standard streams safe to write:
+
+* a standard descriptor that is closed at start (``specrace ... >&-``) is opened on
+  ``/dev/null``, so no file the run opens lands on it and nothing meant for stderr goes
+  to stdout (``print(file=None)`` writes to stdout);
+* a write to stdout or stderr that fails -- the reader left (EPIPE), the disk is full
+  (ENOSPC), an I/O error -- does not raise into the command: that stream is pointed at
+  ``/dev/null`` and the command goes on to its own exit status. A pipe whose reader left
+  keeps that status (``specrace list | head`` is 0); lost output on stdout for any other
+  reason is exit 2, with one line on stderr if stderr can still take it.
+
+It ends without interpreter teardown once CUDA was used -- on torch 2.11 (H200) tensors
+freed during finalisation aborted the process in ``StorageImpl::decref_pyobject`` after
+the work was done, losing a buffered ``--json`` result and the exit status.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+
+from harness import signals
+
+EXIT_USAGE = 2
+
+
+class SafeStream:
+    """A text stream whose write errors are recorded, not raised (see the module)."""
+
+    def __init__(self, stream, fd: int) -> None:
+        self._stream, self._fd = stream, fd
+        self.failed = None  # the first OSError's errno
+
+    def _fail(self, exc: OSError) -> None:
+        if self.failed is None:
+            self.failed = exc.errno or errno.EIO
+        _null_fd(self._fd)  # what is still buffered drains into /dev/null
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        if self.failed is not None:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            self._fail(exc)
+            return len(text)
+
+    def flush(self) -> None:
+        if self.failed is not None:
+            return
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            self._fail(exc)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _null_fd(fd: int) -> None:
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(null, fd)
+    except OSError:
+        pass
+    finally:
+        if null != fd:
+            os.close(null)
+
+
+def _open_std_fds() -> None:
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                continue
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+
+
+def _safe_streams():
+    _open_std_fds()
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if stream is None:  # closed at start: reopened above; give Python a stream on it
+            try:
+                stream = open(fd, "w", encoding="utf-8", errors="backslashreplace",
+                              closefd=False)
+            except OSError:
+                continue
+        setattr(sys, name, SafeStream(stream, fd))
+    return sys.stdout, sys.stderr
+
+
+def console_main() -> None:
+    signals.install()  # first: nothing heavy is imported yet
+    rc = EXIT_USAGE
+    out = err = None
+    try:
+        out, err = _safe_streams()
+        from harness.cli import main
+        rc = main()
+    except KeyboardInterrupt as exc:  # an interrupt before or around main's own handling
+        rc = signals.status_of(exc)
+        _say_interrupted(exc)
+    except SystemExit as exc:  # pragma: no cover - main returns its status
+        rc = exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        for stream in (out, err):
+            if stream is not None:
+                stream.flush()
+    except KeyboardInterrupt as exc:
+        rc = signals.status_of(exc)
+    if isinstance(out, SafeStream) and out.failed not in (None, errno.EPIPE):
+        print(f"specrace: error: cannot write the output to stdout: "
+              f"{os.strerror(out.failed)}", file=sys.stderr)
+        rc = EXIT_USAGE
+        if err is not None:
+            err.flush()
+    _leave(rc)
+
+
+def _say_interrupted(exc: BaseException) -> None:
+    name = exc.signame if isinstance(exc, signals.Interrupted) else "SIGINT"
+    try:
+        print(f"specrace: interrupted ({name})", file=sys.stderr)
+    except Exception:  # noqa: BLE001 - a stream that cannot take it: the status says it
+        pass
+
+
+def _leave(rc: int) -> None:
+    # no more handlers raising into teardown: a late signal means "now", as without us
+    for sig in signals.SIGNALS:
+        try:
+            signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        os._exit(rc)
+    sys.exit(rc)
