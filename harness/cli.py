@@ -323,6 +323,6 @@ def cmd_bench(args) -> int:
     return EXIT_OK
 
 
-if __name__ == "__main__":
-    from harness.console import console_main
-    console_main()
+if __name__ == "__main__":  # the process around main() is the console script's
+    import runpy
+    runpy.run_module("harness.console", run_name="__main__")

@@ -155,3 +155,7 @@ def _leave(rc: int) -> None:
     if torch is not None and torch.cuda.is_initialized():
         os._exit(rc)
     sys.exit(rc)
+
+
+if __name__ == "__main__":
+    console_main()

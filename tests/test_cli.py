@@ -78,8 +78,13 @@ def test_repro_exit_codes_follow_expect(tmp_path):
     assert {"scenario", "variant", "backend", "trials", "reproduced", "first_divergence",
             "races"} <= set(res)
     wrong = specrace("repro", "ngram-filter-race", "--variant", "pre-fix", "--backend", "sim",
-                     "--trials", "1", "--json", "--no-report")  # default --expect clean
+                     "--trials", "1", "--expect", "clean", "--json", "--no-report")
     assert wrong.returncode == 1
+    # no --expect: the verdict is reported; an outcome nobody stated cannot mismatch
+    stated = specrace("repro", "ngram-filter-race", "--backend", "sim", "--trials", "1",
+                      "--no-report")
+    assert stated.returncode == 0, stated.stderr
+    assert stated.stdout.startswith("reproduced 1/1") and "MISMATCH" not in stated.stdout
 
 
 def test_list_names_every_scenario_and_mutation():

@@ -67,7 +67,14 @@ REPRO_ARGS = ["repro", "ngram-filter-race", "--variant", "fixed", "--backend", "
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("cli-reports")
     proc = specrace(*REPRO_ARGS, "--report-dir", str(out))
-    return proc, out / "ngram-filter-race-fixed-fine-sim-seed0.json"
+    return proc, _set_json(out)
+
+
+def _set_json(folder):
+    """The one report set's JSON in ``folder`` (its folder name carries the settings)."""
+    sets = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    assert len(sets) == 1, sets
+    return sets[0] / "report.json"
 
 
 def test_policy_seed_at_the_top_of_its_range_runs_every_trial(report):
@@ -91,7 +98,8 @@ def test_trial_policies_stay_in_the_policy_seed_range():
 def test_the_report_command_is_shell_quoted(report):
     proc, path = report
     cmd = _load(path)["command"]
-    assert shlex.split(cmd) == ["specrace", *REPRO_ARGS, "--report-dir", str(path.parent)]
+    assert shlex.split(cmd) == ["specrace", *REPRO_ARGS, "--report-dir",
+                                str(path.parent.parent)]
     assert f"'{MAX_SEED_POLICY}'" in cmd
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n", "-c", cmd]).returncode == 0
@@ -272,12 +280,12 @@ def test_a_crash_of_the_reference_run_is_a_finding_with_a_report(tmp_path, monke
     assert proc.returncode == 0, proc.stderr
     assert "engine crashed in the synchronous reference run" in proc.stdout
     assert "\\ud800" in proc.stdout and "\u202e" not in proc.stdout
-    [path] = tmp_path.glob("*.json")
+    path = _set_json(tmp_path)
     doc = _load(path)
     div = doc["first_divergence"]
     assert (div["kind"], div["where"]) == ("crash", "reference") and doc["reproduced"] == 2
     assert doc["replay"]["command"].startswith("specrace replay ")
-    md = (tmp_path / (path.name[:-5] + ".md")).read_text(encoding="utf-8")
+    md = (path.parent / "report.md").read_text(encoding="utf-8")
     assert "engine crashed in the synchronous reference run" in md and "\\ud800" in md
     # ... and its replay gives the same verdict (here, with the same bug patched in)
     import impl.scheduler as S

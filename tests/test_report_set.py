@@ -12,7 +12,6 @@ import sys
 import textwrap
 
 from harness.paths import REPO_ROOT as ROOT
-NAME = "x-v-fine-sim-seed0"
 EVIL = "bad \ud800 bidi \u202e c1 \x85 esc \x1b[2J math $\\frac{$"
 
 # A small result and trace, built the same way in this process and in the subprocesses.
@@ -46,20 +45,26 @@ def _small_run(tag, stream_name="compute"):
     return ns["small_run"](tag, stream_name)
 
 
+def _name():
+    from harness.report import report_name
+    return report_name(_small_run("any").identity())
+
+
 def _set_in(folder):
-    """{suffix: run id carried by that file} for the set named NAME in ``folder``."""
+    """{file: run id carried by that file} for the set in ``folder``."""
+    d = os.path.join(folder, _name())
     ids = {}
-    with open(os.path.join(folder, NAME + ".json"), encoding="utf-8") as f:
+    with open(os.path.join(d, "report.json"), encoding="utf-8") as f:
         ids["json"] = json.load(f)["run_id"]
-    tr = os.path.join(folder, NAME + ".trace.json")
+    tr = os.path.join(d, "trace.json")
     if os.path.exists(tr):
         with open(tr, encoding="utf-8") as f:
             ids["trace"] = json.load(f)["otherData"]["run_id"]
-    png = os.path.join(folder, NAME + ".png")
+    png = os.path.join(d, "timeline.png")
     if os.path.exists(png):
         from PIL import Image
         ids["png"] = Image.open(png).text["Description"].split()[-1]
-    with open(os.path.join(folder, NAME + ".md"), encoding="utf-8") as f:
+    with open(os.path.join(d, "report.md"), encoding="utf-8") as f:
         md = f.read()
     ids["md"] = md.split("run id `", 1)[1].split("`", 1)[0]
     return ids
@@ -74,15 +79,16 @@ def test_every_file_of_a_set_carries_its_run_id(tmp_path):
     write_reports(_small_run("one"), str(tmp_path))
     ids = _set_in(tmp_path)
     assert set(ids) == {"json", "trace", "png", "md"} and len(set(ids.values())) == 1
-    assert _leftovers(tmp_path) == []
+    assert _leftovers(tmp_path) == [] and os.listdir(tmp_path) == [_name()]
 
 
-def test_a_set_without_a_trace_removes_the_old_trace_and_picture(tmp_path):
+def test_a_set_without_a_trace_has_no_old_trace_and_picture(tmp_path):
     from harness.report import write_reports
     write_reports(_small_run("with trace"), str(tmp_path))
     write_reports(dataclasses.replace(_small_run("no trace"), trace=None, trace_races=[]),
                   str(tmp_path))
-    assert sorted(os.listdir(tmp_path)) == [NAME + ".json", NAME + ".md"]
+    assert sorted(os.listdir(tmp_path / _name())) == ["report.json", "report.md"]
+    assert _leftovers(tmp_path) == []
 
 
 def test_a_staging_folder_left_by_a_killed_writer_is_swept(tmp_path):
@@ -96,20 +102,72 @@ def test_a_staging_folder_left_by_a_killed_writer_is_swept(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
-def _writer_killed(tmp_path, when: str):
+def test_a_failing_swap_leaves_the_old_set_whole_and_no_temp_files(tmp_path, monkeypatch):
+    import errno
+    import pytest
+    from harness.report import reportset, write_reports
+    write_reports(_small_run("old"), str(tmp_path))
+    old = _set_in(tmp_path)
+
+    def broken(a, b):
+        raise OSError(errno.EIO, "I/O error")
+    monkeypatch.setattr(reportset, "_exchange", broken)
+    with pytest.raises(OSError):
+        write_reports(_small_run("new"), str(tmp_path))
+    assert _set_in(tmp_path) == old and _leftovers(tmp_path) == []
+
+
+def test_without_an_atomic_exchange_the_locked_fallback_swaps_the_whole_set(tmp_path,
+                                                                            monkeypatch):
+    import errno
+    from harness.report import reportset, write_reports
+    write_reports(_small_run("old"), str(tmp_path))
+    old = _set_in(tmp_path)
+
+    def unsupported(a, b):
+        raise OSError(errno.EINVAL, "Invalid argument")
+    monkeypatch.setattr(reportset, "_exchange", unsupported)
+    write_reports(_small_run("new"), str(tmp_path))
+    new = _set_in(tmp_path)
+    assert len(set(new.values())) == 1 and new["json"] != old["json"]
+    assert _leftovers(tmp_path) == [".specrace-lock"]
+
+
+def test_concurrent_writers_of_one_name_leave_one_whole_set(tmp_path):
+    import threading
+    from harness.report import write_reports
+    runs = [_small_run(f"writer {k}") for k in range(2)]
+    for rnd in range(6):
+        threads = [threading.Thread(target=write_reports, args=(r, str(tmp_path)))
+                   for r in runs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        ids = _set_in(tmp_path)
+        assert len(set(ids.values())) == 1, (rnd, ids)
+        assert _leftovers(tmp_path) == []
+
+
+def _writer_killed(tmp_path, when: str, install: bool = False):
     """Write set 'new' over set 'old' in a subprocess that sends itself SIGTERM ``when``:
-    while staging (during the picture) or right after the first file was swapped in."""
+    while staging (during the picture) or right after the swap; ``install``: under the
+    CLI's signal policy. Returns the old set's ids and the subprocess."""
     from harness.report import write_reports
     write_reports(_small_run("old"), str(tmp_path))
     old = _set_in(tmp_path)
     code = textwrap.dedent(f"""
         ROOT = {ROOT!r}
     """) + SETUP + textwrap.dedent(f"""
-        import os, signal
+        import os, signal, sys
+        from harness import signals
+        import harness.report.reportset as rs
         import harness.report.timeline as tl
         from harness.report import write_reports
         when = {when!r}
         folder = {str(tmp_path)!r}
+        if {install!r}:
+            signals.install()
         if when == "staging":
             draw = tl.render_timeline
             def render(*a, **k):
@@ -117,21 +175,29 @@ def _writer_killed(tmp_path, when: str):
                 return draw(*a, **k)
             tl.render_timeline = render
         else:
-            replace = os.replace
-            def swapped(src, dst):
-                replace(src, dst)
-                if os.path.dirname(os.path.abspath(dst)) == folder:
-                    os.kill(os.getpid(), signal.SIGTERM)
-            os.replace = swapped
-        write_reports(small_run("new"), folder)
+            swap = rs.swap
+            def swapped(stage, target):
+                swap(stage, target)
+                os.kill(os.getpid(), signal.SIGTERM)
+            rs.swap = swapped
+        before = set(sys.modules)
+        try:
+            write_reports(small_run("new"), folder)
+        except signals.Interrupted as exc:
+            print("interrupted", exc.status, flush=True)
+            raise SystemExit(exc.status)
         print("not reached", flush=True)
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=120)
-    assert "not reached" not in proc.stdout
-    assert proc.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), proc.stderr
+    assert "not reached" not in proc.stdout and "Traceback" not in proc.stderr, proc.stderr
+    if install:
+        assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+        assert "interrupted 143" in proc.stdout
+    else:
+        assert proc.returncode == -signal.SIGTERM, proc.stderr
     return old
 
 
@@ -141,11 +207,47 @@ def test_sigterm_while_staging_leaves_the_old_set_and_no_temp_files(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
-def test_sigterm_between_files_still_swaps_in_the_whole_new_set(tmp_path):
+def test_sigterm_under_the_policy_is_honoured_after_the_write(tmp_path):
+    old = _writer_killed(tmp_path, "staging", install=True)
+    assert _set_in(tmp_path) == old  # staging stopped: the old set stays
+    assert _leftovers(tmp_path) == []
+
+
+def test_sigterm_after_the_swap_keeps_the_whole_new_set(tmp_path):
     old = _writer_killed(tmp_path, "swap")
     new = _set_in(tmp_path)
     assert len(set(new.values())) == 1 and new["json"] != old["json"]
     assert _leftovers(tmp_path) == []
+
+
+def test_nothing_is_imported_inside_the_critical_section(tmp_path):
+    """A signal cannot be deferred across an import that aborts the interpreter when
+    interrupted (matplotlib's, once): ``preload`` imports it all before."""
+    code = textwrap.dedent(f"""
+        ROOT = {ROOT!r}
+    """) + SETUP + textwrap.dedent(f"""
+        import sys
+        import harness.report.reportset as rs
+        from harness.report import write_reports
+        seen = []
+        write_set = rs.write_set
+        def watched(*a, **k):
+            before = set(sys.modules)
+            out = write_set(*a, **k)
+            seen.extend(sorted(set(sys.modules) - before))
+            return out
+        rs.write_set = watched
+        import harness.report as hr
+        hr.write_set = watched
+        write_reports(small_run("fresh"), {str(tmp_path)!r})
+        print("imported:", seen)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "imported: []" in proc.stdout, proc.stdout
 
 
 # --- unprintable text -----------------------------------------------------------------

@@ -43,21 +43,48 @@ def _load(path):
 
 # --- write_reports ---------------------------------------------------------------------
 
-def test_four_files_under_one_base_name(written):
+def test_four_files_in_one_set_folder(written):
     outcome, paths, out = written
     assert set(paths) == {"json", "markdown", "trace", "timeline"}
-    base = report_name(outcome)
-    assert base == "ngram-filter-race-pre-fix-fine-sim-seed0"
-    assert paths["json"].endswith(base + ".json")
-    assert paths["markdown"].endswith(base + ".md")
-    assert paths["trace"].endswith(base + ".trace.json")
-    assert paths["timeline"].endswith(base + ".png")
+    base = report_name(outcome.identity())
+    assert base.startswith("ngram-filter-race-pre-fix-fine-sim-eager-stallauto-t2-seed0-")
+    for kind, fn in {"json": "report.json", "markdown": "report.md", "trace": "trace.json",
+                     "timeline": "timeline.png"}.items():
+        assert paths[kind] == os.path.join(str(out), base, fn)
     for p in paths.values():
         assert os.path.isfile(p) and os.path.getsize(p) > 0
     with open(paths["timeline"], "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-    # atomic writes leave no temp files behind
-    assert sorted(os.listdir(out)) == sorted(os.path.basename(p) for p in paths.values())
+    # the set is one folder; no temp files are left behind
+    assert os.listdir(out) == [base]
+    assert sorted(os.listdir(out / base)) == sorted(os.path.basename(p) for p in paths.values())
+
+
+def test_the_name_carries_every_setting_of_the_run():
+    from harness.engine.repro import ReproConfig
+    from harness.policies import parse_policy
+    sc = get("ngram-filter-race")
+    base = ReproConfig(sc.name, variant="pre-fix", backend="sim")
+    names = {report_name(c.identity(sc)) for c in (
+        base, dataclasses.replace(base, policy=parse_policy("pct(7,3)")),
+        dataclasses.replace(base, trials=3), dataclasses.replace(base, stall_ms=0.5),
+        dataclasses.replace(base, seed=1), dataclasses.replace(base, war_barrier="coarse"),
+        dataclasses.replace(base, variant="fixed"), dataclasses.replace(base, detect=False),
+        dataclasses.replace(base, stall_plan=[]),
+        dataclasses.replace(base, host_order={"schedule.disable_overlap": True}))}
+    assert len(names) == 10
+    assert all(len(n) < 255 and "/" not in n for n in names)
+    # the expectation is not a setting of the run: the same run, the same set
+    assert report_name(dataclasses.replace(base, expect="race").identity(sc)) in names
+    assert "pct_7_3" in report_name(dataclasses.replace(
+        base, policy=parse_policy("pct(7,3)")).identity(sc))
+
+
+def test_the_name_before_the_run_is_the_name_after_it(written):
+    outcome, _, _ = written
+    cfg = ReproConfig("ngram-filter-race", variant="pre-fix", war_barrier="fine",
+                      backend="sim", trials=2, expect="race")
+    assert cfg.identity(get("ngram-filter-race")) == outcome.identity()
 
 
 def test_json_report_validates_and_round_trips(written):
@@ -155,8 +182,7 @@ def test_no_trace_skips_trace_and_png(tmp_path, written):
                           str(tmp_path))
     assert paths["trace"] is None and paths["timeline"] is None
     assert os.path.isfile(paths["json"]) and os.path.isfile(paths["markdown"])
-    assert sorted(os.listdir(tmp_path)) == sorted(
-        os.path.basename(p) for p in (paths["json"], paths["markdown"]))
+    assert sorted(os.listdir(os.path.dirname(paths["json"]))) == ["report.json", "report.md"]
 
 
 def _untimed_trace():

@@ -72,10 +72,15 @@ def check_report_dir(report_dir: str) -> str:
 def preload() -> None:
     """Import what writing a set needs, before its critical section (``reportset``): a
     signal is not deferred in the middle of an import, nor an import begun inside."""
-    from matplotlib.backends import backend_agg  # noqa: F401
-    import PIL.PngImagePlugin  # noqa: F401 -- savefig's PNG writer
+    import matplotlib.backends.backend_agg  # noqa: F401 -- what render_timeline imports
+    import matplotlib.figure  # noqa: F401
+    import matplotlib.lines  # noqa: F401
+    import matplotlib.patches  # noqa: F401
+    import matplotlib.text  # noqa: F401
+    import PIL.Image
 
     from . import chrome, markdown, timeline  # noqa: F401
+    PIL.Image.preinit()  # savefig's PNG writer loads PIL's common plugins on first use
 
 
 def write_reports(result: Any, report_dir: str) -> Dict[str, Optional[str]]:
