@@ -130,12 +130,12 @@ def _error(exc: object) -> None:
 
 def _line(text: object) -> str:
     """One printable line of bounded length (messages carry text from outside)."""
-    from harness.report.text import bounded, printable
+    from harness.text import bounded, printable
     return bounded(printable(" ".join(str(text).split())))
 
 
 def _say(text: object) -> None:
-    from harness.report.text import printable
+    from harness.text import printable
     print(printable(text))
 
 
@@ -305,7 +305,7 @@ def cmd_matrix(args) -> int:
     if args.json:
         print(json.dumps(res, default=str))
     else:
-        from harness.report.text import printable
+        from harness.text import printable
         print(printable(format_matrix(res), keep_newlines=True))  # findings quote exceptions
     problem = problem_line(res)
     if problem is not None:

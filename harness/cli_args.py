@@ -2,7 +2,7 @@
 
 The bounds are the harness's own (repro, the report schema and the runtimes use the same
 constants); imported when a value is parsed, so ``specrace list`` stays light. An echoed
-value is cut to ``ECHO_CHARS`` (``harness.report.text.echo``): a 100 kB argument is not a
+value is cut to ``ECHO_CHARS`` (``harness.text.echo``): a 100 kB argument is not a
 100 kB error line.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Optional
 
 
 def _echo(text: str) -> str:
-    from harness.report.text import echo
+    from harness.text import echo
     return echo(text)
 
 

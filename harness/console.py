@@ -32,9 +32,10 @@ EXIT_USAGE = 2
 class SafeStream:
     """A text stream whose write errors are recorded, not raised (see the module)."""
 
-    def __init__(self, stream, fd: int) -> None:
+    def __init__(self, stream, fd: int, closed: bool = False) -> None:
         self._stream, self._fd = stream, fd
         self.failed = None  # the first OSError's errno
+        self._closed_at_start = closed  # the first write fails as on a closed descriptor
 
     def _fail(self, exc: OSError) -> None:
         if self.failed is None:
@@ -46,6 +47,8 @@ class SafeStream:
             pass
 
     def write(self, text: str) -> int:
+        if self._closed_at_start and text and self.failed is None:
+            self.failed = errno.EBADF
         if self.failed is not None:
             return len(text)
         try:
@@ -80,11 +83,14 @@ def _null_fd(fd: int) -> None:
             os.close(null)
 
 
-def _open_std_fds() -> None:
+def _open_std_fds() -> set:
+    """Open ``/dev/null`` on each standard descriptor that is closed; returns those."""
+    closed = set()
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
         except OSError:
+            closed.add(fd)
             try:
                 null = os.open(os.devnull, os.O_RDWR)
             except OSError:
@@ -92,19 +98,20 @@ def _open_std_fds() -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
+    return closed
 
 
 def _safe_streams():
-    _open_std_fds()
+    closed = _open_std_fds()
     for name, fd in (("stdout", 1), ("stderr", 2)):
         stream = getattr(sys, name)
-        if stream is None:  # closed at start: reopened above; give Python a stream on it
+        if stream is None or fd in closed:  # closed at start: a stream on /dev/null
             try:
                 stream = open(fd, "w", encoding="utf-8", errors="backslashreplace",
                               closefd=False)
             except OSError:
                 continue
-        setattr(sys, name, SafeStream(stream, fd))
+        setattr(sys, name, SafeStream(stream, fd, closed=fd in closed))
     return sys.stdout, sys.stderr
 
 

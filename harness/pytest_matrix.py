@@ -210,4 +210,8 @@ def summary(config: pytest.Config, terminalreporter, res: Optional[dict]) -> Non
         terminalreporter.write_line(printable(problem))
     path = config.getoption("--specrace-matrix-json")
     if path:
-        Path(path).write_text(json.dumps(res, default=str))
+        try:
+            Path(path).write_text(json.dumps(res, default=str))
+        except OSError as exc:  # checked writable at configure: it went away since
+            terminalreporter.write_line(f"specrace: cannot write --specrace-matrix-json: "
+                                        f"{exc.strerror or exc}", red=True)

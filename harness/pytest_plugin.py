@@ -132,9 +132,50 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="with --specrace-matrix: also write the kill table as JSON")
 
 
+MAX_SOAK = 10_000  # seeded runs of each machine one session may ask for
+MAX_SOAK_EXAMPLES = 100_000  # programs per soak item
+
+
+def check_options(config: Any) -> None:
+    """The specrace options, checked before anything is collected or run
+    (``pytest.UsageError``: pytest's one-line usage error, exit 4): a soak count or a
+    program count out of range, a matrix JSON path that cannot be written (found out up
+    front, not after every cell ran)."""
+    soak = config.getoption("--specrace-soak", default=0) or 0
+    if not 0 <= soak <= MAX_SOAK:
+        raise pytest.UsageError(f"--specrace-soak: {soak} is out of range (0..{MAX_SOAK})")
+    examples = config.getoption("--specrace-soak-examples", default=None)
+    if examples is not None and not 1 <= examples <= MAX_SOAK_EXAMPLES:
+        raise pytest.UsageError(f"--specrace-soak-examples: {examples} is out of range "
+                                f"(1..{MAX_SOAK_EXAMPLES})")
+    path = config.getoption("--specrace-matrix-json", default=None)
+    if path is not None:
+        if not config.getoption("--specrace-matrix", default=False):
+            raise pytest.UsageError("--specrace-matrix-json needs --specrace-matrix")
+        _check_writable(path)
+
+
+def _check_writable(path: str) -> None:
+    from harness.text import echo
+    shown = echo(path, 120)
+    if os.path.isdir(path):
+        raise pytest.UsageError(f"--specrace-matrix-json: {shown} is a directory")
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):  # appends nothing; created now, it is removed again
+            pass
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise pytest.UsageError(f"--specrace-matrix-json: cannot write {shown}: {reason}"
+                                ) from None
+    if not existed:
+        os.unlink(path)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     _pin_worker_gpu()  # first: before any plugin or test module can initialise CUDA
+    check_options(config)
     if _matrix_session(config):
         _share_cores()
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (auto-skipped without one)")

@@ -58,6 +58,24 @@ class Divergence:
                 "observed": _plain(self.observed)}
 
 
+MAX_VALUE_DEPTH = 32  # an observed value's nesting (token rows: 2) -- the report's bound
+
+
 def _plain(v: Any) -> Any:
-    """A JSON value (tuples -> lists, anything else its text), as the report stores it."""
+    """A JSON value (tuples -> lists, anything else its text), as the report stores it; a
+    value nested deeper than ``MAX_VALUE_DEPTH`` is its (cut) text instead, so neither
+    json's C recursion nor a report reader meets it (checked iteratively)."""
+    if _deeper_than(v, MAX_VALUE_DEPTH):
+        return f"<value nested deeper than {MAX_VALUE_DEPTH}>"
     return json.loads(json.dumps(v, default=str))
+
+
+def _deeper_than(v: Any, limit: int) -> bool:
+    stack = [(v, 0)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, (list, tuple, dict)):
+            if d >= limit:
+                return True
+            stack.extend((y, d + 1) for y in (x.values() if isinstance(x, dict) else x))
+    return False

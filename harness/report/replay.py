@@ -208,7 +208,7 @@ def _budgeted(progress: Optional[Callable[..., None]], trials: int,
     def tick(done: int, total: Optional[int] = None) -> None:
         if progress is not None:
             progress(done, total) if total is not None else progress(done)
-        if done < trials and time.monotonic() > deadline:
+        if 0 < done < trials and time.monotonic() > deadline:
             raise ValueError(f"replay stopped after {done}/{trials} trials: past its "
                              f"{budget:g} s budget (--budget-s)")
     tick(0, trials)

@@ -1,0 +1,199 @@
+"""The process around the commands: signals at any moment and standard streams that are
+closed, full or gone end in a clean exit (130 / 143 / 2 / the command's own), one line,
+no traceback, the previous report set intact. Subprocesses only where a case needs one
+(a signal to a whole process, a closed descriptor); the rest runs in this process."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness import signals
+from harness.paths import REPO_ROOT as ROOT
+
+
+def _env():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+    env.pop("SPECRACE_WATCHDOG_S", None)
+    return env
+
+
+# --- the signal policy, in this process (handlers restored after) ---------------------
+
+@pytest.fixture
+def policy():
+    saved = {s: signal.getsignal(s) for s in signals.SIGNALS}
+    hook, state = sys.unraisablehook, dict(signals._state)
+    signals.install()
+    try:
+        yield
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+        sys.unraisablehook = hook
+        signals._state.clear()
+        signals._state.update(state)
+
+
+def _spin():
+    for _ in range(100_000):  # the handler runs between bytecodes, i.e. in here
+        pass
+
+
+def test_a_signal_that_lands_in_a_finaliser_is_honoured_at_the_next_checkpoint(policy,
+                                                                              capsys):
+    class Finalised:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            _spin()
+
+    Finalised()  # __del__ runs now; the Interrupted raised in it cannot propagate
+    assert signals.pending() == signal.SIGTERM
+    with pytest.raises(signals.Interrupted) as info:
+        signals.checkpoint()
+    assert info.value.status == 143
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_a_critical_section_defers_the_signal_and_honours_it_after(policy):
+    done = []
+    with pytest.raises(signals.Interrupted) as info:
+        with signals.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            _spin()
+            assert signals.pending() == signal.SIGINT
+            done.append("the whole section ran")
+    assert done and info.value.status == 130
+
+
+def test_without_the_policy_a_deferred_signal_meets_the_handler_it_would_have():
+    got = []
+    old = signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+    try:
+        with signals.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            _spin()
+            assert got == []
+        _spin()
+        assert got == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+# --- a repro interrupted, through the console script ----------------------------------
+
+def _old_set(folder, trials):
+    """A set (no trace, nothing run) under the name that ``specrace repro
+    ngram-filter-race --backend sim --trials N`` writes."""
+    from harness.engine.repro import ReproConfig
+    from harness.engine.results import ReproResult
+    from harness.report import write_reports
+    from scenarios.registry import get
+    sc = get("ngram-filter-race")
+    cfg = ReproConfig(sc.name, backend="sim", trials=trials)
+    ident = cfg.identity(sc)
+    result = ReproResult(sc.name, ident["variant"], "fine", "sim", ident["policy"], None, 0,
+                         trials, 0, None, stall_plan=cfg._stalls(sc),
+                         host_order=cfg._answers(sc), command="the old set")
+    assert result.identity() == ident
+    paths = write_reports(result, str(folder))
+    with open(paths["json"], encoding="utf-8") as f:
+        return paths["json"], json.load(f)["run_id"]
+
+
+def _console(args, patch=""):
+    code = textwrap.dedent(patch) + textwrap.dedent(f"""
+        import sys
+        sys.argv = ["specrace"] + {list(args)!r}
+        from harness.console import console_main
+        console_main()
+    """)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+
+
+def test_a_signal_during_the_trials_is_one_line_and_keeps_the_old_set(tmp_path):
+    sig = signal.SIGTERM  # SIGINT takes the same path (the import test below sends one)
+    path, run_id = _old_set(tmp_path, 20)
+    proc = _console(["repro", "ngram-filter-race", "--backend", "sim", "--trials", "20",
+                     "--report-dir", str(tmp_path)])
+    first = proc.stderr.readline()  # the first trial's progress line: trials are running
+    assert "1/20" in first, first
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err
+    assert "Traceback" not in err and err.strip().splitlines() == [
+        f"specrace: interrupted ({signal.Signals(sig).name})"]
+    with open(path, encoding="utf-8") as f:
+        assert json.load(f)["run_id"] == run_id
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(os.path.dirname(path))]
+
+
+# (a signal inside the report write, under the policy: test_report_set.py's
+# test_sigterm_under_the_policy_is_honoured_after_the_write)
+
+
+def test_a_signal_while_the_cli_is_still_importing_is_one_line():
+    proc = _console(["list"], patch="""
+        import os, signal, sys
+        class Trip:  # SIGINT the moment harness.cli starts to import
+            def find_spec(self, name, path=None, target=None):
+                if name == "harness.cli":
+                    os.kill(os.getpid(), signal.SIGINT)
+                    for _ in range(100000):
+                        pass
+                return None
+        sys.meta_path.insert(0, Trip())
+    """)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["specrace: interrupted (SIGINT)"] and out == ""
+
+
+# --- standard streams closed, full or gone --------------------------------------------
+
+# --help writes to stdout and an unknown command is a usage error: neither imports torch
+SCRIPT = """
+S="$PY -m harness.cli"
+$S --help >&- 2>closed.err; echo "closed-stdout $?"
+$S --help >/dev/full 2>full.err; echo "full-stdout $?"
+$S frobnicate 2>&- >closed-stderr.out; echo "closed-stderr $?"
+(sleep 0.5; $S --help 2>pipe.err; echo "pipe-gone $?" >pipe.rc) | true
+"""
+
+
+def test_closed_full_or_gone_streams_exit_cleanly(tmp_path):
+    proc = subprocess.run(["bash", "-c", SCRIPT], capture_output=True, text=True,
+                          cwd=tmp_path, env={**_env(), "PY": sys.executable}, timeout=300)
+    codes = dict(line.split() for line in proc.stdout.splitlines())
+    codes.update(dict([(tmp_path / "pipe.rc").read_text().split()]))
+    assert codes == {"closed-stdout": "2", "full-stdout": "2", "closed-stderr": "2",
+                     "pipe-gone": "0"}, (codes, proc.stderr)
+    err = {n: (tmp_path / n).read_text() for n in ("closed.err", "full.err", "pipe.err")}
+    assert err["closed.err"].splitlines() == [
+        "specrace: error: cannot write the output to stdout: Bad file descriptor"]
+    assert err["full.err"].splitlines() == [
+        "specrace: error: cannot write the output to stdout: No space left on device"]
+    assert err["pipe.err"] == ""  # the reader left: not an error, no traceback
+    # the error line had nowhere to go: it did not go to stdout instead
+    assert (tmp_path / "closed-stderr.out").read_text() == ""
+
+
+def test_pytest_options_are_a_usage_error_before_collection(tmp_path):
+    from importlib.metadata import entry_points
+    installed = any(ep.value == "harness.pytest_plugin"
+                    for ep in entry_points(group="pytest11"))
+    plugin = [] if installed else ["-p", "harness.pytest_plugin"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", *plugin, "--specrace-soak", "-1",
+                           "-q", "-p", "no:xdist", str(tmp_path)],
+                          capture_output=True, text=True, env=_env(), cwd=tmp_path,
+                          timeout=120)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "--specrace-soak: -1 is out of range" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
