@@ -140,6 +140,9 @@ def _say(text: object) -> None:
 
 
 def _dispatch(args) -> int:
+    from harness import signals
+    with signals.deferred():  # no interrupt raised into a C extension's initialisation
+        import torch  # noqa: F401 -- every command needs it; matplotlib comes before a write
     from harness.runtime import BackendError
     from harness.runtime.limits import LimitError, check_environment
     try:
