@@ -167,3 +167,7 @@ def _leave(rc: int) -> None:
 
 def _exit_now(signum: int, frame) -> None:
     os._exit(128 + signum)
+
+
+if __name__ == "__main__":
+    console_main()
