@@ -2,7 +2,7 @@
 
 ``SglangTarget.load`` checks the version contract (``contract``), imports the driven
 modules (``bootstrap`` stands in for absent GPU packages), and selects specrace's sglang
-platform for simulator runs (``platform``). The engine is ``engine.UpstreamScheduler``;
+platform for simulator runs (``platform``). The engine is upstream's own loop (``loop.UpstreamLoop``);
 variants are run-time patches of the real classes (``patches``).
 """
 from __future__ import annotations
@@ -58,15 +58,15 @@ class SglangTarget(Target):
         self._files = {name: m.__file__ for name, m in upstream._modules.items()}
 
     def scheduler(self, args, device, grammar_backend: Any = None):
-        from .engine import UpstreamScheduler
-        return UpstreamScheduler(args, device, grammar_backend=grammar_backend)
+        from .loop import UpstreamLoop
+        return UpstreamLoop(args, device, grammar_backend=grammar_backend)
 
     def grammar_backend(self):
         from .grammar import UpstreamGrammarBackend
         return UpstreamGrammarBackend()
 
     def request(self, rid, prompt, max_new_tokens, grammar=None):
-        from .engine import Req
+        from .worker import Req
         return Req(rid, list(prompt), max_new_tokens, grammar)
 
     @contextlib.contextmanager

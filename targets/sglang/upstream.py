@@ -23,6 +23,8 @@ spec_utils = _modules["sglang.srt.speculative.spec_utils"]
 xgrammar_backend = _modules["sglang.srt.constrained.xgrammar_backend"]
 
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
+from sglang.srt.disaggregation.utils import DisaggregationMode  # noqa: E402
+from sglang.srt.environ import envs  # noqa: E402
 
 # Classes by name (a run-time patch replaces an attribute *of* the class, which every
 # holder of the class sees). Module-level functions are always called through their
