@@ -17,7 +17,11 @@ EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(Exception):
-    """Bad input: reported as one line, exit code 2."""
+    """Bad input: reported as one line (plus one per named problem), exit code 2."""
+
+    def __init__(self, message: object, problems=()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,8 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("repro", help="stall-amplified reproduction of a scenario")
     r.add_argument("scenario")
-    r.add_argument("--variant", help="fixed | pre-fix | ... (per scenario)")
-    r.add_argument("--war-barrier", choices=["fine", "coarse"], default="fine")
+    r.add_argument("--variant", help="fixed | pre-fix | as-installed | ... (per scenario; "
+                                     "default on --target sglang: as-installed)")
+    r.add_argument("--war-barrier", choices=["fine", "coarse"], default=None,
+                   help="default: fine on impl; on sglang the release's own (fine where its "
+                        "NGRAM forward publishes read-done, 0.5.18+; else coarse)")
     r.add_argument("--backend", choices=["sim", "cuda", "auto"], default="auto")
     r.add_argument("--policy", type=_policy, help="simulator schedule policy (eager, lazy, "
                                                   "stall(S), random(SEED), pct(SEED,DEPTH))")
@@ -130,7 +137,7 @@ def _load_target(name: str):
     try:
         return targets.get(name)
     except targets.TargetError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(str(exc), exc.problems) from None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -155,6 +162,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _error(exc: object) -> None:
     print(f"specrace: error: {_line(exc)}", file=sys.stderr)
+    for problem in getattr(exc, "problems", ()):
+        print(f"specrace:   {_line(problem)}", file=sys.stderr)
 
 
 def _line(text: object) -> str:
@@ -239,6 +248,11 @@ def cmd_repro(args) -> int:
     if not target.supports(scenario.name):
         raise UsageError(f"scenario {scenario.name} does not run on the {target.name} target; "
                          f"it runs: {', '.join(s for s in (target.scenarios or ()))}")
+    if args.variant is None and target.name == "sglang":
+        from scenarios.base import AS_INSTALLED
+        args.variant = AS_INSTALLED  # a release as it shipped, unless a variant is asked for
+    if args.war_barrier is None:
+        args.war_barrier = target.default_war_barrier()
     _check_repro_args(args, scenario, target.name)
     backend = resolve_backend(args.backend)
     if backend == "cuda" and args.policy is not None:

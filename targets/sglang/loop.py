@@ -27,7 +27,7 @@ processed before the launch -- on every batch).
 
 Stepping: upstream's loop is ``while True``. It runs in a greenlet (one OS thread, so
 CUDA's per-thread current stream is the loop's own); ``ingest_requests`` hands control
-back to ``step()`` at the top of each iteration. ``finish()`` sets ``gracefully_exit``,
+back to ``step()`` at the top of each iteration. ``close()`` sets ``gracefully_exit``,
 upstream's own stop flag, and the loop leaves at its next check.
 """
 from __future__ import annotations
@@ -44,6 +44,7 @@ from impl.model import ToyTargetModel
 from impl.vocab import EOS_ID
 
 from . import upstream
+from .contract import NOT_MODELLED
 from .worker import SamplingInfo, ToyNgramWorker
 
 
@@ -68,6 +69,9 @@ class _Recorder:
 
     def __getattr__(self, item: str):
         return lambda *a, **k: None
+
+
+_UNSET = object()
 
 
 def _plan(running_batch, batch_to_run):
@@ -96,6 +100,10 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)
     s.model_worker = ToyNgramWorker(model, dev, args.draft_token_num, args.overlap,
                                     args.spec_algorithm == "eagle")
+    # the fine fence engages only where the forward publishes read-done; the coarse one
+    # is upstream's own fallback for a forward that does not (and its switch, where the
+    # release has it: targets.sglang.patches)
+    s.model_worker.publish_read_done = args.war_barrier == "fine"
     s.model_config = types.SimpleNamespace(is_encoder_decoder=False,
                                            vocab_size=model.vocab_size)
     # upstream's own decision (Scheduler.run_event_loop): the barrier is on under CUDA, or
@@ -132,14 +140,12 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s._sched_idled = False
     s.batch_record_buf = [None, None]
     s.batch_record_ct = 0
+    s.enable_dp_attention = False
+    s.cur_batch = None
+    s.server_args = NotModelled("server_args")
     for name in NOT_MODELLED:
         setattr(s, name, NotModelled(name))
     return s
-
-
-# Read by the loop methods only on paths this target does not take.
-NOT_MODELLED = ("tp_worker", "pp_group", "token_to_kv_pool_allocator", "tree_cache",
-                "beam_coordinator", "invariant_checker", "batch_result_processor")
 
 
 class Intake:
@@ -149,6 +155,7 @@ class Intake:
         self.loop = loop
 
     def ingest_requests(self, stop_at_pause: bool = False) -> List:
+        """The top of an iteration (0.5.20+; older loops call ``recv_requests``)."""
         loop = self.loop
         if loop.started:
             loop.parent.switch()  # the iteration ended: back to step()
@@ -159,7 +166,22 @@ class Intake:
             loop.iteration += 1
         return []
 
-    def get_next_batch_to_run(self, running_batch, last_batch):
+    recv_requests = ingest_requests  # releases before 0.5.20: request_receiver.recv_requests
+
+    def process_input_requests(self, recv_reqs) -> None:
+        pass
+
+    def get_next_batch_to_run(self, running_batch=_UNSET, last_batch=_UNSET):
+        """Releases from 0.5.16 pass the batches and take a plan back; older ones take
+        no arguments and get the batch (the running batch kept on ``self``)."""
+        s = self.loop.sched
+        if running_batch is _UNSET:
+            plan = self._next(s.running_batch, s.last_batch)
+            s.running_batch = plan.running_batch
+            return plan.batch_to_run
+        return self._next(running_batch, last_batch)
+
+    def _next(self, running_batch, last_batch):
         loop = self.loop
         if loop.stopping:
             return _plan(running_batch, None)
@@ -226,9 +248,10 @@ class UpstreamLoop:
         self.started = self.stopping = False
         intake = Intake(self)
         s = self.sched
-        for name in ("ingest_requests", "get_next_batch_to_run", "process_batch_result",
-                     "on_idle"):
+        for name in ("ingest_requests", "process_input_requests", "get_next_batch_to_run",
+                     "process_batch_result", "on_idle"):
             setattr(s, name, getattr(intake, name))
+        s.request_receiver = intake  # releases before 0.5.20 call its recv_requests()
         s.is_disable_overlap_for_batch = self._disable_overlap
         s._relay_forward_payload = self._relay_forward_payload
         self.parent = greenlet.getcurrent()
@@ -247,8 +270,10 @@ class UpstreamLoop:
         self.parent = greenlet.getcurrent()
         self.runner.switch()
 
-    def finish(self) -> None:
-        """Upstream's own stop: ``gracefully_exit``, seen at the loop's next check."""
+    def close(self) -> None:
+        """Upstream's own stop: ``gracefully_exit``, seen at the loop's next check. The
+        loop is left this way, never by a ``GreenletExit`` thrown in when the greenlet is
+        collected, which would unwind its stream context in the middle of a later run."""
         if self.runner.dead or not self.started:
             return
         self.stopping = True
@@ -264,8 +289,6 @@ class UpstreamLoop:
     def run_to_completion(self, max_iterations: int = 10_000) -> None:
         while self.has_work() and self.iteration < max_iterations:
             self.step()
-        if not self.has_work():
-            self.finish()
 
     @property
     def streams(self) -> dict:
@@ -285,9 +308,9 @@ class UpstreamLoop:
         self.waiting.append(req)
 
     # --- probe shims: upstream's methods, called unchanged -----------------------------
-    def _disable_overlap(self, batch, last_batch=None) -> bool:
-        s = self.sched
-        decided = type(s).is_disable_overlap_for_batch(s, batch, last_batch=last_batch)
+    def _disable_overlap(self, batch, *rest, **kw) -> bool:
+        s = self.sched  # (batch) before 0.5.16, (batch, last_batch=) since
+        decided = type(s).is_disable_overlap_for_batch(s, batch, *rest, **kw)
         if decided or batch is None or not s.result_queue:
             return decided
         if not self.args.overlap:  # the synchronous reference: every batch
@@ -296,10 +319,10 @@ class UpstreamLoop:
             return bool(ask("schedule.disable_overlap", False, batch=batch))
         return False
 
-    def _relay_forward_payload(self, batch, future_indices, batch_result) -> None:
-        fault_point("future_map.before_stash")
+    def _relay_forward_payload(self, *args) -> None:
+        fault_point("future_map.before_stash")  # (fi, result) before 0.5.19, batch first since
         s = self.sched
-        type(s)._relay_forward_payload(s, batch, future_indices, batch_result)
+        type(s)._relay_forward_payload(s, *args)
 
     # --- batch formation and commit (ours) ---------------------------------------------
     def filter_finished(self, batch) -> None:

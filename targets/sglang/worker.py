@@ -95,14 +95,20 @@ class ToyNgramWorker:
         self.overlap = overlap
         self.device_drafted = device_drafted
         self.proposer = NgramProposer(draft_token_num)
-        # _apply_war_barrier reads the runner's shared-read-done event (and clears it)
-        self.last_shared_read_runner = self
-        self.shared_read_done_event = None
+        # _apply_war_barrier reads the runner's shared-read-done event (and clears it):
+        # ``last_shared_read_runner.shared_read_done_event`` since 0.5.18,
+        # ``war_fastpath_runner.war_fastpath_read_done_event`` before
+        self.last_shared_read_runner = self.war_fastpath_runner = self
+        self.shared_read_done_event = self.war_fastpath_read_done_event = None
+        # Whether this forward publishes read-done at all, as the release's runner does
+        # for an NGRAM step (``--war-barrier``: fine publishes, coarse does not)
+        self.publish_read_done = True
 
     def _record_shared_read_done(self) -> None:
-        event = self.mod.Event()
-        event.record()
-        self.shared_read_done_event = event
+        if self.publish_read_done:
+            event = self.mod.Event()
+            event.record()
+            self.shared_read_done_event = self.war_fastpath_read_done_event = event
         fault_point("forward.after_read_done")
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
