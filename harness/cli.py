@@ -116,6 +116,21 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", action="store_true")
     _target_arg(m)
 
+    rl = sub.add_parser("releases", help="one scenario on every installed sglang release "
+                                          "(make upstream SGLANG=V sets one up)")
+    rl.add_argument("scenario")
+    rl.add_argument("--release", action="append", default=None,
+                    help="only this release (repeatable; default: every one set up)")
+    rl.add_argument("--variant", default=None, help="default: as-installed")
+    rl.add_argument("--war-barrier", choices=["fine", "coarse"], default=None,
+                    help="default: each release's own")
+    rl.add_argument("--trials", type=_trials)
+    rl.add_argument("--seed", type=_seed, default=0)
+    rl.add_argument("--expect", choices=["clean", "race"], default=None,
+                    help="every applicable release must give this outcome")
+    rl.add_argument("--json", action="store_true")
+    rl.add_argument("--report-dir", default=os.path.join("reports", "releases"))
+
     b = sub.add_parser("bench", help="benchmarks (figures, not tests)")
     b.add_argument("what", nargs="?", default="all", choices=["all", "runtime", "engine",
                                                               "matrix", "cuda", "grammar"])
@@ -193,6 +208,8 @@ def _dispatch(args) -> int:
             return cmd_litmus(args)
         if args.command == "matrix":
             return cmd_matrix(args)
+        if args.command == "releases":
+            return cmd_releases(args)
         if args.command == "bench":
             return cmd_bench(args)
     except (BackendError, LimitError) as exc:
@@ -350,6 +367,44 @@ def cmd_matrix(args) -> int:
     if problem is not None:
         print(f"specrace: {_line(problem)}", file=sys.stderr)
     return EXIT_OK if matrix_ok(res) else EXIT_MISMATCH
+
+
+def cmd_releases(args) -> int:
+    from scenarios.registry import get
+    from targets.sglang import envs
+    from targets.sglang.releases import format_table, run_releases
+    try:
+        scenario = get(args.scenario)
+        versions = [envs.check_release(v) for v in args.release] if args.release else \
+            envs.installed()
+        for v in versions:
+            envs.require(v)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    except envs.EnvError as exc:
+        raise UsageError(str(exc)) from None
+    if not versions:
+        raise UsageError("no sglang release is set up; run `make upstream SGLANG=VERSION`")
+    if args.variant is not None and args.variant not in scenario.variants:
+        raise UsageError(f"unknown variant {args.variant!r} for {scenario.name}; "
+                         f"expected one of: {', '.join(scenario.variants)}")
+    options = ["--seed", str(args.seed)]
+    for flag, value in (("--variant", args.variant), ("--war-barrier", args.war_barrier),
+                        ("--trials", args.trials), ("--expect", args.expect)):
+        if value is not None:
+            options += [flag, str(value)]
+    rows = _with_progress(lambda prog: run_releases(scenario.name, options, args.report_dir,
+                                                    versions, prog),
+                          len(versions), f"{scenario.name} on {len(versions)} release(s)",
+                          quiet=args.json)
+    if args.json:
+        print(json.dumps(rows, default=str))
+    else:
+        from harness.report.text import printable
+        print(printable(format_table(scenario.name, rows), keep_newlines=True))
+    bad = [r for r in rows if r["outcome"] == "error"
+           or (args.expect and r["outcome"] not in (args.expect, "not applicable"))]
+    return EXIT_MISMATCH if bad else EXIT_OK
 
 
 def cmd_bench(args) -> int:
