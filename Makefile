@@ -58,9 +58,9 @@ upstream-gate: upstream
 # found in the pre-#35198 relay that 0.5.14-0.5.17 shipped once the fine fence engages
 # (their NGRAM forward published no read-done event); the fixed relay is clean with it.
 releases: setup
-	$(VENV)/bin/specrace releases ngram-filter-race --expect clean
-	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine --release 0.5.17 --expect race
-	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine --release 0.5.18 --release 0.5.23 --expect clean
+	$(VENV)/bin/specrace releases ngram-filter-race --trials 5 --expect clean
+	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine --release 0.5.17 --trials 5 --expect race
+	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine --release 0.5.18 --release 0.5.23 --trials 5 --expect clean
 
 litmus: setup
 	$(VENV)/bin/specrace litmus
