@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 XGRAMMAR ?= xgrammar==0.2.9
 
-.PHONY: setup upstream repro test matrix bench litmus upstream-gate clean
+.PHONY: setup upstream repro test matrix bench litmus upstream-gate releases clean
 
 setup: $(VENV)/.specrace-ready
 
@@ -24,7 +24,15 @@ $(VENV)/.specrace-ready: pyproject.toml requirements.txt
 # The sglang target (README "Verifying installed sglang"): the released wheel and the
 # pure-Python packages its driven modules import, --no-deps (sglang's own metadata pins
 # torch 2.14.1 and CUDA-only wheels, which the code under test never needs).
+# `make upstream SGLANG=0.5.17`: that release in an environment of its own, with its own
+# pins (.releases/0.5.17; targets/sglang/envs.py). `make releases` runs the release gate
+# on every release set up.
+ifdef SGLANG
+upstream: setup
+	$(PY) -m targets.sglang.envs setup $(SGLANG)
+else
 upstream: $(VENV)/.specrace-upstream
+endif
 
 $(VENV)/.specrace-upstream: $(VENV)/.specrace-ready requirements-upstream.txt
 	$(PY) -m pip install -q --no-deps -r requirements-upstream.txt
@@ -46,6 +54,14 @@ upstream-gate: upstream
 	$(VENV)/bin/specrace repro ngram-filter-race --target sglang --variant fixed --expect clean --no-report
 	$(VENV)/bin/specrace matrix --target sglang
 
+# The release gate: each release as shipped (its own fence) is clean; the seed race is
+# found in the pre-#35198 relay that 0.5.14-0.5.17 shipped once the fine fence engages
+# (their NGRAM forward published no read-done event); the fixed relay is clean with it.
+releases: setup
+	$(VENV)/bin/specrace releases ngram-filter-race --trials 5 --expect clean
+	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine --release 0.5.17 --trials 5 --expect race
+	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine --release 0.5.18 --release 0.5.23 --trials 5 --expect clean
+
 litmus: setup
 	$(VENV)/bin/specrace litmus
 
@@ -53,4 +69,4 @@ bench: setup
 	$(VENV)/bin/specrace bench
 
 clean:
-	rm -rf $(VENV) .hypothesis
+	rm -rf $(VENV) .hypothesis .releases

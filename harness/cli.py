@@ -24,7 +24,11 @@ EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(Exception):
-    """Bad input: reported as one line, exit code 2."""
+    """Bad input: reported as one line (plus one per named problem), exit code 2."""
+
+    def __init__(self, message: object, problems=()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -42,8 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("repro", help="stall-amplified reproduction of a scenario")
     r.add_argument("scenario")
-    r.add_argument("--variant", help="fixed | pre-fix | ... (per scenario)")
-    r.add_argument("--war-barrier", choices=["fine", "coarse"], default="fine")
+    r.add_argument("--variant", help="fixed | pre-fix | as-installed | ... (per scenario; "
+                                     "default on --target sglang: as-installed)")
+    r.add_argument("--war-barrier", choices=["fine", "coarse"], default=None,
+                   help="default: fine on impl; on sglang the release's own (fine where its "
+                        "NGRAM forward publishes read-done, 0.5.18+; else coarse)")
     r.add_argument("--backend", choices=["sim", "cuda", "auto"], default="auto")
     r.add_argument("--policy", type=A.policy, help="simulator schedule policy (eager, lazy, "
                                                   "stall(S), random(SEED), pct(SEED,DEPTH))")
@@ -78,6 +85,21 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", action="store_true")
     _target_arg(m)
 
+    rl = sub.add_parser("releases", help="one scenario on every installed sglang release "
+                                          "(make upstream SGLANG=V sets one up)")
+    rl.add_argument("scenario")
+    rl.add_argument("--release", action="append", default=None,
+                    help="only this release (repeatable; default: every one set up)")
+    rl.add_argument("--variant", default=None, help="default: as-installed")
+    rl.add_argument("--war-barrier", choices=["fine", "coarse"], default=None,
+                    help="default: each release's own")
+    rl.add_argument("--trials", type=_trials)
+    rl.add_argument("--seed", type=_seed, default=0)
+    rl.add_argument("--expect", choices=["clean", "race"], default=None,
+                    help="every applicable release must give this outcome")
+    rl.add_argument("--json", action="store_true")
+    rl.add_argument("--report-dir", default=os.path.join("reports", "releases"))
+
     b = sub.add_parser("bench", help="benchmarks (figures, not tests)")
     b.add_argument("what", nargs="?", default="all", choices=["all", "runtime", "engine",
                                                               "matrix", "cuda", "grammar"])
@@ -99,7 +121,7 @@ def _load_target(name: str):
     try:
         return targets.get(name)
     except targets.TargetError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(str(exc), exc.problems) from None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -126,6 +148,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _error(exc: object) -> None:
     print(f"specrace: error: {_line(exc)}", file=sys.stderr)
+    for problem in getattr(exc, "problems", ()):
+        print(f"specrace:   {_line(problem)}", file=sys.stderr)
 
 
 def _line(text: object) -> str:
@@ -158,6 +182,8 @@ def _dispatch(args) -> int:
             return cmd_litmus(args)
         if args.command == "matrix":
             return cmd_matrix(args)
+        if args.command == "releases":
+            return cmd_releases(args)
         if args.command == "bench":
             return cmd_bench(args)
     except (BackendError, LimitError) as exc:
@@ -213,6 +239,11 @@ def cmd_repro(args) -> int:
     if not target.supports(scenario.name):
         raise UsageError(f"scenario {scenario.name} does not run on the {target.name} target; "
                          f"it runs: {', '.join(s for s in (target.scenarios or ()))}")
+    if args.variant is None and target.name == "sglang":
+        from scenarios.base import AS_INSTALLED
+        args.variant = AS_INSTALLED  # a release as it shipped, unless a variant is asked for
+    if args.war_barrier is None:
+        args.war_barrier = target.default_war_barrier()
     _check_repro_args(args, scenario, target.name)
     backend = resolve_backend(args.backend)
     if backend == "cuda" and args.policy is not None:
@@ -314,6 +345,44 @@ def cmd_matrix(args) -> int:
     if problem is not None:
         print(f"specrace: {_line(problem)}", file=sys.stderr)
     return EXIT_OK if matrix_ok(res) else EXIT_MISMATCH
+
+
+def cmd_releases(args) -> int:
+    from scenarios.registry import get
+    from targets.sglang import envs
+    from targets.sglang.releases import format_table, run_releases
+    try:
+        scenario = get(args.scenario)
+        versions = [envs.check_release(v) for v in args.release] if args.release else \
+            envs.installed()
+        for v in versions:
+            envs.require(v)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    except envs.EnvError as exc:
+        raise UsageError(str(exc)) from None
+    if not versions:
+        raise UsageError("no sglang release is set up; run `make upstream SGLANG=VERSION`")
+    if args.variant is not None and args.variant not in scenario.variants:
+        raise UsageError(f"unknown variant {args.variant!r} for {scenario.name}; "
+                         f"expected one of: {', '.join(scenario.variants)}")
+    options = ["--seed", str(args.seed)]
+    for flag, value in (("--variant", args.variant), ("--war-barrier", args.war_barrier),
+                        ("--trials", args.trials), ("--expect", args.expect)):
+        if value is not None:
+            options += [flag, str(value)]
+    rows = _with_progress(lambda prog: run_releases(scenario.name, options, args.report_dir,
+                                                    versions, prog),
+                          len(versions), f"{scenario.name} on {len(versions)} release(s)",
+                          quiet=args.json)
+    if args.json:
+        print(json.dumps(rows, default=str))
+    else:
+        from harness.report.text import printable
+        print(printable(format_table(scenario.name, rows), keep_newlines=True))
+    bad = [r for r in rows if r["outcome"] == "error"
+           or (args.expect and r["outcome"] not in (args.expect, "not applicable"))]
+    return EXIT_MISMATCH if bad else EXIT_OK
 
 
 def cmd_bench(args) -> int:

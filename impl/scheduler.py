@@ -203,6 +203,10 @@ class Scheduler:
                 self.pop_and_process()
             self.last_batch = batch
 
+    def close(self) -> None:
+        """Nothing to stop: ``step`` is the loop's body (the sglang target's loop is
+        upstream's own ``while True``, which ``close`` ends)."""
+
     def run_to_completion(self, max_iterations: int = 10_000) -> None:
         while self.has_work() and self.iteration < max_iterations:
             self.step()

@@ -12,6 +12,9 @@ from harness.policies.faultplan import StallAt
 from harness.policies import Eager, SchedulePolicy
 
 
+AS_INSTALLED, FIXED = "as-installed", "fixed"
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -30,6 +33,11 @@ class Scenario:
     default_policy: SchedulePolicy = Eager()  # a value: parsed spellings come in at the CLI
     sim_trials: int = 20
     cuda_trials: int = 200
+
+    def __post_init__(self) -> None:
+        # "as-installed": the code under test with no patch at all -- what a released
+        # sglang shipped (the sglang target's default); on impl/ the same as "fixed"
+        self.variants.setdefault(AS_INSTALLED, dict(self.variants[FIXED]))
 
     def mutation(self, variant: str, target: str = "impl"):
         """The seeded bug a variant applies on ``target`` (None: the code as it is)."""

@@ -18,7 +18,12 @@ TARGET_NAMES = ("impl", "sglang")
 
 
 class TargetError(ValueError):
-    """The target cannot run here (not installed, unsupported version): bad input."""
+    """The target cannot run here (not installed, unsupported version): bad input.
+    ``problems``: every reason, each shown on a line of its own."""
+
+    def __init__(self, message: str, problems=()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
 
 
 class Target:
@@ -46,6 +51,10 @@ class Target:
 
     def describe(self) -> Dict[str, Any]:
         return {"target": self.name}
+
+    def default_war_barrier(self) -> str:
+        """The fence a run gets when none is asked for: the code's own."""
+        return "fine"
 
     def supports(self, scenario: str) -> bool:
         return self.scenarios is None or scenario in self.scenarios

@@ -50,15 +50,19 @@ def drive(runtime, workload: Workload, args, plan: FaultPlan,
         pending = sorted(workload.requests, key=lambda r: (r.arrive, r.rid))
         reqs = {}
         with faults.installed(plan):
-            while (pending or sched.has_work()) and sched.iteration < MAX_ITERATIONS:
-                while pending and pending[0].arrive <= sched.iteration:
-                    spec = pending.pop(0)
-                    grammar = gb.grammar_for_json_schema(spec.schema) if spec.schema else None
-                    reqs[spec.rid] = tgt.request(spec.rid, spec.prompt, spec.max_new_tokens,
-                                                 grammar)
-                    sched.add_request(reqs[spec.rid])
-                sched.step()
-            sched.run_to_completion(MAX_ITERATIONS)
+            try:
+                while (pending or sched.has_work()) and sched.iteration < MAX_ITERATIONS:
+                    while pending and pending[0].arrive <= sched.iteration:
+                        spec = pending.pop(0)
+                        grammar = (gb.grammar_for_json_schema(spec.schema) if spec.schema
+                                   else None)
+                        reqs[spec.rid] = tgt.request(spec.rid, spec.prompt,
+                                                     spec.max_new_tokens, grammar)
+                        sched.add_request(reqs[spec.rid])
+                    sched.step()
+                sched.run_to_completion(MAX_ITERATIONS)
+            finally:
+                sched.close()
         runtime.synchronize()
         if stats is not None:
             stats["iterations"] = sched.iteration

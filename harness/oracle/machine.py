@@ -187,7 +187,12 @@ class EngineMachine(RuleBasedStateMachine):
             assert not races, races[0].summary()
 
     def teardown(self) -> None:
-        self.stack.close()
+        try:
+            if self.sched is not None:
+                with self._engine():
+                    self.sched.close()
+        finally:
+            self.stack.close()
 
 
 class SmallPoolEngineMachine(EngineMachine):

@@ -171,6 +171,29 @@ MUTATIONS: List[Mutation] = [
       "M19", f"{_SPEC}:traverse_tree",
       [("            if not grammar.is_terminated():\n", "            if True:\n")],
       GRAMMAR),
+    # --- upstream's own loop (event_loop_overlap / run_batch), which drives the target --
+    # (The WAR barrier moved before run_batch is not here: on the fixed relay it guards
+    # no buffer of the toy engine yet -- no KV pool -- so no oracle can see it moved.)
+    M("loop-processes-current-result",
+      "event_loop_overlap processes the batch it just launched instead of the previous one "
+      "(the host reads a result whose forward may still be running)",
+      "issue 21 (upstream's loop)", f"{_SCHED}.event_loop_overlap",
+      [("                if not disable_overlap_for_batch:\n"
+        "                    pop_and_process()\n",
+        "                if not disable_overlap_for_batch:\n"
+        "                    self.result_queue.rotate(1)\n"
+        "                    pop_and_process()\n")],
+      SEED),
+    M("run-batch-resolve-before-wait",
+      "run_batch resolves the relayed inputs before the forward stream waits on the "
+      "schedule stream",
+      "issue 21 (upstream's loop) / M3", f"{_SCHED}.run_batch",
+      [("                    self.forward_stream.wait_stream(self.schedule_stream)\n"
+        "                    if gpu_only_lens:\n",
+        "                    resolve_forward_inputs(batch, self.future_map)\n"
+        "                    self.forward_stream.wait_stream(self.schedule_stream)\n"
+        "                    if gpu_only_lens:\n")],
+      SEED),
     # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
     M("pool-edge-off-by-one",
       "FutureMap sizes its pool-indexed buffers without the padding row (one row short of "

@@ -2,23 +2,28 @@
 
 ``SglangTarget.load`` checks the version contract (``contract``), imports the driven
 modules (``bootstrap`` stands in for absent GPU packages), and selects specrace's sglang
-platform for simulator runs (``platform``). The engine is ``engine.UpstreamScheduler``;
+platform for simulator runs (``platform``). The engine is upstream's own loop (``loop.UpstreamLoop``);
 variants are run-time patches of the real classes (``patches``).
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-from typing import Any, Dict, Iterator
+import sys
+from typing import Any, Dict, Iterator, Optional
 
 from .. import Target, TargetError
-from . import contract
+from . import contract, static
 
 # Scenarios the upstream engine runs: all of them (grammar staging on sglang's own
 # xgrammar backend)
 SCENARIOS = ("ngram-filter-race", "mixed-overlap", "dp-idle", "grammar-ngram",
              "grammar-tree-staging", "slot-reuse")
+
+
+# The first release whose runner publishes read-done for an NGRAM verify (read from
+# each release's decode_cuda_graph_runner.py; reports/upstream/releases.md)
+NGRAM_PUBLISHES_FROM = "0.5.18"
 
 
 class SglangTarget(Target):
@@ -28,6 +33,7 @@ class SglangTarget(Target):
 
     def __init__(self) -> None:
         self.version = ""
+        self.verdict: Optional[contract.Verdict] = None
         self._files: Dict[str, str] = {}
 
     def load(self) -> None:
@@ -37,9 +43,15 @@ class SglangTarget(Target):
             raise TargetError("--target sglang: sglang is not installed here; set it up "
                               "with `make upstream` (README: Verifying installed sglang)"
                               ) from None
-        problems = contract.check_version(self.version)
-        if problems:
-            raise TargetError("--target sglang: " + "; ".join(problems))
+        # The contract first, on the source alone: nothing is imported or set yet.
+        verdict = contract.evaluate(self.version, static.package_root(),
+                                    contract.SCHEDULER_ATTRIBUTES, contract.WORKER_KEYWORDS)
+        if not verdict.ok:
+            raise TargetError(f"--target sglang: sglang {self.version} is unsupported",
+                              problems=verdict.problems)
+        self.verdict = verdict
+        if verdict.tier == "compatible":
+            print(f"specrace: {verdict.line()}", file=sys.stderr)
         # Simulator runs present specrace's platform to sglang (pinned staging as on a
         # GPU); on a GPU machine sglang's CUDA platform stays in charge.
         from .platform import PLUGIN_NAME
@@ -51,22 +63,19 @@ class SglangTarget(Target):
         except Exception as exc:  # an import failure of the installed package
             raise TargetError(f"--target sglang: importing sglang {self.version} failed: "
                               f"{type(exc).__name__}: {exc}") from None
-        problems = contract.check_api()
-        if problems:
-            raise TargetError(f"--target sglang: sglang {self.version} differs from what "
-                              f"specrace drives: " + "; ".join(problems))
+        upstream.take_gpu_paths()
         self._files = {name: m.__file__ for name, m in upstream._modules.items()}
 
     def scheduler(self, args, device, grammar_backend: Any = None):
-        from .engine import UpstreamScheduler
-        return UpstreamScheduler(args, device, grammar_backend=grammar_backend)
+        from .loop import UpstreamLoop
+        return UpstreamLoop(args, device, grammar_backend=grammar_backend)
 
     def grammar_backend(self):
         from .grammar import UpstreamGrammarBackend
         return UpstreamGrammarBackend()
 
     def request(self, rid, prompt, max_new_tokens, grammar=None):
-        from .engine import Req
+        from .worker import Req
         return Req(rid, list(prompt), max_new_tokens, grammar)
 
     @contextlib.contextmanager
@@ -75,11 +84,22 @@ class SglangTarget(Target):
         with variant_patches(args):
             yield
 
+    def default_war_barrier(self) -> str:
+        """The release's own fence for an NGRAM step. Its WAR barrier is fine only when
+        the forward publishes a read-done event; upstream's graph runner does that for
+        NGRAM's TARGET_VERIFY from 0.5.18 on (``decode_cuda_graph_runner``; before, only
+        for DECODE and the dflash family), so older releases always took the coarse
+        fallback (reports/upstream/releases.md)."""
+        from packaging.version import Version
+        try:
+            return "fine" if Version(self.version) >= Version(NGRAM_PUBLISHES_FROM) else "coarse"
+        except ValueError:
+            return "fine"
+
     def describe(self) -> Dict[str, Any]:
-        h = hashlib.sha256()
-        for name in sorted(self._files):
-            with open(self._files[name], "rb") as f:
-                h.update(name.encode() + b"\0" + hashlib.sha256(f.read()).digest())
         from .bootstrap import stood_in
+        v = self.verdict
         return {"target": self.name, "sglang_version": self.version,
-                "sglang_files_digest": h.hexdigest()[:16], "stood_in": stood_in()}
+                "sglang_tier": v.tier if v else None,
+                "sglang_files_digest": v.digest if v else None,
+                "sglang_commit": v.commit if v else None, "stood_in": stood_in()}

@@ -1,78 +1,148 @@
-"""The version contract: what the sglang target relies on in the installed package.
+"""The contract: what the sglang target relies on in the installed package, and its tier.
 
-Checked once, before anything runs: the installed version must be a supported release,
-and the functions the engine calls or patches must have the signatures it was written
-against (a renamed argument would otherwise surface as a confusing crash -- or, worse, a
-variant patch that silently no longer applies). Every difference is named in the error.
+Everything here is read statically from the source files (``static``: no import, nothing
+executed, nothing patched), before the target touches the package -- so a release that
+turned a function into something else, dropped a dataclass or renamed a module attribute
+is a named problem, never a crash, and the check cannot be satisfied by our own changes.
+
+Tiers:
+
+* *verified* -- a release we measured, with the files digest we measured
+  (``VERIFIED``);
+* *compatible* -- in ``SUPPORTED`` (a ``packaging`` specifier, pre-releases and local
+  versions such as a main checkout's ``0.5.24.dev3+gabc`` included) and no problem
+  below; the run goes ahead with one line on stderr, and the report records the tier;
+* *unsupported* -- out of range, or any problem: exit 2, every problem named.
+
+Problems: a function the target calls or patches whose parameters changed; a dataclass
+field it fills or reads gone; a module attribute it sets gone; an attribute upstream's
+loop methods read on ``self`` that the target's scheduler object does not provide
+(derived from the installed ``Scheduler``'s source by an AST walk); a keyword the loop
+passes to the worker that the toy worker does not take. Source patches (variants and
+mutations) are dry-fitted separately (``patch_problems``): one that no longer fits
+disables only what needs it.
 """
 from __future__ import annotations
 
 import importlib.metadata
-import inspect
-from typing import Any, Dict, List, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
-SUPPORTED_VERSIONS = ("0.5.23",)
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
-# (module, qualname) -> the parameter names it must take, in order (self included)
-SIGNATURES: Dict[Tuple[str, str], Tuple[str, ...]] = {
-    ("sglang.srt.managers.overlap_utils", "FutureMap.__init__"):
-        ("self", "device", "spec_algo", "req_to_token_pool", "needs_cpu_seq_lens",
-         "needs_confidence_relay"),
-    ("sglang.srt.managers.overlap_utils", "FutureMap.stash"):
-        ("self", "future_indices", "payload"),
-    ("sglang.srt.managers.overlap_utils", "FutureMap.publish"):
-        ("self", "future_indices", "new_seq_lens", "confidence"),
-    ("sglang.srt.managers.overlap_utils", "FutureMap._resolve_spec_extras"): ("self", "batch"),
-    ("sglang.srt.managers.overlap_utils", "FutureMap._maybe_init_ngram_bufs"):
-        ("self", "payload"),
-    ("sglang.srt.managers.overlap_utils", "FutureMap.resolve_seq_lens_cpu"):
-        ("self", "batch", "stream_ordered"),
-    ("sglang.srt.managers.overlap_utils", "resolve_forward_inputs"): ("batch", "future_map"),
-    ("sglang.srt.managers.overlap_utils", "RelayPayload.from_ngram"): ("cls", "draft_input"),
-    ("sglang.srt.speculative.ngram_info", "NgramVerifyInput.filter_batch"):
-        ("self", "new_indices", "new_indices_cpu"),
-    ("sglang.srt.speculative.ngram_info", "NgramVerifyInput.merge_batch"):
-        ("self", "spec_info"),
-    ("sglang.srt.managers.schedule_batch", "ScheduleBatch.filter_batch"):
-        ("self", "reqs_to_exclude", "keep_indices"),
-    ("sglang.srt.managers.schedule_batch", "ScheduleBatch.merge_batch"): ("self", "other"),
-    ("sglang.srt.managers.schedule_batch", "ScheduleBatch.init_new"):
-        ("cls", "reqs", "req_to_token_pool", "token_to_kv_pool_allocator", "tree_cache",
-         "model_config", "enable_overlap", "spec_algorithm", "chunked_req", "dllm_config"),
-    ("sglang.srt.managers.scheduler", "Scheduler._relay_forward_payload"):
-        ("self", "batch", "future_indices", "batch_result"),
-    ("sglang.srt.managers.scheduler", "Scheduler._copy_result_to_cpu"):
-        ("self", "batch_result", "batch"),
-    ("sglang.srt.managers.scheduler", "Scheduler._apply_war_barrier"): ("self",),
-    ("sglang.srt.managers.scheduler", "Scheduler._forward_isolation"):
-        ("self", "batch", "overlap"),
-    ("sglang.srt.managers.scheduler", "Scheduler.record_batch_in_overlap"):
-        ("self", "batch"),
-    ("sglang.srt.managers.utils", "GenerationBatchResult.copy_to_cpu"):
-        ("self", "return_logprob", "return_hidden_states"),
-    ("sglang.srt.speculative.spec_utils", "record_stream_for_v2_verify"):
-        ("batch", "verify_input", "fwd_stream"),
-    ("sglang.srt.speculative.spec_utils", "GrammarTree.from_device"):
-        ("cls", "retrieve_next_token", "retrieve_next_sibling", "draft_token"),
-    ("sglang.srt.speculative.spec_utils", "GrammarTree.from_host"):
-        ("cls", "retrieve_next_token", "retrieve_next_sibling", "draft_token"),
-    ("sglang.srt.speculative.spec_utils", "build_grammar_vocab_mask"):
-        ("reqs", "tree", "sampling_info", "device", "barrier"),
-    ("sglang.srt.speculative.spec_utils", "generate_token_bitmask"):
-        ("reqs", "retrieve_next_token_cpu", "retrieve_next_sibling_cpu", "draft_tokens_cpu",
-         "vocab_size"),
-}
+from . import static
 
-# module attributes the engine reads or sets: (module, name)
-ATTRIBUTES: Tuple[Tuple[str, str], ...] = (
-    ("sglang.srt.managers.overlap_utils", "_is_cuda"),
-    ("sglang.srt.managers.utils", "GenerationBatchResult"),
-    ("sglang.srt.environ", "envs"),
+SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
+
+# release -> the digest of its driven files, as measured (reports/upstream/releases.md)
+VERIFIED: Dict[str, str] = {}
+
+# The modules whose files the target drives (the report's digest covers them).
+DRIVEN_MODULES = (
+    "sglang.srt.managers.overlap_utils", "sglang.srt.speculative.ngram_info",
+    "sglang.srt.managers.schedule_batch", "sglang.srt.managers.utils",
+    "sglang.srt.managers.scheduler", "sglang.srt.speculative.spec_utils",
+    "sglang.srt.constrained.xgrammar_backend",
 )
 
-# dataclass fields of GenerationBatchResult the engine fills or reads
+_OU = "sglang.srt.managers.overlap_utils"
+_SB = "sglang.srt.managers.schedule_batch"
+_SCHED = "sglang.srt.managers.scheduler"
+_SPEC = "sglang.srt.speculative.spec_utils"
+
+# Functions the target calls itself -> the parameter names it calls them with, which
+# must be a prefix (positional) or a subset (keyword) of what the release takes.
+CALLED: Dict[str, Tuple[str, ...]] = {
+    f"{_OU}:FutureMap.__init__": ("self", "device", "spec_algo", "req_to_token_pool"),
+    f"{_SB}:ScheduleBatch.init_new": ("cls", "reqs", "req_to_token_pool",
+                                      "token_to_kv_pool_allocator", "tree_cache",
+                                      "model_config", "enable_overlap", "spec_algorithm"),
+    f"{_SB}:ScheduleBatch.filter_batch": ("self",),
+    f"{_SB}:ScheduleBatch.merge_batch": ("self", "other"),
+    f"{_SCHED}:Scheduler.event_loop_overlap": ("self",),
+    f"{_SCHED}:Scheduler.is_disable_overlap_for_batch": ("self", "batch"),
+    f"{_SPEC}:record_stream_for_v2_verify": ("batch", "verify_input", "fwd_stream"),
+}
+CALLED_KEYWORDS: Dict[str, Tuple[str, ...]] = {
+    f"{_SB}:ScheduleBatch.filter_batch": ("keep_indices",),
+}
+# Optional parts: absent in some releases, and then the scenarios that need them are
+# "not applicable" there (``features``), not a contract problem.
+FEATURES: Dict[str, str] = {
+    "grammar_tree": f"{_SPEC}:GrammarTree.from_device",
+    "ngram_relay": f"{_OU}:FutureMap._maybe_init_ngram_bufs",
+    "coarse_switch": "sglang.srt.environ:Envs.SGLANG_FORCE_COARSE_WAR_BARRIER",
+    "war_barrier": f"{_SCHED}:Scheduler._apply_war_barrier",
+}
+
+RESULT_CLASS = "sglang.srt.managers.utils:GenerationBatchResult"
 RESULT_FIELDS = ("next_token_ids", "accept_lens", "new_seq_lens", "next_draft_input",
                  "copy_done", "speculative_num_draft_tokens")
+
+# Module attributes the target reads or sets: (module, name)
+ATTRIBUTES: Tuple[Tuple[str, str], ...] = (
+    (_OU, "_is_cuda"),
+    ("sglang.srt.environ", "envs"),
+    (_SCHED, "is_cuda"),
+)
+
+# What the target's scheduler object carries (``loop.build_scheduler`` sets exactly these;
+# a test holds it to that): real values, our four server-facing methods and the values
+# of paths the target does not take (``loop.NotModelled``).
+SCHEDULER_ATTRIBUTES = (
+    "device", "device_module", "schedule_stream", "forward_stream", "copy_stream",
+    "forward_stream_ctx", "copy_stream_ctx", "req_to_token_pool", "spec_algorithm",
+    "future_map", "model_worker", "model_config", "_war_barrier_enabled", "enable_overlap",
+    "is_generation", "enable_pdmux", "enable_unified_memory",
+    "enable_unified_cache_external_linker", "enable_async_d2h_copy", "async_d2h_worker",
+    "attn_dp_enabled", "enable_dp_attention", "require_mlp_sync", "disaggregation_mode",
+    "chunked_req", "_confidence_budget_prepare", "gracefully_exit", "_engine_paused",
+    "running_batch", "last_batch", "cur_batch", "cur_batch_for_debug", "result_queue",
+    "scheduler_stage_metrics", "scripted_scheduler_hook", "forward_sleep_time",
+    "metrics_reporter", "profiler_manager", "forward_ct", "processed_tokens_counter",
+    "_sched_idled", "batch_record_buf", "batch_record_ct", "server_args",
+    # ours: intake, batch formation, result commit, idle
+    "ingest_requests", "process_input_requests", "get_next_batch_to_run",
+    "process_batch_result", "on_idle",
+    # read only on paths the target does not take
+    "tp_worker", "pp_group", "token_to_kv_pool_allocator", "tree_cache", "beam_coordinator",
+    "invariant_checker", "batch_result_processor", "ps",
+    # releases before 0.5.20 receive through self.request_receiver.recv_requests()
+    "request_receiver",
+)
+NOT_MODELLED = ("tp_worker", "pp_group", "token_to_kv_pool_allocator", "tree_cache",
+                "beam_coordinator", "invariant_checker", "batch_result_processor", "ps")
+# The keywords the toy worker's forward_batch_generation takes.
+WORKER_KEYWORDS = ("on_publish", "grammar_barrier")
+
+# The Scheduler methods whose ``self`` reads the target must provide: upstream's loop
+# and everything it calls that runs unmodified.
+LOOP_METHODS = ("event_loop_overlap", "run_batch", "is_disable_overlap_for_batch",
+                "_apply_war_barrier", "launch_batch_sample_if_needed",
+                "_relay_forward_payload", "_copy_result_to_cpu", "_forward_isolation",
+                "record_batch_in_overlap", "_advance_pending_grammar")
+
+
+@dataclass
+class Verdict:
+    version: str
+    tier: str  # verified | compatible | unsupported
+    problems: List[str] = field(default_factory=list)
+    digest: str = ""
+    features: Dict[str, bool] = field(default_factory=dict)
+    commit: Optional[str] = None  # a source checkout's git commit
+
+    @property
+    def ok(self) -> bool:
+        return self.tier != "unsupported"
+
+    def line(self) -> str:
+        what = f"sglang {self.version}"
+        if self.tier == "compatible":
+            return (f"{what} is not a verified release; compatible (in {SUPPORTED}, the "
+                    f"API and every source patch checked): running it")
+        return f"{what}: {self.tier}"
 
 
 def installed_version() -> str:
@@ -84,40 +154,144 @@ def installed_version() -> str:
 
 
 def check_version(version: str) -> List[str]:
-    if version not in SUPPORTED_VERSIONS:
-        return [f"sglang {version} is not a supported release "
-                f"(supported: {', '.join(SUPPORTED_VERSIONS)})"]
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return [f"sglang's version {version[:80]!r} is not a version number"]
+    if v not in SUPPORTED:
+        return [f"sglang {version} is outside the supported range {SUPPORTED}"]
     return []
 
 
-def _lookup(module: str, qualname: str) -> Any:
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = inspect.getattr_static(obj, part) if isinstance(obj, type) else getattr(obj, part)
-    if isinstance(obj, (classmethod, staticmethod)):
-        obj = obj.__func__
-    return obj
-
-
-def check_api() -> List[str]:
-    """Every difference between the installed sglang and what the engine relies on."""
-    import dataclasses
+def check_api(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, ...]
+              ) -> List[str]:
+    """Every difference between the source under ``root`` and what the target relies on.
+    ``provided``: the attributes the target's scheduler object carries."""
     problems: List[str] = []
-    for (module, qualname), expected in SIGNATURES.items():
-        try:
-            fn = _lookup(module, qualname)
-        except (ImportError, AttributeError) as exc:
-            problems.append(f"{module}.{qualname} is missing ({type(exc).__name__})")
+    for target, expected in CALLED.items():
+        got, problem = static.params(root, target)
+        if got is None:
+            problems.append(problem)
             continue
-        params = tuple(inspect.signature(inspect.unwrap(fn)).parameters)
-        if params != expected:
-            problems.append(f"{module}.{qualname}{params} differs from {expected}")
+        name = target.replace(":", ".")
+        if got[:len(expected)] != expected:
+            problems.append(f"{name}{got} does not start with {expected}")
+        for kw in CALLED_KEYWORDS.get(target, ()):
+            if kw not in got and not any(p.startswith("**") for p in got):
+                problems.append(f"{name} takes no {kw!r}")
+    fields, problem = static.dataclass_fields(root, RESULT_CLASS)
+    if fields is None:
+        problems.append(problem)
+    else:
+        problems += [f"GenerationBatchResult.{f} is missing" for f in RESULT_FIELDS
+                     if f not in fields]
     for module, name in ATTRIBUTES:
-        if not hasattr(importlib.import_module(module), name):
+        if not static.has_module_attribute(root, module, name):
             problems.append(f"{module}.{name} is missing")
-    from sglang.srt.managers.utils import GenerationBatchResult
-    fields = {f.name for f in dataclasses.fields(GenerationBatchResult)}
-    for name in RESULT_FIELDS:
-        if name not in fields:
-            problems.append(f"GenerationBatchResult.{name} is missing")
+    problems += loop_problems(root, provided, worker_keywords)
     return problems
+
+
+def loop_problems(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, ...]
+                  ) -> List[str]:
+    """What upstream's loop methods read on ``self`` that the scheduler object lacks."""
+    problems: List[str] = []
+    methods = scheduler_methods(root)
+    have = set(provided) | methods
+    for name in LOOP_METHODS:
+        node, _ = static.find(root, f"{_SCHED}:Scheduler.{name}")
+        if node is None:
+            continue  # an older release without this helper: the loop does not call it
+        for attr, kind in sorted(static.self_reads(node).items()):
+            if attr not in have:
+                problems.append(f"Scheduler.{name} reads self.{attr}, which the target's "
+                                f"scheduler does not provide")
+    loop, _ = static.find(root, f"{_SCHED}:Scheduler.run_batch")
+    if loop is not None:
+        extra = static.call_keywords(loop, "self.model_worker",
+                                    "forward_batch_generation") - set(worker_keywords)
+        extra -= {"pp_proxy_tensors"}  # the pipeline-parallel branch, not taken
+        problems += [f"run_batch passes {kw}= to the worker, which the toy worker does "
+                     f"not take" for kw in sorted(extra)]
+    return problems
+
+
+def scheduler_methods(root: str) -> set:
+    """Names defined in the bodies of ``Scheduler`` and its mixin bases (the classes in
+    sglang's source whose names the class statement lists)."""
+    node, _ = static.find(root, f"{_SCHED}:Scheduler")
+    if node is None:
+        return set()
+    bases = {b.id if hasattr(b, "id") else getattr(b, "attr", "") for b in node.bases}
+    names = _class_names(node)
+    for path in _source_files(root):
+        parsed = static.parse(path)
+        if parsed is None:
+            continue
+        for stmt in parsed[0].body:
+            if getattr(stmt, "name", None) in bases and hasattr(stmt, "bases"):
+                names |= _class_names(stmt)
+    return names
+
+
+def _class_names(cls) -> set:
+    import ast
+    out = set()
+    for s in cls.body:
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(s.name)
+        elif isinstance(s, ast.Assign):
+            out |= {t.id for t in s.targets if isinstance(t, ast.Name)}
+        elif isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
+            out.add(s.target.id)
+    return out
+
+
+def _source_files(root: str) -> List[str]:
+    """The scheduler's mixins live in managers/ and disaggregation/ (and a few more)."""
+    import glob
+    import os
+    out: List[str] = []
+    for sub in ("srt/managers", "srt/disaggregation", "srt/multiplex", "srt/dllm",
+                "srt/speculative", "srt/observability"):
+        out += sorted(glob.glob(os.path.join(root, sub, "**", "*.py"), recursive=True))
+    return out
+
+
+def features(root: str) -> Dict[str, bool]:
+    out = {}
+    for name, target in FEATURES.items():
+        node, _ = static.find(root, target)
+        out[name] = node is not None
+    return out
+
+
+def source_commit(root: str) -> Optional[str]:
+    """The git commit of a source checkout (``pip install -e`` of sglang's repo)."""
+    import os
+    import subprocess
+    top = os.path.dirname(os.path.dirname(root))  # .../python/sglang -> repo
+    if not os.path.isdir(os.path.join(top, ".git")):
+        return None
+    try:
+        out = subprocess.run(["git", "-C", top, "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def evaluate(version: str, root: Optional[str], provided: Tuple[str, ...],
+             worker_keywords: Tuple[str, ...]) -> Verdict:
+    """The tier of the release at ``root`` (its version string from the metadata)."""
+    problems = check_version(version)
+    if root is None:
+        problems.append("the sglang package's source cannot be found")
+        return Verdict(version, "unsupported", problems)
+    problems += check_api(root, provided, worker_keywords)
+    digest = static.files_digest(root, list(DRIVEN_MODULES))
+    verdict = Verdict(version, "unsupported" if problems else "compatible", problems,
+                      digest, features(root), source_commit(root))
+    if not problems and VERIFIED.get(version) == digest:
+        verdict.tier = "verified"
+    return verdict

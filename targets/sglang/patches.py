@@ -46,6 +46,31 @@ PRE_FIX: Tuple[SourcePatch, ...] = (
 )
 
 
+# The simulator as the GPU it stands for. Releases up to 0.5.22 branch their result D2H
+# (``managers/utils.py:_async_d2h``) on ``t.is_cuda``, which a simulated tensor is not,
+# and would take the host path with no pinned buffer and no ``record_stream``. On the
+# simulator only, that test reads as a GPU reads it (0.5.23's own ``async_d2h`` is
+# device-generic and needs no patch; where the snippet is absent the patch is skipped).
+SIM_AS_GPU: Tuple[SourcePatch, ...] = (
+    SourcePatch("sglang.srt.managers.utils:_async_d2h", (
+        ("    if not t.is_cuda:\n", "    if t.device.type == \"cpu\":\n"),
+        ("t.record_stream(torch.cuda.current_stream(t.device))",
+         "t.record_stream(torch.get_device_module(t.device).current_stream())")),
+        "the simulator as a GPU in _async_d2h (releases up to 0.5.22)"),
+)
+
+
+def platform_patches() -> Tuple[SourcePatch, ...]:
+    """The SIM_AS_GPU patches that fit the installed release, on a machine without CUDA."""
+    import torch
+    from . import static
+    if torch.cuda.is_available():
+        return ()
+    root = static.package_root()
+    return tuple(p for p in SIM_AS_GPU if root and not static.patch_fits(root, p.target,
+                                                                         p.edits))
+
+
 def relay_patches(relay: str) -> Tuple[SourcePatch, ...]:
     if relay == "future_map":
         return ()
@@ -59,7 +84,9 @@ def variant_patches(args) -> Iterator[None]:
     """Everything a run with these server args patches, for the duration of the run."""
     from sglang.srt.environ import envs
     with contextlib.ExitStack() as stack:
-        stack.enter_context(all_applied(relay_patches(args.relay)))
-        if args.war_barrier == "coarse":
+        stack.enter_context(all_applied(platform_patches() + relay_patches(args.relay)))
+        if args.war_barrier == "coarse" and hasattr(envs, "SGLANG_FORCE_COARSE_WAR_BARRIER"):
+            # upstream's own switch (0.5.16+); before it, a forward that publishes no
+            # read-done event is the coarse fence (the toy worker then publishes none)
             stack.enter_context(envs.SGLANG_FORCE_COARSE_WAR_BARRIER.override(True))
         yield

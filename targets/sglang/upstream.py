@@ -23,6 +23,8 @@ spec_utils = _modules["sglang.srt.speculative.spec_utils"]
 xgrammar_backend = _modules["sglang.srt.constrained.xgrammar_backend"]
 
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
+from sglang.srt.disaggregation.utils import DisaggregationMode  # noqa: E402
+from sglang.srt.environ import envs  # noqa: E402
 
 # Classes by name (a run-time patch replaces an attribute *of* the class, which every
 # holder of the class sees). Module-level functions are always called through their
@@ -37,8 +39,11 @@ Scheduler = scheduler.Scheduler
 GrammarTree = spec_utils.GrammarTree
 from sglang.srt.constrained.base_grammar_backend import GrammarMask  # noqa: E402
 
-# The GPU code paths: the FutureMap's private D2H stream and pinned seq-lens mirror (and
-# the confidence relay's ring) exist only when overlap_utils._is_cuda, which is computed
-# from torch.cuda at import. On a GPU it is True; the simulator stands for that GPU, so
-# set it as it is there (once: it is read when a FutureMap is built).
-overlap_utils._is_cuda = True
+
+def take_gpu_paths() -> None:
+    """The GPU code paths: the FutureMap's private D2H stream and pinned seq-lens mirror
+    (and the confidence relay's ring) exist only when ``overlap_utils._is_cuda``, which is
+    computed from torch.cuda at import. On a GPU it is True; the simulator stands for that
+    GPU, so it is set as it is there (once, after the contract has checked the attribute
+    exists: it is read when a FutureMap is built)."""
+    overlap_utils._is_cuda = True

@@ -5,6 +5,8 @@ import inspect
 import subprocess
 import sys
 
+import pathlib
+
 import pytest
 
 import targets
@@ -80,20 +82,86 @@ def test_the_simulator_is_sglangs_platform(sglang):
     assert is_pin_memory_available("sim") and not is_pin_memory_available("cpu")
 
 
-def test_contract_names_what_differs(sglang, monkeypatch):
+def _fake_release(tmp_path):
+    """A copy of the installed package's sources the contract reads (a fake release)."""
+    import shutil
+    from targets.sglang import static
+    root = static.package_root()
+    fake = tmp_path / "sglang"
+    for sub in ("srt/managers", "srt/speculative", "srt/disaggregation", "srt/observability",
+                "srt/multiplex", "srt/dllm"):
+        if (pathlib.Path(root) / sub).exists():
+            shutil.copytree(pathlib.Path(root) / sub, fake / sub)
+    shutil.copy(pathlib.Path(root) / "srt/environ.py", fake / "srt/environ.py")
+    return fake
+
+
+def _evaluate(version, root):
     from targets.sglang import contract
-    assert contract.check_api() == []
-    key = ("sglang.srt.managers.overlap_utils", "FutureMap.stash")
-    monkeypatch.setitem(contract.SIGNATURES, key, ("self", "indices", "payload"))
-    problems = contract.check_api()
-    assert len(problems) == 1 and "FutureMap.stash" in problems[0]
-    assert contract.check_version("0.5.22") and not contract.check_version("0.5.23")
+    return contract.evaluate(version, str(root), contract.SCHEDULER_ATTRIBUTES,
+                             contract.WORKER_KEYWORDS)
+
+
+def test_a_main_checkout_with_unchanged_code_is_compatible(sglang, tmp_path):
+    fake = _fake_release(tmp_path)
+    v = _evaluate("0.5.24.dev3+gabc", fake)
+    assert v.tier == "compatible" and v.problems == [], v.problems
+    assert _evaluate("0.5.23.post1", fake).tier == "compatible"
+    assert _evaluate("0.6.0", fake).tier == "unsupported"
+    assert _evaluate("0.5.13", fake).tier == "unsupported"
+    assert _evaluate("not-a-version", fake).tier == "unsupported"
+
+
+def test_a_changed_signature_or_a_new_attribute_is_named(sglang, tmp_path):
+    fake = _fake_release(tmp_path)
+    sched = fake / "srt/managers/scheduler.py"
+    text = sched.read_text()
+    # the loop reads one more attribute of self
+    assert text.count("        self.enable_skip_finishing_decode = True\n") == 1
+    text = text.replace("        self.enable_skip_finishing_decode = True\n",
+                        "        self.enable_skip_finishing_decode = self.brand_new_flag\n")
+    # a method the target calls takes other parameters
+    text = text.replace("    def is_disable_overlap_for_batch(\n        self, batch",
+                        "    def is_disable_overlap_for_batch(\n        self, the_batch", 1)
+    sched.write_text(text)
+    utils = fake / "srt/managers/utils.py"
+    utils.write_text(utils.read_text().replace("@dataclasses.dataclass\nclass GenerationBatchResult",
+                                               "class GenerationBatchResult", 1))
+    ou = fake / "srt/managers/overlap_utils.py"
+    ou.write_text(ou.read_text().replace("_is_cuda = ", "_is_cuda_renamed = ", 1))
+    v = _evaluate("0.5.23", fake)
+    text = "\n".join(v.problems)
+    assert v.tier == "unsupported"
+    assert "self.brand_new_flag" in text
+    assert "is_disable_overlap_for_batch" in text
+    assert "GenerationBatchResult is not a dataclass" in text
+    assert "_is_cuda is missing" in text
+
+
+def test_a_function_turned_into_a_value_is_a_problem_not_a_crash(sglang, tmp_path):
+    fake = _fake_release(tmp_path)
+    ou = fake / "srt/managers/overlap_utils.py"
+    ou.write_text(ou.read_text() + "\nresolve_forward_inputs = 3\n")
+    sb = fake / "srt/managers/schedule_batch.py"
+    sb.write_text(sb.read_text() + "\nScheduleBatch = None\n")
+    v = _evaluate("0.5.23", fake)
+    assert v.tier == "unsupported" and any("ScheduleBatch" in p for p in v.problems)
+
+
+def test_an_unsupported_release_is_exit_2_naming_every_problem(sglang, monkeypatch, capsys):
+    from harness import cli
+    from targets.sglang import contract
+    monkeypatch.setattr(contract, "installed_version", lambda: "0.4.0")
+    monkeypatch.delitem(targets._TARGETS, "sglang", raising=False)
+    assert cli.main(["list", "--target", "sglang"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("specrace: error:") and "0.4.0" in "\n".join(err)
 
 
 def test_unsupported_or_missing_sglang_is_a_target_error(monkeypatch):
     from targets.sglang import SglangTarget, contract
     monkeypatch.setattr(contract, "installed_version", lambda: "0.4.0")
-    with pytest.raises(targets.TargetError, match="0.4.0 is not a supported release"):
+    with pytest.raises(targets.TargetError, match="0.4.0 is unsupported"):
         SglangTarget().load()
 
     def missing():

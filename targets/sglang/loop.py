@@ -1,0 +1,385 @@
+"""Upstream's own event loop, driven one iteration at a time.
+
+The sequencing is the installed package's: ``Scheduler.event_loop_overlap`` and, through
+it, ``run_batch``, ``is_disable_overlap_for_batch``, ``_apply_war_barrier``,
+``launch_batch_sample_if_needed``, ``_relay_forward_payload``, ``_copy_result_to_cpu``,
+``_forward_isolation`` and ``record_batch_in_overlap`` -- looked up on the class at each
+call, unmodified (a variant or a mutation patches the class, and that is the code that
+runs). The scheduler object is built the way sglang's own CPU unit tests build one:
+``Scheduler.__new__(Scheduler)`` plus the attributes its loop methods read
+(``SCHEDULER_ATTRIBUTES``; ``contract`` checks that set against the installed source).
+
+Ours, and only where the whole server would be needed (``Intake``):
+
+* ``ingest_requests`` -- request intake: arrivals by iteration; it is also where one
+  iteration ends, so the harness can step the ``while True`` loop (below);
+* ``get_next_batch_to_run`` -- batch formation: the last prefill merged into the running
+  batch and finished requests filtered with upstream's ``ScheduleBatch.merge_batch`` /
+  ``filter_batch``, new prefill batches from ``ScheduleBatch.init_new``;
+* ``process_batch_result`` -- result commit (the oracle's observer);
+* ``on_idle``.
+
+Three probe shims sit on the instance, each calling upstream's method unchanged: the fault
+plan may stall before ``_relay_forward_payload`` and may ask for more synchronous batches
+than upstream would (``is_disable_overlap_for_batch``: the mixed-overlap scenario and the
+synchronous reference run, which is upstream's own disable path -- the previous result
+processed before the launch -- on every batch).
+
+Stepping: upstream's loop is ``while True``. It runs in a greenlet (one OS thread, so
+CUDA's per-thread current stream is the loop's own); ``ingest_requests`` hands control
+back to ``step()`` at the top of each iteration. ``close()`` sets ``gracefully_exit``,
+upstream's own stop flag, and the loop leaves at its next check.
+"""
+from __future__ import annotations
+
+import collections
+import types
+from typing import Any, Deque, List, Optional
+
+import greenlet
+import torch
+
+from harness.faults import ask, fault_point, observe
+from impl.model import ToyTargetModel
+from impl.vocab import EOS_ID
+
+from . import upstream
+from .contract import NOT_MODELLED
+from .worker import SamplingInfo, ToyNgramWorker
+
+
+class NotModelled:
+    """The value of a scheduler attribute read only on a path this target does not take
+    (pipeline parallelism, disaggregation, ...): touching it is a loud harness error."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, item: str) -> Any:
+        raise RuntimeError(f"specrace: upstream read Scheduler.{self._name}.{item}, on a path "
+                           f"the sglang target does not model")
+
+    def __bool__(self) -> bool:
+        raise RuntimeError(f"specrace: upstream tested Scheduler.{self._name}, on a path the "
+                           f"sglang target does not model")
+
+
+class _Recorder:
+    """metrics_reporter / profiler_manager: observability, nothing under test."""
+
+    def __getattr__(self, item: str):
+        return lambda *a, **k: None
+
+
+_UNSET = object()
+
+
+def _plan(running_batch, batch_to_run):
+    return types.SimpleNamespace(running_batch=running_batch, batch_to_run=batch_to_run)
+
+
+def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
+    """A ``Scheduler`` without ``__init__``: the attributes its loop methods read."""
+    Scheduler = upstream.Scheduler
+    s = Scheduler.__new__(Scheduler)
+    dev = torch.device(device)
+    mod = torch.get_device_module(dev)
+    model = model or ToyTargetModel(dev)
+    # streams, as Scheduler.init_overlap makes them
+    s.device = str(dev)
+    s.device_module = mod
+    s.schedule_stream, s.forward_stream, s.copy_stream = mod.Stream(), mod.Stream(), mod.Stream()
+    s.forward_stream_ctx = mod.stream(s.forward_stream)
+    s.copy_stream_ctx = mod.stream(s.copy_stream)
+    # the relay: a real FutureMap over a request pool of the workload's size
+    s.req_to_token_pool = types.SimpleNamespace(
+        device=dev, size=args.req_pool_size,
+        req_to_token=torch.zeros((args.req_pool_size, 1), dtype=torch.int32, device=dev),
+        req_generation=torch.zeros((args.req_pool_size,), dtype=torch.int64))
+    s.spec_algorithm = upstream.SpeculativeAlgorithm.NGRAM
+    s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)
+    s.model_worker = ToyNgramWorker(model, dev, args.draft_token_num, args.overlap,
+                                    args.spec_algorithm == "eagle")
+    # the fine fence engages only where the forward publishes read-done; the coarse one
+    # is upstream's own fallback for a forward that does not (and its switch, where the
+    # release has it: targets.sglang.patches)
+    s.model_worker.publish_read_done = args.war_barrier == "fine"
+    s.model_config = types.SimpleNamespace(is_encoder_decoder=False,
+                                           vocab_size=model.vocab_size)
+    # upstream's own decision (Scheduler.run_event_loop): the barrier is on under CUDA, or
+    # where SGLANG_ENABLE_WAR_BARRIER says so -- the simulator stands for a CUDA device
+    s._war_barrier_enabled = upstream.scheduler.is_cuda() or dev.type != "cpu" or \
+        upstream.envs.SGLANG_ENABLE_WAR_BARRIER.get()
+    # modes, as a single-rank generation server with overlap and no extras runs
+    s.enable_overlap = True
+    s.is_generation = True
+    s.enable_pdmux = False
+    s.enable_unified_memory = False
+    s.enable_unified_cache_external_linker = False
+    s.enable_async_d2h_copy = False
+    s.async_d2h_worker = None
+    s.attn_dp_enabled = False
+    s.require_mlp_sync = False
+    s.disaggregation_mode = upstream.DisaggregationMode.NULL
+    s.chunked_req = None
+    s._confidence_budget_prepare = None
+    s.gracefully_exit = False
+    s._engine_paused = False
+    s.running_batch = None
+    s.last_batch = None
+    s.cur_batch_for_debug = None
+    s.result_queue = collections.deque()  # the loop makes its own at entry
+    # observability and counters
+    s.scheduler_stage_metrics = None
+    s.scripted_scheduler_hook = None
+    s.forward_sleep_time = None
+    s.metrics_reporter = _Recorder()
+    s.profiler_manager = _Recorder()
+    s.forward_ct = 0
+    s.processed_tokens_counter = 0
+    s._sched_idled = False
+    s.batch_record_buf = [None, None]
+    s.batch_record_ct = 0
+    s.enable_dp_attention = False
+    s.cur_batch = None
+    s.server_args = NotModelled("server_args")
+    for name in NOT_MODELLED:
+        setattr(s, name, NotModelled(name))
+    return s
+
+
+class Intake:
+    """The four server-facing methods upstream's loop calls, ours (module docstring)."""
+
+    def __init__(self, loop: "UpstreamLoop") -> None:
+        self.loop = loop
+
+    def ingest_requests(self, stop_at_pause: bool = False) -> List:
+        """The top of an iteration (0.5.20+; older loops call ``recv_requests``)."""
+        loop = self.loop
+        if loop.started:
+            loop.parent.switch()  # the iteration ended: back to step()
+        loop.started = True
+        if loop.stopping:
+            loop.sched.gracefully_exit = True
+        else:
+            loop.iteration += 1
+        return []
+
+    recv_requests = ingest_requests  # releases before 0.5.20: request_receiver.recv_requests
+
+    def process_input_requests(self, recv_reqs) -> None:
+        pass
+
+    def get_next_batch_to_run(self, running_batch=_UNSET, last_batch=_UNSET):
+        """Releases from 0.5.16 pass the batches and take a plan back; older ones take
+        no arguments and get the batch (the running batch kept on ``self``)."""
+        s = self.loop.sched
+        if running_batch is _UNSET:
+            plan = self._next(s.running_batch, s.last_batch)
+            s.running_batch = plan.running_batch
+            return plan.batch_to_run
+        return self._next(running_batch, last_batch)
+
+    def _next(self, running_batch, last_batch):
+        loop = self.loop
+        if loop.stopping:
+            return _plan(running_batch, None)
+        if last_batch is not None and last_batch.forward_mode.is_extend():
+            loop.filter_finished(last_batch)
+            if last_batch.reqs:
+                if running_batch is None:
+                    running_batch = last_batch
+                else:
+                    fault_point("schedule.before_merge")
+                    running_batch.merge_batch(last_batch)
+                running_batch.forward_mode = upstream.ForwardMode.DECODE
+        if running_batch is not None:
+            loop.filter_finished(running_batch)
+            if not running_batch.reqs:
+                running_batch = None
+        if loop.waiting and loop.free_slots:
+            return _plan(running_batch, loop.new_prefill_batch())
+        if running_batch is not None:
+            for r in running_batch.reqs:
+                r.launched += 1
+            running_batch.extend_num_tokens = 0
+            return _plan(running_batch, running_batch)
+        if loop.args.dp_attention:
+            return _plan(None, loop.idle_batch())
+        return _plan(None, None)
+
+    def process_batch_result(self, batch, result) -> None:
+        launch = getattr(result, "specrace_launch", None)
+        if launch is None:  # an idle (DP) batch: nothing to commit
+            return
+        reqs, steps, stride = launch
+        result.copy_done.synchronize()
+        tokens = result.next_token_ids.tolist()
+        lens = result.accept_lens.tolist()
+        for i, req in enumerate(reqs):
+            if req.done:
+                continue  # it ran one step past its finish under overlap; drop that step
+            accepted = tokens[i * stride: i * stride + lens[i]]
+            observe("result", req=req, step=steps[i], accept_len=lens[i], tokens=accepted)
+            req.committed_step = steps[i]
+            self.loop.commit(req, accepted)
+
+    def on_idle(self) -> None:
+        pass
+
+
+class UpstreamLoop:
+    """The harness's handle on upstream's loop: ``step`` / ``has_work`` /
+    ``run_to_completion`` / ``streams``, as every target's scheduler offers them."""
+
+    def __init__(self, args, device, grammar_backend: Any = None,
+                 model: Optional[ToyTargetModel] = None) -> None:
+        args.validate()
+        self.args = args
+        self.device = torch.device(device)
+        self.sched = build_scheduler(args, device, model)
+        self.future_map = self.sched.future_map
+        self.vocab_size = self.sched.model_config.vocab_size
+        self.free_slots = list(range(1, args.req_pool_size))  # slot 0: padding row
+        self.waiting: Deque[Any] = collections.deque()
+        self.finished: List[Any] = []
+        self.iteration = 0
+        self.started = self.stopping = False
+        intake = Intake(self)
+        s = self.sched
+        for name in ("ingest_requests", "process_input_requests", "get_next_batch_to_run",
+                     "process_batch_result", "on_idle"):
+            setattr(s, name, getattr(intake, name))
+        s.request_receiver = intake  # releases before 0.5.20 call its recv_requests()
+        s.is_disable_overlap_for_batch = self._disable_overlap
+        s._relay_forward_payload = self._relay_forward_payload
+        self.parent = greenlet.getcurrent()
+        self.runner = greenlet.greenlet(self._run)
+
+    # --- the loop ----------------------------------------------------------------------
+    def _run(self) -> None:
+        s = self.sched
+        with s.device_module.stream(s.schedule_stream):
+            type(s).event_loop_overlap(s)
+
+    def step(self) -> None:
+        """One iteration of upstream's loop (from one ``ingest_requests`` to the next)."""
+        if self.runner.dead:
+            raise RuntimeError("upstream's event loop has exited")
+        self.parent = greenlet.getcurrent()
+        self.runner.switch()
+
+    def close(self) -> None:
+        """Upstream's own stop: ``gracefully_exit``, seen at the loop's next check. The
+        loop is left this way, never by a ``GreenletExit`` thrown in when the greenlet is
+        collected, which would unwind its stream context in the middle of a later run."""
+        if self.runner.dead or not self.started:
+            return
+        self.stopping = True
+        self.parent = greenlet.getcurrent()
+        self.runner.switch()
+
+    def has_work(self) -> bool:
+        s = self.sched
+        queued = any(getattr(r, "specrace_launch", None) for _, r in s.result_queue)
+        return bool(self.waiting or s.running_batch or queued
+                    or (s.last_batch is not None and s.last_batch.reqs))
+
+    def run_to_completion(self, max_iterations: int = 10_000) -> None:
+        while self.has_work() and self.iteration < max_iterations:
+            self.step()
+
+    @property
+    def streams(self) -> dict:
+        s = self.sched
+        return {"schedule": s.schedule_stream, "forward": s.forward_stream,
+                "copy": s.copy_stream, "d2h": s.future_map.fwd_prepare_d2h_stream}
+
+    @property
+    def running_batch(self):
+        return self.sched.running_batch
+
+    @property
+    def result_queue(self):
+        return self.sched.result_queue
+
+    def add_request(self, req) -> None:
+        self.waiting.append(req)
+
+    # --- probe shims: upstream's methods, called unchanged -----------------------------
+    def _disable_overlap(self, batch, *rest, **kw) -> bool:
+        s = self.sched  # (batch) before 0.5.16, (batch, last_batch=) since
+        decided = type(s).is_disable_overlap_for_batch(s, batch, *rest, **kw)
+        if decided or batch is None or not s.result_queue:
+            return decided
+        if not self.args.overlap:  # the synchronous reference: every batch
+            return True
+        if batch.forward_mode.is_decode():
+            return bool(ask("schedule.disable_overlap", False, batch=batch))
+        return False
+
+    def _relay_forward_payload(self, *args) -> None:
+        fault_point("future_map.before_stash")  # (fi, result) before 0.5.19, batch first since
+        s = self.sched
+        type(s)._relay_forward_payload(s, *args)
+
+    # --- batch formation and commit (ours) ---------------------------------------------
+    def filter_finished(self, batch) -> None:
+        keep = [i for i, r in enumerate(batch.reqs) if not r.finished()]
+        if len(keep) < len(batch.reqs):
+            fault_point("schedule.before_filter", batch=batch)
+            batch.filter_batch(keep_indices=keep)
+
+    def _init_batch(self, reqs: List[Any], forward_mode):
+        batch = upstream.ScheduleBatch.init_new(
+            reqs, self.sched.req_to_token_pool, None, None, self.sched.model_config,
+            enable_overlap=True, spec_algorithm=self.sched.spec_algorithm)
+        batch.forward_mode = forward_mode
+        batch.sampling_info = SamplingInfo(self.vocab_size)
+        batch.split_index = 0
+        batch.extend_num_tokens = 0
+        return batch
+
+    def new_prefill_batch(self):
+        """``prepare_for_extend``, as far as the relay needs it: indices, lengths and the
+        prefill input ids staged in pinned host memory (resolved on the forward stream)."""
+        reqs = []
+        while self.waiting and self.free_slots and len(reqs) < self.args.max_prefill_reqs:
+            req = self.waiting.popleft()
+            req.pool_idx = self.free_slots.pop(0)
+            req.launched = 1
+            reqs.append(req)
+        batch = self._init_batch(reqs, upstream.ForwardMode.EXTEND)
+        pool = [r.pool_idx for r in reqs]
+        lens = [len(r.prompt) for r in reqs]
+        batch.req_pool_indices = torch.tensor(pool, dtype=torch.int64, device=self.device)
+        batch.req_pool_indices_cpu = torch.tensor(pool, dtype=torch.int64)
+        batch.seq_lens = torch.tensor(lens, dtype=torch.int64, device=self.device)
+        batch.orig_seq_lens = batch.seq_lens
+        batch.seq_lens_cpu = torch.tensor(lens, dtype=torch.int64)
+        batch.prefill_input_ids_cpu = torch.tensor(
+            [r.prompt[-1] for r in reqs], dtype=torch.int64, pin_memory=True)
+        batch.extend_num_tokens = sum(lens)
+        return batch
+
+    def idle_batch(self):
+        batch = self._init_batch([], upstream.ForwardMode.IDLE)
+        batch.req_pool_indices = torch.empty((0,), dtype=torch.int64, device=self.device)
+        batch.req_pool_indices_cpu = torch.empty((0,), dtype=torch.int64)
+        batch.seq_lens = torch.empty((0,), dtype=torch.int64, device=self.device)
+        batch.orig_seq_lens = batch.seq_lens
+        batch.input_ids = torch.empty((0,), dtype=torch.int64, device=self.device)
+        return batch
+
+    def commit(self, req, tokens: List[int]) -> None:
+        for tok in tokens:
+            req.output_ids.append(tok)
+            if req.grammar is not None and not req.grammar.is_terminated():
+                req.grammar.accept_token(tok)
+            if tok == EOS_ID or len(req.output_ids) >= req.max_new_tokens:
+                req.done = True
+                self.free_slots.append(req.pool_idx)
+                self.finished.append(req)
+                return
+

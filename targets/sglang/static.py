@@ -1,0 +1,202 @@
+"""Static reads of an sglang source tree: no import, nothing executed.
+
+The contract (``contract``) and the release table (``releases``) read the installed
+package -- or any unpacked release -- through these: where a module is, a function's
+parameters, a dataclass's fields, the ``self.X`` attributes a method reads, whether a
+source patch's snippets occur exactly once. Every failure is a value (``None`` or a
+problem string), never an exception: a contract that crashes on an odd release is no
+contract.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from functools import lru_cache
+from typing import Dict, FrozenSet, List, Optional, Tuple, Union
+
+Node = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
+
+
+def package_root() -> Optional[str]:
+    """The installed ``sglang`` package's folder, found without importing it."""
+    try:
+        spec = importlib.util.find_spec("sglang")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def module_path(root: str, module: str) -> str:
+    """``sglang.srt.managers.scheduler`` -> ``ROOT/srt/managers/scheduler.py``."""
+    parts = module.split(".")[1:]
+    return os.path.join(root, *parts) + ".py"
+
+
+@lru_cache(maxsize=64)
+def _parse(path: str, mtime: float) -> Optional[Tuple[ast.Module, str]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        return ast.parse(text, filename=path), text
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def parse(path: str) -> Optional[Tuple[ast.Module, str]]:
+    try:
+        return _parse(path, os.path.getmtime(path))
+    except OSError:
+        return None
+
+
+def find(root: str, target: str) -> Tuple[Optional[ast.AST], str]:
+    """The AST node of ``"module:qualname"`` and a problem string when there is none.
+    The node may be any statement (an assignment where a def was expected is the
+    caller's problem to name)."""
+    module, _, qual = target.partition(":")
+    parsed = parse(module_path(root, module))
+    if parsed is None:
+        return None, f"{module} is missing or does not parse"
+    node: ast.AST = parsed[0]
+    for part in qual.split("."):
+        found = None
+        for stmt in getattr(node, "body", []):
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                if stmt.name == part:
+                    found = stmt
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                if any(isinstance(t, ast.Name) and t.id == part for t in targets):
+                    found = stmt
+        if found is None:
+            return None, f"{module}.{qual} is missing"
+        node = found
+    return node, ""
+
+
+def params(root: str, target: str) -> Tuple[Optional[Tuple[str, ...]], str]:
+    """A function's parameter names, in order (``self``/``cls`` included)."""
+    node, problem = find(root, target)
+    if node is None:
+        return None, problem
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None, f"{target.replace(':', '.')} is not a function"
+    a = node.args
+    names = [x.arg for x in (*a.posonlyargs, *a.args)]
+    if a.vararg:
+        names.append("*" + a.vararg.arg)
+    names += [x.arg for x in a.kwonlyargs]
+    if a.kwarg:
+        names.append("**" + a.kwarg.arg)
+    return tuple(names), ""
+
+
+def dataclass_fields(root: str, target: str) -> Tuple[Optional[FrozenSet[str]], str]:
+    """The annotated fields of a ``@dataclass`` class."""
+    node, problem = find(root, target)
+    if node is None:
+        return None, problem
+    if not isinstance(node, ast.ClassDef):
+        return None, f"{target.replace(':', '.')} is not a class"
+    names = {ast.unparse(d).split("(")[0] for d in node.decorator_list}
+    if not names & {"dataclass", "dataclasses.dataclass"}:
+        return None, f"{target.replace(':', '.')} is not a dataclass"
+    return frozenset(s.target.id for s in node.body
+                     if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)), ""
+
+
+def has_module_attribute(root: str, module: str, name: str) -> bool:
+    """Is ``name`` bound at the top level of ``module`` (assigned, def, class, import)?"""
+    parsed = parse(module_path(root, module))
+    if parsed is None:
+        return False
+    for stmt in parsed[0].body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if stmt.name == name:
+                return True
+        for t in ast.walk(stmt) if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.If,
+                                                       ast.Try)) else ():
+            if isinstance(t, ast.Name) and t.id == name and isinstance(t.ctx, ast.Store):
+                return True
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            if any((a.asname or a.name.split(".")[0]) == name for a in stmt.names):
+                return True
+    return False
+
+
+def self_reads(node: ast.AST) -> Dict[str, str]:
+    """``self.X`` reads in a method: X -> "call" (only ever called) or "value". Attributes
+    the method itself assigns first are not reads of the caller's state."""
+    stored = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+              and isinstance(n.value, ast.Name) and n.value.id == "self"
+              and isinstance(n.ctx, ast.Store)}
+    called = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    reads: Dict[str, str] = {}
+    for n in ast.walk(node):
+        if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                and n.value.id == "self" and isinstance(n.ctx, ast.Load)
+                and n.attr not in stored):
+            kind = "call" if id(n) in called else "value"
+            if reads.get(n.attr) != "value":
+                reads[n.attr] = kind
+    return reads
+
+
+def call_keywords(node: ast.AST, receiver: str, method: str) -> FrozenSet[str]:
+    """Keyword names passed to ``RECEIVER.method(...)`` calls in ``node`` (``receiver``
+    as written, e.g. ``self.model_worker``; keys stored into a ``*kwargs`` dict in the
+    same function count too: ``fwd_kwargs["on_publish"] = ...``)."""
+    names = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
+                and n.func.attr == method and ast.unparse(n.func.value) == receiver:
+            names |= {k.arg for k in n.keywords if k.arg}
+        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) \
+                and isinstance(n.value, ast.Name) and n.value.id.endswith("kwargs") \
+                and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str):
+            names.add(n.slice.value)
+    return frozenset(names)
+
+
+def source_of(root: str, target: str) -> Optional[str]:
+    """The source text of ``"module:qualname"`` (what a source patch edits)."""
+    node, _ = find(root, target)
+    if node is None:
+        return None
+    module = target.partition(":")[0]
+    parsed = parse(module_path(root, module))
+    if parsed is None:
+        return None
+    lines = parsed[1].splitlines(keepends=True)
+    start = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno])
+    return "".join(lines[start - 1:node.end_lineno])
+
+
+def patch_fits(root: str, target: str, edits) -> str:
+    """"" when every snippet of a source patch occurs exactly once, else the problem."""
+    src = source_of(root, target)
+    if src is None:
+        return f"{target.replace(':', '.')} is missing"
+    for old, _new in edits:
+        n = src.count(old)
+        if n != 1:
+            first = old.strip().splitlines()[0] if old.strip() else old
+            return f"a snippet occurs {n} times in {target.replace(':', '.')}: {first[:60]!r}"
+    return ""
+
+
+def files_digest(root: str, modules: List[str]) -> str:
+    """sha256 over the named modules' files (name and content), 16 hex digits."""
+    import hashlib
+    h = hashlib.sha256()
+    for name in sorted(modules):
+        try:
+            with open(module_path(root, name), "rb") as f:
+                data = f.read()
+        except OSError:
+            data = b"<missing>"
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()[:16]

@@ -1,0 +1,240 @@
+"""Ours, under upstream's loop: the toy worker and the request the sglang target runs.
+
+``ToyNgramWorker`` stands in for upstream's ``NGRAMWorker`` + ``TpModelWorker`` (they need
+GPU kernels and the JIT n-gram corpus) with specrace's toy target model, host n-gram
+proposer and greedy tree verify, shaped like upstream's worker: draft prep reads the
+relayed accept state with a blocking ``.cpu()`` on the forward stream, the verify publishes
+``new_seq_lens`` through ``on_publish`` and records the shared-read-done event that
+upstream's ``_apply_war_barrier`` waits on. What it calls of upstream:
+``record_stream_for_v2_verify``, ``NgramVerifyInput``, ``GenerationBatchResult``,
+``GrammarTree.from_host`` / ``from_device`` and ``build_grammar_vocab_mask``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List
+
+import torch
+
+from harness.faults import ask, fault_point, observe
+from impl.drafter import draft_tree
+from impl.grammar import apply_vocab_mask
+from impl.model import ToyTargetModel
+from impl.ngram import NgramProposer
+from impl.tree import derive_tree_links
+from impl.verify import verify_tree_greedy
+from impl.vocab import EOS_ID
+
+from . import upstream
+
+
+@dataclass
+class Req:
+    """A request, with the attributes upstream's batch code reads of sglang's ``Req``."""
+
+    rid: int
+    prompt: List[int]
+    max_new_tokens: int
+    grammar: Any = None
+    output_ids: List[int] = field(default_factory=list)
+    done: bool = False
+    pool_idx: int = -1
+    launched: int = 0  # forward steps launched (prefill = step 0)
+    committed_step: int = -1
+    # read by ScheduleBatch.init_new / filter_batch / merge_batch
+    return_logprob: bool = False
+    is_prefill_only: bool = False
+
+    @property
+    def return_hidden_states_mode(self):
+        return upstream.CaptureHiddenMode.NULL
+
+    def finished(self) -> bool:
+        return self.done
+
+    def needs_splice(self) -> bool:
+        return self.committed_step < self.launched - 2
+
+    def context(self) -> List[int]:
+        return self.prompt + self.output_ids
+
+
+class SamplingInfo:
+    """The sampling state filter/merge carry along (none of it is under test here)."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+        self.grammar_mask = None
+
+    def filter_batch(self, keep_indices, keep_indices_device) -> None:
+        pass
+
+    def merge_batch(self, other: "SamplingInfo") -> None:
+        if other.grammar_mask is not None:
+            self.grammar_mask = other.grammar_mask
+
+    def copy_for_forward(self) -> "SamplingInfo":
+        return self
+
+
+class ToyNgramWorker:
+    """Stands in for upstream's NGRAMWorker + target worker, shaped like them.
+
+    The sampler is ours too (upstream's applies the grammar bitmask with a triton kernel,
+    which has no simulator path): masks are upstream's ``GrammarMask`` objects, applied
+    with plain torch ops. ``device_drafted`` is the EAGLE-style path: a device drafter
+    builds the tree on the forward stream and ``GrammarTree.from_device`` stages it.
+    """
+
+    def __init__(self, model: ToyTargetModel, device, draft_token_num: int,
+                 overlap: bool, device_drafted: bool = False) -> None:
+        self.model = model
+        self.device = torch.device(device)
+        self.mod = torch.get_device_module(self.device)
+        self.D = draft_token_num
+        self.overlap = overlap
+        self.device_drafted = device_drafted
+        self.proposer = NgramProposer(draft_token_num)
+        # _apply_war_barrier reads the runner's shared-read-done event (and clears it):
+        # ``last_shared_read_runner.shared_read_done_event`` since 0.5.18,
+        # ``war_fastpath_runner.war_fastpath_read_done_event`` before
+        self.last_shared_read_runner = self.war_fastpath_runner = self
+        self.shared_read_done_event = self.war_fastpath_read_done_event = None
+        # Whether this forward publishes read-done at all, as the release's runner does
+        # for an NGRAM step (``--war-barrier``: fine publishes, coarse does not)
+        self.publish_read_done = True
+
+    def _record_shared_read_done(self) -> None:
+        if self.publish_read_done:
+            event = self.mod.Event()
+            event.record()
+            self.shared_read_done_event = self.war_fastpath_read_done_event = event
+        fault_point("forward.after_read_done")
+
+    def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
+        fwd = self.mod.current_stream()
+        upstream.spec_utils.record_stream_for_v2_verify(batch, None, fwd)
+        bs, D = len(batch.reqs), self.D
+        if batch.forward_mode.is_extend():
+            self._record_shared_read_done()
+            logits = self.model.forward(batch.input_ids)
+            if batch.has_grammar:
+                self._apply_extend_grammar(batch, logits)
+            predict = logits.argmax(dim=-1)
+            new_seq_lens = batch.seq_lens.clone()
+            accept_tokens = torch.zeros((bs, D), dtype=torch.int32, device=self.device)
+            accept_tokens[:, 0] = predict.to(torch.int32)
+            accept_tokens = accept_tokens.flatten()
+            accept_lens = torch.ones((bs,), dtype=torch.int32, device=self.device)
+            next_token_ids = predict
+        elif bs == 0:  # a DP-idle rank: empty tensors all the way
+            accept_tokens = torch.empty((0,), dtype=torch.int32, device=self.device)
+            accept_lens = torch.empty((0,), dtype=torch.int32, device=self.device)
+            new_seq_lens = torch.empty((0,), dtype=torch.int64, device=self.device)
+            next_token_ids = accept_tokens
+        else:
+            if self.device_drafted:
+                drafts, nt, ns, tree = self._device_tree(batch)
+            else:
+                drafts, nt, ns, tree = self._prepare_for_speculative_decoding(batch)
+            self._record_shared_read_done()
+            logits = self.model.forward(drafts)  # the verify forward
+            self._sample_masks(batch, logits, tree)
+            target_predict = logits.argmax(dim=-1).view(bs, D)
+            fault_point("forward.before_verify")
+            predict, accept_index, accept_lens = verify_tree_greedy(
+                target_predict, drafts.view(bs, D), nt, ns)
+            new_seq_lens = batch.seq_lens + accept_lens
+            accept_tokens = predict[accept_index].flatten().to(torch.int32)
+            next_token_ids = accept_tokens
+        if on_publish is not None:
+            on_publish(new_seq_lens)
+        next_draft_input = upstream.NgramVerifyInput(
+            draft_token_num=D, new_seq_lens=new_seq_lens, accept_tokens=accept_tokens,
+            accept_lens=accept_lens)
+        result = upstream.GenerationBatchResult(
+            next_token_ids=next_token_ids, accept_lens=accept_lens,
+            new_seq_lens=new_seq_lens, next_draft_input=next_draft_input,
+            speculative_num_draft_tokens=D)
+        if bs:  # what the commit needs of this launch (ours: upstream keys on the batch)
+            stride = D if batch.forward_mode.is_decode() else 1
+            result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
+                                      stride)
+        return result
+
+    def _prepare_for_speculative_decoding(self, batch):
+        """Draft prep: the previous step's accept state to the host (blocking, on the
+        forward stream), spliced onto the context under overlap, then the host trees
+        staged in pinned memory and copied to the device."""
+        D = self.D
+        spec = batch.spec_info
+        prev_tokens = spec.accept_tokens.cpu().tolist()
+        prev_lens = spec.accept_lens.cpu().tolist()
+        observe("draft_prep", reqs=batch.reqs, steps=[r.launched - 2 for r in batch.reqs],
+                accept_lens=prev_lens, accept_tokens=prev_tokens, stride=D)
+        drafts: List[int] = []
+        next_token: List[List[int]] = []
+        next_sibling: List[List[int]] = []
+        for i, req in enumerate(batch.reqs):
+            context = req.context()
+            if req.needs_splice():  # the previous step is still in flight
+                context = context + prev_tokens[i * D: i * D + prev_lens[i]]
+            tokens, parents = self.proposer.propose(context)
+            nt, ns = derive_tree_links(parents)
+            drafts += tokens
+            next_token.append(nt)
+            next_sibling.append(ns)
+        staged = [torch.tensor(x, dtype=torch.int64, pin_memory=True)
+                  for x in (drafts, next_token, next_sibling)]
+        batch.staging = staged  # the pinned sources live until the copies ran
+        on_device = [t.to(self.device, non_blocking=True) for t in staged]
+        tree = None
+        if batch.has_grammar:  # the tree is already on the host: from_host (NGRAM)
+            tree = upstream.GrammarTree.from_host(staged[1], staged[2],
+                                                  staged[0].view(len(batch.reqs), D))
+        return on_device[0], on_device[1], on_device[2], tree
+
+    def _device_tree(self, batch):
+        """EAGLE-style: the tree is built on this stream; its host copy is started before
+        the verify launch (``from_device``) and resolved after it."""
+        # The root is the last accepted token of the relayed accept state, on the device
+        # (as EAGLE's draft input carries it): right whether or not the host has
+        # committed the previous step yet.
+        spec, bs, D = batch.spec_info, len(batch.reqs), self.D
+        last = (spec.accept_lens.to(torch.int64) - 1).clamp(min=0).view(bs, 1)
+        roots = spec.accept_tokens.view(bs, D).to(torch.int64).gather(1, last).view(bs)
+        drafts, next_token, next_sibling = draft_tree(roots, self.D, self.model.vocab_size)
+        fault_point("forward.after_draft")
+        tree = None
+        if batch.has_grammar:
+            tree = upstream.GrammarTree.from_device(next_token, next_sibling,
+                                                    drafts.view(len(batch.reqs), self.D))
+        return drafts, next_token, next_sibling, tree
+
+    def _apply_extend_grammar(self, batch, logits) -> None:
+        """The extend stage's mask: one row per request, left on ``sampling_info`` (the
+        verify's ``build_grammar_vocab_mask`` must clear it)."""
+        reqs = batch.reqs
+        first = next(r.grammar for r in reqs if r.grammar is not None)
+        mask = first.allocate_vocab_mask(batch.sampling_info.vocab_size, len(reqs),
+                                         self.device)
+        for i, r in enumerate(reqs):
+            if r.grammar is not None and not r.grammar.is_terminated():
+                r.grammar.fill_vocab_mask(mask, i)
+        mask = first.move_vocab_mask(mask, self.device)
+        apply_vocab_mask(logits, mask)
+        batch.sampling_info.grammar_mask = upstream.GrammarMask(first, mask)
+
+    def _sample_masks(self, batch, logits, tree) -> None:
+        """Upstream's verify mask first (it clears the stale extend-stage mask), then
+        whatever ``sampling_info`` still carries, then the verify mask itself."""
+        info = batch.sampling_info
+        grammar_mask = None
+        if tree is not None:
+            grammar_mask = upstream.spec_utils.build_grammar_vocab_mask(
+                reqs=batch.reqs, tree=tree, sampling_info=info, device=self.device,
+                barrier=None)
+        if info.grammar_mask is not None:
+            apply_vocab_mask(logits, info.grammar_mask.vocab_mask)
+        if grammar_mask is not None:
+            apply_vocab_mask(logits, grammar_mask.vocab_mask)
