@@ -93,8 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--variant", default=None, help="default: as-installed")
     rl.add_argument("--war-barrier", choices=["fine", "coarse"], default=None,
                     help="default: each release's own")
-    rl.add_argument("--trials", type=_trials)
-    rl.add_argument("--seed", type=_seed, default=0)
+    rl.add_argument("--trials", type=A.trials)
+    rl.add_argument("--seed", type=A.seed, default=0)
     rl.add_argument("--expect", choices=["clean", "race"], default=None,
                     help="every applicable release must give this outcome")
     rl.add_argument("--json", action="store_true")
@@ -371,7 +371,7 @@ def cmd_releases(args) -> int:
                         ("--trials", args.trials), ("--expect", args.expect)):
         if value is not None:
             options += [flag, str(value)]
-    rows = _with_progress(lambda prog: run_releases(scenario.name, options, args.report_dir,
+    rows = A.with_progress(lambda prog: run_releases(scenario.name, options, args.report_dir,
                                                     versions, prog),
                           len(versions), f"{scenario.name} on {len(versions)} release(s)",
                           quiet=args.json)
