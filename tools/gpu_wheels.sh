@@ -24,5 +24,6 @@ dl pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspecti
    compressed-tensors==0.18.0 dill==0.4.1 distro==1.9.0 fastapi==0.165.0 gguf==0.19.0 \
    jiter==0.19.0 loguru==0.7.3 msgspec==0.23.0 openai==2.8.0 opentelemetry-api==1.45.2 \
    orjson==3.13.0 partial-json-parser==0.2.1.1.post7 pybase64==1.5.1 pyzmq==27.3.0 \
-   setproctitle==1.3.8 sniffio==1.3.1 starlette==1.10.0 uvicorn==0.54.0
+   setproctitle==1.3.8 sniffio==1.3.1 starlette==1.10.0 uvicorn==0.54.0 ipython==9.18.1 \
+   traitlets==5.16.1
 du -sh .whl; ls .whl | wc -l
