@@ -12,6 +12,8 @@ v=$(python3 -c "import importlib.metadata as m; print(m.version('sglang'))")
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import torch,importlib.metadata as m;print('torch',torch.__version__,'transformers',m.version('transformers'),'xgrammar',m.version('xgrammar'),'sglang',m.version('sglang'))"; } > "$R/env_$v.txt" 2>&1
 cat "$R/env_$v.txt"
+# the import on its own first, so a missing package shows its traceback
+python3 -c "import targets; targets.get('sglang'); print('sglang target loads')" 2>&1 | tail -4
 run() { timeout 280 python3 -m harness.cli repro ngram-filter-race --target sglang --backend cuda "$@"; }
 run --trials "$NC" --json --report-dir "$R/r_$v" > "$R/release_${v}_as-installed.json"; echo "$v as-installed rc $?"
 run --war-barrier fine --trials "$NR" --json --report-dir "$R/r_$v" > "$R/release_${v}_fine.json"; echo "$v fine rc $?"

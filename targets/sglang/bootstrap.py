@@ -3,8 +3,9 @@
 The modules specrace drives (the FutureMap relay, the batch, three Scheduler methods, the
 grammar staging) import GPU kernel packages at module level even though the code under
 test never calls them: ``triton`` (``@triton.jit`` kernels, ``sglang/srt/utils/common.py``),
-``torchvision`` (a multimodal config chain) and ``sgl_kernel`` (quantisation schemes,
-imported behind CUDA gates). Where such a package is not installed, a *stand-in* takes its
+``torchvision`` (a multimodal config chain), ``sgl_kernel`` (quantisation schemes,
+imported behind CUDA gates) and, in releases before 0.5.18 on a GPU, ``flashinfer`` and
+``deep_gemm`` (module-level imports behind ``is_cuda()``). Where such a package is not installed, a *stand-in* takes its
 place -- the approach sglang's own ``_platform_stubs`` takes for triton on macOS: every
 attribute is another stand-in, a call is a pass-through decorator, a CamelCase name is a
 class that can be subclassed or instantiated. Nothing in a stand-in ever runs a kernel;
@@ -28,7 +29,7 @@ from typing import Any, Dict, Iterable, Optional
 # Packages that may be stood in for, and attributes that must be real values because
 # someone inspects them at import time (transformers reads torchvision's version and maps
 # PIL modes through InterpolationMode; torch._inductor reads triton's version).
-STAND_IN_PACKAGES = ("triton", "torchvision", "sgl_kernel")
+STAND_IN_PACKAGES = ("triton", "torchvision", "sgl_kernel", "flashinfer", "deep_gemm")
 
 
 class StandInCalled(RuntimeError):
