@@ -5,6 +5,7 @@
 # writes OUTDIR/release_<v>_{as-installed,fine}.json and the reports of the fine run.
 set -u
 R=$1; NR=$2; NC=$3; mkdir -p "$R"
+rm -rf /tmp/site  # a warm machine keeps the last release's
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
