@@ -215,6 +215,10 @@ def cmd_list(args) -> int:
 
 def _check_repro_args(args, scenario, target: str) -> None:
     variant = args.variant or scenario.default_variant
+    from targets import get as get_target  # a patch that no longer fits disables it
+    problem = get_target(target).variant_problem(scenario.variants[variant])
+    if problem:
+        raise UsageError(f"variant {variant!r} is disabled here: {problem}")
     if scenario.variants[variant].get("mutation") is not None:
         from scenarios.mutations import MutationError
         try:

@@ -102,9 +102,19 @@ def _row(m: Mutation, status: str, **kw) -> dict:
     return row
 
 
+def _disabled(m: Mutation, target: str) -> str:
+    """Why the code under test cannot take this mutation's patch (a release that moved the
+    code: the mutation is disabled, named, and not counted), "" when it can."""
+    import targets
+    return targets.get(target).patch_problem(m.target, m.edits)
+
+
 def mutation_row(m: Mutation, backend: str, target: str = "impl") -> dict:
     """The mutation against its probes; a patch that does not apply to this tree is a
     ``harness-error`` row, never a kill (nor an exception)."""
+    disabled = _disabled(m, target)
+    if disabled:
+        return _row(m, "disabled", detail=disabled)
     try:
         m.check()
     except MutationError as exc:
@@ -268,6 +278,10 @@ def _child(backend: str, target: str, cells: List[Tuple[str, str]]) -> int:
     targets.get(target)  # the code under test, loaded before a patch of it is checked
     by = by_name(target)
     for kind, name in cells:
+        if kind == "mutation" and _disabled(by[name], target):
+            row = mutation_row(by[name], backend, target)
+            print(json.dumps({"cell": [kind, name], "row": row}, default=str), flush=True)
+            continue
         try:
             if kind == "mutation":
                 by[name].check()

@@ -20,7 +20,8 @@ def assemble(backend: str, target: str, cells: List[Cell], rows: List[dict],
              seconds: float) -> dict:
     """The matrix result (what ``format_matrix``/``matrix_ok`` read) from its cells' rows."""
     fixed = [r for (kind, _), r in zip(cells, rows) if kind == "probe"]
-    muts = [r for (kind, _), r in zip(cells, rows) if kind == "mutation"]
+    every_mut = [r for (kind, _), r in zip(cells, rows) if kind == "mutation"]
+    muts = [r for r in every_mut if r.get("status") != "disabled"]
     every = fixed + muts
     return {"backend": backend, "target": target,
             "fixed_findings": sum(1 for f in fixed if f["finding"]),
@@ -29,7 +30,10 @@ def assemble(backend: str, target: str, cells: List[Cell], rows: List[dict],
             "harness_errors": sum(c.get("status") == "harness-error" for c in every),
             "timeouts": sum(c.get("status") == "timeout" for c in every),
             "seconds": round(seconds, 3),
-            "mutations": muts}
+            "mutations": muts,
+            # patches that do not fit this release: named, not counted
+            "disabled": [{"name": r["name"], "detail": r.get("detail")}
+                         for r in every_mut if r.get("status") == "disabled"]}
 
 
 def matrix_ok(res: dict) -> bool:
@@ -72,4 +76,6 @@ def format_matrix(res: dict) -> str:
         by = (f"{r['caught_by']} @ {r['probe']}" if r["killed"] else
               (r.get("detail") or "-") if mark in ("ERROR", "TIMEOUT") else "-")
         lines.append(f"  {mark:<8} {r['name']:<36} {by:<34} {r['seconds']:6.2f}s")
+    for d in res.get("disabled", ()):
+        lines.append(f"  disabled {d['name']:<36} {d['detail'] or ''}")
     return "\n".join(lines)

@@ -52,6 +52,16 @@ class Target:
     def describe(self) -> Dict[str, Any]:
         return {"target": self.name}
 
+    def patch_problem(self, target: str, edits) -> str:
+        """Why a source patch of ``target`` cannot be applied to this code ("" if it fits).
+        On our own tree a patch that does not fit is a harness error (``PatchError``, raised
+        when it is applied), so nothing is disabled here."""
+        return ""
+
+    def variant_problem(self, overrides) -> str:
+        """Why a variant (its server-arg overrides) cannot run on this code ("": it can)."""
+        return ""
+
     def default_war_barrier(self) -> str:
         """The fence a run gets when none is asked for: the code's own."""
         return "fine"

@@ -84,6 +84,21 @@ class SglangTarget(Target):
         with variant_patches(args):
             yield
 
+    def patch_problem(self, target: str, edits) -> str:
+        """A variant's or mutation's patch against the installed source, read statically: a
+        release that moved the code disables that variant or mutation, named."""
+        root = static.package_root()
+        return static.patch_fits(root, target, edits) if root else "sglang's source is missing"
+
+    def variant_problem(self, overrides) -> str:
+        """Why a variant cannot run on this release: a patch of it no longer fits."""
+        from .patches import relay_patches
+        for p in relay_patches(overrides.get("relay", "future_map")):
+            problem = self.patch_problem(p.target, p.edits)
+            if problem:
+                return f"{p.label} does not fit sglang {self.version}: {problem}"
+        return ""
+
     def default_war_barrier(self) -> str:
         """The release's own fence for an NGRAM step. Its WAR barrier is fine only when
         the forward publishes a read-done event; upstream's graph runner does that for

@@ -140,8 +140,9 @@ class Verdict:
     def line(self) -> str:
         what = f"sglang {self.version}"
         if self.tier == "compatible":
-            return (f"{what} is not a verified release; compatible (in {SUPPORTED}, the "
-                    f"API and every source patch checked): running it")
+            return (f"{what} is not a verified release; compatible (in {SUPPORTED}, its "
+                    f"API checked; a variant or mutation whose patch no longer fits is "
+                    f"disabled, named): running it")
         return f"{what}: {self.tier}"
 
 

@@ -183,3 +183,28 @@ def test_cli_bad_target_is_one_line_exit_2(argv, needle):
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+def test_a_mutation_whose_patch_does_not_fit_the_release_is_disabled_named(sglang):
+    """On sglang a release that moved the code disables the mutation (named, not
+    counted), where on impl/ a patch that does not fit is a harness error."""
+    from scenarios.matrix import mutation_row
+    from scenarios.matrix_table import assemble
+    from scenarios.mutations import Mutation
+    m = Mutation("moved", "a snippet this release does not have", "test",
+                 "sglang.srt.managers.overlap_utils:FutureMap.stash",
+                 (("this line is not in upstream\n", ""),), ("seed-eager",))
+    row = mutation_row(m, "sim", "sglang")
+    assert row["status"] == "disabled" and "occurs 0 times" in row["detail"]
+    res = assemble("sim", "sglang", [("mutation", "moved")], [row], 0.0)
+    assert res["total"] == 0 and res["disabled"][0]["name"] == "moved"
+    assert mutation_row(m, "sim", "impl")["status"] == "harness-error"
+
+
+def test_a_variant_whose_patch_does_not_fit_is_exit_2_naming_it(sglang, monkeypatch, capsys):
+    from harness import cli
+    monkeypatch.setattr(type(sglang), "patch_problem",
+                        lambda self, target, edits: "a snippet occurs 0 times")
+    assert cli.main(["repro", "ngram-filter-race", "--target", "sglang", "--variant",
+                     "pre-fix", "--no-report", "--trials", "1"]) == 2
+    assert "variant 'pre-fix' is disabled here" in capsys.readouterr().err
