@@ -35,8 +35,14 @@ from . import static
 
 SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
 
-# release -> the digest of its driven files, as measured (reports/upstream/releases.md)
-VERIFIED: Dict[str, str] = {}
+# release -> the digest of its driven files, as measured: the release gate on the
+# simulator and the seed scenario on the H200 (reports/upstream/releases.md,
+# reports/h200/releases/)
+VERIFIED: Dict[str, str] = {
+    "0.5.17": "352adbbd17f4b9ad",
+    "0.5.18": "549547635c77ce29",
+    "0.5.23": "7ed884067df77bb2",
+}
 
 # The modules whose files the target drives (the report's digest covers them).
 DRIVEN_MODULES = (

@@ -208,3 +208,13 @@ def test_a_variant_whose_patch_does_not_fit_is_exit_2_naming_it(sglang, monkeypa
     assert cli.main(["repro", "ngram-filter-race", "--target", "sglang", "--variant",
                      "pre-fix", "--no-report", "--trials", "1"]) == 2
     assert "variant 'pre-fix' is disabled here" in capsys.readouterr().err
+
+
+def test_a_measured_release_is_verified_only_with_its_measured_digest(sglang, tmp_path):
+    from targets.sglang import contract
+    fake = _fake_release(tmp_path)
+    v = _evaluate("0.5.23", fake)
+    assert (v.tier == "verified") == (contract.VERIFIED.get("0.5.23") == v.digest)
+    sched = fake / "srt/managers/scheduler.py"
+    sched.write_text(sched.read_text() + "\n# edited\n")
+    assert _evaluate("0.5.23", fake).tier == "compatible"  # same version, other code
