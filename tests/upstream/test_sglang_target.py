@@ -218,3 +218,17 @@ def test_a_measured_release_is_verified_only_with_its_measured_digest(sglang, tm
     sched = fake / "srt/managers/scheduler.py"
     sched.write_text(sched.read_text() + "\n# edited\n")
     assert _evaluate("0.5.23", fake).tier == "compatible"  # same version, other code
+
+
+def test_the_loop_is_upstreams_a_mutation_inside_event_loop_overlap_is_killed(sglang):
+    """The target's sequencing is upstream's: a seeded bug inside the installed
+    ``Scheduler.event_loop_overlap`` (the just-launched batch's result processed instead
+    of the previous one) changes what the harness sees, and the oracle catches it."""
+    from scenarios.matrix import PROBES, run_probe
+    from scenarios.mutations.catalogue import get
+    m = get("sglang", "loop-processes-current-result")
+    assert m.target.endswith("Scheduler.event_loop_overlap")
+    killed, oracle, _ = run_probe(PROBES["seed-eager"], "sim", m, "sglang")
+    assert killed and oracle == "stale-value"
+    killed, _, _ = run_probe(PROBES["seed-eager"], "sim", None, "sglang")
+    assert not killed
