@@ -22,7 +22,7 @@ from harness.policies.schedule import encode_choices
 from harness.runtime import resolve_backend
 
 from .drive import server_args
-from .results import ReproResult, TrialSummary
+from .results import ReproResult, TrialSummary, code_identity
 from .trial import run_trial
 
 # The most trials one run may ask for: the CLI's --trials and a report that replay reads
@@ -64,7 +64,8 @@ class ReproConfig:
                 "stall_ms": self.stall_ms, "trials": self._trials(scenario, backend),
                 "seed": self.seed, "detect": self.detect,
                 "stall_plan": [s.to_json() for s in self._stalls(scenario)],
-                "host_order": self._answers(scenario)}
+                "host_order": self._answers(scenario),
+                "code": code_identity(targets.get(self.target).describe())}
 
     def _trials(self, scenario, backend: str) -> int:
         return self.trials or (scenario.cuda_trials if backend == "cuda"

@@ -18,7 +18,6 @@ from harness.detect import Race
 from harness.oracle.divergence import Divergence, DivergenceKind
 from harness.policies.faultplan import StallAt
 
-
 @dataclass(frozen=True)
 class TrialSummary:
     """One trial's row: its seed, whether it reproduced, by which divergence kind."""
@@ -41,6 +40,11 @@ class TrialSummary:
         return cls(**{k: doc[k] for k in ("trial", "seed", "reproduced", "divergence",
                                           "races", "traced", "ms", "checked")})
 
+def code_identity(target_info: Dict[str, Any]) -> Dict[str, Any]:
+    """What of the code under test changes a run: the installed release and its files
+    digest (the sglang target); impl/ is this tree's own."""
+    return {k: v for k, v in (target_info or {}).items()
+            if k in ("sglang_version", "sglang_files_digest")}
 
 @dataclass
 class ReproResult:
@@ -100,7 +104,8 @@ class ReproResult:
                 "detect": all(t.traced for t in self.trial_results) if self.trial_results
                 else True,
                 "stall_plan": [s.to_json() for s in self.stall_plan],
-                "host_order": dict(self.host_order)}
+                "host_order": dict(self.host_order),
+                "code": code_identity(self.target_info)}
 
     def heading(self) -> str:
         """``SCENARIO [VARIANT, FENCE fence] on BACKEND``: how every view names the run."""

@@ -49,6 +49,9 @@ def report_name(identity: Dict[str, Any]) -> str:
     parts = [identity["scenario"]]
     if identity.get("target", "impl") != "impl":
         parts.append(identity["target"])
+        version = (identity.get("code") or {}).get("sglang_version")
+        if version:
+            parts.append(str(version))
     parts += [identity["variant"], identity["war_barrier"], identity["backend"]]
     if identity["backend"] == "sim":
         parts.append(str(identity["policy"]))
