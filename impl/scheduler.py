@@ -90,6 +90,18 @@ class Req:
         return self.prompt + self.output_ids
 
 
+def admit_waiting(waiting: Deque[Req], free_slots: List[int], limit: int) -> List[Req]:
+    """The next prefill's requests: waiting ones, each given a free request-pool slot, in
+    arrival order, at most ``limit`` (the sglang target forms its batches the same way)."""
+    reqs = []
+    while waiting and free_slots and len(reqs) < limit:
+        req = waiting.popleft()
+        req.pool_idx = free_slots.pop(0)
+        req.launched = 1
+        reqs.append(req)
+    return reqs
+
+
 @dataclass
 class SamplingBatchInfo:
     vocab_size: int
@@ -257,12 +269,7 @@ class Scheduler:
             batch.filter_batch(keep, self.device)
 
     def _new_prefill_batch(self) -> ScheduleBatch:
-        reqs = []
-        while self.waiting and self.free_slots and len(reqs) < self.args.max_prefill_reqs:
-            req = self.waiting.popleft()
-            req.pool_idx = self.free_slots.pop(0)
-            req.launched = 1
-            reqs.append(req)
+        reqs = admit_waiting(self.waiting, self.free_slots, self.args.max_prefill_reqs)
         indices = torch.tensor([r.pool_idx for r in reqs], dtype=torch.int64,
                                device=self.device)
         batch = ScheduleBatch(reqs, indices, "extend", self.vocab_size)

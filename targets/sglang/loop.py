@@ -41,6 +41,7 @@ import torch
 
 from harness.faults import ask, fault_point, observe
 from impl.model import ToyTargetModel
+from impl.scheduler import admit_waiting
 from impl.vocab import EOS_ID
 
 from . import upstream
@@ -344,12 +345,7 @@ class UpstreamLoop:
     def new_prefill_batch(self):
         """``prepare_for_extend``, as far as the relay needs it: indices, lengths and the
         prefill input ids staged in pinned host memory (resolved on the forward stream)."""
-        reqs = []
-        while self.waiting and self.free_slots and len(reqs) < self.args.max_prefill_reqs:
-            req = self.waiting.popleft()
-            req.pool_idx = self.free_slots.pop(0)
-            req.launched = 1
-            reqs.append(req)
+        reqs = admit_waiting(self.waiting, self.free_slots, self.args.max_prefill_reqs)
         batch = self._init_batch(reqs, upstream.ForwardMode.EXTEND)
         pool = [r.pool_idx for r in reqs]
         lens = [len(r.prompt) for r in reqs]
