@@ -354,28 +354,16 @@ def cmd_matrix(args) -> int:
 def cmd_releases(args) -> int:
     from scenarios.registry import get
     from targets.sglang import envs
-    from targets.sglang.releases import format_table, run_releases
+    from targets.sglang.releases import format_table, repro_options, run_releases
     try:
         scenario = get(args.scenario)
-        versions = [envs.check_release(v) for v in args.release] if args.release else \
-            envs.installed()
-        for v in versions:
-            envs.require(v)
+        versions = envs.chosen(args.release)
+        options = repro_options(scenario, args)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
-    except envs.EnvError as exc:
+    except (envs.EnvError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    if not versions:
-        raise UsageError("no sglang release is set up; run `make upstream SGLANG=VERSION`")
-    if args.variant is not None and args.variant not in scenario.variants:
-        raise UsageError(f"unknown variant {args.variant!r} for {scenario.name}; "
-                         f"expected one of: {', '.join(scenario.variants)}")
-    options = ["--seed", str(args.seed)]
-    for flag, value in (("--variant", args.variant), ("--war-barrier", args.war_barrier),
-                        ("--trials", args.trials), ("--expect", args.expect)):
-        if value is not None:
-            options += [flag, str(value)]
-    rows = A.with_progress(lambda prog: run_releases(scenario.name, options, args.report_dir,
+    rows = _with_progress(lambda prog: run_releases(scenario.name, options, args.report_dir,
                                                     versions, prog),
                           len(versions), f"{scenario.name} on {len(versions)} release(s)",
                           quiet=args.json)

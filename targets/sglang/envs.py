@@ -84,6 +84,16 @@ def require(version: str) -> str:
     return env_python(version)
 
 
+def chosen(releases: Optional[List[str]]) -> List[str]:
+    """The releases a command asked for (all set up, when none), each checked."""
+    versions = [check_release(v) for v in releases] if releases else installed()
+    for v in versions:
+        require(v)
+    if not versions:
+        raise EnvError("no sglang release is set up; run `make upstream SGLANG=VERSION`")
+    return versions
+
+
 def wheel_pins(wheel: str) -> Dict[str, str]:
     """``name -> version`` for the ``==`` pins (no extras, no markers) of PINNED."""
     with zipfile.ZipFile(wheel) as z:

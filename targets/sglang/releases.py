@@ -61,6 +61,19 @@ def run_release(version: str, scenario: str, options: List[str], report_dir: str
     return row
 
 
+def repro_options(scenario, args) -> List[str]:
+    """The child ``specrace repro`` flags for ``specrace releases``'s arguments."""
+    if args.variant is not None and args.variant not in scenario.variants:
+        raise ValueError(f"unknown variant {args.variant!r} for {scenario.name}; "
+                         f"expected one of: {', '.join(scenario.variants)}")
+    options = ["--seed", str(args.seed)]
+    for flag, value in (("--variant", args.variant), ("--war-barrier", args.war_barrier),
+                        ("--trials", args.trials), ("--expect", args.expect)):
+        if value is not None:
+            options += [flag, str(value)]
+    return options
+
+
 def run_releases(scenario: str, options: List[str], report_dir: str,
                  versions: Optional[List[str]] = None,
                  progress: Callable[[int, int], None] = lambda n, t: None) -> List[Dict]:
