@@ -363,7 +363,7 @@ def cmd_releases(args) -> int:
         raise UsageError(str(exc.args[0])) from None
     except (envs.EnvError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    rows = _with_progress(lambda prog: run_releases(scenario.name, options, args.report_dir,
+    rows = A.with_progress(lambda prog: run_releases(scenario.name, options, args.report_dir,
                                                     versions, prog),
                           len(versions), f"{scenario.name} on {len(versions)} release(s)",
                           quiet=args.json)

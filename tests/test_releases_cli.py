@@ -45,3 +45,16 @@ def test_the_table_lists_every_row():
              "note": "the release has no GrammarTree.from_device"}]
     text = format_table("grammar-ngram", rows)
     assert "0.5.17" in text and "0/5" in text and "not applicable" in text
+
+
+def test_one_set_up_release_prints_its_row(capsys, tmp_path):
+    """The whole path, on the newest release set up here (CI builds three)."""
+    from targets.sglang import envs
+    have = envs.installed()
+    if not have:
+        pytest.skip("no release environment here (make upstream SGLANG=VERSION)")
+    v = have[-1]
+    assert cli.main(["releases", "ngram-filter-race", "--release", v, "--trials", "1",
+                     "--expect", "clean", "--report-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert v in out and "clean" in out and "report.md" in out
