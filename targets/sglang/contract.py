@@ -224,20 +224,19 @@ def loop_problems(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[s
 
 
 def scheduler_methods(root: str) -> set:
-    """Names defined in the bodies of ``Scheduler`` and its mixin bases (the classes in
-    sglang's source whose names the class statement lists)."""
+    """Names defined in the bodies of ``Scheduler`` and of its base classes (each found in
+    the module the scheduler's module imports it from)."""
     node, _ = static.find(root, f"{_SCHED}:Scheduler")
     if node is None:
         return set()
-    bases = {b.id if hasattr(b, "id") else getattr(b, "attr", "") for b in node.bases}
     names = _class_names(node)
-    for path in _source_files(root):
-        parsed = static.parse(path)
-        if parsed is None:
-            continue
-        for stmt in parsed[0].body:
-            if getattr(stmt, "name", None) in bases and hasattr(stmt, "bases"):
-                names |= _class_names(stmt)
+    where = static.imported_names(root, _SCHED)
+    for base in node.bases:
+        name = getattr(base, "id", None)
+        if name in where:
+            cls, _ = static.find(root, f"{where[name]}:{name}")
+            if cls is not None and hasattr(cls, "body"):
+                names |= _class_names(cls)
     return names
 
 
@@ -251,17 +250,6 @@ def _class_names(cls) -> set:
             out |= {t.id for t in s.targets if isinstance(t, ast.Name)}
         elif isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
             out.add(s.target.id)
-    return out
-
-
-def _source_files(root: str) -> List[str]:
-    """The scheduler's mixins live in managers/ and disaggregation/ (and a few more)."""
-    import glob
-    import os
-    out: List[str] = []
-    for sub in ("srt/managers", "srt/disaggregation", "srt/multiplex", "srt/dllm",
-                "srt/speculative", "srt/observability"):
-        out += sorted(glob.glob(os.path.join(root, sub, "**", "*.py"), recursive=True))
     return out
 
 

@@ -127,6 +127,20 @@ def has_module_attribute(root: str, module: str, name: str) -> bool:
     return False
 
 
+def imported_names(root: str, module: str) -> Dict[str, str]:
+    """``name -> module`` for the ``from sglang.X import name`` statements of ``module``."""
+    parsed = parse(module_path(root, module))
+    if parsed is None:
+        return {}
+    out = {}
+    for stmt in ast.walk(parsed[0]):
+        if isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.level == 0 \
+                and stmt.module.startswith("sglang."):
+            for a in stmt.names:
+                out[a.asname or a.name] = stmt.module
+    return out
+
+
 def self_reads(node: ast.AST) -> Dict[str, str]:
     """``self.X`` reads in a method: X -> "call" (only ever called) or "value". Attributes
     the method itself assigns first are not reads of the caller's state."""
