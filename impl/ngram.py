@@ -50,3 +50,25 @@ class NgramProposer:
             tokens.append(0)
             parents.append(0)
         return tokens, parents
+
+
+def propose_host_trees(proposer: NgramProposer, reqs, prev_tokens: List[int],
+                       prev_lens: List[int], stride: int, splice: bool = True
+                       ) -> Tuple[List[int], List[List[int]], List[List[int]]]:
+    """Draft prep on the host: each request's n-gram tree over its context -- with the
+    previous step's accepted tokens spliced on while that step is still in flight -- as
+    flat draft tokens and per-request next-token / next-sibling links."""
+    from .tree import derive_tree_links
+    drafts: List[int] = []
+    next_token: List[List[int]] = []
+    next_sibling: List[List[int]] = []
+    for i, req in enumerate(reqs):
+        context = req.context()
+        if splice and req.needs_splice():
+            context = context + prev_tokens[i * stride: i * stride + prev_lens[i]]
+        tokens, parents = proposer.propose(context)
+        nt, ns = derive_tree_links(parents)
+        drafts += tokens
+        next_token.append(nt)
+        next_sibling.append(ns)
+    return drafts, next_token, next_sibling

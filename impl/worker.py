@@ -144,20 +144,10 @@ class NgramWorker:
         return self.model.forward(input_ids)
 
     def _host_tree(self, batch, prev_tokens, prev_lens, use_prev):
-        from .tree import derive_tree_links
+        from .ngram import propose_host_trees
         D = self.D
-        drafts: List[int] = []
-        next_token: List[List[int]] = []
-        next_sibling: List[List[int]] = []
-        for i, req in enumerate(batch.reqs):
-            context = req.context()
-            if use_prev and req.needs_splice():
-                context = context + prev_tokens[i * D: i * D + prev_lens[i]]
-            tokens, parents = self.proposer.propose(context)
-            nt, ns = derive_tree_links(parents)
-            drafts += tokens
-            next_token.append(nt)
-            next_sibling.append(ns)
+        drafts, next_token, next_sibling = propose_host_trees(
+            self.proposer, batch.reqs, prev_tokens, prev_lens, D, splice=use_prev)
         # Stage in pinned memory, copy non_blocking: the copy is ordered on this stream.
         staged_tree = [staged(torch.tensor(x, dtype=torch.int64), self.device)
                        for x in (drafts, next_token, next_sibling)]

@@ -20,8 +20,7 @@ from harness.faults import ask, fault_point, observe
 from impl.drafter import draft_tree
 from impl.grammar import apply_vocab_mask
 from impl.model import ToyTargetModel
-from impl.ngram import NgramProposer
-from impl.tree import derive_tree_links
+from impl.ngram import NgramProposer, propose_host_trees
 from impl.verify import verify_tree_greedy
 from impl.vocab import EOS_ID
 
@@ -172,18 +171,8 @@ class ToyNgramWorker:
         prev_lens = spec.accept_lens.cpu().tolist()
         observe("draft_prep", reqs=batch.reqs, steps=[r.launched - 2 for r in batch.reqs],
                 accept_lens=prev_lens, accept_tokens=prev_tokens, stride=D)
-        drafts: List[int] = []
-        next_token: List[List[int]] = []
-        next_sibling: List[List[int]] = []
-        for i, req in enumerate(batch.reqs):
-            context = req.context()
-            if req.needs_splice():  # the previous step is still in flight
-                context = context + prev_tokens[i * D: i * D + prev_lens[i]]
-            tokens, parents = self.proposer.propose(context)
-            nt, ns = derive_tree_links(parents)
-            drafts += tokens
-            next_token.append(nt)
-            next_sibling.append(ns)
+        drafts, next_token, next_sibling = propose_host_trees(
+            self.proposer, batch.reqs, prev_tokens, prev_lens, D)
         staged = [torch.tensor(x, dtype=torch.int64, pin_memory=True)
                   for x in (drafts, next_token, next_sibling)]
         batch.staging = staged  # the pinned sources live until the copies ran
