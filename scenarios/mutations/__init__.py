@@ -148,9 +148,9 @@ MUTATIONS: List[Mutation] = [
       SEED),
     M("accept-stride-mismatch",
       "draft prep slices the relayed accept tokens with a stride of D-1",
-      "M12", "impl.worker:NgramWorker._host_tree",
-      [("prev_tokens[i * D: i * D + prev_lens[i]]",
-        "prev_tokens[i * (D - 1): i * (D - 1) + prev_lens[i]]")],
+      "M12", "impl.ngram:propose_host_trees",
+      [("prev_tokens[i * stride: i * stride + prev_lens[i]]",
+        "prev_tokens[i * (stride - 1): i * (stride - 1) + prev_lens[i]]")],
       SEED),
     M("verify-accept-index-empty",
       "accept_index allocated with torch.empty instead of full(-1): the verify kernel "
