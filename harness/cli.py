@@ -219,7 +219,7 @@ def _check_repro_args(args, scenario, target: str) -> None:
     problem = get_target(target).variant_problem(scenario.variants[variant])
     if problem:
         raise UsageError(f"variant {variant!r} is disabled here: {problem}")
-    if scenario.variants[variant].get("mutation") is not None:
+    if scenario.mutation(variant, target) is not None:
         from scenarios.mutations import MutationError
         try:
             scenario.mutation(variant, target).check()

@@ -38,6 +38,9 @@ from .vocab import EOS_ID
 from .worker import GenerationBatchResult, NgramWorker
 
 WAR_BARRIERS = ("fine", "coarse")
+# "eagle": a device drafter builds the tree; "dspark": the sglang target only
+SPEC_ALGORITHMS = ("ngram", "eagle", "dspark")
+RAGGED_VERIFY_MODES = ("static", "compact", "cap-accept")
 
 
 @dataclass
@@ -54,6 +57,13 @@ class ServerArgs:
     # (torch.cuda, the simulator); batches above cuda_graph_max_bs run eagerly.
     cuda_graph: bool = True
     cuda_graph_max_bs: int = 8
+    # The sglang target's DSpark slice (spec_algorithm "dspark"; impl/ has no DSpark), in
+    # upstream's spellings: SGLANG_RAGGED_VERIFY_MODE (non-static modes relay confidence),
+    # the attention backend's needs_cpu_seq_lens (FlashInfer True; FA3, Triton, TRT-LLM
+    # and DSV4 False), and whether the accept is folded into the verify graph
+    ragged_verify_mode: str = "compact"
+    needs_cpu_seq_lens: bool = True
+    folded_accept: bool = True
 
     def validate(self) -> None:
         if self.relay not in RELAY_MODES:
@@ -62,8 +72,10 @@ class ServerArgs:
             raise ValueError(f"war_barrier must be one of {WAR_BARRIERS}")
         if not 1 <= self.draft_token_num <= 16:
             raise ValueError("draft_token_num must be in 1..16")
-        if self.spec_algorithm not in ("ngram", "eagle"):
-            raise ValueError("spec_algorithm must be ngram or eagle")
+        if self.spec_algorithm not in SPEC_ALGORITHMS:
+            raise ValueError(f"spec_algorithm must be one of {SPEC_ALGORITHMS}")
+        if self.ragged_verify_mode not in RAGGED_VERIFY_MODES:
+            raise ValueError(f"ragged_verify_mode must be one of {RAGGED_VERIFY_MODES}")
         if not 2 <= self.req_pool_size <= 4096:
             raise ValueError("req_pool_size must be in 2..4096 (slot 0 is the padding row)")
         if not 1 <= self.cuda_graph_max_bs <= 32:
@@ -147,6 +159,8 @@ class Scheduler:
     def __init__(self, args: ServerArgs, device, grammar_backend: Any = None,
                  model: Optional[ToyTargetModel] = None) -> None:
         args.validate()
+        if args.spec_algorithm == "dspark":
+            raise ValueError("impl/ has no DSpark worker: run DSpark with --target sglang")
         self.args = args
         self.device = torch.device(device)
         self.mod = torch.get_device_module(self.device)

@@ -22,7 +22,8 @@ class Scenario:
     workload: Callable[[int], Workload]  # seed -> workload
     stalls: Callable[[Optional[float]], List[StallAt]]  # stall ms -> plan
     # variant -> ServerArgs overrides; the key "mutation" names a seeded bug
-    # (scenarios.mutations.catalogue) applied around each trial
+    # (scenarios.mutations.catalogue), "fix" a candidate fix of upstream
+    # (scenarios.mutations.fixes), applied around each trial
     variants: Dict[str, Dict[str, object]]
     default_variant: str
     # (variant, war_barrier) -> "race" | "clean"; war_barrier None = either
@@ -40,7 +41,13 @@ class Scenario:
         self.variants.setdefault(AS_INSTALLED, dict(self.variants[FIXED]))
 
     def mutation(self, variant: str, target: str = "impl"):
-        """The seeded bug a variant applies on ``target`` (None: the code as it is)."""
+        """The patch a variant applies on ``target`` around each trial: a seeded bug
+        (``"mutation"``) or a candidate fix of upstream (``"fix"``); None: the code as it
+        is."""
+        fix = self.variants[variant].get("fix")
+        if fix is not None:
+            from .mutations.fixes import get_fix
+            return get_fix(target, fix)
         name = self.variants[variant].get("mutation")
         if name is None:
             return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Dict
 
 from .base import Scenario
+from .dspark import DSPARK_CONFIDENCE_RING, DSPARK_RESULT_READBACK
 from .grammar import GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING
 from .host_order import DP_IDLE, MIXED_OVERLAP
 from .ngram_filter_race import SCENARIO as _NGRAM_FILTER_RACE
@@ -11,7 +12,8 @@ from .slot_reuse import SLOT_REUSE
 
 SCENARIOS: Dict[str, Scenario] = {
     s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING,
-                        MIXED_OVERLAP, DP_IDLE, SLOT_REUSE)}
+                        MIXED_OVERLAP, DP_IDLE, SLOT_REUSE, DSPARK_CONFIDENCE_RING,
+                        DSPARK_RESULT_READBACK)}
 
 
 def get(name: str) -> Scenario:

@@ -14,12 +14,13 @@ MAX_ITERATIONS = 400  # a run that does not finish by then is a finding, not a h
 
 def server_args(workload: Workload, overrides: Dict[str, Any]):
     """ServerArgs for a workload (its draft length and request pool) and a variant's
-    overrides; a variant's ``mutation`` key is not a server arg."""
+    overrides; a variant's ``mutation`` / ``fix`` keys are not server args."""
     from impl.scheduler import ServerArgs
     args = ServerArgs(draft_token_num=workload.draft_token_num)
     if workload.req_pool_size is not None:
         args = dataclasses.replace(args, req_pool_size=workload.req_pool_size)
-    return dataclasses.replace(args, **{k: v for k, v in overrides.items() if k != "mutation"})
+    return dataclasses.replace(args, **{k: v for k, v in overrides.items()
+                                          if k not in ("mutation", "fix")})
 
 
 _BACKEND_CACHE: Dict[str, Any] = {}

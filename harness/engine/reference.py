@@ -32,7 +32,8 @@ def reference(workload: Workload, args, backend: str, target: str = "impl") -> R
     """The synchronous reference: the target's own engine, fixed code, no overlap, no CUDA
     graphs, on an eager device (an LRU cache holds the last ``REFERENCE_CACHE_SIZE``). ``ReferenceCrash``
     if the engine fails in it."""
-    key = json.dumps([target, backend, workload.to_json(), args.spec_algorithm])
+    key = json.dumps([target, backend, workload.to_json(), args.spec_algorithm,
+                      args.ragged_verify_mode])
     ref = _REFERENCE_CACHE.get(key)
     if ref is not None:
         _REFERENCE_CACHE.move_to_end(key)
@@ -46,7 +47,7 @@ def reference(workload: Workload, args, backend: str, target: str = "impl") -> R
         except Exception as exc:
             quiesce(rt)
             raise ReferenceCrash(exc) from exc
-    ref = _REFERENCE_CACHE[key] = Reference(rec.results, outputs)
+    ref = _REFERENCE_CACHE[key] = Reference(rec.results, outputs, rec.confidence)
     while len(_REFERENCE_CACHE) > REFERENCE_CACHE_SIZE:
         _REFERENCE_CACHE.popitem(last=False)
     return ref

@@ -5,11 +5,15 @@ The engine reports host-visible values through ``harness.faults.observe``:
 
 * ``draft_prep`` -- the relayed accept state read on the host (blocking copy on
   the forward stream) at the start of a verify step: the seed race's victim;
-* ``result``     -- a result committed by the host after ``copy_done``.
+* ``result``     -- a result committed by the host after ``copy_done``;
+* ``confidence_published`` / ``confidence_resolved`` -- DSpark's draft confidence: what a
+  forward published for each (request, step) (the reference reads it; a trial never
+  does), and what the host later got from the relay's pinned ring for the budget
+  planner, each row labelled with the (request, step) its ring slot stands for.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .divergence import Divergence
@@ -30,17 +34,23 @@ class StaleValue(Exception):
 class Reference:
     results: Dict[Key, Tuple[int, List[int]]]
     outputs: Dict[int, List[int]]
+    confidence: Dict[Key, List[float]] = field(default_factory=dict)
 
 
 class Recorder:
-    """Collects the reference run's per-step results."""
+    """Collects the reference run's per-step results (and published confidence)."""
 
     def __init__(self) -> None:
         self.results: Dict[Key, Tuple[int, List[int]]] = {}
+        self.confidence: Dict[Key, List[float]] = {}
 
     def __call__(self, name: str, ctx: dict) -> None:
         if name == "result":
             self.results[(ctx["req"].rid, ctx["step"])] = (ctx["accept_len"], list(ctx["tokens"]))
+        elif name == "confidence_published":  # a host read: the reference run only
+            rows = ctx["confidence"].tolist()
+            for req, step, row in zip(ctx["reqs"], ctx["steps"], rows):
+                self.confidence[(req.rid, step)] = row
 
 
 class StaleValueOracle:
@@ -67,6 +77,23 @@ class StaleValueOracle:
                 got = row[:n] if isinstance(n, int) and 0 <= n <= D else row
                 self._check(req.rid, step, n, got,
                             "draft prep (host, blocking .cpu on the forward stream)", "forward")
+        elif name == "confidence_resolved":
+            for label, row in zip(ctx["labels"], ctx["confidence"]):
+                if label is not None:
+                    self._check_confidence(label[0].rid, label[1], row)
+
+    def _check_confidence(self, rid: int, step: int, row: List[float]) -> None:
+        expected = self.ref.confidence.get((rid, step))
+        if expected is None:
+            return
+        self.checked += 1
+        if list(row) == expected:
+            return
+        self._diverge(Divergence(
+            "confidence", f"stale confidence for request {rid} step {step} at the budget "
+                          f"planner (host, pinned ring after copy_done.query()): expected "
+                          f"{expected}, observed {list(row)}",
+            rid, step, "verify budget (host, confidence ring)", "d2h", expected, list(row)))
 
     def _check(self, rid: int, step: int, n, tokens, where: str, stream: str) -> None:
         expected = self.ref.results.get((rid, step))

@@ -18,7 +18,8 @@ from . import contract, static
 # Scenarios the upstream engine runs: all of them (grammar staging on sglang's own
 # xgrammar backend)
 SCENARIOS = ("ngram-filter-race", "mixed-overlap", "dp-idle", "grammar-ngram",
-             "grammar-tree-staging", "slot-reuse")
+             "grammar-tree-staging", "slot-reuse", "dspark-confidence-ring",
+             "dspark-result-readback")
 
 
 # The first release whose runner publishes read-done for an NGRAM verify (read from
@@ -80,8 +81,9 @@ class SglangTarget(Target):
 
     @contextlib.contextmanager
     def variant(self, args) -> Iterator[None]:
+        from .dspark import server_context
         from .patches import variant_patches
-        with variant_patches(args):
+        with variant_patches(args), server_context(args):
             yield
 
     def patch_problem(self, target: str, edits) -> str:
@@ -93,7 +95,14 @@ class SglangTarget(Target):
     def variant_problem(self, overrides) -> str:
         """Why a variant cannot run on this release: a patch of it no longer fits."""
         from .patches import relay_patches
-        for p in relay_patches(overrides.get("relay", "future_map")):
+        patches = list(relay_patches(overrides.get("relay", "future_map")))
+        if overrides.get("fix"):
+            from scenarios.mutations.fixes import get_fix
+            patches.append(get_fix(self.name, overrides["fix"]))
+        if overrides.get("spec_algorithm") == "dspark" and not (
+                self.verdict and self.verdict.features.get("dspark")):
+            return f"sglang {self.version} has no DSpark (it came in 0.5.16)"
+        for p in patches:
             problem = self.patch_problem(p.target, p.edits)
             if problem:
                 return f"{p.label} does not fit sglang {self.version}: {problem}"

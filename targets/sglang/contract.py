@@ -80,6 +80,9 @@ FEATURES: Dict[str, str] = {
     "ngram_relay": f"{_OU}:FutureMap._maybe_init_ngram_bufs",
     "coarse_switch": "sglang.srt.environ:Envs.SGLANG_FORCE_COARSE_WAR_BARRIER",
     "war_barrier": f"{_SCHED}:Scheduler._apply_war_barrier",
+    # DSpark's budget planner and the FutureMap's confidence relay (0.5.16 on)
+    "dspark": "sglang.srt.speculative.dspark_components.dspark_planner:"
+              "DSparkVerifyPlanner.prepare_verify_budget",
 }
 
 RESULT_CLASS = "sglang.srt.managers.utils:GenerationBatchResult"
@@ -107,18 +110,18 @@ SCHEDULER_ATTRIBUTES = (
     "running_batch", "last_batch", "cur_batch", "cur_batch_for_debug", "result_queue",
     "scheduler_stage_metrics", "scripted_scheduler_hook", "forward_sleep_time",
     "metrics_reporter", "profiler_manager", "forward_ct", "processed_tokens_counter",
-    "_sched_idled", "batch_record_buf", "batch_record_ct", "server_args",
+    "_sched_idled", "batch_record_buf", "batch_record_ct", "server_args", "beam_coordinator",
     # ours: intake, batch formation, result commit, idle
     "ingest_requests", "process_input_requests", "get_next_batch_to_run",
     "process_batch_result", "on_idle",
     # read only on paths the target does not take
-    "tp_worker", "pp_group", "token_to_kv_pool_allocator", "tree_cache", "beam_coordinator",
+    "tp_worker", "pp_group", "token_to_kv_pool_allocator", "tree_cache",
     "invariant_checker", "batch_result_processor", "ps",
     # releases before 0.5.20 receive through self.request_receiver.recv_requests()
     "request_receiver",
 )
 NOT_MODELLED = ("tp_worker", "pp_group", "token_to_kv_pool_allocator", "tree_cache",
-                "beam_coordinator", "invariant_checker", "batch_result_processor", "ps")
+                "invariant_checker", "batch_result_processor", "ps")
 # The keywords the toy worker's forward_batch_generation takes.
 WORKER_KEYWORDS = ("on_publish", "grammar_barrier")
 

@@ -97,10 +97,24 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
         device=dev, size=args.req_pool_size,
         req_to_token=torch.zeros((args.req_pool_size, 1), dtype=torch.int32, device=dev),
         req_generation=torch.zeros((args.req_pool_size,), dtype=torch.int64))
-    s.spec_algorithm = upstream.SpeculativeAlgorithm.NGRAM
-    s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)
-    s.model_worker = ToyNgramWorker(model, dev, args.draft_token_num, args.overlap,
-                                    args.spec_algorithm == "eagle")
+    s._confidence_budget_prepare = None
+    if args.spec_algorithm == "dspark":
+        from . import dspark
+        s.spec_algorithm = upstream.SpeculativeAlgorithm.DSPARK
+        planner = dspark.build_planner(args, s.req_to_token_pool)
+        # as Scheduler.init_overlap: upstream decides whether the relay carries
+        # confidence; needs_cpu_seq_lens is the attention backend's answer (an axis)
+        s.future_map = s.spec_algorithm.create_future_map(
+            dev, s.req_to_token_pool, needs_cpu_seq_lens=args.needs_cpu_seq_lens,
+            needs_confidence_relay=upstream.overlap_utils.decide_needs_confidence_relay())
+        s._confidence_budget_prepare = planner.confidence_budget_prepare()
+        s.model_worker = dspark.ToyDSparkWorker(model, dev, args, planner)
+        dspark.install_probes(s, s.model_worker)
+    else:
+        s.spec_algorithm = upstream.SpeculativeAlgorithm.NGRAM
+        s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)
+        s.model_worker = ToyNgramWorker(model, dev, args.draft_token_num, args.overlap,
+                                        args.spec_algorithm == "eagle")
     # the fine fence engages only where the forward publishes read-done; the coarse one
     # is upstream's own fallback for a forward that does not (and its switch, where the
     # release has it: targets.sglang.patches)
@@ -123,7 +137,6 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s.require_mlp_sync = False
     s.disaggregation_mode = upstream.DisaggregationMode.NULL
     s.chunked_req = None
-    s._confidence_budget_prepare = None
     s.gracefully_exit = False
     s._engine_paused = False
     s.running_batch = None
@@ -146,7 +159,23 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s.server_args = NotModelled("server_args")
     for name in NOT_MODELLED:
         setattr(s, name, NotModelled(name))
+    s.beam_coordinator = _idle_beam_coordinator(s)
     return s
+
+
+def _idle_beam_coordinator(s):
+    """Upstream's ``BeamCoordinator`` with no live beam group: its per-forward relay hook
+    returns at once, as on a server with no beam-search request (releases before it have
+    no such hook to call)."""
+    try:
+        from sglang.srt.beam_search.coordinator import BeamCoordinator
+    except ImportError:
+        return NotModelled("beam_coordinator")
+    return BeamCoordinator(
+        model_config=s.model_config, spec_algorithm=s.spec_algorithm, dllm_enabled=False,
+        max_req_len=1 << 20, req_to_token_pool=s.req_to_token_pool,
+        token_to_kv_pool_allocator=s.token_to_kv_pool_allocator, tree_cache=s.tree_cache,
+        future_map=s.future_map)
 
 
 class Intake:
@@ -349,6 +378,9 @@ class UpstreamLoop:
         batch = self._init_batch(reqs, upstream.ForwardMode.EXTEND)
         pool = [r.pool_idx for r in reqs]
         lens = [len(r.prompt) for r in reqs]
+        # a row handed out again is a new generation (upstream's ReqToTokenPool.alloc):
+        # readers of relayed per-row state (the confidence ring) tell reuse by it
+        self.sched.req_to_token_pool.req_generation[pool] += 1
         batch.req_pool_indices = torch.tensor(pool, dtype=torch.int64, device=self.device)
         batch.req_pool_indices_cpu = torch.tensor(pool, dtype=torch.int64)
         batch.seq_lens = torch.tensor(lens, dtype=torch.int64, device=self.device)

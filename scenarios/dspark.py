@@ -1,0 +1,63 @@
+"""DSpark's overlap path on the sglang target (``spec_algorithm="dspark"``,
+``targets/sglang/dspark.py``): the two suspected races of the release, each with the
+configuration that reaches it, the configurations that do not, and the candidate fix.
+
+* ``dspark-confidence-ring``: a ragged verify mode (the relay carries the draft's
+  confidence) on an attention backend with ``needs_cpu_seq_lens=False`` (FA3, Triton,
+  TRT-LLM, DSV4): ``ConfidenceRelay.issue_ring_copy`` reads ``confidence_buf`` on the
+  private D2H stream, unordered with the next forward's ``scatter`` into it. The D2H
+  stream is stalled before the ring copy (a copy engine busy with an earlier transfer), so
+  the slot can take the next step's confidence -- which the budget planner then reads as
+  this one's. ``reports/upstream/findings/confidence-ring-war.md``.
+* ``dspark-result-readback``: the folded accept (static mode, the accept in the verify
+  graph): the result's ``next_token_ids`` / ``accept_lens`` are views of the graph's
+  static buffers, read by ``_copy_result_to_cpu`` on the copy stream, which the next
+  forward -- whose replay rewrites them -- never waits for. The copy stream is stalled
+  before the readback. ``reports/upstream/findings/graph-result-readback.md``.
+"""
+from harness.oracle.workload import random_workload
+from harness.policies.faultplan import StallAt
+
+from .base import AS_INSTALLED, Scenario
+
+_DSPARK = {"spec_algorithm": "dspark"}
+RING_STALL_MS = 1.0
+_RING = {**_DSPARK, "ragged_verify_mode": "compact", "needs_cpu_seq_lens": False,
+         "folded_accept": False}
+_FOLDED = {**_DSPARK, "ragged_verify_mode": "static", "folded_accept": True}
+
+
+def _workload(seed: int):
+    return random_workload(seed, n_requests=6, draft_token_num=4)
+
+
+DSPARK_CONFIDENCE_RING = Scenario(
+    name="dspark-confidence-ring",
+    summary="DSpark, ragged verify (confidence relay), backend without CPU seq lens: the "
+            "ring copy vs the next forward's scatter; D2H stream stalled before the copy",
+    workload=_workload,
+    # a finite stall by default: the ring copy is late, not lost -- it must land (after
+    # the next scatter) for the host's copy_done.query() to hand the slot to the planner
+    stalls=lambda ms: [StallAt("d2h.before_ring_copy", RING_STALL_MS if ms is None else ms)],
+    variants={AS_INSTALLED: dict(_RING),
+              "fixed": {**_RING, "fix": "ring-copy-fenced"},
+              "cpu-seq-lens": {**_RING, "needs_cpu_seq_lens": True},
+              "static": {**_RING, "ragged_verify_mode": "static"}},
+    default_variant=AS_INSTALLED,
+    expect={(AS_INSTALLED, None): "race"},
+    sim_trials=10,
+)
+
+DSPARK_RESULT_READBACK = Scenario(
+    name="dspark-result-readback",
+    summary="DSpark, folded accept: the result readback of the verify graph's static "
+            "buffers vs the next replay; copy stream stalled before the readback",
+    workload=_workload,
+    stalls=lambda ms: [StallAt("copy.before_result_d2h", ms)],
+    variants={AS_INSTALLED: dict(_FOLDED),
+              "fixed": {**_FOLDED, "fix": "forward-waits-result-copy"},
+              "eager-accept": {**_FOLDED, "folded_accept": False}},
+    default_variant=AS_INSTALLED,
+    expect={(AS_INSTALLED, None): "race"},
+    sim_trials=10,
+)
