@@ -19,12 +19,29 @@ Batches larger than the largest bucket run the forward eagerly, as SGLang does.
 """
 from __future__ import annotations
 
-from typing import Dict, List
+import contextlib
+import gc
+from typing import Dict, Iterator, List
 
 import torch
 
 CAPTURE_BS = (1, 2, 4, 8, 16, 32)
 WARMUP_RUNS = 1  # lazy initialisation (cuBLAS handles, workspaces) must not happen in capture
+
+
+@contextlib.contextmanager
+def gc_frozen() -> Iterator[None]:
+    """No garbage collection while capturing, as SGLang's runner freezes it: a collection
+    mid-capture can free CUDA objects of earlier work (events, pinned buffers), and such a
+    CUDA call during a global-mode capture invalidates the capture. (No collection
+    before it either: a full collection per bucket costs more than the run.)"""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def graphs_supported(device) -> bool:
@@ -53,7 +70,7 @@ class VerifyGraphRunner:
     def capture(self) -> None:
         mod = self.mod
         self.stream.wait_stream(mod.current_stream())  # the weights are uploaded
-        with mod.stream(self.stream):
+        with gc_frozen(), mod.stream(self.stream):
             for bs in reversed(self.capture_bs):
                 input_ids = torch.zeros((bs * self.D,), dtype=torch.int64, device=self.device)
                 for _ in range(WARMUP_RUNS):

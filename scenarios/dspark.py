@@ -21,7 +21,13 @@ from harness.policies.faultplan import StallAt
 from .base import AS_INSTALLED, Scenario
 
 _DSPARK = {"spec_algorithm": "dspark"}
-RING_STALL_MS = 1.0
+# Default stalls (``--stall-ms`` overrides), long enough to make the race value-visible on
+# both backends: on an H200 one host iteration of this toy loop is ~5 ms, so a late copy
+# must outlast it (reports/h200/dspark: ring 1-4 ms 0 stale, 8 ms 25/50, 12 ms 19/50;
+# readback 1 ms 0/200, 10 ms 200/200). The ring copy must also land before the resolve
+# two publishes later, or copy_done.query() withholds the slot: a window, not a floor.
+RING_STALL_MS = 8.0
+READBACK_STALL_MS = 10.0
 _RING = {**_DSPARK, "ragged_verify_mode": "compact", "needs_cpu_seq_lens": False,
          "folded_accept": False}
 _FOLDED = {**_DSPARK, "ragged_verify_mode": "static", "folded_accept": True}
@@ -53,7 +59,8 @@ DSPARK_RESULT_READBACK = Scenario(
     summary="DSpark, folded accept: the result readback of the verify graph's static "
             "buffers vs the next replay; copy stream stalled before the readback",
     workload=_workload,
-    stalls=lambda ms: [StallAt("copy.before_result_d2h", ms)],
+    stalls=lambda ms: [StallAt("copy.before_result_d2h",
+                               READBACK_STALL_MS if ms is None else ms)],
     variants={AS_INSTALLED: dict(_FOLDED),
               "fixed": {**_FOLDED, "fix": "forward-waits-result-copy"},
               "eager-accept": {**_FOLDED, "folded_accept": False}},

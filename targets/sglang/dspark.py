@@ -37,7 +37,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from harness.faults import fault_point, observe
-from impl.graph_runner import CAPTURE_BS, WARMUP_RUNS, VerifyGraphRunner, graphs_supported
+from impl.graph_runner import (CAPTURE_BS, WARMUP_RUNS, VerifyGraphRunner, gc_frozen,
+                                graphs_supported)
 from impl.model import ToyTargetModel, successor
 
 from . import upstream
@@ -133,7 +134,7 @@ class FoldedVerifyGraphs:
     def _capture(self) -> None:
         mod = self.mod
         self.stream.wait_stream(mod.current_stream())
-        with mod.stream(self.stream):
+        with gc_frozen(), mod.stream(self.stream):
             for bs in reversed(self.capture_bs):
                 for _ in range(WARMUP_RUNS):
                     self._body(bs)
