@@ -99,9 +99,12 @@ class SglangTarget(Target):
         if overrides.get("fix"):
             from scenarios.mutations.fixes import get_fix
             patches.append(get_fix(self.name, overrides["fix"]))
-        if overrides.get("spec_algorithm") == "dspark" and not (
-                self.verdict and self.verdict.features.get("dspark")):
-            return f"sglang {self.version} has no DSpark (it came in 0.5.16)"
+        if overrides.get("spec_algorithm") == "dspark":
+            root = static.package_root()
+            missing = contract.missing_code(root, "dspark") if root else "its source"
+            if missing:
+                return (f"the DSpark slice needs {missing}, which sglang {self.version} "
+                        f"does not have")
         for p in patches:
             problem = self.patch_problem(p.target, p.edits)
             if problem:

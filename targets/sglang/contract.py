@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -75,14 +75,19 @@ CALLED_KEYWORDS: Dict[str, Tuple[str, ...]] = {
 }
 # Optional parts: absent in some releases, and then the scenarios that need them are
 # "not applicable" there (``features``), not a contract problem.
-FEATURES: Dict[str, str] = {
+# feature -> the code that has it: one target, or several that must all exist
+FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
     "grammar_tree": f"{_SPEC}:GrammarTree.from_device",
     "ngram_relay": f"{_OU}:FutureMap._maybe_init_ngram_bufs",
     "coarse_switch": "sglang.srt.environ:Envs.SGLANG_FORCE_COARSE_WAR_BARRIER",
     "war_barrier": f"{_SCHED}:Scheduler._apply_war_barrier",
-    # DSpark's budget planner and the FutureMap's confidence relay (0.5.16 on)
-    "dspark": "sglang.srt.speculative.dspark_components.dspark_planner:"
-              "DSparkVerifyPlanner.prepare_verify_budget",
+    # the DSpark slice (targets/sglang/dspark.py): the budget planner and the confidence
+    # relay (0.5.16 on) and the runtime-context API it builds DSpark's config with (0.5.22)
+    "dspark": ("sglang.srt.speculative.dspark_components.dspark_planner:"
+               "DSparkVerifyPlanner.prepare_verify_budget",
+               f"{_OU}:ConfidenceRelay.issue_ring_copy",
+               "sglang.srt.speculative.draft_worker_common:make_draft_input_v2",
+               "sglang.srt.runtime_context:use_context"),
 }
 
 RESULT_CLASS = "sglang.srt.managers.utils:GenerationBatchResult"
@@ -256,12 +261,18 @@ def _class_names(cls) -> set:
     return out
 
 
-def features(root: str) -> Dict[str, bool]:
-    out = {}
-    for name, target in FEATURES.items():
+def missing_code(root: str, feature: str) -> Optional[str]:
+    """The first piece of ``feature``'s code the release at ``root`` lacks (None: all)."""
+    needed = FEATURES[feature]
+    for target in (needed,) if isinstance(needed, str) else needed:
         node, _ = static.find(root, target)
-        out[name] = node is not None
-    return out
+        if node is None:
+            return target
+    return None
+
+
+def features(root: str) -> Dict[str, bool]:
+    return {name: missing_code(root, name) is None for name in FEATURES}
 
 
 def source_commit(root: str) -> Optional[str]:

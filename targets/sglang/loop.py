@@ -65,6 +65,22 @@ class NotModelled:
                            f"sglang target does not model")
 
 
+class _ServerArgsView(NotModelled):
+    """``Scheduler.server_args`` as releases before 0.5.16 read it inside the loop (later
+    ones read the flags off ``self``): a single-rank server with overlap and no extras.
+    Any other field is a path the target does not model."""
+
+    VALUES = {"enable_dp_attention": False, "enable_unified_memory": False}
+
+    def __init__(self) -> None:
+        super().__init__("server_args")
+
+    def __getattr__(self, item: str) -> Any:
+        if item in _ServerArgsView.VALUES:
+            return _ServerArgsView.VALUES[item]
+        return super().__getattr__(item)
+
+
 class _Recorder:
     """metrics_reporter / profiler_manager: observability, nothing under test."""
 
@@ -156,7 +172,7 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s.batch_record_ct = 0
     s.enable_dp_attention = False
     s.cur_batch = None
-    s.server_args = NotModelled("server_args")
+    s.server_args = _ServerArgsView()
     for name in NOT_MODELLED:
         setattr(s, name, NotModelled(name))
     s.beam_coordinator = _idle_beam_coordinator(s)

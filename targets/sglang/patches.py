@@ -47,7 +47,8 @@ PRE_FIX: Tuple[SourcePatch, ...] = (
 
 
 # The simulator as the GPU it stands for. Releases up to 0.5.22 branch their result D2H
-# (``managers/utils.py:_async_d2h``) on ``t.is_cuda``, which a simulated tensor is not,
+# (``managers/utils.py:_async_d2h``, in 0.5.22 ``utils/common.py:async_d2h``) on
+# ``is_cuda``, which a simulated tensor is not,
 # and would take the host path with no pinned buffer and no ``record_stream``. On the
 # simulator only, that test reads as a GPU reads it (0.5.23's own ``async_d2h`` is
 # device-generic and needs no patch; where the snippet is absent the patch is skipped).
@@ -57,6 +58,12 @@ SIM_AS_GPU: Tuple[SourcePatch, ...] = (
         ("t.record_stream(torch.cuda.current_stream(t.device))",
          "t.record_stream(torch.get_device_module(t.device).current_stream())")),
         "the simulator as a GPU in _async_d2h (releases up to 0.5.22)"),
+    # 0.5.22 moved it to utils/common.py:async_d2h, with the same test
+    SourcePatch("sglang.srt.utils.common:async_d2h", (
+        ("    if not tensor.is_cuda:\n", "    if tensor.device.type == \"cpu\":\n"),
+        ("tensor.record_stream(torch.cuda.current_stream(tensor.device))",
+         "tensor.record_stream(torch.get_device_module(tensor.device).current_stream())")),
+        "the simulator as a GPU in async_d2h (0.5.22)"),
 )
 
 

@@ -17,7 +17,8 @@ from typing import Callable, Dict, List, Optional
 from . import contract, envs
 
 # scenario -> the feature (contract.FEATURES) its code needs
-NEEDS: Dict[str, str] = {"grammar-ngram": "grammar_tree", "grammar-tree-staging": "grammar_tree"}
+NEEDS: Dict[str, str] = {"grammar-ngram": "grammar_tree", "grammar-tree-staging": "grammar_tree",
+                         "dspark-confidence-ring": "dspark", "dspark-result-readback": "dspark"}
 CHILD_TIMEOUT_S = 1800  # a release's run that has not answered by then is a harness error
 
 
@@ -33,9 +34,10 @@ def run_release(version: str, scenario: str, options: List[str], report_dir: str
            "race_sites": None, "report": None, "war_barrier": None, "note": ""}
     root = release_root(version)
     need = NEEDS.get(scenario)
-    if root is not None and need and not contract.features(root).get(need):
+    missing = contract.missing_code(root, need) if root is not None and need else None
+    if missing:
         row["outcome"] = "not applicable"
-        row["note"] = f"the release has no {contract.FEATURES[need].split(':')[1]}"
+        row["note"] = f"the release has no {missing.split(':')[1]}"
         return row
     out_dir = os.path.join(report_dir, version)
     cmd = [envs.env_python(version), "-m", "harness.cli", "repro", scenario,

@@ -31,13 +31,17 @@ from sglang.srt.environ import envs  # noqa: E402
 # module (``spec_utils.build_grammar_vocab_mask(...)``): a name bound here would keep the
 # original when a variant or a mutation patches the function.
 FutureMap = overlap_utils.FutureMap
-RelayPayload = overlap_utils.RelayPayload
 NgramVerifyInput = ngram_info.NgramVerifyInput
 ScheduleBatch = schedule_batch.ScheduleBatch
 GenerationBatchResult = managers_utils.GenerationBatchResult
 Scheduler = scheduler.Scheduler
-GrammarTree = spec_utils.GrammarTree
-from sglang.srt.constrained.base_grammar_backend import GrammarMask  # noqa: E402
+# absent from older releases (no RelayPayload before 0.5.15, no GrammarTree before 0.5.17):
+# the scenarios that need them are "not applicable" there (releases.NEEDS)
+RelayPayload = getattr(overlap_utils, "RelayPayload", None)
+GrammarTree = getattr(spec_utils, "GrammarTree", None)
+from sglang.srt.constrained import base_grammar_backend  # noqa: E402
+
+GrammarMask = getattr(base_grammar_backend, "GrammarMask", None)  # with GrammarTree
 
 
 def take_gpu_paths() -> None:

@@ -43,6 +43,7 @@ class Req:
     # read by ScheduleBatch.init_new / filter_batch / merge_batch
     return_logprob: bool = False
     is_prefill_only: bool = False
+    return_hidden_states: bool = False  # releases before 0.5.17 read it (later: the mode)
 
     @property
     def return_hidden_states_mode(self):

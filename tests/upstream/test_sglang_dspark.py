@@ -1,0 +1,103 @@
+"""The DSpark slice on the sglang target (``targets/sglang/dspark.py``,
+``scenarios/dspark.py``): upstream's DSpark relay, planner and result readback under
+upstream's loop. The two findings (``reports/upstream/findings/``) as tests: each race is
+found, is value-visible with a late copy, is gone with its candidate fix (outputs equal to
+the synchronous reference under every policy), and is absent where the release's own
+configuration orders it."""
+import pytest
+
+import targets
+from harness.engine.drive import drive, server_args
+from harness.policies import parse_policy
+from harness.policies.faultplan import FaultPlan
+from harness.runtime import open_runtime
+from scenarios.registry import get, run_scenario
+from scenarios.sglang_relay import POLICIES
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sglang():
+    targets.get("sglang")
+
+
+def repro(scenario, variant="as-installed", policy="eager", trials=2, **kw):
+    return run_scenario(scenario, variant=variant, war_barrier="fine", backend="sim",
+                        policy=parse_policy(policy), trials=trials, target="sglang", **kw)
+
+
+def test_the_ring_copy_races_the_next_scatter():
+    r = repro("dspark-confidence-ring")
+    assert r["outcome"] == r["expected_by_scenario"] == "race"
+    (race,) = r["races"]
+    assert race["kind"] == "WAR" and "issue_ring_copy" in race["summary"] \
+        and "scatter" in race["summary"], race["summary"]
+    # value-visible: the budget planner gets the next step's confidence for this one
+    div = r["first_divergence"]
+    assert div["kind"] == "confidence" and div["stream"] == "d2h"
+    assert div["expected"] != div["observed"]
+
+
+def test_the_result_readback_races_the_next_graph_replay():
+    r = repro("dspark-result-readback")
+    assert r["outcome"] == "race"
+    summaries = [x["summary"] for x in r["races"]]
+    assert summaries and all("async_d2h" in s and "replayed at" in s for s in summaries), \
+        summaries
+    div = r["first_divergence"]  # the host commits tokens of the next replay
+    assert div["kind"] == "accept_tokens" and div["stream"] == "copy"
+
+
+@pytest.mark.parametrize("scenario,variant", [
+    ("dspark-confidence-ring", "fixed"), ("dspark-confidence-ring", "cpu-seq-lens"),
+    ("dspark-confidence-ring", "static"), ("dspark-result-readback", "fixed"),
+    ("dspark-result-readback", "eager-accept")])
+def test_fixes_and_ordering_configurations_are_clean_under_every_policy(scenario, variant):
+    for policy in POLICIES:
+        r = repro(scenario, variant, policy, trials=1)
+        assert r["outcome"] == "clean", (policy, r["first_divergence"], r["races"])
+
+
+def test_prefill_batches_between_decodes_do_not_open_the_ring_race():
+    """The suspicion that a prefill batch (no ``spec_info``: ``resolve_seq_lens_cpu``
+    returns before its synchronize) leaves the ring copy unordered does not hold: the
+    prefill forward scatters no confidence, and the next decode's resolve synchronizes the
+    D2H stream before its own scatter. Arrivals spread over 14 iterations put prefills
+    between decodes."""
+    from harness.engine.trial import run_trial
+    from harness.oracle.workload import random_workload
+    sc = get("dspark-confidence-ring")
+    for seed in range(3):
+        wl = random_workload(seed, n_requests=8, draft_token_num=4, max_arrive=14)
+        args = server_args(wl, sc.variants["cpu-seq-lens"])
+        for policy in ("eager", "random(1)", "pct(2,2)"):
+            res = run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None),
+                            target="sglang")
+            assert not res.reproduced, (seed, policy, res.divergence, res.races)
+
+
+def test_the_planner_and_the_oracle_see_every_resolved_slot():
+    """The confidence oracle is not vacuous: on the fixed code upstream's planner resolves
+    ring slots, and each labelled row reaches the oracle."""
+    sc = get("dspark-confidence-ring")
+    wl = sc.workload(0)
+    seen = []
+    plan = FaultPlan(observer=lambda name, ctx: seen.append(name))
+    with open_runtime("sim", parse_policy("eager"), trace=False) as rt, \
+            sc.mutation("fixed", "sglang").applied():
+        drive(rt, wl, server_args(wl, sc.variants["fixed"]), plan, "sglang")
+    assert seen.count("confidence_resolved") >= 3
+    assert seen.count("confidence_published") > seen.count("confidence_resolved")
+
+
+def test_same_seed_same_verdict():
+    a = repro("dspark-confidence-ring", policy="random(1)")
+    b = repro("dspark-confidence-ring", policy="random(1)")
+    assert a["first_divergence"] == b["first_divergence"] and a["schedules"] == b["schedules"]
+
+
+def test_the_slice_is_declared_by_the_code_it_needs():
+    from targets.sglang import contract, static
+    assert contract.missing_code(static.package_root(), "dspark") is None
+    tgt = targets.get("sglang")
+    assert tgt.variant_problem(get("dspark-confidence-ring").variants["fixed"]) == ""
+    assert not targets.get("impl").supports("dspark-confidence-ring")
