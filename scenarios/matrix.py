@@ -49,6 +49,16 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("dp-idle", "dp-idle", "fixed", "lazy", seeds=(0, 1)),
     Probe("slot-reuse", "slot-reuse", "fixed", "eager"),
     Probe("slot-reuse-stall", "slot-reuse", "fixed", "stall(forward)"),
+    # the DSpark slice (sglang target) in its ordering configurations, clean as released:
+    # the ring with CPU seq lens, the readback with the eager accept
+    Probe("dspark-ring", "dspark-confidence-ring", "cpu-seq-lens", "eager", seeds=(0, 1)),
+    Probe("dspark-ring-lazy", "dspark-confidence-ring", "cpu-seq-lens", "lazy", seeds=(0, 1)),
+    Probe("dspark-ring-random", "dspark-confidence-ring", "cpu-seq-lens", "random(1)",
+          seeds=(0, 1)),
+    Probe("dspark-readback", "dspark-result-readback", "eager-accept", "eager", seeds=(0, 1)),
+    # the ring as the candidate fix leaves it, on a backend without CPU seq lens: there
+    # the copy_done poll is what keeps the host off a slot still being copied
+    Probe("dspark-ring-fixed", "dspark-confidence-ring", "fixed", "eager", seeds=(0, 1)),
 )}
 
 
@@ -63,7 +73,7 @@ def oracle_of(result) -> str:
     if result.divergence is not None:
         kind = result.divergence.kind
         return {"accept_lens": "stale-value", "accept_tokens": "stale-value",
-                "output": "output", "grammar": "grammar", "crash": "crash"}.get(kind, kind)
+                "confidence": "stale-value", "output": "output", "grammar": "grammar", "crash": "crash"}.get(kind, kind)
     return "happens-before"
 
 
@@ -79,13 +89,36 @@ def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None,
         # process: a second one crashed torch 2.11 on the H200); later seeds judge values.
         res = run_trial(backend, policy, wl, args,
                         sc.stalls(None), detect_races=backend == "sim" or seed == probe.seeds[0],
-                        mutation=mutation or sc.mutation(probe.variant, target),
+                        mutation=_patch(sc, probe.variant, target, mutation),
                         answers=sc.answers, target=target)
         if res.reproduced:
             detail = (res.divergence.message if res.divergence
                       else res.races[0].summary())
             return True, oracle_of(res), f"seed {seed}: {detail}"
     return False, None, None
+
+
+class _Together:
+    """A seeded bug on top of a variant's candidate fix (both patches for the run)."""
+
+    def __init__(self, *patches) -> None:
+        self.patches = patches
+
+    def applied(self):
+        from harness.sourcepatch import all_applied
+        return all_applied(self.patches)
+
+
+def _patch(sc, variant: str, target: str, mutation: Optional[Mutation]):
+    """What a probe run patches: the mutation under test -- on top of the variant's fix
+    when the variant is a fixed form of an upstream finding -- or the variant's own
+    patch."""
+    own = sc.mutation(variant, target)
+    if mutation is None:
+        return own
+    if sc.variants[variant].get("fix") is not None:
+        return _Together(own, mutation.patch)
+    return mutation
 
 
 def fixed_row(probe: Probe, backend: str, target: str = "impl") -> dict:
