@@ -42,6 +42,7 @@ from impl.graph_runner import (CAPTURE_BS, WARMUP_RUNS, VerifyGraphRunner, gc_fr
 from impl.model import ToyTargetModel, successor
 
 from . import upstream
+from .worker import SharedReadRunner
 
 
 def modules() -> Dict[str, Any]:
@@ -180,7 +181,7 @@ def greedy_chain_accept(model, verify_ids: torch.Tensor, seq_lens: torch.Tensor,
     return predict, commit, seq_lens + commit, bonus
 
 
-class ToyDSparkWorker:
+class ToyDSparkWorker(SharedReadRunner):
     """Stands in for ``DSparkWorkerV2`` + its target worker (module docstring)."""
 
     def __init__(self, model: ToyTargetModel, device, args, planner) -> None:
@@ -192,9 +193,7 @@ class ToyDSparkWorker:
         self.carries_confidence = planner.carries_confidence
         # DSpark keeps the target runner as the one whose read-done the WAR barrier waits
         # on (base_spec_worker.py); the toy's runner is itself
-        self.last_shared_read_runner = self.war_fastpath_runner = self
-        self.shared_read_done_event = self.war_fastpath_read_done_event = None
-        self.publish_read_done = True
+        self._init_shared_read()
         V = model.vocab_size
         self.succ = torch.tensor([successor(t, V) for t in range(V)], dtype=torch.int64,
                                  device=self.device)
@@ -212,13 +211,6 @@ class ToyDSparkWorker:
         # host bookkeeping, for the oracle: which (request, step) each confidence publish
         # carried per pool row (publish k fills ring slot k % depth)
         self.confidence_publishes: List[Dict[int, Tuple[Any, int]]] = []
-
-    def _record_shared_read_done(self) -> None:
-        if self.publish_read_done:
-            event = self.mod.Event()
-            event.record()
-            self.shared_read_done_event = self.war_fastpath_read_done_event = event
-        fault_point("forward.after_read_done")
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
         bs = len(batch.reqs)

@@ -77,7 +77,30 @@ class SamplingInfo:
         return self
 
 
-class ToyNgramWorker:
+class SharedReadRunner:
+    """The runner whose shared-read-done event upstream's ``_apply_war_barrier`` waits on
+    (and clears): ``last_shared_read_runner.shared_read_done_event`` since 0.5.18,
+    ``war_fastpath_runner.war_fastpath_read_done_event`` before. The toy workers are their
+    own runner. ``publish_read_done``: whether the forward publishes read-done at all, as
+    the release's runner does for this step (``--war-barrier``: fine publishes, coarse
+    does not)."""
+
+    mod: Any
+
+    def _init_shared_read(self) -> None:
+        self.last_shared_read_runner = self.war_fastpath_runner = self
+        self.shared_read_done_event = self.war_fastpath_read_done_event = None
+        self.publish_read_done = True
+
+    def _record_shared_read_done(self) -> None:
+        if self.publish_read_done:
+            event = self.mod.Event()
+            event.record()
+            self.shared_read_done_event = self.war_fastpath_read_done_event = event
+        fault_point("forward.after_read_done")
+
+
+class ToyNgramWorker(SharedReadRunner):
     """Stands in for upstream's NGRAMWorker + target worker, shaped like them.
 
     The sampler is ours too (upstream's applies the grammar bitmask with a triton kernel,
@@ -95,21 +118,7 @@ class ToyNgramWorker:
         self.overlap = overlap
         self.device_drafted = device_drafted
         self.proposer = NgramProposer(draft_token_num)
-        # _apply_war_barrier reads the runner's shared-read-done event (and clears it):
-        # ``last_shared_read_runner.shared_read_done_event`` since 0.5.18,
-        # ``war_fastpath_runner.war_fastpath_read_done_event`` before
-        self.last_shared_read_runner = self.war_fastpath_runner = self
-        self.shared_read_done_event = self.war_fastpath_read_done_event = None
-        # Whether this forward publishes read-done at all, as the release's runner does
-        # for an NGRAM step (``--war-barrier``: fine publishes, coarse does not)
-        self.publish_read_done = True
-
-    def _record_shared_read_done(self) -> None:
-        if self.publish_read_done:
-            event = self.mod.Event()
-            event.record()
-            self.shared_read_done_event = self.war_fastpath_read_done_event = event
-        fault_point("forward.after_read_done")
+        self._init_shared_read()
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
         fwd = self.mod.current_stream()

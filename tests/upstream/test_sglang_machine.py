@@ -26,7 +26,7 @@ def test_released_sglang_survives_generated_programs():
 def test_prefix_relay_on_sglang_is_found_and_shrunk():
     with pytest.raises(AssertionError) as info:
         run_state_machine_as_test(SglangPrefixMachine, settings=settings(
-            max_examples=60, stateful_step_count=15, derandomize=True, **FAST))
+            max_examples=60, stateful_step_count=10, derandomize=True, **FAST))
     notes = "\n".join(getattr(info.value, "__notes__", []))
     program = [ln for ln in notes.splitlines() if ln.strip().startswith("state.")]
     assert any("state.arrive(" in ln or "state.wave(" in ln for ln in program), notes
