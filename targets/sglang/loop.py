@@ -302,6 +302,7 @@ class UpstreamLoop:
         s._relay_forward_payload = self._relay_forward_payload
         self.parent = greenlet.getcurrent()
         self.runner = greenlet.greenlet(self._run)
+        self._loop_stream = None  # the loop's current stream when it last handed back
 
     # --- the loop ----------------------------------------------------------------------
     def _run(self) -> None:
@@ -313,8 +314,22 @@ class UpstreamLoop:
         """One iteration of upstream's loop (from one ``ingest_requests`` to the next)."""
         if self.runner.dead:
             raise RuntimeError("upstream's event loop has exited")
+        self._switch_in()
+
+    def _switch_in(self) -> None:
+        """Run the loop until it hands control back. The current stream is per thread, not
+        per greenlet: the loop gets back the stream it left with, and the caller keeps its
+        own (two loops stepped in turn -- two ranks -- must not run on each other's)."""
+        mod = self.sched.device_module
+        outer = mod.current_stream()
+        if self._loop_stream is not None:
+            mod.set_stream(self._loop_stream)
         self.parent = greenlet.getcurrent()
-        self.runner.switch()
+        try:
+            self.runner.switch()
+        finally:
+            self._loop_stream = mod.current_stream()
+            mod.set_stream(outer)
 
     def close(self) -> None:
         """Upstream's own stop: ``gracefully_exit``, seen at the loop's next check. The
@@ -323,8 +338,7 @@ class UpstreamLoop:
         if self.runner.dead or not self.started:
             return
         self.stopping = True
-        self.parent = greenlet.getcurrent()
-        self.runner.switch()
+        self._switch_in()
 
     def has_work(self) -> bool:
         s = self.sched
