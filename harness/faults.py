@@ -15,11 +15,36 @@ from typing import Any, Iterator
 
 from .context import current, field_set
 
+# Every named place where a plan may stall the current stream, the one list of them: a
+# stall asked for elsewhere is an error when the plan is made (``StallAt``), and a point
+# the code marks that is not listed is an error when it is hit under a plan -- a
+# misspelling never makes a stall silently not fire.
+FAULT_POINTS = {
+    "forward.after_read_done": "the forward, right after it records shared-read-done",
+    "forward.after_draft": "the forward, after the device drafter built the tree",
+    "forward.before_verify": "the forward, before the verify's accept",
+    "future_map.before_stash": "the forward, before the relay payload is stashed",
+    "schedule.before_filter": "the schedule stream, before a batch drops finished requests",
+    "schedule.before_merge": "the schedule stream, before a prefill joins the running batch",
+    "grammar.after_tree_copy": "after the verify tree's host copy is started",
+    "grammar.before_mask_upload": "before the grammar mask is uploaded",
+    "d2h.before_ring_copy": "the private D2H stream, before the confidence ring copy",
+    "copy.before_result_d2h": "the copy stream, before the result readback",
+}
+
+
+def check_point(name: str) -> str:
+    if name not in FAULT_POINTS:
+        raise ValueError(f"unknown fault point {name[:80]!r}; known: "
+                         f"{', '.join(sorted(FAULT_POINTS))}")
+    return name
+
 
 def fault_point(name: str, **ctx: Any) -> None:
     """Mark a named place in the engine; a plan may stall the current stream here."""
     plan = current().plan
     if plan is not None:
+        check_point(name)
         plan.hit(name, ctx)
 
 

@@ -32,15 +32,17 @@ def reference(workload: Workload, args, backend: str, target: str = "impl") -> R
     """The synchronous reference: the target's own engine, fixed code, no overlap, no CUDA
     graphs, on an eager device (an LRU cache holds the last ``REFERENCE_CACHE_SIZE``). ``ReferenceCrash``
     if the engine fails in it."""
-    key = json.dumps([target, backend, workload.to_json(), args.spec_algorithm,
-                      args.ragged_verify_mode])
+    ref_args = dataclasses.replace(args, overlap=False, relay="future_map",
+                                   war_barrier="coarse", cuda_graph=False)
+    # keyed by everything the reference run is made of: every server arg it runs with
+    # (a variant's patches are applied around the trial only, never around it)
+    key = json.dumps([target, backend, workload.to_json(), dataclasses.asdict(ref_args)],
+                     sort_keys=True)
     ref = _REFERENCE_CACHE.get(key)
     if ref is not None:
         _REFERENCE_CACHE.move_to_end(key)
         return ref
     rec = Recorder()
-    ref_args = dataclasses.replace(args, overlap=False, relay="future_map",
-                                   war_barrier="coarse", cuda_graph=False)
     with open_runtime(backend, Eager(), trace=False) as rt:  # a backend error propagates
         try:
             outputs = drive(rt, workload, ref_args, FaultPlan(observer=rec), target)

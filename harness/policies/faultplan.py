@@ -7,12 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from harness.faults import check_point
+
 
 @dataclass(frozen=True)
 class StallAt:
-    point: str  # fault point name, e.g. "forward.after_read_done"
+    point: str  # fault point name, e.g. "forward.after_read_done" (harness.faults.FAULT_POINTS)
     ms: Optional[float]  # None: until forced (simulator) / the default long stall (CUDA)
     every: int = 1  # stall at every n-th hit (1 = each time)
+
+    def __post_init__(self) -> None:
+        check_point(self.point)
 
     def to_json(self) -> dict:
         return {"point": self.point, "ms": self.ms, "every": self.every}
