@@ -47,10 +47,12 @@ DSPARK_CONFIDENCE_RING = Scenario(
     stalls=lambda ms: [StallAt("d2h.before_ring_copy", RING_STALL_MS if ms is None else ms)],
     variants={AS_INSTALLED: dict(_RING),
               "fixed": {**_RING, "fix": "ring-copy-fenced"},
+              # the other ragged mode builds the same ring
+              "cap-accept": {**_RING, "ragged_verify_mode": "cap-accept"},
               "cpu-seq-lens": {**_RING, "needs_cpu_seq_lens": True},
               "static": {**_RING, "ragged_verify_mode": "static"}},
     default_variant=AS_INSTALLED,
-    expect={(AS_INSTALLED, None): "race"},
+    expect={(AS_INSTALLED, None): "race", ("cap-accept", None): "race"},
     sim_trials=10,
 )
 

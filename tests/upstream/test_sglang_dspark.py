@@ -25,8 +25,9 @@ def repro(scenario, variant="as-installed", policy="eager", trials=2, **kw):
                         policy=parse_policy(policy), trials=trials, target="sglang", **kw)
 
 
-def test_the_ring_copy_races_the_next_scatter():
-    r = repro("dspark-confidence-ring")
+@pytest.mark.parametrize("variant", ["as-installed", "cap-accept"])
+def test_the_ring_copy_races_the_next_scatter(variant):
+    r = repro("dspark-confidence-ring", variant)
     assert r["outcome"] == r["expected_by_scenario"] == "race"
     (race,) = r["races"]
     assert race["kind"] == "WAR" and "issue_ring_copy" in race["summary"] \
