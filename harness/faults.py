@@ -33,11 +33,22 @@ FAULT_POINTS = {
 }
 
 
-def check_point(name: str) -> str:
-    if name not in FAULT_POINTS:
-        raise ValueError(f"unknown fault point {name[:80]!r}; known: "
-                         f"{', '.join(sorted(FAULT_POINTS))}")
+# The engine's host-order questions a plan may answer (``ask``), likewise one list.
+ASK_POINTS = {
+    "schedule.disable_overlap": "process the previous result before this launch (a "
+                                "synchronous step), as is_disable_overlap_for_batch does",
+}
+
+
+def check_point(name: str, known=FAULT_POINTS, what: str = "fault point") -> str:
+    if name not in known:
+        raise ValueError(f"unknown {what} {str(name)[:80]!r}; known: "
+                         f"{', '.join(sorted(known))}")
     return name
+
+
+def check_question(name: str) -> str:
+    return check_point(name, ASK_POINTS, "host-order question")
 
 
 def fault_point(name: str, **ctx: Any) -> None:
@@ -65,6 +76,7 @@ def ask(name: str, default: Any, **ctx: Any) -> Any:
     plan = current().plan
     if plan is None:
         return default
+    check_question(name)
     return plan.ask(name, default, ctx)
 
 

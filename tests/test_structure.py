@@ -97,3 +97,15 @@ def test_every_fault_point_the_code_marks_is_a_named_one():
     assert marked and marked <= set(FAULT_POINTS), marked - set(FAULT_POINTS)
     with pytest.raises(ValueError, match="unknown fault point"):
         StallAt("forward.after_readdone", None)
+    from harness.faults import ASK_POINTS
+    from harness.policies.faultplan import FaultPlan
+    asked = set()
+    for top in ("impl", "targets"):
+        for path in (root / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ask"
+                        and node.args and isinstance(node.args[0], ast.Constant)):
+                    asked.add(node.args[0].value)
+    assert asked and asked <= set(ASK_POINTS), asked - set(ASK_POINTS)
+    with pytest.raises(ValueError, match="unknown host-order question"):
+        FaultPlan(answers={"schedule.disable_overlapp": True})

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-from harness.faults import check_point
+from harness.faults import check_point, check_question
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,13 @@ class FaultPlan:
 
     once_answers: Dict[str, Any] = field(default_factory=dict)  # consumed at the next ask
 
+    def __post_init__(self) -> None:
+        for name in self.answers:  # a misspelt question would never be answered
+            check_question(name)
+
     def answer_next(self, name: str, value: Any) -> None:
         """Answer the next ``ask(name)`` with ``value`` (state machines' reorder rule)."""
-        self.once_answers[name] = value
+        self.once_answers[check_question(name)] = value
 
     def stall_next(self, point: str, ms: Optional[float] = None) -> None:
         """Stall the current stream the next time ``point`` is hit (state machines)."""
