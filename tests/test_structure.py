@@ -109,3 +109,19 @@ def test_every_fault_point_the_code_marks_is_a_named_one():
     assert asked and asked <= set(ASK_POINTS), asked - set(ASK_POINTS)
     with pytest.raises(ValueError, match="unknown host-order question"):
         FaultPlan(answers={"schedule.disable_overlapp": True})
+
+
+def test_permanent_process_changes_are_the_listed_ones():
+    """Each site that changes the process for good notes it (``harness.process``): after a
+    simulator run the simulator's two are in effect, and nothing unlisted can be noted."""
+    import pytest
+
+    from harness import process
+    from scenarios.registry import run_scenario
+    from harness.policies import parse_policy
+    run_scenario("ngram-filter-race", variant="fixed", war_barrier="fine", backend="sim",
+                 policy=parse_policy("eager"), trials=1)
+    assert {"sim-device", "torch.tensor-pinning"} <= set(process.applied())
+    assert set(process.applied()) <= set(process.CHANGES)
+    with pytest.raises(KeyError, match="unlisted process change"):
+        process.note("torch.cuda.synchronize patched")

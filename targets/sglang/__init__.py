@@ -58,7 +58,7 @@ class SglangTarget(Target):
         from .platform import PLUGIN_NAME
         import torch
         if not torch.cuda.is_available():
-            os.environ.setdefault("SGLANG_PLATFORM", PLUGIN_NAME)
+            os.environ.setdefault("SGLANG_PLATFORM", PLUGIN_NAME)  # harness.process
         try:
             from . import upstream
         except Exception as exc:  # an import failure of the installed package

@@ -26,6 +26,8 @@ import sys
 import types
 from typing import Any, Dict, Iterable, Optional
 
+from harness import process
+
 # Packages that may be stood in for, and attributes that must be real values because
 # someone inspects them at import time (transformers reads torchvision's version and maps
 # PIL modes through InterpolationMode; torch._inductor reads triton's version).
@@ -142,6 +144,7 @@ def install_stand_ins() -> list:
     if missing and _FINDER is None:
         _FINDER = _StandInFinder(missing)
         sys.meta_path.insert(0, _FINDER)
+        process.note("sglang-stand-ins")
     return list(_FINDER.roots) if _FINDER else []
 
 
@@ -168,4 +171,5 @@ def load() -> Dict[str, types.ModuleType]:
     install_stand_ins()
     # Quiet, CPU-friendly defaults that change nothing in the code under test.
     os.environ.setdefault("SGLANG_IS_IN_CI", "0")
+    process.note("sglang-env-defaults")
     return {name: importlib.import_module(name) for name in MODULES}

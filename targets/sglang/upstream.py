@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import warnings
 
+from harness import process
+
 from .bootstrap import load
 
 with warnings.catch_warnings():
@@ -51,3 +53,4 @@ def take_gpu_paths() -> None:
     GPU, so it is set as it is there (once, after the contract has checked the attribute
     exists: it is read when a FutureMap is built)."""
     overlap_utils._is_cuda = True
+    process.note("sglang-gpu-paths")

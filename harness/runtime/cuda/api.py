@@ -175,3 +175,5 @@ def ensure_api_wrapped(stream_cls: Any, event_cls: Any, module: Any,
         current = getattr(owner, name)
         if not getattr(current, "_specrace_wrapper", False):
             setattr(owner, name, _wrapper(current, log, name))
+    from harness import process
+    process.note("cuda-api-wrapped")

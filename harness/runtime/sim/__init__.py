@@ -119,6 +119,8 @@ def install() -> None:
     _tensor.BACKEND = _dispatch.BACKEND
     from .. import pinning
     pinning.install_sim_tensor_factory(lambda: current().sim_device is not None)
+    from harness import process
+    process.note("sim-device")
     _INSTALLED = True
 
 
