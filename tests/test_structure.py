@@ -53,10 +53,17 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _tool().cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_no_harness_module_is_too_long():
-    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "harness").rglob("*.py")
+# Modules over the limit that are known and owed a split (issue 26): a table of litmus
+# programs. Nothing may join this list; it may only shrink.
+OVER_LIMIT = {"scenarios/litmus.py"}
+
+
+def test_no_module_is_too_long():
+    long = {str(p.relative_to(ROOT)): n
+            for top in ("harness", "impl", "targets", "scenarios")
+            for p in (ROOT / top).rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
-    assert long == {}
+    assert set(long) <= OVER_LIMIT, long
 
 
 def test_impl_imports_only_the_fault_hooks(graph):

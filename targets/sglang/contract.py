@@ -101,9 +101,9 @@ ATTRIBUTES: Tuple[Tuple[str, str], ...] = (
     (_SCHED, "is_cuda"),
 )
 
-# What the target's scheduler object carries (``loop.build_scheduler`` sets exactly these;
-# a test holds it to that): real values, our four server-facing methods and the values
-# of paths the target does not take (``loop.NotModelled``).
+# What the target's scheduler object carries (``scheduler_object.build_scheduler`` sets
+# exactly these; a test holds it to that): real values, our four server-facing methods and
+# the values of paths the target does not take (``scheduler_object.NotModelled``).
 SCHEDULER_ATTRIBUTES = (
     "device", "device_module", "schedule_stream", "forward_stream", "copy_stream",
     "forward_stream_ctx", "copy_stream_ctx", "req_to_token_pool", "spec_algorithm",
