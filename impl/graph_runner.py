@@ -54,8 +54,14 @@ def graphs_supported(device) -> bool:
 
 
 class VerifyGraphRunner:
-    def __init__(self, model, device, draft_token_num: int, max_bs: int) -> None:
+    """``forward`` (default ``model.forward``) is what each graph captures: a function of
+    the flat draft tokens returning one tensor, or a tuple of them (rows first), e.g. the
+    hidden states next to the logits."""
+
+    def __init__(self, model, device, draft_token_num: int, max_bs: int,
+                 forward=None) -> None:
         self.model = model
+        self.forward = forward or model.forward
         self.device = torch.device(device)
         self.mod = torch.get_device_module(self.device)
         self.D = draft_token_num
@@ -74,10 +80,10 @@ class VerifyGraphRunner:
             for bs in reversed(self.capture_bs):
                 input_ids = torch.zeros((bs * self.D,), dtype=torch.int64, device=self.device)
                 for _ in range(WARMUP_RUNS):
-                    self.model.forward(input_ids)
+                    self.forward(input_ids)
                 graph = mod.CUDAGraph()
                 with mod.graph(graph, pool=self.pool, stream=self.stream):
-                    logits = self.model.forward(input_ids)
+                    logits = self.forward(input_ids)
                 self.graphs[bs] = graph
                 self.input_ids[bs] = input_ids
                 self.logits[bs] = logits
@@ -86,10 +92,12 @@ class VerifyGraphRunner:
     def can_run(self, bs: int) -> bool:
         return 0 < bs <= self.capture_bs[-1]
 
-    def replay(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Logits ``(n, V)`` for flat draft tokens ``(n,)``, on the current stream."""
+    def replay(self, input_ids: torch.Tensor):
+        """Logits ``(n, V)`` for flat draft tokens ``(n,)``, on the current stream (each
+        of ``forward``'s outputs, if it returns several): views of the static outputs."""
         n = input_ids.shape[0]
         bs = next(b for b in self.capture_bs if b * self.D >= n)
         self.input_ids[bs][:n].copy_(input_ids)
         self.graphs[bs].replay()
-        return self.logits[bs][:n]
+        out = self.logits[bs]
+        return tuple(t[:n] for t in out) if isinstance(out, tuple) else out[:n]

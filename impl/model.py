@@ -72,5 +72,10 @@ class ToyTargetModel:
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Logits ``(n, V)`` for flat ``input_ids`` ``(n,)``."""
+        return self.forward_with_hidden(input_ids)[1]
+
+    def forward_with_hidden(self, input_ids: torch.Tensor):
+        """``(hidden (n, H), logits (n, V))``: the hidden states a request with
+        ``return_hidden_states`` gets back."""
         hidden = torch.nn.functional.embedding(input_ids, self.embed)
-        return hidden @ self.proj
+        return hidden, hidden @ self.proj

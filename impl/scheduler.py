@@ -64,6 +64,9 @@ class ServerArgs:
     ragged_verify_mode: str = "compact"
     needs_cpu_seq_lens: bool = True
     folded_accept: bool = True
+    # The sglang target: requests ask for their hidden states back (the NGRAM verify then
+    # replays graphs into static hidden/logits buffers, whose readback the copy stream does)
+    return_hidden_states: bool = False
 
     def validate(self) -> None:
         if self.relay not in RELAY_MODES:

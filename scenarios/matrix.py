@@ -73,7 +73,8 @@ def oracle_of(result) -> str:
     if result.divergence is not None:
         kind = result.divergence.kind
         return {"accept_lens": "stale-value", "accept_tokens": "stale-value",
-                "confidence": "stale-value", "output": "output", "grammar": "grammar", "crash": "crash"}.get(kind, kind)
+                "confidence": "stale-value", "hidden_states": "stale-value",
+                "output": "output", "grammar": "grammar", "crash": "crash"}.get(kind, kind)
     return "happens-before"
 
 

@@ -11,13 +11,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, Literal, Optional, Tuple, get_args
 
-# What diverged: a stale accept length / accept token row / relayed confidence row seen
-# by the host, a final output, a constrained output its grammar rejects, or the engine
+# What diverged: a stale accept length / accept token row / relayed confidence row /
+# returned hidden-state row seen by the host, a final output, a constrained output its grammar rejects, or the engine
 # crashed / deadlocked.
-DivergenceKind = Literal["accept_lens", "accept_tokens", "confidence", "output", "grammar",
-                         "crash", "deadlock"]
+DivergenceKind = Literal["accept_lens", "accept_tokens", "confidence", "hidden_states",
+                         "output", "grammar", "crash", "deadlock"]
 KINDS: Tuple[str, ...] = get_args(DivergenceKind)
-STALE_KINDS = ("accept_lens", "accept_tokens", "confidence")  # a stale value on the host
+# a stale value on the host
+STALE_KINDS = ("accept_lens", "accept_tokens", "confidence", "hidden_states")
 
 
 @dataclass(frozen=True)

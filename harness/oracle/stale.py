@@ -35,6 +35,7 @@ class Reference:
     results: Dict[Key, Tuple[int, List[int]]]
     outputs: Dict[int, List[int]]
     confidence: Dict[Key, List[float]] = field(default_factory=dict)
+    hidden: Dict[Key, List[float]] = field(default_factory=dict)
 
 
 class Recorder:
@@ -43,10 +44,13 @@ class Recorder:
     def __init__(self) -> None:
         self.results: Dict[Key, Tuple[int, List[int]]] = {}
         self.confidence: Dict[Key, List[float]] = {}
+        self.hidden: Dict[Key, List[float]] = {}
 
     def __call__(self, name: str, ctx: dict) -> None:
         if name == "result":
             self.results[(ctx["req"].rid, ctx["step"])] = (ctx["accept_len"], list(ctx["tokens"]))
+        elif name == "hidden_states":
+            self.hidden[(ctx["req"].rid, ctx["step"])] = list(ctx["rows"])
         elif name == "confidence_published":  # a host read: the reference run only
             rows = ctx["confidence"].tolist()
             for req, step, row in zip(ctx["reqs"], ctx["steps"], rows):
@@ -77,23 +81,31 @@ class StaleValueOracle:
                 got = row[:n] if isinstance(n, int) and 0 <= n <= D else row
                 self._check(req.rid, step, n, got,
                             "draft prep (host, blocking .cpu on the forward stream)", "forward")
+        elif name == "hidden_states":
+            self._check_rows("hidden_states", self.ref.hidden, ctx["req"].rid, ctx["step"],
+                             ctx["rows"], "result processing (host, after copy_done)", "copy")
         elif name == "confidence_resolved":
             for label, row in zip(ctx["labels"], ctx["confidence"]):
                 if label is not None:
                     self._check_confidence(label[0].rid, label[1], row)
 
     def _check_confidence(self, rid: int, step: int, row: List[float]) -> None:
-        expected = self.ref.confidence.get((rid, step))
+        self._check_rows("confidence", self.ref.confidence, rid, step, row,
+                         "the budget planner (host, pinned ring after copy_done.query())",
+                         "d2h")
+
+    def _check_rows(self, kind: str, ref: Dict[Key, List[float]], rid: int, step: int,
+                    row: List[float], where: str, stream: str) -> None:
+        expected = ref.get((rid, step))
         if expected is None:
             return
         self.checked += 1
         if list(row) == expected:
             return
         self._diverge(Divergence(
-            "confidence", f"stale confidence for request {rid} step {step} at the budget "
-                          f"planner (host, pinned ring after copy_done.query()): expected "
-                          f"{expected}, observed {list(row)}",
-            rid, step, "verify budget (host, confidence ring)", "d2h", expected, list(row)))
+            kind, f"stale {kind.replace('_', ' ')} for request {rid} step {step} at "
+                  f"{where}: expected {expected}, observed {list(row)}",
+            rid, step, where, stream, expected, list(row)))
 
     def _check(self, rid: int, step: int, n, tokens, where: str, stream: str) -> None:
         expected = self.ref.results.get((rid, step))

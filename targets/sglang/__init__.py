@@ -19,7 +19,7 @@ from . import contract, static
 # xgrammar backend)
 SCENARIOS = ("ngram-filter-race", "mixed-overlap", "dp-idle", "grammar-ngram",
              "grammar-tree-staging", "slot-reuse", "dspark-confidence-ring",
-             "dspark-result-readback")
+             "dspark-result-readback", "ngram-hidden-readback")
 
 
 # The first release whose runner publishes read-done for an NGRAM verify (read from

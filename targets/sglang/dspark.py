@@ -42,7 +42,7 @@ from impl.graph_runner import (CAPTURE_BS, WARMUP_RUNS, VerifyGraphRunner, gc_fr
 from impl.model import ToyTargetModel, successor
 
 from . import upstream
-from .worker import SharedReadRunner
+from .worker import SharedReadRunner, probe_result_copy
 
 
 def modules() -> Dict[str, Any]:
@@ -224,7 +224,7 @@ class ToyDSparkWorker(SharedReadRunner):
             stride = self.D if batch.forward_mode.is_decode() else 1
             result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
                                       stride)
-        self._probe_result_copy(result)
+        probe_result_copy(result)
         return result
 
     def _prefill(self, batch, on_publish):
@@ -292,16 +292,6 @@ class ToyDSparkWorker(SharedReadRunner):
             next_token_ids=next_token_ids, accept_lens=accept_lens,
             new_seq_lens=new_seq_lens, next_draft_input=draft_input,
             speculative_num_draft_tokens=self.D)
-
-    @staticmethod
-    def _probe_result_copy(result) -> None:
-        """A fault point on the copy stream before the result's D2H (upstream's
-        ``copy_to_cpu``, unchanged): a stall there is a copy engine busy with an earlier
-        transfer."""
-        def copy_to_cpu(*a, **kw):
-            fault_point("copy.before_result_d2h")
-            return type(result).copy_to_cpu(result, *a, **kw)
-        result.copy_to_cpu = copy_to_cpu
 
 
 def install_probes(sched, worker: ToyDSparkWorker) -> None:

@@ -125,11 +125,17 @@ class Intake:
         result.copy_done.synchronize()
         tokens = result.next_token_ids.tolist()
         lens = result.accept_lens.tolist()
+        hidden = (result.logits_output.hidden_states
+                  if result.logits_output is not None else None)
         for i, req in enumerate(reqs):
             if req.done:
                 continue  # it ran one step past its finish under overlap; drop that step
             accepted = tokens[i * stride: i * stride + lens[i]]
             observe("result", req=req, step=steps[i], accept_len=lens[i], tokens=accepted)
+            if hidden is not None:  # the host copy (pinned, after copy_done)
+                rows = hidden[i * stride: i * stride + lens[i]]
+                observe("hidden_states", req=req, step=steps[i],
+                        rows=[round(float(x), 5) for x in rows.sum(dim=1)])
             req.committed_step = steps[i]
             self.loop.commit(req, accepted)
 
@@ -227,6 +233,7 @@ class UpstreamLoop:
         return self.sched.result_queue
 
     def add_request(self, req) -> None:
+        req.return_hidden_states = self.args.return_hidden_states  # what the client asked
         self.waiting.append(req)
 
     # --- probe shims: upstream's methods, called unchanged -----------------------------
@@ -281,6 +288,8 @@ class UpstreamLoop:
         batch.prefill_input_ids_cpu = torch.tensor(
             [r.prompt[-1] for r in reqs], dtype=torch.int64, pin_memory=True)
         batch.extend_num_tokens = sum(lens)
+        # the toy prefill forwards each request's last prompt token only (its hidden row)
+        batch.extend_lens = [1] * len(reqs)
         return batch
 
     def idle_batch(self):

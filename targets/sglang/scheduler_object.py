@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import torch
 
+from impl.graph_runner import VerifyGraphRunner, graphs_supported
 from impl.model import ToyTargetModel
 
 from . import upstream
@@ -93,8 +94,12 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     else:
         s.spec_algorithm = upstream.SpeculativeAlgorithm.NGRAM
         s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)
+        graphs = None
+        if args.return_hidden_states and args.cuda_graph and graphs_supported(dev):
+            graphs = VerifyGraphRunner(model, dev, args.draft_token_num,
+                                       args.cuda_graph_max_bs, forward=model.forward_with_hidden)
         s.model_worker = ToyNgramWorker(model, dev, args.draft_token_num, args.overlap,
-                                        args.spec_algorithm == "eagle")
+                                        args.spec_algorithm == "eagle", graphs)
     # the fine fence engages only where the forward publishes read-done; the coarse one
     # is upstream's own fallback for a forward that does not (and its switch, where the
     # release has it: targets.sglang.patches)

@@ -15,6 +15,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     _modules = load()
     from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 
 overlap_utils = _modules["sglang.srt.managers.overlap_utils"]
 ngram_info = _modules["sglang.srt.speculative.ngram_info"]

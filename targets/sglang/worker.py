@@ -12,12 +12,13 @@ upstream's ``_apply_war_barrier`` waits on. What it calls of upstream:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List
+from typing import Any, List, Optional
 
 import torch
 
 from harness.faults import ask, fault_point, observe
 from impl.drafter import draft_tree
+from impl.graph_runner import VerifyGraphRunner
 from impl.grammar import apply_vocab_mask
 from impl.model import ToyTargetModel
 from impl.ngram import NgramProposer, propose_host_trees
@@ -47,7 +48,8 @@ class Req:
 
     @property
     def return_hidden_states_mode(self):
-        return upstream.CaptureHiddenMode.NULL
+        mode = upstream.CaptureHiddenMode
+        return mode.FULL if self.return_hidden_states else mode.NULL
 
     def finished(self) -> bool:
         return self.done
@@ -75,6 +77,16 @@ class SamplingInfo:
 
     def copy_for_forward(self) -> "SamplingInfo":
         return self
+
+
+def probe_result_copy(result) -> None:
+    """A fault point on the copy stream before the result's D2H (upstream's
+    ``copy_to_cpu``, unchanged): a stall there is a copy engine busy with an earlier
+    transfer."""
+    def copy_to_cpu(*a, **kw):
+        fault_point("copy.before_result_d2h")
+        return type(result).copy_to_cpu(result, *a, **kw)
+    result.copy_to_cpu = copy_to_cpu
 
 
 class SharedReadRunner:
@@ -110,7 +122,8 @@ class ToyNgramWorker(SharedReadRunner):
     """
 
     def __init__(self, model: ToyTargetModel, device, draft_token_num: int,
-                 overlap: bool, device_drafted: bool = False) -> None:
+                 overlap: bool, device_drafted: bool = False,
+                 verify_graphs: Optional[VerifyGraphRunner] = None) -> None:
         self.model = model
         self.device = torch.device(device)
         self.mod = torch.get_device_module(self.device)
@@ -118,6 +131,9 @@ class ToyNgramWorker(SharedReadRunner):
         self.overlap = overlap
         self.device_drafted = device_drafted
         self.proposer = NgramProposer(draft_token_num)
+        # the verify forward as graph replays into static (hidden, logits) buffers, as the
+        # decode graph runner's are (``return_hidden_states`` runs: the readback of them)
+        self.verify_graphs = verify_graphs
         self._init_shared_read()
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
@@ -126,7 +142,7 @@ class ToyNgramWorker(SharedReadRunner):
         bs, D = len(batch.reqs), self.D
         if batch.forward_mode.is_extend():
             self._record_shared_read_done()
-            logits = self.model.forward(batch.input_ids)
+            hidden, logits = self.model.forward_with_hidden(batch.input_ids)
             if batch.has_grammar:
                 self._apply_extend_grammar(batch, logits)
             predict = logits.argmax(dim=-1)
@@ -137,6 +153,7 @@ class ToyNgramWorker(SharedReadRunner):
             accept_lens = torch.ones((bs,), dtype=torch.int32, device=self.device)
             next_token_ids = predict
         elif bs == 0:  # a DP-idle rank: empty tensors all the way
+            hidden = None
             accept_tokens = torch.empty((0,), dtype=torch.int32, device=self.device)
             accept_lens = torch.empty((0,), dtype=torch.int32, device=self.device)
             new_seq_lens = torch.empty((0,), dtype=torch.int64, device=self.device)
@@ -147,7 +164,11 @@ class ToyNgramWorker(SharedReadRunner):
             else:
                 drafts, nt, ns, tree = self._prepare_for_speculative_decoding(batch)
             self._record_shared_read_done()
-            logits = self.model.forward(drafts)  # the verify forward
+            runner = self.verify_graphs
+            if runner is not None and runner.can_run(bs):  # the verify forward
+                hidden, logits = runner.replay(drafts)
+            else:
+                hidden, logits = self.model.forward_with_hidden(drafts)
             self._sample_masks(batch, logits, tree)
             target_predict = logits.argmax(dim=-1).view(bs, D)
             fault_point("forward.before_verify")
@@ -165,10 +186,14 @@ class ToyNgramWorker(SharedReadRunner):
             next_token_ids=next_token_ids, accept_lens=accept_lens,
             new_seq_lens=new_seq_lens, next_draft_input=next_draft_input,
             speculative_num_draft_tokens=D)
+        if batch.return_hidden_states and hidden is not None:
+            result.logits_output = upstream.LogitsProcessorOutput(
+                next_token_logits=logits, hidden_states=hidden)
         if bs:  # what the commit needs of this launch (ours: upstream keys on the batch)
             stride = D if batch.forward_mode.is_decode() else 1
             result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
                                       stride)
+        probe_result_copy(result)
         return result
 
     def _prepare_for_speculative_decoding(self, batch):

@@ -32,7 +32,7 @@ def test_fixed_engine_with_grammar_survives_generated_programs():
 def test_prefix_relay_is_found_and_shrunk():
     with pytest.raises(AssertionError) as info:
         run_state_machine_as_test(PrefixEngineMachine, settings=settings(
-            max_examples=200, stateful_step_count=18, derandomize=True, **FAST))
+            max_examples=200, stateful_step_count=12, derandomize=True, **FAST))
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "state.arrive(" in notes or "state.wave(" in notes, notes  # requests came
     program = [ln for ln in notes.splitlines() if ln.strip().startswith("state.")]

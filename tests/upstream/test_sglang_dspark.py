@@ -48,10 +48,21 @@ def test_the_result_readback_races_the_next_graph_replay():
     assert div["kind"] == "accept_tokens" and div["stream"] == "copy"
 
 
+def test_the_ngram_hidden_states_readback_races_the_next_graph_replay():
+    """The same shape on the NGRAM path: ``return_hidden_states`` hands the copy stream
+    the verify graph's static hidden-state buffer."""
+    r = repro("ngram-hidden-readback")
+    assert r["outcome"] == "race"
+    assert any("async_d2h" in x["summary"] and "replayed at" in x["summary"]
+               for x in r["races"]), r["races"]
+    assert r["first_divergence"]["kind"] == "hidden_states"
+
+
 @pytest.mark.parametrize("scenario,variant", [
     ("dspark-confidence-ring", "fixed"), ("dspark-confidence-ring", "cpu-seq-lens"),
     ("dspark-confidence-ring", "static"), ("dspark-result-readback", "fixed"),
-    ("dspark-result-readback", "eager-accept")])
+    ("dspark-result-readback", "eager-accept"), ("ngram-hidden-readback", "fixed"),
+    ("ngram-hidden-readback", "eager-verify")])
 def test_fixes_and_ordering_configurations_are_clean_under_every_policy(scenario, variant):
     for policy in POLICIES:
         r = repro(scenario, variant, policy, trials=1)

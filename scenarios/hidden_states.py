@@ -1,0 +1,30 @@
+"""``return_hidden_states`` on the NGRAM path (sglang target): the verify forward replays
+a graph into static hidden-state and logits buffers, as upstream's decode graph runner
+does (its output's ``hidden_states`` are slices of them), and ``_copy_result_to_cpu``
+reads the hidden states on the copy stream, which the next forward -- whose replay
+rewrites them -- never waits for. The same shape as ``dspark-result-readback``, for any
+algorithm; the copy stream is stalled before the readback. The hidden states each request
+gets back are judged against the synchronous reference's (``hidden_states`` rows).
+"""
+from harness.oracle.workload import random_workload
+from harness.policies.faultplan import StallAt
+
+from .base import AS_INSTALLED, Scenario
+from .dspark import READBACK_STALL_MS
+
+_HIDDEN = {"return_hidden_states": True}
+
+NGRAM_HIDDEN_READBACK = Scenario(
+    name="ngram-hidden-readback",
+    summary="NGRAM with return_hidden_states: the readback of the verify graph's static "
+            "hidden states vs the next replay; copy stream stalled before the readback",
+    workload=lambda seed: random_workload(seed, n_requests=6, draft_token_num=4),
+    stalls=lambda ms: [StallAt("copy.before_result_d2h",
+                               READBACK_STALL_MS if ms is None else ms)],
+    variants={AS_INSTALLED: dict(_HIDDEN),
+              "fixed": {**_HIDDEN, "fix": "forward-waits-result-copy"},
+              "eager-verify": {**_HIDDEN, "cuda_graph": False}},
+    default_variant=AS_INSTALLED,
+    expect={(AS_INSTALLED, None): "race"},
+    sim_trials=10,
+)
