@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import torch
 
@@ -42,6 +42,25 @@ def gc_frozen() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def capture_graphs(mod, stream, pool, buckets, body) -> Dict[int, Tuple[Any, Any]]:
+    """One graph per batch-size bucket, largest first, all in ``pool``, captured on
+    ``stream`` once the current stream's work (the weights' upload) is done: ``body(bs)``
+    runs ``WARMUP_RUNS`` times eagerly, then once under capture, with the garbage
+    collector frozen throughout. ``{bs: (graph, what the captured body returned)}``."""
+    captured: Dict[int, Tuple[Any, Any]] = {}
+    stream.wait_stream(mod.current_stream())
+    with gc_frozen(), mod.stream(stream):
+        for bs in reversed(buckets):
+            for _ in range(WARMUP_RUNS):
+                body(bs)
+            graph = mod.CUDAGraph()
+            with mod.graph(graph, pool=pool, stream=stream):
+                out = body(bs)
+            captured[bs] = (graph, out)
+    mod.current_stream().wait_stream(stream)
+    return captured
 
 
 def graphs_supported(device) -> bool:
@@ -74,20 +93,16 @@ class VerifyGraphRunner:
         self.capture()
 
     def capture(self) -> None:
-        mod = self.mod
-        self.stream.wait_stream(mod.current_stream())  # the weights are uploaded
-        with gc_frozen(), mod.stream(self.stream):
-            for bs in reversed(self.capture_bs):
-                input_ids = torch.zeros((bs * self.D,), dtype=torch.int64, device=self.device)
-                for _ in range(WARMUP_RUNS):
-                    self.forward(input_ids)
-                graph = mod.CUDAGraph()
-                with mod.graph(graph, pool=self.pool, stream=self.stream):
-                    logits = self.forward(input_ids)
-                self.graphs[bs] = graph
-                self.input_ids[bs] = input_ids
-                self.logits[bs] = logits
-        mod.current_stream().wait_stream(self.stream)
+        def body(bs: int):
+            if bs not in self.input_ids:  # allocated on the capture stream, before warm-up
+                self.input_ids[bs] = torch.zeros((bs * self.D,), dtype=torch.int64,
+                                                 device=self.device)
+            return self.forward(self.input_ids[bs])
+
+        captured = capture_graphs(self.mod, self.stream, self.pool, self.capture_bs, body)
+        for bs, (graph, logits) in captured.items():
+            self.graphs[bs] = graph
+            self.logits[bs] = logits
 
     def can_run(self, bs: int) -> bool:
         return 0 < bs <= self.capture_bs[-1]

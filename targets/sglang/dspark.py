@@ -37,12 +37,11 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from harness.faults import fault_point, observe
-from impl.graph_runner import (CAPTURE_BS, WARMUP_RUNS, VerifyGraphRunner, gc_frozen,
-                                graphs_supported)
+from impl.graph_runner import CAPTURE_BS, VerifyGraphRunner, capture_graphs, graphs_supported
 from impl.model import ToyTargetModel, successor
 
 from . import upstream
-from .worker import SharedReadRunner, probe_result_copy
+from .worker import SharedReadRunner, finish_result
 
 
 def modules() -> Dict[str, Any]:
@@ -127,23 +126,14 @@ class FoldedVerifyGraphs:
         self.new_seq_lens, self.bonus = z((top,)), z((top,))
         self.verify_ids = {bs: z((bs, D)) for bs in self.capture_bs}
         self.seq_lens = {bs: z((bs,)) for bs in self.capture_bs}
-        self.graphs: Dict[int, Any] = {}
         self.stream = self.mod.Stream()
         self.pool = self.mod.graph_pool_handle()
         self._capture()
 
     def _capture(self) -> None:
-        mod = self.mod
-        self.stream.wait_stream(mod.current_stream())
-        with gc_frozen(), mod.stream(self.stream):
-            for bs in reversed(self.capture_bs):
-                for _ in range(WARMUP_RUNS):
-                    self._body(bs)
-                graph = mod.CUDAGraph()
-                with mod.graph(graph, pool=self.pool, stream=self.stream):
-                    self._body(bs)
-                self.graphs[bs] = graph
-        mod.current_stream().wait_stream(self.stream)
+        captured = capture_graphs(self.mod, self.stream, self.pool, self.capture_bs,
+                                  self._body)
+        self.graphs: Dict[int, Any] = {bs: graph for bs, (graph, _) in captured.items()}
 
     def _body(self, bs: int) -> None:
         out, commit, new, bonus = greedy_chain_accept(
@@ -220,12 +210,7 @@ class ToyDSparkWorker(SharedReadRunner):
             result = self._idle(on_publish)
         else:
             result = self._decode(batch, on_publish)
-        if bs:
-            stride = self.D if batch.forward_mode.is_decode() else 1
-            result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
-                                      stride)
-        probe_result_copy(result)
-        return result
+        return finish_result(result, batch, self.D)
 
     def _prefill(self, batch, on_publish):
         self._record_shared_read_done()
@@ -246,7 +231,7 @@ class ToyDSparkWorker(SharedReadRunner):
         return self._result(empty, empty, empty, empty)
 
     def _decode(self, batch, on_publish):
-        bs, D = len(batch.reqs), self.D
+        bs = len(batch.reqs)
         bonus_in = batch.spec_info.bonus_tokens.view(bs)
         verify_ids, confidence = self._draft(bonus_in)
         self._record_shared_read_done()
@@ -274,7 +259,7 @@ class ToyDSparkWorker(SharedReadRunner):
         """The draft block from the bonus token, and its confidence, on this stream. The
         draft follows the target's successor except where ``(token + position) % 5 == 0``
         (a miss: the verify rejects it); the confidence head says so."""
-        bs, gamma = bonus.shape[0], self.D - 1
+        gamma = self.D - 1
         tokens = [bonus.to(torch.int64)]
         conf = []
         V = self.model.vocab_size
