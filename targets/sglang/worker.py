@@ -16,14 +16,13 @@ from typing import Any, List, Optional
 
 import torch
 
-from harness.faults import ask, fault_point, observe
+from harness.faults import fault_point, observe
 from impl.drafter import draft_tree
 from impl.graph_runner import VerifyGraphRunner
 from impl.grammar import apply_vocab_mask
 from impl.model import ToyTargetModel
 from impl.ngram import NgramProposer, propose_host_trees
 from impl.verify import verify_tree_greedy
-from impl.vocab import EOS_ID
 
 from . import upstream
 
@@ -79,14 +78,22 @@ class SamplingInfo:
         return self
 
 
-def probe_result_copy(result) -> None:
-    """A fault point on the copy stream before the result's D2H (upstream's
-    ``copy_to_cpu``, unchanged): a stall there is a copy engine busy with an earlier
-    transfer."""
+def finish_result(result, batch, draft_token_num: int):
+    """What both toy workers add to a launch's ``GenerationBatchResult``: what the commit
+    needs of the launch (ours: upstream keys on the batch) -- its requests, their steps and
+    the row stride of its tokens -- and a fault point on the copy stream before the
+    result's D2H (upstream's ``copy_to_cpu``, unchanged; a stall there is a copy engine
+    busy with an earlier transfer)."""
+    if batch.reqs:
+        stride = draft_token_num if batch.forward_mode.is_decode() else 1
+        result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
+                                  stride)
+
     def copy_to_cpu(*a, **kw):
         fault_point("copy.before_result_d2h")
         return type(result).copy_to_cpu(result, *a, **kw)
     result.copy_to_cpu = copy_to_cpu
+    return result
 
 
 class SharedReadRunner:
@@ -189,12 +196,7 @@ class ToyNgramWorker(SharedReadRunner):
         if batch.return_hidden_states and hidden is not None:
             result.logits_output = upstream.LogitsProcessorOutput(
                 next_token_logits=logits, hidden_states=hidden)
-        if bs:  # what the commit needs of this launch (ours: upstream keys on the batch)
-            stride = D if batch.forward_mode.is_decode() else 1
-            result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
-                                      stride)
-        probe_result_copy(result)
-        return result
+        return finish_result(result, batch, D)
 
     def _prepare_for_speculative_decoding(self, batch):
         """Draft prep: the previous step's accept state to the host (blocking, on the
