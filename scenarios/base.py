@@ -15,6 +15,14 @@ from harness.policies import Eager, SchedulePolicy
 AS_INSTALLED, FIXED = "as-installed", "fixed"
 
 
+def stall_at(point: str, default_ms: Optional[float] = None
+             ) -> Callable[[Optional[float]], List[StallAt]]:
+    """A scenario's stall plan: one stall at ``point`` for ``--stall-ms`` when given, else
+    for ``default_ms`` (None: the backend's own -- until forced on the simulator, the
+    default long stall on CUDA)."""
+    return lambda ms: [StallAt(point, default_ms if ms is None else ms)]
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str

@@ -16,9 +16,8 @@ configuration that reaches it, the configurations that do not, and the candidate
   before the readback. ``reports/upstream/findings/graph-result-readback.md``.
 """
 from harness.oracle.workload import random_workload
-from harness.policies.faultplan import StallAt
 
-from .base import AS_INSTALLED, Scenario
+from .base import AS_INSTALLED, Scenario, stall_at
 
 _DSPARK = {"spec_algorithm": "dspark"}
 # Default stalls (``--stall-ms`` overrides), long enough to make the race value-visible on
@@ -44,7 +43,7 @@ DSPARK_CONFIDENCE_RING = Scenario(
     workload=_workload,
     # a finite stall by default: the ring copy is late, not lost -- it must land (after
     # the next scatter) for the host's copy_done.query() to hand the slot to the planner
-    stalls=lambda ms: [StallAt("d2h.before_ring_copy", RING_STALL_MS if ms is None else ms)],
+    stalls=stall_at("d2h.before_ring_copy", RING_STALL_MS),
     variants={AS_INSTALLED: dict(_RING),
               "fixed": {**_RING, "fix": "ring-copy-fenced"},
               # the other ragged mode builds the same ring
@@ -61,8 +60,7 @@ DSPARK_RESULT_READBACK = Scenario(
     summary="DSpark, folded accept: the result readback of the verify graph's static "
             "buffers vs the next replay; copy stream stalled before the readback",
     workload=_workload,
-    stalls=lambda ms: [StallAt("copy.before_result_d2h",
-                               READBACK_STALL_MS if ms is None else ms)],
+    stalls=stall_at("copy.before_result_d2h", READBACK_STALL_MS),
     variants={AS_INSTALLED: dict(_FOLDED),
               "fixed": {**_FOLDED, "fix": "forward-waits-result-copy"},
               "eager-accept": {**_FOLDED, "folded_accept": False}},

@@ -69,7 +69,6 @@ def run_two_ranks(policy: str = "eager", seed: int = 0, stall_rank: Optional[int
     from harness.engine.drive import server_args
     from harness.policies import parse_policy
     from harness.runtime import open_runtime
-    from targets.sglang.dspark import server_context
     from targets.sglang.loop import UpstreamLoop
 
     tgt = targets.get("sglang")

@@ -8,9 +8,8 @@
 import json
 
 from harness.oracle.workload import random_workload
-from harness.policies.faultplan import StallAt
 
-from .base import Scenario
+from .base import Scenario, stall_at
 
 SCHEMAS = [
     json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}},
@@ -34,7 +33,7 @@ GRAMMAR_NGRAM = Scenario(
     summary="JSON-schema requests on the NGRAM path (host tree, from_host); forward stalled "
             "after the shared-read-done record",
     workload=grammar_workload,
-    stalls=lambda ms: [StallAt("forward.after_read_done", ms)],
+    stalls=stall_at("forward.after_read_done"),
     variants={"fixed": {}, "stale-mask": {"mutation": "stale-extend-mask"}},
     default_variant="fixed",
     expect={("fixed", None): "clean", ("stale-mask", None): "race"},
@@ -46,7 +45,7 @@ GRAMMAR_TREE_STAGING = Scenario(
     summary="device-drafted tree staged with GrammarTree.from_device; forward stalled "
             "between the drafter's kernels and the tree's D2H copies",
     workload=grammar_workload,
-    stalls=lambda ms: [StallAt("forward.after_draft", ms)],
+    stalls=stall_at("forward.after_draft"),
     variants={"fixed": {"spec_algorithm": "eagle"},
               "no-event": {"spec_algorithm": "eagle", "mutation": "tree-copy-no-event"},
               "stale-mask": {"spec_algorithm": "eagle", "mutation": "stale-extend-mask"}},

@@ -7,9 +7,8 @@ algorithm; the copy stream is stalled before the readback. The hidden states eac
 gets back are judged against the synchronous reference's (``hidden_states`` rows).
 """
 from harness.oracle.workload import random_workload
-from harness.policies.faultplan import StallAt
 
-from .base import AS_INSTALLED, Scenario
+from .base import AS_INSTALLED, Scenario, stall_at
 from .dspark import READBACK_STALL_MS
 
 _HIDDEN = {"return_hidden_states": True}
@@ -19,8 +18,7 @@ NGRAM_HIDDEN_READBACK = Scenario(
     summary="NGRAM with return_hidden_states: the readback of the verify graph's static "
             "hidden states vs the next replay; copy stream stalled before the readback",
     workload=lambda seed: random_workload(seed, n_requests=6, draft_token_num=4),
-    stalls=lambda ms: [StallAt("copy.before_result_d2h",
-                               READBACK_STALL_MS if ms is None else ms)],
+    stalls=stall_at("copy.before_result_d2h", READBACK_STALL_MS),
     variants={AS_INSTALLED: dict(_HIDDEN),
               "fixed": {**_HIDDEN, "fix": "forward-waits-result-copy"},
               "eager-verify": {**_HIDDEN, "cuda_graph": False}},

@@ -11,9 +11,8 @@
 import dataclasses
 
 from harness.oracle.workload import random_workload
-from harness.policies.faultplan import StallAt
 
-from .base import Scenario
+from .base import Scenario, stall_at
 from .ngram_filter_race import SCENARIO as SEED
 
 # The seed scenario, with every other decode step processed before its launch.
@@ -31,7 +30,7 @@ DP_IDLE = Scenario(
             "be no-ops for empty indices",
     workload=lambda seed: random_workload(seed, n_requests=4, draft_token_num=4, max_arrive=30,
                                           min_tokens=2, max_tokens=6),
-    stalls=lambda ms: [StallAt("forward.after_read_done", ms)],
+    stalls=stall_at("forward.after_read_done"),
     variants={"fixed": {"relay": "future_map", "dp_attention": True},
               "pre-fix": {"relay": "spec_info", "dp_attention": True}},
     default_variant="fixed",

@@ -6,16 +6,15 @@ uninitialised values reach the host at the next draft prep. The coarse fence hid
 the FutureMap relay removes it.
 """
 from harness.oracle.workload import random_workload
-from harness.policies.faultplan import StallAt
 
-from .base import Scenario
+from .base import Scenario, stall_at
 
 SCENARIO = Scenario(
     name="ngram-filter-race",
     summary="request finishes while its batch's verify is in flight; forward stalled after "
             "the shared-read-done record (seed #35198)",
     workload=lambda seed: random_workload(seed, n_requests=6, draft_token_num=4),
-    stalls=lambda ms: [StallAt("forward.after_read_done", ms)],
+    stalls=stall_at("forward.after_read_done"),
     variants={"fixed": {"relay": "future_map"}, "pre-fix": {"relay": "spec_info"}},
     default_variant="pre-fix",
     expect={("pre-fix", "fine"): "race", ("pre-fix", "coarse"): "clean",

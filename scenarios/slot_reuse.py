@@ -9,9 +9,8 @@ edge, releases, which requests a batch still holds) are unreachable while every 
 gets a fresh slot; here they hand one request another's relayed state.
 """
 from harness.oracle.workload import slot_reuse_workload
-from harness.policies.faultplan import StallAt
 
-from .base import Scenario
+from .base import Scenario, stall_at
 
 SLOT_REUSE = Scenario(
     name="slot-reuse",
@@ -19,7 +18,7 @@ SLOT_REUSE = Scenario(
             "to a waiting request while its finished owner's last forward may be in "
             "flight; forward stalled after the shared-read-done record",
     workload=slot_reuse_workload,
-    stalls=lambda ms: [StallAt("forward.after_read_done", ms)],
+    stalls=stall_at("forward.after_read_done"),
     variants={"fixed": {"relay": "future_map"}, "pre-fix": {"relay": "spec_info"}},
     default_variant="fixed",
     expect={("fixed", None): "clean", ("pre-fix", "fine"): "race",
