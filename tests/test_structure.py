@@ -82,37 +82,32 @@ def test_harness_layers_have_no_back_edges(graph):
         assert {d for d in graph[base] if d.startswith("harness")} <= {"harness.context"}
 
 
+def _literal_first_args(func: str, tops) -> set:
+    """The string literals passed first to calls of the bare name ``func`` under ``tops``."""
+    import ast
+    found = set()
+    for top in tops:
+        for path in (ROOT / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == func
+                        and node.args and isinstance(node.args[0], ast.Constant)):
+                    found.add(node.args[0].value)
+    return found
+
+
 def test_every_fault_point_the_code_marks_is_a_named_one():
     """A stall point is a name in ``harness.faults.FAULT_POINTS``: a misspelt point in the
     code would never fire a stall, so every ``fault_point("...")`` call is checked here,
     and a plan naming an unknown point fails when it is made."""
-    import ast
-    import pathlib
-
     import pytest
 
-    from harness.faults import FAULT_POINTS
-    from harness.policies.faultplan import StallAt
-    root = pathlib.Path(__file__).resolve().parent.parent
-    marked = set()
-    for top in ("impl", "targets", "harness", "scenarios"):
-        for path in (root / top).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "fault_point"
-                        and node.args and isinstance(node.args[0], ast.Constant)):
-                    marked.add(node.args[0].value)
+    from harness.faults import ASK_POINTS, FAULT_POINTS
+    from harness.policies.faultplan import FaultPlan, StallAt
+    marked = _literal_first_args("fault_point", ("impl", "targets", "harness", "scenarios"))
     assert marked and marked <= set(FAULT_POINTS), marked - set(FAULT_POINTS)
     with pytest.raises(ValueError, match="unknown fault point"):
         StallAt("forward.after_readdone", None)
-    from harness.faults import ASK_POINTS
-    from harness.policies.faultplan import FaultPlan
-    asked = set()
-    for top in ("impl", "targets"):
-        for path in (root / top).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ask"
-                        and node.args and isinstance(node.args[0], ast.Constant)):
-                    asked.add(node.args[0].value)
+    asked = _literal_first_args("ask", ("impl", "targets"))
     assert asked and asked <= set(ASK_POINTS), asked - set(ASK_POINTS)
     with pytest.raises(ValueError, match="unknown host-order question"):
         FaultPlan(answers={"schedule.disable_overlapp": True})

@@ -9,7 +9,9 @@ The engine reports host-visible values through ``harness.faults.observe``:
 * ``confidence_published`` / ``confidence_resolved`` -- DSpark's draft confidence: what a
   forward published for each (request, step) (the reference reads it; a trial never
   does), and what the host later got from the relay's pinned ring for the budget
-  planner, each row labelled with the (request, step) its ring slot stands for.
+  planner, each row labelled with the (request, step) its ring slot stands for;
+* ``hidden_states`` -- the hidden-state rows a request with ``return_hidden_states`` got
+  back with a committed result (row sums).
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ class Reference:
 
 
 class Recorder:
-    """Collects the reference run's per-step results (and published confidence)."""
+    """Collects the reference run's per-step results, published confidence and returned
+    hidden states."""
 
     def __init__(self) -> None:
         self.results: Dict[Key, Tuple[int, List[int]]] = {}
@@ -87,12 +90,9 @@ class StaleValueOracle:
         elif name == "confidence_resolved":
             for label, row in zip(ctx["labels"], ctx["confidence"]):
                 if label is not None:
-                    self._check_confidence(label[0].rid, label[1], row)
-
-    def _check_confidence(self, rid: int, step: int, row: List[float]) -> None:
-        self._check_rows("confidence", self.ref.confidence, rid, step, row,
-                         "the budget planner (host, pinned ring after copy_done.query())",
-                         "d2h")
+                    self._check_rows("confidence", self.ref.confidence, label[0].rid,
+                                     label[1], row, "the budget planner (host, pinned ring "
+                                     "after copy_done.query())", "d2h")
 
     def _check_rows(self, kind: str, ref: Dict[Key, List[float]], rid: int, step: int,
                     row: List[float], where: str, stream: str) -> None:
