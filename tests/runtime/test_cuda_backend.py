@@ -9,6 +9,7 @@ behave like ``torch.cuda.Stream`` / ``torch.cuda.Event``), fed to the real detec
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ import pytest
 import torch
 
 from harness.detect import detect
-from harness.pytest_plugin import gpu_for_worker, parse_nvidia_smi_list
+from harness.pytest_plugin import _share_cores, gpu_for_worker, parse_nvidia_smi_list
 from harness.runtime import BackendError, open_runtime, resolve_backend
 from harness.runtime import cuda as C
 from harness.runtime.cuda import calibration as CAL
@@ -51,6 +52,25 @@ def test_resolve_cuda_without_gpu_raises():
 ])
 def test_gpu_for_worker(worker, count, gpu):
     assert gpu_for_worker(worker, count) == gpu
+
+
+@pytest.mark.parametrize("preset,expected", [(None, "1"), ("3", "3")])
+def test_an_xdist_worker_takes_its_share_of_the_cores(monkeypatch, preset, expected):
+    """Two workers on two cores: one intra-op thread each, for the worker's torch and the
+    CLI processes it starts; a user's OMP_NUM_THREADS wins."""
+    before = torch.get_num_threads()
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    if preset is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", preset)
+    try:
+        _share_cores()
+        assert os.environ["OMP_NUM_THREADS"] == expected
+        assert torch.get_num_threads() == int(expected)
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_nvidia_smi_parsing():
