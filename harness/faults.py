@@ -20,6 +20,7 @@ from .context import current, field_set
 # the code marks that is not listed is an error when it is hit under a plan -- a
 # misspelling never makes a stall silently not fire.
 FAULT_POINTS = {
+    "forward.before_attn_metadata": "the forward, before its attention gathers req_to_token",
     "forward.after_read_done": "the forward, right after it records shared-read-done",
     "forward.after_draft": "the forward, after the device drafter built the tree",
     "forward.before_verify": "the forward, before the verify's accept",

@@ -21,7 +21,7 @@ grammar work under: ``grammar_needs_sync``).
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Deque, List, Optional, Tuple
 
 import torch
@@ -29,9 +29,11 @@ import torch
 from harness.faults import ask, fault_point, observe
 
 from .graph_runner import VerifyGraphRunner, graphs_supported
-from .memory import mark_used_on, staged
+from .memory import mark_used_on
 from .model import ToyTargetModel
+from .attention import ToyPagedAttention
 from .ngram import NgramProposer
+from .schedule_batch import Req, ScheduleBatch, admit_waiting, build_kv_cache, stage_prompts
 from .overlap import FutureMap, RelayPayload
 from .spec_info import RELAY_MODES, NgramVerifyInput
 from .vocab import EOS_ID
@@ -67,6 +69,11 @@ class ServerArgs:
     # The sglang target: requests ask for their hidden states back (the NGRAM verify then
     # replays graphs into static hidden/logits buffers, whose readback the copy stream does)
     return_hidden_states: bool = False
+    # The memory pools (impl.mem_cache): KV slots (slot 0, the padding slot, not counted)
+    # and the columns of a req_to_token row. A small pool makes finished requests' slots
+    # go to waiting ones within a run.
+    kv_pool_size: int = 4096
+    context_len: int = 256
 
     def validate(self) -> None:
         if self.relay not in RELAY_MODES:
@@ -83,79 +90,10 @@ class ServerArgs:
             raise ValueError("req_pool_size must be in 2..4096 (slot 0 is the padding row)")
         if not 1 <= self.cuda_graph_max_bs <= 32:
             raise ValueError("cuda_graph_max_bs must be in 1..32")
-
-
-@dataclass
-class Req:
-    rid: int
-    prompt: List[int]
-    max_new_tokens: int
-    grammar: Any = None
-    output_ids: List[int] = field(default_factory=list)
-    finished: bool = False
-    pool_idx: int = -1
-    launched: int = 0  # forward steps launched for this request (prefill = step 0)
-    committed_step: int = -1  # last step whose result the host has committed
-
-    def needs_splice(self) -> bool:
-        """Is the previous step's result still in flight (relayed, not yet committed)?"""
-        return self.committed_step < self.launched - 2
-
-    def context(self) -> List[int]:
-        return self.prompt + self.output_ids
-
-
-def admit_waiting(waiting: Deque[Req], free_slots: List[int], limit: int) -> List[Req]:
-    """The next prefill's requests: waiting ones, each given a free request-pool slot, in
-    arrival order, at most ``limit`` (the sglang target forms its batches the same way)."""
-    reqs = []
-    while waiting and free_slots and len(reqs) < limit:
-        req = waiting.popleft()
-        req.pool_idx = free_slots.pop(0)
-        req.launched = 1
-        reqs.append(req)
-    return reqs
-
-
-@dataclass
-class SamplingBatchInfo:
-    vocab_size: int
-    vocab_mask: Optional[torch.Tensor] = None
-
-
-class ScheduleBatch:
-    def __init__(self, reqs: List[Req], req_pool_indices: torch.Tensor, forward_mode: str,
-                 vocab_size: int) -> None:
-        self.reqs = reqs
-        self.req_pool_indices = req_pool_indices
-        self.forward_mode = forward_mode  # extend | decode | idle
-        self.spec_info: Optional[NgramVerifyInput] = None
-        self.sampling_info = SamplingBatchInfo(vocab_size)
-        self.sync_processed = False  # previous result already committed (grammar sync)
-        self.staging: Any = None
-        self.input_ids: Optional[torch.Tensor] = None  # extend: made on the schedule stream
-
-    @property
-    def has_grammar(self) -> bool:
-        return any(r.grammar is not None for r in self.reqs)
-
-    def filter_batch(self, keep: List[int], device) -> None:
-        """Schedule stream. ``keep`` are positions of the requests that stay."""
-        self.reqs = [self.reqs[i] for i in keep]
-        keep_host = staged(torch.tensor(keep, dtype=torch.int64), device)
-        keep_dev = keep_host.to(device, non_blocking=True)
-        self.req_pool_indices = self.req_pool_indices[keep_dev]
-        if self.spec_info is not None:
-            self.spec_info.filter_batch(keep_dev)
-
-    def merge_batch(self, other: "ScheduleBatch") -> None:
-        """Schedule stream: append ``other`` (a finished prefill) to this running batch."""
-        self.reqs = self.reqs + other.reqs
-        self.req_pool_indices = torch.cat((self.req_pool_indices, other.req_pool_indices))
-        if self.spec_info is not None and other.spec_info is not None:
-            self.spec_info.merge_batch(other.spec_info)
-        if other.sampling_info.vocab_mask is not None:
-            self.sampling_info.vocab_mask = other.sampling_info.vocab_mask
+        if not 1 <= self.kv_pool_size <= 1 << 20:
+            raise ValueError("kv_pool_size must be in 1..1048576")
+        if not 8 <= self.context_len <= 4096:
+            raise ValueError("context_len must be in 8..4096")
 
 
 class Scheduler:
@@ -176,9 +114,11 @@ class Scheduler:
         if args.cuda_graph and graphs_supported(self.device):
             self.graph_runner = VerifyGraphRunner(self.model, self.device, args.draft_token_num,
                                                   args.cuda_graph_max_bs)
+        self.kv_cache, kv_pool = build_kv_cache(args, self.device)
         self.worker = NgramWorker(self.model, NgramProposer(args.draft_token_num), self.device,
                                   args.draft_token_num, args.relay, args.overlap,
-                                  grammar_backend, args.spec_algorithm, self.graph_runner)
+                                  grammar_backend, args.spec_algorithm, self.graph_runner,
+                                  ToyPagedAttention(self.kv_cache.req_to_token_pool, kv_pool))
         self.future_map = FutureMap(args.req_pool_size, self.device)
         self.free_slots = list(range(1, args.req_pool_size))  # slot 0: padding row
         self.waiting: Deque[Req] = collections.deque()
@@ -268,12 +208,15 @@ class Scheduler:
             self._filter_finished(self.running_batch)
             if not self.running_batch.reqs:
                 self.running_batch = None
-        if self.waiting and len(self.free_slots) > 0:
+        if self.waiting and len(self.free_slots) > 0 and self.kv_cache.fits(self.waiting[0]):
             return self._new_prefill_batch()
         if self.running_batch is not None:
             self.running_batch.sync_processed = False
             for r in self.running_batch.reqs:
                 r.launched += 1
+            # prepare_for_decode: the step's KV reserve, written into req_to_token here
+            self.kv_cache.alloc_for_launch(self.running_batch.reqs,
+                                           self.running_batch.req_pool_indices)
             return self.running_batch
         if self.args.dp_attention:
             return self._idle_batch()
@@ -285,14 +228,19 @@ class Scheduler:
             fault_point("schedule.before_filter", batch=batch)
             batch.filter_batch(keep, self.device)
 
-    def _new_prefill_batch(self) -> ScheduleBatch:
-        reqs = admit_waiting(self.waiting, self.free_slots, self.args.max_prefill_reqs)
+    def _new_prefill_batch(self) -> Optional[ScheduleBatch]:
+        reqs = admit_waiting(self.waiting, self.free_slots, self.args.max_prefill_reqs,
+                             self.kv_cache)
+        if not reqs:
+            return None  # the KV pool cannot take the next request yet
         indices = torch.tensor([r.pool_idx for r in reqs], dtype=torch.int64,
                                device=self.device)
         batch = ScheduleBatch(reqs, indices, "extend", self.vocab_size)
         # prepare_for_extend: the forward's inputs are built here, on the schedule stream
         batch.input_ids = torch.tensor([r.context()[-1] for r in reqs], dtype=torch.int64,
                                        device=self.device)
+        batch.prompt_ids, batch.prompt_lens = stage_prompts(reqs, self.device)
+        self.kv_cache.alloc_for_launch(reqs, indices)
         return batch
 
     def _idle_batch(self) -> ScheduleBatch:
@@ -318,7 +266,8 @@ class Scheduler:
             with self.mod.stream(self.copy_stream):
                 result.copy_to_cpu()
                 result.copy_done.record()
-        batch.input_ids = None  # consumed: the batch lets go of it at once, as upstream
+        # consumed: the batch lets go of them at once, as upstream
+        batch.input_ids = batch.prompt_ids = batch.prompt_lens = None
         batch.spec_info = result.next_draft_input
         batch.spec_info.future_indices = fi
         self.read_done = result.read_done
@@ -331,8 +280,9 @@ class Scheduler:
         ``req_pool_indices`` at the next filter or merge) while this forward may still be
         queued: tell the allocator they are in use here (upstream:
         ``record_stream_for_v2_verify``)."""
-        mark_used_on(batch.req_pool_indices, fwd)
-        mark_used_on(batch.input_ids, fwd)
+        for t in (batch.req_pool_indices, batch.input_ids, batch.prompt_ids,
+                  batch.prompt_lens):
+            mark_used_on(t, fwd)
 
     def _relay_forward_payload(self, future_indices: torch.Tensor,
                                result: GenerationBatchResult) -> None:
@@ -356,14 +306,18 @@ class Scheduler:
         result.copy_done.synchronize()
         tokens = result.next_token_ids.tolist()
         lens = result.accept_lens.tolist()
+        kv_checks = result.kv_check.tolist()
         D = result.stride
         for i, req in enumerate(reqs):
+            observe("kv_context", req=req, step=steps[i], n=kv_checks[i][0],
+                    checksum=kv_checks[i][1], past_finish=req.finished)
             if req.finished:
                 continue  # it ran one step past its finish under overlap; drop that step
             accepted = tokens[i * D: i * D + lens[i]]
             observe("result", req=req, step=steps[i], accept_len=lens[i],
                         tokens=accepted)
             req.committed_step = steps[i]
+            self.kv_cache.on_commit(req, steps[i], lens[i])
             self._commit(req, accepted)
 
     def _commit(self, req: Req, tokens: List[int]) -> None:
@@ -377,5 +331,6 @@ class Scheduler:
 
     def _finish(self, req: Req) -> None:
         req.finished = True
+        self.kv_cache.release(req)  # release_kv_cache: slots first, then the row
         self.free_slots.append(req.pool_idx)
         self.finished.append(req)

@@ -37,6 +37,7 @@ class GenerationBatchResult:
     read_done: Optional[Any] = None  # shared-read-done event (fine WAR fence)
     copy_done: Optional[Any] = None
     keep_alive: List[torch.Tensor] = field(default_factory=list)
+    kv_check: Optional[torch.Tensor] = None  # (bs, 2): what the attention read (n, checksum)
 
     def copy_to_cpu(self) -> None:
         """On the copy stream, after it waited on the forward stream. As upstream, the
@@ -53,12 +54,18 @@ class GenerationBatchResult:
         # them until the result is processed (upstream: extra_keep_alive_refs).
         self.keep_alive = [self.next_token_ids, self.accept_lens]
         self.next_token_ids, self.accept_lens = host_tokens, host_lens
+        if self.kv_check is not None:
+            host_check = host_empty(self.kv_check.shape, torch.int64, device)
+            host_check.copy_(self.kv_check, non_blocking=True)
+            self.keep_alive.append(self.kv_check)
+            self.kv_check = host_check
 
 
 class NgramWorker:
     def __init__(self, model, proposer, device, draft_token_num: int, relay: str,
                  overlap: bool, grammar_backend: Any = None,
-                 spec_algorithm: str = "ngram", graph_runner: Any = None) -> None:
+                 spec_algorithm: str = "ngram", graph_runner: Any = None,
+                 attention: Any = None) -> None:
         self.model = model
         self.proposer = proposer
         self.device = torch.device(device)
@@ -68,13 +75,19 @@ class NgramWorker:
         self.grammar_backend = grammar_backend
         self.device_drafted = spec_algorithm == "eagle"  # the EAGLE-style path
         self.graph_runner = graph_runner  # the verify forward as graph replays, if set
+        self.attn = attention  # the toy paged attention over the memory pools
         self.mod = torch.get_device_module(self.device)
 
     # --- prefill ------------------------------------------------------------------------
     def forward_extend(self, batch) -> GenerationBatchResult:
         bs, D = len(batch.reqs), self.D
         input_ids = batch.input_ids  # built on the schedule stream (prepare_for_extend)
+        meta = self.attn.init_forward_metadata(batch.req_pool_indices,
+                                               batch.prompt_ids.shape[1], prefill=True)
         read_done = self._record_shared_read_done()
+        self.attn.write_kv(meta, batch.prompt_ids, batch.prompt_lens)
+        kv_check = self.attn.attend(meta, batch.prompt_lens)
+        self.attn.finish_prefill(meta, batch.prompt_lens)
         logits = self.model.forward(input_ids)
         if batch.has_grammar:
             self._apply_extend_grammar(batch, logits)
@@ -83,7 +96,7 @@ class NgramWorker:
         accept_tokens[:, 0] = predict.to(torch.int32)
         accept_tokens = accept_tokens.flatten()
         accept_lens = torch.ones((bs,), dtype=torch.int32, device=self.device)
-        return self._result(accept_tokens, accept_lens, read_done)
+        return self._result(accept_tokens, accept_lens, read_done, kv_check)
 
     def _record_shared_read_done(self):
         """The fine WAR fence: past this point the forward reads nothing the scheduler may
@@ -125,15 +138,19 @@ class NgramWorker:
         else:
             drafts_dev, nt_dev, ns_dev, tree = self._host_tree(batch, prev_tokens, prev_lens,
                                                                use_prev)
+        meta = self.attn.init_forward_metadata(batch.req_pool_indices, D, prefill=False)
         read_done = self._record_shared_read_done()
+        self.attn.write_kv(meta, drafts_dev.view(bs, D), torch.full_like(meta.n, D))
+        kv_check = self.attn.attend(meta, meta.n)
         logits = self._verify_forward(drafts_dev, bs)
         self._apply_sampling_masks(batch, logits, tree)
         target_predict = logits.argmax(dim=-1).view(bs, D)
         fault_point("forward.before_verify")
         predict, accept_index, accept_lens = verify_tree_greedy(
             target_predict, drafts_dev.view(bs, D), nt_dev, ns_dev)
+        self.attn.commit_accepted(meta, accept_index, accept_lens)
         accept_tokens = predict[accept_index].flatten().to(torch.int32)
-        return self._result(accept_tokens, accept_lens, read_done)
+        return self._result(accept_tokens, accept_lens, read_done, kv_check)
 
     def _verify_forward(self, input_ids, bs: int):
         """The target forward over every draft node: a graph replay when one is captured
@@ -192,10 +209,12 @@ class NgramWorker:
             mask.apply(logits)
 
     # --- results ------------------------------------------------------------------------
-    def _result(self, accept_tokens, accept_lens, read_done) -> GenerationBatchResult:
+    def _result(self, accept_tokens, accept_lens, read_done,
+                kv_check) -> GenerationBatchResult:
         nxt = NgramVerifyInput(draft_token_num=self.D, relay=self.relay,
                                accept_tokens=accept_tokens, accept_lens=accept_lens)
-        return GenerationBatchResult(accept_tokens, accept_lens, nxt, self.D, read_done)
+        return GenerationBatchResult(accept_tokens, accept_lens, nxt, self.D, read_done,
+                                     kv_check=kv_check)
 
     def _idle_result(self) -> GenerationBatchResult:
         idle = NgramVerifyInput.create_idle_input(self.D, self.device, self.relay)

@@ -49,6 +49,10 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("dp-idle", "dp-idle", "fixed", "lazy", seeds=(0, 1)),
     Probe("slot-reuse", "slot-reuse", "fixed", "eager"),
     Probe("slot-reuse-stall", "slot-reuse", "fixed", "stall(forward)"),
+    # the memory pools behind the WAR barrier: rows and slots reused, the forward stalled
+    # before its attention gathers req_to_token and after it records read-done
+    Probe("kv-reuse", "kv-row-reuse", "fixed", "eager"),
+    Probe("kv-reuse-lazy", "kv-row-reuse", "fixed", "lazy"),
     # the DSpark slice (sglang target) in its ordering configurations, clean as released:
     # the ring with CPU seq lens, the readback with the eager accept
     Probe("dspark-ring", "dspark-confidence-ring", "cpu-seq-lens", "eager", seeds=(0, 1)),
@@ -74,6 +78,7 @@ def oracle_of(result) -> str:
         kind = result.divergence.kind
         return {"accept_lens": "stale-value", "accept_tokens": "stale-value",
                 "confidence": "stale-value", "hidden_states": "stale-value",
+                "kv_context": "stale-value",
                 "output": "output", "grammar": "grammar", "crash": "crash"}.get(kind, kind)
     return "happens-before"
 

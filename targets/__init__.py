@@ -75,14 +75,14 @@ class ImplTarget(Target):
     summary = "specrace's mirror of the server code (impl/)"
     # every scenario but the sglang target's DSpark slice (impl/ has no DSpark)
     scenarios = ("ngram-filter-race", "mixed-overlap", "dp-idle", "grammar-ngram",
-                 "grammar-tree-staging", "slot-reuse")
+                 "grammar-tree-staging", "slot-reuse", "kv-row-reuse")
 
     def scheduler(self, args, device, grammar_backend: Any = None):
         from impl.scheduler import Scheduler
         return Scheduler(args, device, grammar_backend=grammar_backend)
 
     def request(self, rid, prompt, max_new_tokens, grammar=None):
-        from impl.scheduler import Req
+        from impl.schedule_batch import Req
         return Req(rid, list(prompt), max_new_tokens, grammar)
 
     def grammar_backend(self):

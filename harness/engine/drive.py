@@ -19,6 +19,8 @@ def server_args(workload: Workload, overrides: Dict[str, Any]):
     args = ServerArgs(draft_token_num=workload.draft_token_num)
     if workload.req_pool_size is not None:
         args = dataclasses.replace(args, req_pool_size=workload.req_pool_size)
+    if workload.kv_pool_size is not None:
+        args = dataclasses.replace(args, kv_pool_size=workload.kv_pool_size)
     return dataclasses.replace(args, **{k: v for k, v in overrides.items()
                                           if k not in ("mutation", "fix")})
 

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from typing import Any, Dict, Literal, Optional, Tuple, get_args
 
 # What diverged: a stale accept length / accept token row / relayed confidence row /
-# returned hidden-state row seen by the host, a final output, a constrained output its
-# grammar rejects, or the engine crashed / deadlocked.
+# returned hidden-state row seen by the host, a forward's attention that read KV other
+# than its request's own context, a final output, a constrained output its grammar
+# rejects, or the engine crashed / deadlocked.
 DivergenceKind = Literal["accept_lens", "accept_tokens", "confidence", "hidden_states",
-                         "output", "grammar", "crash", "deadlock"]
+                         "kv_context", "output", "grammar", "crash", "deadlock"]
 KINDS: Tuple[str, ...] = get_args(DivergenceKind)
 # a stale value on the host
-STALE_KINDS = ("accept_lens", "accept_tokens", "confidence", "hidden_states")
+STALE_KINDS = ("accept_lens", "accept_tokens", "confidence", "hidden_states", "kv_context")
 
 
 @dataclass(frozen=True)

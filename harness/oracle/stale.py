@@ -11,12 +11,20 @@ The engine reports host-visible values through ``harness.faults.observe``:
   does), and what the host later got from the relay's pinned ring for the budget
   planner, each row labelled with the (request, step) its ring slot stands for;
 * ``hidden_states`` -- the hidden-state rows a request with ``return_hidden_states`` got
-  back with a committed result (row sums).
+  back with a committed result (row sums);
+* ``kv_context`` -- what a forward's attention read of its request's KV (``impl.attention``):
+  how many positions and their checksum, for every launch -- the step a request ran past
+  its finish included. Judged against the request's own history, not the reference: the
+  prompt and every accepted token the host has seen for it (``result`` values, in step
+  order), all but the last of which have KV by then. A forward that read a row the
+  scheduler rewrote under it, or slots another request's KV went into, fails here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
+
+from impl.attention import checksum
 
 from .divergence import Divergence
 
@@ -66,6 +74,7 @@ class StaleValueOracle:
         self.stop_early = stop_early
         self.divergences: List[Divergence] = []
         self.checked = 0
+        self.history: Dict[int, List[int]] = {}  # rid -> prompt + accepted tokens
 
     @property
     def first(self) -> Optional[Divergence]:
@@ -75,6 +84,10 @@ class StaleValueOracle:
         if name == "result":
             self._check(ctx["req"].rid, ctx["step"], ctx["accept_len"], ctx["tokens"],
                         "result processing (host, after copy_done)", "copy")
+            self._history(ctx["req"]).extend(ctx["tokens"])
+        elif name == "kv_context":
+            self._check_kv(ctx["req"], ctx["step"], ctx["n"], ctx["checksum"],
+                           ctx.get("past_finish", False))
         elif name == "draft_prep":
             D = ctx["stride"]
             lens, toks = ctx["accept_lens"], ctx["accept_tokens"]
@@ -93,6 +106,32 @@ class StaleValueOracle:
                     self._check_rows("confidence", self.ref.confidence, label[0].rid,
                                      label[1], row, "the budget planner (host, pinned ring "
                                      "after copy_done.query())", "d2h")
+
+    def _history(self, req) -> List[int]:
+        h = self.history.get(req.rid)
+        if h is None:
+            h = self.history[req.rid] = list(req.prompt)
+        return h
+
+    def _check_kv(self, req, step: int, n: int, got: int, past_finish: bool) -> None:
+        """A prefill attends to its prompt; a verify to every position before its draft
+        window: the history but its last token (whose KV this step writes)."""
+        history = self._history(req)
+        context = history if step == 0 else history[:-1]
+        self.checked += 1
+        if n == len(context) and got == checksum(context):
+            return
+        where = "the forward's attention (read back after copy_done)"
+        if past_finish:
+            where += ", in the step it ran past its finish"
+        if n != len(context):
+            what = f"{n} positions, expected {len(context)}"
+        else:
+            what = f"checksum {got} over {n} positions, expected {checksum(context)}"
+        self._diverge(Divergence(
+            "kv_context", f"stale KV context for request {req.rid} step {step} at {where}: "
+                          f"{what} (another request's slots, or a row rewritten under it)",
+            req.rid, step, where, "forward", [len(context), checksum(context)], [n, got]))
 
     def _check_rows(self, kind: str, ref: Dict[Key, List[float]], rid: int, step: int,
                     row: List[float], where: str, stream: str) -> None:

@@ -51,6 +51,8 @@ def M(name, summary, source, target, edits, probes) -> Mutation:
 SEED = ("seed-eager", "seed-lazy", "seed-stall")
 GRAMMAR = ("grammar-ngram", "grammar-eagle")
 SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
+KV_REUSE = ("kv-reuse", "kv-reuse-lazy")
+KV_REUSE_AFTER_READ_DONE = KV_REUSE
 
 MUTATIONS: List[Mutation] = [
     # --- the NGRAM relay and its streams (seed 002, digest §2.8, M1-M12) --------------
@@ -134,7 +136,7 @@ MUTATIONS: List[Mutation] = [
       SEED),
     M("splice-after-commit",
       "draft prep splices the relayed tokens even when they are already committed",
-      "M11", "impl.scheduler:Req.needs_splice",
+      "M11", "impl.schedule_batch:Req.needs_splice",
       [("return self.committed_step < self.launched - 2", "return True")],
       # Reached when a request's previous step is already committed at its draft prep
       # -- a prefill (someone joining) ran between two of its steps -- and the doubled
@@ -143,7 +145,7 @@ MUTATIONS: List[Mutation] = [
       ("slot-reuse",) + SEED),
     M("no-splice-under-overlap",
       "draft prep never splices the in-flight step's tokens under overlap",
-      "M11", "impl.scheduler:Req.needs_splice",
+      "M11", "impl.schedule_batch:Req.needs_splice",
       [("return self.committed_step < self.launched - 2", "return False")],
       SEED),
     M("accept-stride-mismatch",
@@ -287,6 +289,41 @@ MUTATIONS += [
 # Each is harmless while every request gets a fresh slot; only a pool that wraps around
 # (``slot-reuse``: many short requests through a few slots) reaches them.
 MUTATIONS += [
+    # --- the memory pools behind the WAR barrier (issue 24; PRs #26380, #28363, #31687) --
+    M("war-barrier-removed",
+      "no WAR barrier: the schedule stream rewrites req_to_token rows while the previous "
+      "forward may not have gathered them",
+      "PR #26380", "impl.scheduler:Scheduler._apply_war_barrier",
+      [('        if self.args.war_barrier == "fine" and event is not None:\n'
+        '            self.schedule_stream.wait_event(event)\n'
+        '        else:\n'
+        '            self.schedule_stream.wait_stream(self.forward_stream)', "        pass")],
+      KV_REUSE),
+    M("read-done-before-metadata",
+      "shared-read-done recorded before the attention gathers req_to_token (the fine "
+      "fence then covers none of the forward's reads of the pools)",
+      "PR #28363 / #34052", "impl.worker:NgramWorker.forward_decode",
+      [("        meta = self.attn.init_forward_metadata(batch.req_pool_indices, D, prefill=False)\n"
+        "        read_done = self._record_shared_read_done()\n",
+        "        read_done = self._record_shared_read_done()\n"
+        "        meta = self.attn.init_forward_metadata(batch.req_pool_indices, D, prefill=False)\n")],
+      KV_REUSE_AFTER_READ_DONE),
+    M("accept-moved-via-req-to-token",
+      "the accepted KV's targets read from req_to_token after read-done instead of the "
+      "verify window (what move_accept_tokens_to_target_kvcache must not do)",
+      "spec_utils.py:894-896", "impl.attention:ToyPagedAttention.commit_accepted",
+      [("        dst = torch.where(j < accept_lens[:, None], meta.window[:, :D], 0)",
+        "        fresh = self.req_to_token[meta.rows].to(torch.int64).gather(\n"
+        "            1, (meta.n[:, None] + j).clamp(max=self.req_to_token.shape[1] - 1))\n"
+        "        dst = torch.where(j < accept_lens[:, None], fresh, 0)")],
+      KV_REUSE_AFTER_READ_DONE),
+    M("kv-release-whole-row",
+      "a finished request's release frees its whole req_to_token row, not the columns it "
+      "holds: slot ids a previous owner of the row left in its tail are freed again, and "
+      "two live requests get the same slots",
+      "mem_cache/common.py release_kv_cache", "impl.mem_cache:KVCacheManager.release",
+      [("req.pool_idx, req.kv_allocated)", "req.pool_idx, self.req_to_token.shape[1])")],
+      KV_REUSE),
     M("pool-edge-off-by-one",
       "the FutureMap sizes its relay buffers without the padding row (req_pool_size - 1 "
       "rows): the stash for the pool's last slot indexes past them",

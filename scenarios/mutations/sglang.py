@@ -24,6 +24,7 @@ _SPEC = "sglang.srt.speculative.spec_utils"
 SEED = ("seed-eager", "seed-lazy", "seed-stall")
 GRAMMAR = ("grammar-ngram", "grammar-eagle")
 SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
+KV_REUSE = ("kv-reuse", "kv-reuse-lazy")
 # the DSpark slice, in the release's ordering configurations (clean as shipped)
 DSPARK_RING = ("dspark-ring", "dspark-ring-lazy", "dspark-ring-random", "dspark-ring-fixed")
 DSPARK_RELAY = ("dspark-readback", "dspark-ring")
@@ -262,6 +263,43 @@ MUTATIONS: List[Mutation] = [
         "                [self.future_indices, spec_info.future_indices]\n"
         "            )\n", "")],
       DSPARK_RELAY),
+    # --- the memory pools behind the WAR barrier (issue 24): upstream's ReqToTokenPool and
+    # allocator, rows and slots reused; the forward is our toy's (targets.sglang.worker)
+    M("war-barrier-removed",
+      "_apply_war_barrier orders nothing: the schedule stream rewrites req_to_token rows "
+      "while the previous forward may not have gathered them",
+      "PR #26380", f"{_SCHED}._apply_war_barrier",
+      [("        if ev is not None and not envs.SGLANG_FORCE_COARSE_WAR_BARRIER.get():\n"
+        "            self.schedule_stream.wait_event(ev)\n"
+        "        else:\n"
+        "            self.schedule_stream.wait_stream(self.forward_stream)\n",
+        "        pass\n")],
+      KV_REUSE),
+    M("read-done-before-metadata",
+      "the toy verify records shared-read-done before its attention gathers req_to_token: "
+      "upstream's fine fence then covers none of the forward's reads of the pools",
+      "PR #28363 / #34052", "targets.sglang.worker:ToyNgramWorker.forward_batch_generation",
+      [("            meta = self.attn.init_forward_metadata(batch.req_pool_indices, D, prefill=False)\n"
+        "            self._record_shared_read_done()\n",
+        "            self._record_shared_read_done()\n"
+        "            meta = self.attn.init_forward_metadata(batch.req_pool_indices, D, prefill=False)\n")],
+      KV_REUSE),
+    M("accept-moved-via-req-to-token",
+      "the accepted KV's targets read from req_to_token after read-done instead of the "
+      "verify window (what move_accept_tokens_to_target_kvcache must not do)",
+      "spec_utils.py:894-896", "impl.attention:ToyPagedAttention.commit_accepted",
+      [("        dst = torch.where(j < accept_lens[:, None], meta.window[:, :D], 0)",
+        "        fresh = self.req_to_token[meta.rows].to(torch.int64).gather(\n"
+        "            1, (meta.n[:, None] + j).clamp(max=self.req_to_token.shape[1] - 1))\n"
+        "        dst = torch.where(j < accept_lens[:, None], fresh, 0)")],
+      KV_REUSE),
+    M("kv-release-whole-row",
+      "a finished request's release frees its whole req_to_token row (upstream's row, "
+      "upstream's allocator): slot ids a previous owner left in its tail are freed again, "
+      "and two live requests get the same slots",
+      "mem_cache/common.py release_kv_cache", "impl.mem_cache:KVCacheManager.release",
+      [("req.pool_idx, req.kv_allocated)", "req.pool_idx, self.req_to_token.shape[1])")],
+      KV_REUSE),
     # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
     M("pool-edge-off-by-one",
       "FutureMap sizes its pool-indexed buffers without the padding row (one row short of "

@@ -119,14 +119,15 @@ SCHEDULER_ATTRIBUTES = (
     # ours: intake, batch formation, result commit, idle
     "ingest_requests", "process_input_requests", "get_next_batch_to_run",
     "process_batch_result", "on_idle",
+    "token_to_kv_pool_allocator",
     # read only on paths the target does not take
-    "tp_worker", "pp_group", "token_to_kv_pool_allocator", "tree_cache",
+    "tp_worker", "pp_group", "tree_cache",
     "invariant_checker", "batch_result_processor", "ps",
     # releases before 0.5.20 receive through self.request_receiver.recv_requests()
     "request_receiver",
 )
-NOT_MODELLED = ("tp_worker", "pp_group", "token_to_kv_pool_allocator", "tree_cache",
-                "invariant_checker", "batch_result_processor", "ps")
+NOT_MODELLED = ("tp_worker", "pp_group", "tree_cache", "invariant_checker",
+                "batch_result_processor", "ps")
 # The keywords the toy worker's forward_batch_generation takes.
 WORKER_KEYWORDS = ("on_publish", "grammar_barrier")
 

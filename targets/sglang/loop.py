@@ -41,7 +41,7 @@ import torch
 
 from harness.faults import ask, fault_point, observe
 from impl.model import ToyTargetModel
-from impl.scheduler import admit_waiting
+from impl.schedule_batch import admit_waiting, stage_prompts
 from impl.vocab import EOS_ID
 
 from . import upstream
@@ -106,12 +106,14 @@ class Intake:
             loop.filter_finished(running_batch)
             if not running_batch.reqs:
                 running_batch = None
-        if loop.waiting and loop.free_slots:
+        if loop.waiting and loop.free_slots and loop.kv_cache.fits(loop.waiting[0]):
             return _plan(running_batch, loop.new_prefill_batch())
         if running_batch is not None:
             for r in running_batch.reqs:
                 r.launched += 1
             running_batch.extend_num_tokens = 0
+            # prepare_for_decode: the step's KV reserve, written into req_to_token here
+            loop.kv_cache.alloc_for_launch(running_batch.reqs, running_batch.req_pool_indices)
             return _plan(running_batch, running_batch)
         if loop.args.dp_attention:
             return _plan(None, loop.idle_batch())
@@ -127,7 +129,12 @@ class Intake:
         lens = result.accept_lens.tolist()
         hidden = (result.logits_output.hidden_states
                   if result.logits_output is not None else None)
+        kv_checks = result.specrace_kv_check.tolist() if result.specrace_kv_check is not None \
+            else None
         for i, req in enumerate(reqs):
+            if kv_checks is not None:
+                observe("kv_context", req=req, step=steps[i], n=kv_checks[i][0],
+                        checksum=kv_checks[i][1], past_finish=req.done)
             if req.done:
                 continue  # it ran one step past its finish under overlap; drop that step
             accepted = tokens[i * stride: i * stride + lens[i]]
@@ -137,6 +144,7 @@ class Intake:
                 observe("hidden_states", req=req, step=steps[i],
                         rows=[round(float(x), 5) for x in rows.sum(dim=1)])
             req.committed_step = steps[i]
+            self.loop.kv_cache.on_commit(req, steps[i], lens[i])
             self.loop.commit(req, accepted)
 
     def on_idle(self) -> None:
@@ -152,7 +160,8 @@ class UpstreamLoop:
         args.validate()
         self.args = args
         self.device = torch.device(device)
-        self.sched = build_scheduler(args, device, model)
+        self.sched, self.pools = build_scheduler(args, device, model)
+        self.kv_cache = self.pools.manager
         self.future_map = self.sched.future_map
         self.vocab_size = self.sched.model_config.vocab_size
         self.free_slots = list(range(1, args.req_pool_size))  # slot 0: padding row
@@ -273,7 +282,8 @@ class UpstreamLoop:
     def new_prefill_batch(self):
         """``prepare_for_extend``, as far as the relay needs it: indices, lengths and the
         prefill input ids staged in pinned host memory (resolved on the forward stream)."""
-        reqs = admit_waiting(self.waiting, self.free_slots, self.args.max_prefill_reqs)
+        reqs = admit_waiting(self.waiting, self.free_slots, self.args.max_prefill_reqs,
+                             self.kv_cache)
         batch = self._init_batch(reqs, upstream.ForwardMode.EXTEND)
         pool = [r.pool_idx for r in reqs]
         lens = [len(r.prompt) for r in reqs]
@@ -288,8 +298,11 @@ class UpstreamLoop:
         batch.prefill_input_ids_cpu = torch.tensor(
             [r.prompt[-1] for r in reqs], dtype=torch.int64, pin_memory=True)
         batch.extend_num_tokens = sum(lens)
-        # the toy prefill forwards each request's last prompt token only (its hidden row)
+        # the toy prefill forwards each request's last prompt token only (its hidden row);
+        # its attention writes and reads the whole prompt's KV
         batch.extend_lens = [1] * len(reqs)
+        batch.specrace_prompt_ids, batch.specrace_prompt_lens = stage_prompts(reqs, self.device)
+        self.kv_cache.alloc_for_launch(reqs, batch.req_pool_indices)
         return batch
 
     def idle_batch(self):
@@ -308,6 +321,7 @@ class UpstreamLoop:
                 req.grammar.accept_token(tok)
             if tok == EOS_ID or len(req.output_ids) >= req.max_new_tokens:
                 req.done = True
+                self.kv_cache.release(req)  # release_kv_cache: slots first, then the row
                 self.free_slots.append(req.pool_idx)
                 self.finished.append(req)
                 return

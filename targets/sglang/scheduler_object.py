@@ -14,11 +14,13 @@ from typing import Any, Optional
 
 import torch
 
+from impl.attention import ToyPagedAttention
 from impl.graph_runner import VerifyGraphRunner, graphs_supported
 from impl.model import ToyTargetModel
 
 from . import upstream
 from .contract import NOT_MODELLED
+from .pools import build_pools
 from .worker import ToyNgramWorker
 
 class NotModelled:
@@ -61,7 +63,8 @@ class _Recorder:
 
 
 def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
-    """A ``Scheduler`` without ``__init__``: the attributes its loop methods read."""
+    """A ``Scheduler`` without ``__init__``: the attributes its loop methods read; and the
+    memory pools (``pools.Pools``: our batch formation allocates from them)."""
     Scheduler = upstream.Scheduler
     s = Scheduler.__new__(Scheduler)
     dev = torch.device(device)
@@ -73,11 +76,12 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s.schedule_stream, s.forward_stream, s.copy_stream = mod.Stream(), mod.Stream(), mod.Stream()
     s.forward_stream_ctx = mod.stream(s.forward_stream)
     s.copy_stream_ctx = mod.stream(s.copy_stream)
-    # the relay: a real FutureMap over a request pool of the workload's size
-    s.req_to_token_pool = types.SimpleNamespace(
-        device=dev, size=args.req_pool_size,
-        req_to_token=torch.zeros((args.req_pool_size, 1), dtype=torch.int32, device=dev),
-        req_generation=torch.zeros((args.req_pool_size,), dtype=torch.int64))
+    # the memory pools (upstream's where the release has them) and the relay: a real
+    # FutureMap over the request pool
+    pools = build_pools(args, dev)
+    s.req_to_token_pool = pools.req_to_token_pool
+    s.token_to_kv_pool_allocator = pools.allocator
+    attention = ToyPagedAttention(pools.req_to_token_pool, pools.kv)
     s._confidence_budget_prepare = None
     if args.spec_algorithm == "dspark":
         from . import dspark
@@ -99,7 +103,7 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
             graphs = VerifyGraphRunner(model, dev, args.draft_token_num,
                                        args.cuda_graph_max_bs, forward=model.forward_with_hidden)
         s.model_worker = ToyNgramWorker(model, dev, args.draft_token_num, args.overlap,
-                                        args.spec_algorithm == "eagle", graphs)
+                                        args.spec_algorithm == "eagle", graphs, attention)
     # the fine fence engages only where the forward publishes read-done; the coarse one
     # is upstream's own fallback for a forward that does not (and its switch, where the
     # release has it: targets.sglang.patches)
@@ -145,7 +149,7 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     for name in NOT_MODELLED:
         setattr(s, name, NotModelled(name))
     s.beam_coordinator = _idle_beam_coordinator(s)
-    return s
+    return s, pools
 
 
 def _idle_beam_coordinator(s):

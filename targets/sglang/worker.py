@@ -20,6 +20,7 @@ from harness.faults import fault_point, observe
 from impl.drafter import draft_tree
 from impl.graph_runner import VerifyGraphRunner
 from impl.grammar import apply_vocab_mask
+from impl.memory import host_empty, mark_used_on
 from impl.model import ToyTargetModel
 from impl.ngram import NgramProposer, propose_host_trees
 from impl.verify import verify_tree_greedy
@@ -40,6 +41,8 @@ class Req:
     pool_idx: int = -1
     launched: int = 0  # forward steps launched (prefill = step 0)
     committed_step: int = -1
+    kv_allocated: int = 0  # req_to_token columns holding slots (impl.mem_cache)
+    kv_committed: int = 0  # positions whose KV the host knows is written
     # read by ScheduleBatch.init_new / filter_batch / merge_batch
     return_logprob: bool = False
     is_prefill_only: bool = False
@@ -78,19 +81,27 @@ class SamplingInfo:
         return self
 
 
-def finish_result(result, batch, draft_token_num: int):
+def finish_result(result, batch, draft_token_num: int, kv_check=None):
     """What both toy workers add to a launch's ``GenerationBatchResult``: what the commit
     needs of the launch (ours: upstream keys on the batch) -- its requests, their steps and
-    the row stride of its tokens -- and a fault point on the copy stream before the
-    result's D2H (upstream's ``copy_to_cpu``, unchanged; a stall there is a copy engine
-    busy with an earlier transfer)."""
+    the row stride of its tokens -- what the toy attention read (``kv_check``, copied to
+    pinned memory with the result, before upstream's own copies so ``copy_done`` covers
+    it) and a fault point on the copy stream before the result's D2H (upstream's
+    ``copy_to_cpu``, unchanged; a stall there is a copy engine busy with an earlier
+    transfer)."""
     if batch.reqs:
         stride = draft_token_num if batch.forward_mode.is_decode() else 1
         result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
                                   stride)
+    result.specrace_kv_check = kv_check
 
     def copy_to_cpu(*a, **kw):
         fault_point("copy.before_result_d2h")
+        if result.specrace_kv_check is not None:
+            device_check = result.specrace_kv_check
+            host = host_empty(device_check.shape, torch.int64, device_check.device)
+            host.copy_(device_check, non_blocking=True)
+            result.specrace_kv_check, result.specrace_kv_source = host, device_check
         return type(result).copy_to_cpu(result, *a, **kw)
     result.copy_to_cpu = copy_to_cpu
     return result
@@ -130,7 +141,8 @@ class ToyNgramWorker(SharedReadRunner):
 
     def __init__(self, model: ToyTargetModel, device, draft_token_num: int,
                  overlap: bool, device_drafted: bool = False,
-                 verify_graphs: Optional[VerifyGraphRunner] = None) -> None:
+                 verify_graphs: Optional[VerifyGraphRunner] = None,
+                 attention: Any = None) -> None:
         self.model = model
         self.device = torch.device(device)
         self.mod = torch.get_device_module(self.device)
@@ -141,14 +153,25 @@ class ToyNgramWorker(SharedReadRunner):
         # the verify forward as graph replays into static (hidden, logits) buffers, as the
         # decode graph runner's are (``return_hidden_states`` runs: the readback of them)
         self.verify_graphs = verify_graphs
+        self.attn = attention  # the toy paged attention over the memory pools
         self._init_shared_read()
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
         fwd = self.mod.current_stream()
         upstream.spec_utils.record_stream_for_v2_verify(batch, None, fwd)
         bs, D = len(batch.reqs), self.D
+        kv_check = None
         if batch.forward_mode.is_extend():
+            prompt_ids, prompt_lens = batch.specrace_prompt_ids, batch.specrace_prompt_lens
+            for t in (prompt_ids, prompt_lens):
+                mark_used_on(t, fwd)  # made on the schedule stream, dropped below
+            batch.specrace_prompt_ids = batch.specrace_prompt_lens = None
+            meta = self.attn.init_forward_metadata(batch.req_pool_indices,
+                                                   prompt_ids.shape[1], prefill=True)
             self._record_shared_read_done()
+            self.attn.write_kv(meta, prompt_ids, prompt_lens)
+            kv_check = self.attn.attend(meta, prompt_lens)
+            self.attn.finish_prefill(meta, prompt_lens)
             hidden, logits = self.model.forward_with_hidden(batch.input_ids)
             if batch.has_grammar:
                 self._apply_extend_grammar(batch, logits)
@@ -170,7 +193,10 @@ class ToyNgramWorker(SharedReadRunner):
                 drafts, nt, ns, tree = self._device_tree(batch)
             else:
                 drafts, nt, ns, tree = self._prepare_for_speculative_decoding(batch)
+            meta = self.attn.init_forward_metadata(batch.req_pool_indices, D, prefill=False)
             self._record_shared_read_done()
+            self.attn.write_kv(meta, drafts.view(bs, D), torch.full_like(meta.n, D))
+            kv_check = self.attn.attend(meta, meta.n)
             runner = self.verify_graphs
             if runner is not None and runner.can_run(bs):  # the verify forward
                 hidden, logits = runner.replay(drafts)
@@ -181,6 +207,7 @@ class ToyNgramWorker(SharedReadRunner):
             fault_point("forward.before_verify")
             predict, accept_index, accept_lens = verify_tree_greedy(
                 target_predict, drafts.view(bs, D), nt, ns)
+            self.attn.commit_accepted(meta, accept_index, accept_lens)
             new_seq_lens = batch.seq_lens + accept_lens
             accept_tokens = predict[accept_index].flatten().to(torch.int32)
             next_token_ids = accept_tokens
@@ -196,7 +223,7 @@ class ToyNgramWorker(SharedReadRunner):
         if batch.return_hidden_states and hidden is not None:
             result.logits_output = upstream.LogitsProcessorOutput(
                 next_token_logits=logits, hidden_states=hidden)
-        return finish_result(result, batch, D)
+        return finish_result(result, batch, D, kv_check)
 
     def _prepare_for_speculative_decoding(self, batch):
         """Draft prep: the previous step's accept state to the host (blocking, on the

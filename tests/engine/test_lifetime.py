@@ -29,7 +29,9 @@ def test_schedule_inputs_not_recorded_race_across_a_reuse():
     # the forward's read of a schedule-stream tensor vs the schedule stream's next owner
     assert (r.first.actor, r.second.actor, r.kind) == ("forward", "schedule", "WAR")
     assert r.reuse.old.stream == r.reuse.new.stream == "schedule"
-    assert "impl/scheduler.py" in r.reuse.old.where()
+    # a forward input the schedule stream made (prepare_for_extend's)
+    assert any(f in r.reuse.old.where() for f in ("impl/scheduler.py",
+                                                   "impl/schedule_batch.py"))
 
 
 def test_copy_sources_freed_early_race_across_a_reuse():

@@ -1,0 +1,192 @@
+"""The memory pools behind the WAR barrier: ``req_to_token`` rows and the KV slots.
+
+As in the server, with a page size of 1:
+
+* ``ReqToTokenPool.req_to_token`` -- ``(rows, max_context_len)`` int32 on the device: row
+  ``r`` lists the KV slot of each position of the request in pool row ``r``. Row 0 is
+  the padding row. The row numbers themselves are handed out by the scheduler.
+* ``TokenToKVPoolAllocator`` -- the free KV slots, a device tensor ``free_pages``: ``alloc``
+  slices it, ``free`` concatenates to it. Both run on the *schedule* stream.
+* ``ToyKVPool`` -- the KV data: one int64 per slot (the toy's "key/value" is the token
+  at that position), slot 0 the padding slot dummy writes land in; and, per pool row,
+  the number of positions whose KV is written (``kv_lens``), kept by the forward stream
+  alone (the server relays it as ``seq_lens``).
+
+The schedule stream writes ``req_to_token`` (``assign_req_to_token_pool``: a prefill's
+prompt positions, a decode step's reserve) and frees slots (``release_kv``) while the
+previous forward may still be reading rows: the WAR barrier after each launch is what
+orders those writes after the forward's reads (``impl.attention`` gathers them into
+private metadata before it records shared-read-done).
+"""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+import torch
+
+from .memory import staged
+
+
+class ReqToTokenPool:
+    def __init__(self, rows: int, max_context_len: int, device) -> None:
+        self.size = rows
+        self.max_context_len = max_context_len
+        self.req_to_token = torch.zeros((rows, max_context_len), dtype=torch.int32,
+                                        device=device)
+
+
+class TokenToKVPoolAllocator:
+    """Upstream's page-size-1 allocator, shaped the same way (``mem_cache/allocator``)."""
+
+    def __init__(self, size: int, device) -> None:
+        self.size = size
+        self.device = device
+        # slot 0 is the padding slot: never handed out
+        self.free_pages = torch.arange(1, size + 1, dtype=torch.int64, device=device)
+
+    def available_size(self) -> int:
+        return len(self.free_pages)  # a shape: the host knows it without a sync
+
+    def alloc(self, need_size: int):
+        if need_size > len(self.free_pages):
+            return None
+        select_index = self.free_pages[:need_size]
+        self.free_pages = self.free_pages[need_size:]
+        return select_index
+
+    def free(self, free_index: torch.Tensor) -> None:
+        if free_index.numel() == 0:
+            return
+        self.free_pages = torch.cat((self.free_pages, free_index))
+
+
+class ToyKVPool:
+    def __init__(self, size: int, rows: int, device) -> None:
+        self.kv_buffer = torch.zeros((size + 1,), dtype=torch.int64, device=device)
+        self.kv_lens = torch.zeros((rows,), dtype=torch.int64, device=device)
+
+
+# --- the schedule stream's write: one kernel, as upstream's ``assign_req_to_token_pool``
+
+def _assign_kernel(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
+                   start: torch.Tensor, end: torch.Tensor, out_cache_loc: torch.Tensor
+                   ) -> None:
+    """Row ``req_pool_indices[i]``, columns ``start[i]:end[i]`` <- the next ``end[i] -
+    start[i]`` entries of ``out_cache_loc`` (requests in order)."""
+    width = req_to_token.shape[1]
+    n = end - start
+    offset = torch.cumsum(n, 0) - n  # where each request's slots begin in out_cache_loc
+    col = torch.arange(width, device=req_to_token.device)[None, :]
+    inside = (col >= start[:, None]) & (col < end[:, None])
+    src = (offset[:, None] + col - start[:, None]).clamp(0, max(out_cache_loc.numel() - 1, 0))
+    rows = req_to_token[req_pool_indices]
+    vals = out_cache_loc[src] if out_cache_loc.numel() else torch.zeros_like(rows)
+    req_to_token[req_pool_indices] = torch.where(inside, vals.to(req_to_token.dtype), rows)
+
+
+_LIB = torch.library.Library("specrace", "FRAGMENT")
+_LIB.define("assign_req_to_token_pool(Tensor req_pool_indices, Tensor(a!) req_to_token, "
+            "Tensor start, Tensor end, Tensor out_cache_loc) -> ()")
+_LIB.impl("assign_req_to_token_pool", lambda *a: _assign_kernel(*a),
+          "CompositeExplicitAutograd")
+_LIB.impl("assign_req_to_token_pool", lambda *a: None, "Meta")
+
+
+def assign_req_to_token_pool(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
+                             start: Sequence[int], end: Sequence[int],
+                             out_cache_loc: torch.Tensor) -> None:
+    """On the current (schedule) stream: one launch writing the new columns of each row.
+    ``start`` / ``end`` are host lists, staged and copied ``non_blocking`` as upstream
+    does (a blocking copy would sync the schedule stream, which the WAR barrier has
+    chained to the previous forward)."""
+    device = req_to_token.device
+    se = staged(torch.tensor([list(start), list(end)], dtype=torch.int64), device)
+    se = se.to(device, non_blocking=True)
+    torch.ops.specrace.assign_req_to_token_pool(req_pool_indices, req_to_token, se[0], se[1],
+                                                out_cache_loc)
+
+
+def alloc_kv(allocator, req_to_token: torch.Tensor, req_pool_indices: torch.Tensor,
+             start: List[int], end: List[int]) -> bool:
+    """Schedule stream: slots for columns ``start[i]:end[i]`` of each row (a prefill's
+    prompt, a decode step's reserve), written into ``req_to_token``. False when the pool
+    cannot hold them (nothing is taken then)."""
+    need = sum(e - s for s, e in zip(start, end))
+    if need == 0:
+        return True
+    out_cache_loc = allocator.alloc(need)
+    if out_cache_loc is None:
+        return False
+    assign_req_to_token_pool(req_pool_indices, req_to_token, start, end, out_cache_loc)
+    return True
+
+
+def release_kv(allocator, req_to_token: torch.Tensor, row: int, allocated: int) -> None:
+    """Schedule stream, when a request finishes: its slots back to the allocator (read
+    from its row, as upstream's ``release_kv_cache`` does)."""
+    if allocated > 0:
+        allocator.free(req_to_token[row, :allocated].to(torch.int64))
+
+
+class KVCacheManager:
+    """The scheduler's side of the pools, on the schedule stream: what each request
+    holds (host bookkeeping, never a device read) and the allocations that follow it.
+
+    A request is admitted only when its whole lifetime fits the pool (prompt, budget and
+    the over-allocation below), so an allocation never fails mid-run; finished requests
+    give their slots back at once, and waiting ones take them -- slots are reused within
+    a run whenever the pool is small.
+
+    Under overlap the host commits a step one iteration late, so a decode launch
+    reserves ``2*D`` columns past the last committed KV length: the step in flight may
+    accept up to ``D``, and this step writes ``D`` draft positions after that."""
+
+    def __init__(self, req_to_token_pool, allocator, draft_token_num: int) -> None:
+        self.req_to_token_pool = req_to_token_pool
+        self.allocator = allocator
+        self.D = draft_token_num
+        self.capacity = allocator.available_size()
+        self.reserved = 0
+
+    @property
+    def req_to_token(self) -> torch.Tensor:
+        return self.req_to_token_pool.req_to_token
+
+    def lifetime(self, req) -> int:
+        """The most columns ``req`` can hold: its prompt, its budget (the last step may
+        accept up to ``D`` past it), and the decode reserve."""
+        return len(req.prompt) + req.max_new_tokens + 3 * self.D
+
+    def fits(self, req) -> bool:
+        need = self.lifetime(req)
+        if need > min(self.req_to_token.shape[1], self.capacity):
+            raise ValueError(f"request {req.rid} needs {need} KV positions: more than the "
+                             f"context length ({self.req_to_token.shape[1]}) or the KV "
+                             f"pool ({self.capacity}) holds")
+        return self.reserved + need <= self.capacity
+
+    def admit(self, req) -> None:
+        self.reserved += self.lifetime(req)
+        req.kv_allocated = 0
+        req.kv_committed = len(req.prompt)  # the prefill writes the prompt's KV
+
+    def alloc_for_launch(self, reqs, req_pool_indices: torch.Tensor) -> None:
+        """Before a launch (prefill or decode): each row's columns up to its last
+        committed KV length + ``2*D``."""
+        start = [r.kv_allocated for r in reqs]
+        end = [max(r.kv_allocated, r.kv_committed + 2 * self.D) for r in reqs]
+        if not alloc_kv(self.allocator, self.req_to_token, req_pool_indices, start, end):
+            raise RuntimeError("KV pool exhausted despite the admission reserve")
+        for r, e in zip(reqs, end):
+            r.kv_allocated = e
+
+    def on_commit(self, req, step: int, accept_len: int) -> None:
+        """A step's result reached the host: a verify's accepted path now has KV (a
+        prefill's output token does not, until the next step writes it)."""
+        if step > 0:
+            req.kv_committed += accept_len
+
+    def release(self, req) -> None:
+        release_kv(self.allocator, self.req_to_token, req.pool_idx, req.kv_allocated)
+        req.kv_allocated = 0
+        self.reserved -= self.lifetime(req)

@@ -1,0 +1,122 @@
+"""The schedule side of a batch: requests, the batch the scheduler hands the forward, and
+how a prefill batch is formed -- as the server's ``managers/schedule_batch.py``.
+
+``ScheduleBatch.filter_batch`` / ``merge_batch`` run on the schedule stream: they slice
+and concatenate index tensors the schedule stream made itself, and hand the relay's
+``filter_batch`` / ``merge_batch`` the same (``impl.spec_info``). A prefill is formed
+from waiting requests that get a request-pool row and their KV reserve
+(``admit_waiting``), its prompts staged on the device (``stage_prompts``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Deque, List, Optional, Tuple
+
+import torch
+
+from .mem_cache import (KVCacheManager, ReqToTokenPool, TokenToKVPoolAllocator,
+                        ToyKVPool)
+from .memory import staged
+from .spec_info import NgramVerifyInput
+
+
+@dataclass
+class Req:
+    rid: int
+    prompt: List[int]
+    max_new_tokens: int
+    grammar: Any = None
+    output_ids: List[int] = field(default_factory=list)
+    finished: bool = False
+    pool_idx: int = -1
+    launched: int = 0  # forward steps launched for this request (prefill = step 0)
+    committed_step: int = -1  # last step whose result the host has committed
+    kv_allocated: int = 0  # req_to_token columns holding slots (impl.mem_cache)
+    kv_committed: int = 0  # positions whose KV the host knows is written
+
+    def needs_splice(self) -> bool:
+        """Is the previous step's result still in flight (relayed, not yet committed)?"""
+        return self.committed_step < self.launched - 2
+
+    def context(self) -> List[int]:
+        return self.prompt + self.output_ids
+
+
+def admit_waiting(waiting: Deque[Req], free_slots: List[int], limit: int,
+                  kv: KVCacheManager) -> List[Req]:
+    """The next prefill's requests: waiting ones, each given a free request-pool slot and
+    its KV reserve, in arrival order, at most ``limit`` (the sglang target forms its
+    batches the same way)."""
+    reqs = []
+    while waiting and free_slots and len(reqs) < limit and kv.fits(waiting[0]):
+        req = waiting.popleft()
+        req.pool_idx = free_slots.pop(0)
+        req.launched = 1
+        kv.admit(req)
+        reqs.append(req)
+    return reqs
+
+
+def build_kv_cache(args: "ServerArgs", device) -> Tuple[KVCacheManager, ToyKVPool]:
+    """The pools of a server (impl's own classes; the sglang target builds upstream's
+    where its release has them)."""
+    pool = ReqToTokenPool(args.req_pool_size, args.context_len, device)
+    kv_pool = ToyKVPool(args.kv_pool_size, args.req_pool_size, device)
+    allocator = TokenToKVPoolAllocator(args.kv_pool_size, device)
+    # made on the loading stream: every stream uses them from now on (as the weights)
+    torch.get_device_module(device).synchronize()
+    return KVCacheManager(pool, allocator, args.draft_token_num), kv_pool
+
+
+def stage_prompts(reqs: List[Any], device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A prefill's prompts, ``(bs, longest)`` zero-padded, and their lengths, on the
+    device (made on the schedule stream, as ``prepare_for_extend`` does)."""
+    width = max(len(r.prompt) for r in reqs)
+    rows = [list(r.prompt) + [0] * (width - len(r.prompt)) for r in reqs]
+    ids = staged(torch.tensor(rows, dtype=torch.int64), device).to(device, non_blocking=True)
+    lens = staged(torch.tensor([len(r.prompt) for r in reqs], dtype=torch.int64),
+                  device).to(device, non_blocking=True)
+    return ids, lens
+
+
+@dataclass
+class SamplingBatchInfo:
+    vocab_size: int
+    vocab_mask: Optional[torch.Tensor] = None
+
+
+class ScheduleBatch:
+    def __init__(self, reqs: List[Req], req_pool_indices: torch.Tensor, forward_mode: str,
+                 vocab_size: int) -> None:
+        self.reqs = reqs
+        self.req_pool_indices = req_pool_indices
+        self.forward_mode = forward_mode  # extend | decode | idle
+        self.spec_info: Optional[NgramVerifyInput] = None
+        self.sampling_info = SamplingBatchInfo(vocab_size)
+        self.sync_processed = False  # previous result already committed (grammar sync)
+        self.staging: Any = None
+        self.input_ids: Optional[torch.Tensor] = None  # extend: made on the schedule stream
+        self.prompt_ids: Optional[torch.Tensor] = None  # extend: (bs, longest) and lengths
+        self.prompt_lens: Optional[torch.Tensor] = None
+
+    @property
+    def has_grammar(self) -> bool:
+        return any(r.grammar is not None for r in self.reqs)
+
+    def filter_batch(self, keep: List[int], device) -> None:
+        """Schedule stream. ``keep`` are positions of the requests that stay."""
+        self.reqs = [self.reqs[i] for i in keep]
+        keep_host = staged(torch.tensor(keep, dtype=torch.int64), device)
+        keep_dev = keep_host.to(device, non_blocking=True)
+        self.req_pool_indices = self.req_pool_indices[keep_dev]
+        if self.spec_info is not None:
+            self.spec_info.filter_batch(keep_dev)
+
+    def merge_batch(self, other: "ScheduleBatch") -> None:
+        """Schedule stream: append ``other`` (a finished prefill) to this running batch."""
+        self.reqs = self.reqs + other.reqs
+        self.req_pool_indices = torch.cat((self.req_pool_indices, other.req_pool_indices))
+        if self.spec_info is not None and other.spec_info is not None:
+            self.spec_info.merge_batch(other.spec_info)
+        if other.sampling_info.vocab_mask is not None:
+            self.sampling_info.vocab_mask = other.sampling_info.vocab_mask

@@ -1,0 +1,39 @@
+"""Rows and KV slots reused under overlap (issue 24): the WAR barrier guards real buffers.
+
+The slot-reuse workload (many short requests through three request-pool rows, beside one
+long request) with a KV pool small enough that requests also wait for slots: every row
+and the slots a finished request releases go to a waiting request in the next
+iteration, whose prefill preparation rewrites ``req_to_token`` on the schedule stream --
+while the finished request's last forward (the step it ran past its finish) may not yet
+have gathered that row. The forward stream is stalled before its attention gathers
+``req_to_token``; only the WAR barrier orders the schedule stream's rewrite after the
+gather. It is stalled again after it records shared-read-done: a read of the pools
+after that point (read-done recorded too early, a later re-read of a row) is then late
+too. The KV oracle judges what every forward's attention read.
+"""
+import dataclasses
+
+from harness.oracle.workload import slot_reuse_workload
+from harness.policies.faultplan import StallAt
+
+from .base import Scenario
+
+KV_POOL_SLOTS = 96  # the long request and two short ones at a time
+
+
+def kv_reuse_workload(seed: int):
+    return dataclasses.replace(slot_reuse_workload(seed), kv_pool_size=KV_POOL_SLOTS)
+
+
+KV_ROW_REUSE = Scenario(
+    name="kv-row-reuse",
+    summary="rows and KV slots of finished requests rewritten for waiting ones while the "
+            "finished request's last forward may not have gathered its row yet; forward "
+            "stalled before its attention metadata and after read-done",
+    workload=kv_reuse_workload,
+    stalls=lambda ms: [StallAt("forward.before_attn_metadata", ms),
+                       StallAt("forward.after_read_done", ms)],
+    variants={"fixed": {}, "no-war-barrier": {"mutation": "war-barrier-removed"}},
+    default_variant="fixed",
+    expect={("fixed", None): "clean", ("no-war-barrier", None): "race"},
+)

@@ -1,0 +1,64 @@
+"""The memory pools of the sglang target: upstream's classes where the release has them.
+
+``ReqToTokenPool`` (the ``req_to_token`` rows the forward gathers and the schedule stream
+rewrites; its ``req_generation`` is what the confidence relay tells row reuse by) and
+``TokenToKVPoolAllocator`` (page size 1: ``alloc`` slices and ``free`` concatenates the
+device tensor ``free_pages``, on the schedule stream) are upstream's, constructed as the
+server does. Where a release's constructors differ, specrace's mirrors of them
+(``impl.mem_cache``) stand in, and ``origin`` says so (``specrace list --target sglang``,
+each report's target info).
+
+Ours, as in ``impl/``: the KV data (``ToyKVPool``: one token id per slot, the toy's
+attention reads and writes it), the host bookkeeping of what each request holds
+(``KVCacheManager``: the admission reserve and the decode over-allocation that
+upstream's ``alloc_for_spec_decode`` makes), and the write of new columns
+(``assign_req_to_token_pool``: a declared op in place of upstream's Triton kernel of the
+same name, which has no simulator path).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Tuple
+
+import torch
+
+from impl import mem_cache
+
+
+def _upstream_pools(args, device) -> Tuple[Any, Any]:
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    # ``size`` rows plus upstream's own padding row 0: the workload's pool has that row
+    pool = ReqToTokenPool(size=args.req_pool_size - 1, max_context_len=args.context_len,
+                          device=str(device), enable_memory_saver=False)
+    if tuple(pool.req_to_token.shape) != (args.req_pool_size, args.context_len):
+        raise TypeError(f"ReqToTokenPool made rows {tuple(pool.req_to_token.shape)}")
+    allocator = TokenToKVPoolAllocator(args.kv_pool_size, torch.int64, str(device), None,
+                                       need_sort=False)
+    return pool, allocator
+
+
+@dataclass
+class Pools:
+    req_to_token_pool: Any
+    allocator: Any
+    manager: mem_cache.KVCacheManager
+    kv: mem_cache.ToyKVPool
+    origin: str  # "upstream", or "specrace" where the release's constructors differ
+
+
+def build_pools(args, device) -> Pools:
+    dev = torch.device(device)
+    try:
+        pool, allocator = _upstream_pools(args, dev)
+        origin = "upstream"
+    except (ImportError, AttributeError, TypeError):
+        pool = mem_cache.ReqToTokenPool(args.req_pool_size, args.context_len, dev)
+        pool.req_generation = torch.zeros((args.req_pool_size,), dtype=torch.int64)
+        allocator = mem_cache.TokenToKVPoolAllocator(args.kv_pool_size, dev)
+        origin = "specrace"
+    kv = mem_cache.ToyKVPool(args.kv_pool_size, args.req_pool_size, dev)
+    # made on the loading stream: every stream uses them from now on
+    torch.get_device_module(dev).synchronize()
+    return Pools(pool, allocator, mem_cache.KVCacheManager(pool, allocator,
+                                                           args.draft_token_num), kv, origin)
