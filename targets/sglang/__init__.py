@@ -129,8 +129,10 @@ class SglangTarget(Target):
 
     def describe(self) -> Dict[str, Any]:
         from .bootstrap import stood_in
+        from .pools import upstream_pools_fit
         v = self.verdict
         return {"target": self.name, "sglang_version": self.version,
                 "sglang_tier": v.tier if v else None,
                 "sglang_files_digest": v.digest if v else None,
-                "sglang_commit": v.commit if v else None, "stood_in": stood_in()}
+                "sglang_commit": v.commit if v else None, "stood_in": stood_in(),
+                "kv_pools": "upstream" if upstream_pools_fit() else "specrace"}

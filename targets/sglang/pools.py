@@ -47,6 +47,22 @@ class Pools:
     origin: str  # "upstream", or "specrace" where the release's constructors differ
 
 
+def upstream_pools_fit() -> bool:
+    """Does this release construct the two pools as ``_upstream_pools`` does? (Read off
+    their signatures: the same answer ``build_pools`` gets by constructing them.)"""
+    import inspect
+    try:
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+        from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+        inspect.signature(ReqToTokenPool).bind(size=1, max_context_len=1, device="cpu",
+                                               enable_memory_saver=False)
+        inspect.signature(TokenToKVPoolAllocator).bind(1, torch.int64, "cpu", None,
+                                                       need_sort=False)
+    except (ImportError, TypeError):
+        return False
+    return True
+
+
 def build_pools(args, device) -> Pools:
     dev = torch.device(device)
     try:

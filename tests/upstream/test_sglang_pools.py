@@ -1,0 +1,71 @@
+"""The memory pools on the sglang target (issue 24): upstream's ReqToTokenPool and
+TokenToKVPoolAllocator under upstream's loop, rows and slots reused within a run, the
+released code clean on them, and the pool bugs killed on every seed of their probes."""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+from harness.engine.drive import server_args
+from harness.engine.trial import run_trial
+from harness.policies import parse_policy
+from scenarios.matrix import PROBES, run_probe
+from scenarios.mutations.catalogue import get as get_mutation
+from scenarios.registry import get
+from tests.engine.test_kv_pools import POOL_MUTATIONS, watch_pools
+
+
+def test_the_pools_are_upstreams():
+    import targets
+    targets.get("sglang")  # loaded first: its stand-ins for absent GPU packages
+    from impl.scheduler import ServerArgs
+    from targets.sglang.pools import build_pools
+    from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    pools = build_pools(ServerArgs(req_pool_size=5, kv_pool_size=32), "cpu")
+    assert pools.origin == "upstream"
+    assert type(pools.req_to_token_pool) is ReqToTokenPool
+    assert type(pools.allocator) is TokenToKVPoolAllocator
+    assert tuple(pools.req_to_token_pool.req_to_token.shape) == (5, 256)
+    assert targets.get("sglang").describe()["kv_pools"] == "upstream"
+
+
+def test_rows_and_slots_are_reused_within_a_run():
+    rows, slots, capacity = watch_pools(0, "sglang")
+    assert sum(len(o) > 1 for o in rows.values()) >= 2, rows
+    assert sum(len(o) > 1 for o in slots.values()) >= capacity // 4, "slots never reused"
+
+
+@pytest.mark.parametrize("policy", ["eager", "lazy", "stall(forward)", "random(1)"])
+def test_released_code_is_clean_on_reused_pools(policy):
+    sc = get("kv-row-reuse")
+    wl = sc.workload(1)
+    res = run_trial("sim", parse_policy(policy), wl, server_args(wl, {}), sc.stalls(None),
+                    target="sglang")
+    assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
+    assert res.checked > 50
+
+
+@pytest.mark.parametrize("name", POOL_MUTATIONS)
+def test_each_pool_bug_is_killed_on_every_seed_of_its_probes(name):
+    m = get_mutation("sglang", name)
+    for probe in m.probes:
+        for seed in PROBES[probe].seeds:
+            killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe],
+                                                                    seeds=(seed,)),
+                                               "sim", m, target="sglang")
+            assert killed, (name, probe, seed, detail)
+
+
+def test_the_barrier_mutation_patches_upstreams_own_barrier():
+    import targets
+    targets.get("sglang")
+    from targets.sglang import upstream
+    m = get_mutation("sglang", "war-barrier-removed")
+    assert m.target == "sglang.srt.managers.scheduler:Scheduler._apply_war_barrier"
+    before = inspect.getattr_static(upstream.Scheduler, "_apply_war_barrier")
+    with m.applied():
+        assert inspect.getattr_static(upstream.Scheduler, "_apply_war_barrier") is not before
+    assert inspect.getattr_static(upstream.Scheduler, "_apply_war_barrier") is before
