@@ -52,8 +52,14 @@ POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "random(2)", "pct(1,
 # request's slot goes to the next one while its last forward may still be in flight.
 POOL_SIZES = [64, 4, 3, 2]
 SMALL_POOLS = [4, 3, 2]  # every program wraps around (``SmallPoolEngineMachine``)
+# KV slots: the server's default first (programs shrink to it), then pools a request's
+# whole lifetime fits (prompt <= 40, budget <= 12, 3 * draft <= 15) but only a few do at
+# once -- freed slots go to waiting requests within the program
+KV_POOL_SIZES = [4096, 72, 96, 128]
+SMALL_KV_POOLS = [72, 96, 128]
 MAX_REQUESTS = 12  # arrivals per program: enough to wrap the small pools several times
-STALL_POINTS = ["forward.after_read_done", "forward.before_verify", "future_map.before_stash"]
+STALL_POINTS = ["forward.after_read_done", "forward.before_verify", "future_map.before_stash",
+                "forward.before_attn_metadata"]
 
 
 class EngineMachine(RuleBasedStateMachine):
@@ -71,8 +77,8 @@ class EngineMachine(RuleBasedStateMachine):
         self.sched = None
 
     @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
-                pool=st.sampled_from(POOL_SIZES))
-    def start(self, policy: str, draft: int, pool: int) -> None:
+                pool=st.sampled_from(POOL_SIZES), kv=st.sampled_from(KV_POOL_SIZES))
+    def start(self, policy: str, draft: int, pool: int, kv: int) -> None:
         from impl.scheduler import ServerArgs
         self.target_name = self.target or os.environ.get("SPECRACE_TARGET", "impl")
         self.tgt = targets.get(self.target_name)
@@ -80,7 +86,8 @@ class EngineMachine(RuleBasedStateMachine):
         pol = parse_policy(policy) if self.backend == "sim" else None
         self.rt = self.stack.enter_context(open_runtime(self.backend, pol))
         self.args = ServerArgs(draft_token_num=draft, relay=self.relay,
-                               war_barrier=self.war_barrier, req_pool_size=pool)
+                               war_barrier=self.war_barrier, req_pool_size=pool,
+                               kv_pool_size=kv)
         self.gb = grammar_backend(self.target_name) if self.schemas else None
         self.stack.enter_context(self.tgt.variant(self.args))
         with self._engine():
@@ -196,12 +203,13 @@ class EngineMachine(RuleBasedStateMachine):
 
 
 class SmallPoolEngineMachine(EngineMachine):
-    """Every program runs through a pool of 1-3 slots: each wraps around."""
+    """Every program runs through a pool of 1-3 rows and a KV pool a few requests fill:
+    rows and slots are reused in each."""
 
     @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
-                pool=st.sampled_from(SMALL_POOLS))
-    def start(self, policy: str, draft: int, pool: int) -> None:
-        super().start(policy, draft, pool)
+                pool=st.sampled_from(SMALL_POOLS), kv=st.sampled_from(SMALL_KV_POOLS))
+    def start(self, policy: str, draft: int, pool: int, kv: int) -> None:
+        super().start(policy, draft, pool, kv)
 
 
 class PrefixEngineMachine(EngineMachine):
