@@ -26,6 +26,8 @@ from typing import Callable, Dict, Optional
 
 import torch
 
+from .soak import soak_fixed  # noqa: F401  (tools/h200*.sh import it from here)
+
 SIZES = (64, 512, 4096)
 
 
@@ -223,29 +225,6 @@ def bench_cuda(trials: int = 50, soak_iterations: int = 10_000) -> Dict[str, obj
     out["capture_vs_csan"] = capture_vs_csan()
     out["grammar_overlap"] = bench_grammar_overlap()
     return out
-
-
-def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
-               target: str = "impl") -> Dict[str, object]:
-    """The fixed code, stalled after every shared-read-done record, for >= N iterations."""
-    from harness.engine.drive import server_args
-    from harness.engine.trial import run_trial
-    from harness.oracle.workload import random_workload
-    from harness.policies.faultplan import StallAt
-    iterations, stale, trials, seed = 0, 0, 0, 1000
-    t0 = time.perf_counter()
-    while iterations < min_iterations:
-        wl = random_workload(seed, n_requests=24, max_arrive=60, min_tokens=20, max_tokens=60)
-        args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
-        res = run_trial("cuda", None, wl, args,
-                        [StallAt("forward.after_read_done", stall_ms)], detect_races=False,
-                        target=target)
-        stale += res.divergence is not None
-        iterations += res.iterations
-        trials += 1
-        seed += 1
-    return {"target": target, "iterations": iterations, "trials": trials,
-            "stale_trials": stale, "stall_ms": stall_ms, "wall_s": time.perf_counter() - t0}
 
 
 _CAPTURE_SNIPPET = r"""

@@ -1,0 +1,41 @@
+"""The CUDA soak: the fixed code, stalled, for at least N engine iterations (a benchmark,
+``specrace bench cuda``'s ``fixed_soak``; ``tools/h200*.sh`` call it directly)."""
+from __future__ import annotations
+
+import time
+from typing import Dict
+
+
+def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
+               target: str = "impl", scenario: str = "") -> Dict[str, object]:
+    """The fixed code stalled for >= N iterations: after every shared-read-done record on
+    long random workloads, or -- ``scenario`` -- that scenario's workloads and stalls
+    (its released variant), seed after seed."""
+    from harness.engine.drive import server_args
+    from harness.engine.trial import run_trial
+    from harness.oracle.workload import random_workload
+    from harness.policies.faultplan import StallAt
+    iterations, stale, trials, seed = 0, 0, 0, 1000
+    kinds: Dict[str, int] = {}
+    t0 = time.perf_counter()
+    while iterations < min_iterations:
+        if scenario:
+            from scenarios.registry import get
+            sc = get(scenario)
+            wl, stalls = sc.workload(seed), sc.stalls(stall_ms)
+            args = server_args(wl, {**sc.variants[sc.default_variant], "war_barrier": "fine"})
+        else:
+            wl = random_workload(seed, n_requests=24, max_arrive=60, min_tokens=20,
+                                 max_tokens=60)
+            stalls = [StallAt("forward.after_read_done", stall_ms)]
+            args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
+        res = run_trial("cuda", None, wl, args, stalls, detect_races=False, target=target)
+        if res.divergence is not None:
+            stale += 1
+            kinds[res.divergence.kind] = kinds.get(res.divergence.kind, 0) + 1
+        iterations += res.iterations
+        trials += 1
+        seed += 1
+    return {"target": target, "scenario": scenario or "random", "iterations": iterations,
+            "trials": trials, "stale_trials": stale, "divergence_kinds": kinds,
+            "stall_ms": stall_ms, "wall_s": time.perf_counter() - t0}
