@@ -187,6 +187,8 @@ class KVCacheManager:
             req.kv_committed += accept_len
 
     def release(self, req) -> None:
+        """Its slots back to the allocator. ``kv_allocated`` keeps what the row held: a
+        step already formed -- the one a request runs past its finish -- still sizes its
+        metadata from it."""
         release_kv(self.allocator, self.req_to_token, req.pool_idx, req.kv_allocated)
-        req.kv_allocated = 0
         self.reserved -= self.lifetime(req)

@@ -82,11 +82,11 @@ class NgramWorker:
     def forward_extend(self, batch) -> GenerationBatchResult:
         bs, D = len(batch.reqs), self.D
         input_ids = batch.input_ids  # built on the schedule stream (prepare_for_extend)
-        meta = self.attn.init_forward_metadata(batch.req_pool_indices,
+        meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
                                                batch.prompt_ids.shape[1], prefill=True)
         read_done = self._record_shared_read_done()
-        self.attn.write_kv(meta, batch.prompt_ids, batch.prompt_lens)
-        kv_check = self.attn.attend(meta, batch.prompt_lens)
+        kv_check = self.attn.attend(meta, batch.prompt_ids, batch.prompt_lens,
+                                    batch.prompt_lens)
         self.attn.finish_prefill(meta, batch.prompt_lens)
         logits = self.model.forward(input_ids)
         if batch.has_grammar:
@@ -138,10 +138,10 @@ class NgramWorker:
         else:
             drafts_dev, nt_dev, ns_dev, tree = self._host_tree(batch, prev_tokens, prev_lens,
                                                                use_prev)
-        meta = self.attn.init_forward_metadata(batch.req_pool_indices, D, prefill=False)
+        meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,
+                                               prefill=False)
         read_done = self._record_shared_read_done()
-        self.attn.write_kv(meta, drafts_dev.view(bs, D), torch.full_like(meta.n, D))
-        kv_check = self.attn.attend(meta, meta.n)
+        kv_check = self.attn.attend(meta, drafts_dev.view(bs, D), None, meta.n)
         logits = self._verify_forward(drafts_dev, bs)
         self._apply_sampling_masks(batch, logits, tree)
         target_predict = logits.argmax(dim=-1).view(bs, D)

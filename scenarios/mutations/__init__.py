@@ -303,19 +303,21 @@ MUTATIONS += [
       "shared-read-done recorded before the attention gathers req_to_token (the fine "
       "fence then covers none of the forward's reads of the pools)",
       "PR #28363 / #34052", "impl.worker:NgramWorker.forward_decode",
-      [("        meta = self.attn.init_forward_metadata(batch.req_pool_indices, D, prefill=False)\n"
+      [("        meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,\n"
+        "                                               prefill=False)\n"
         "        read_done = self._record_shared_read_done()\n",
         "        read_done = self._record_shared_read_done()\n"
-        "        meta = self.attn.init_forward_metadata(batch.req_pool_indices, D, prefill=False)\n")],
+        "        meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,\n"
+        "                                               prefill=False)\n")],
       KV_REUSE_AFTER_READ_DONE),
     M("accept-moved-via-req-to-token",
       "the accepted KV's targets read from req_to_token after read-done instead of the "
       "verify window (what move_accept_tokens_to_target_kvcache must not do)",
       "spec_utils.py:894-896", "impl.attention:ToyPagedAttention.commit_accepted",
-      [("        dst = torch.where(j < accept_lens[:, None], meta.window[:, :D], 0)",
-        "        fresh = self.req_to_token[meta.rows].to(torch.int64).gather(\n"
-        "            1, (meta.n[:, None] + j).clamp(max=self.req_to_token.shape[1] - 1))\n"
-        "        dst = torch.where(j < accept_lens[:, None], fresh, 0)")],
+      [("        targets = meta.window\n",
+        "        j = torch.arange(accept_index.shape[1], device=meta.n.device)[None, :]\n"
+        "        targets = self.req_to_token[meta.rows].to(torch.int64).gather(\n"
+        "            1, (meta.n[:, None] + j).clamp(max=self.req_to_token.shape[1] - 1))\n")],
       KV_REUSE_AFTER_READ_DONE),
     M("kv-release-whole-row",
       "a finished request's release frees its whole req_to_token row, not the columns it "

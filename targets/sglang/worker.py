@@ -166,11 +166,10 @@ class ToyNgramWorker(SharedReadRunner):
             for t in (prompt_ids, prompt_lens):
                 mark_used_on(t, fwd)  # made on the schedule stream, dropped below
             batch.specrace_prompt_ids = batch.specrace_prompt_lens = None
-            meta = self.attn.init_forward_metadata(batch.req_pool_indices,
+            meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
                                                    prompt_ids.shape[1], prefill=True)
             self._record_shared_read_done()
-            self.attn.write_kv(meta, prompt_ids, prompt_lens)
-            kv_check = self.attn.attend(meta, prompt_lens)
+            kv_check = self.attn.attend(meta, prompt_ids, prompt_lens, prompt_lens)
             self.attn.finish_prefill(meta, prompt_lens)
             hidden, logits = self.model.forward_with_hidden(batch.input_ids)
             if batch.has_grammar:
@@ -193,10 +192,10 @@ class ToyNgramWorker(SharedReadRunner):
                 drafts, nt, ns, tree = self._device_tree(batch)
             else:
                 drafts, nt, ns, tree = self._prepare_for_speculative_decoding(batch)
-            meta = self.attn.init_forward_metadata(batch.req_pool_indices, D, prefill=False)
+            meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,
+                                                   prefill=False)
             self._record_shared_read_done()
-            self.attn.write_kv(meta, drafts.view(bs, D), torch.full_like(meta.n, D))
-            kv_check = self.attn.attend(meta, meta.n)
+            kv_check = self.attn.attend(meta, drafts.view(bs, D), None, meta.n)
             runner = self.verify_graphs
             if runner is not None and runner.can_run(bs):  # the verify forward
                 hidden, logits = runner.replay(drafts)

@@ -138,5 +138,6 @@ def test_the_barrier_removed_reads_a_row_rewritten_under_the_forward():
                     mutation=BY_NAME["war-barrier-removed"])
     d = res.divergence
     assert d is not None and d.kind == "kv_context" and "past its finish" in d.message, d
-    assert any(r.first.op.startswith("index") and "init_forward_metadata" in r.first.where()
-               and r.second.op.startswith("assign_req_to_token_pool") for r in res.races)
+    assert any(r.first.op.startswith("attn_metadata") and "init_forward_metadata" in r.first.where()
+               and r.second.op.startswith("assign_req_to_token_pool") for r in res.races), \
+        [r.summary() for r in res.races]
