@@ -11,6 +11,7 @@ upstream's ``_apply_war_barrier`` waits on. What it calls of upstream:
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -94,15 +95,20 @@ def finish_result(result, batch, draft_token_num: int, kv_check=None):
         result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
                                   stride)
     result.specrace_kv_check = kv_check
+    # the wrapper reaches the result through a weak reference: a closure over it would
+    # make a reference cycle, and when its storages are freed (a trace record) would then
+    # depend on when the garbage collector runs -- the same seed must give the same trace
+    result_ref = weakref.ref(result)
 
     def copy_to_cpu(*a, **kw):
+        res = result_ref()
         fault_point("copy.before_result_d2h")
-        if result.specrace_kv_check is not None:
-            device_check = result.specrace_kv_check
+        if res.specrace_kv_check is not None:
+            device_check = res.specrace_kv_check
             host = host_empty(device_check.shape, torch.int64, device_check.device)
             host.copy_(device_check, non_blocking=True)
-            result.specrace_kv_check, result.specrace_kv_source = host, device_check
-        return type(result).copy_to_cpu(result, *a, **kw)
+            res.specrace_kv_check, res.specrace_kv_source = host, device_check
+        return type(res).copy_to_cpu(res, *a, **kw)
     result.copy_to_cpu = copy_to_cpu
     return result
 
