@@ -23,6 +23,7 @@ only, so the two backends cannot drift apart.
 """
 from __future__ import annotations
 
+import enum
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -40,6 +41,14 @@ SYNC_D2H = "blocking D2H (.cpu/.tolist)"
 SYNC_D2H_INTO = "blocking D2H (copy_ into pageable memory)"
 SYNC_ITEM = "blocking D2H (.item)"
 SYNC_H2D = "blocking H2D"  # PyTorch's blocking H2D is memcpy_and_sync on the stream
+
+
+class SyncRule(enum.Enum):
+    """Which calls of an op whose output size depends on data sync the host (``OpInfo.sync``)."""
+
+    ALWAYS = "always"  # nonzero, masked_select, unique, equal...
+    BOOL_INDEX = "bool_index"  # indexing with a bool / uint8 mask (an integer index: no)
+    NO_OUTPUT_SIZE = "no_output_size"  # repeat_interleave without ``output_size=``
 
 
 def implicit_sync_label(name: str) -> str:
@@ -125,8 +134,10 @@ class OpInfo:
         # restrides, allocations, ``*_like`` factories (a view is not a host read).
         self.touches_data = not (eff.is_view or inplace_view or func in NO_KERNEL_OPS
                                  or self.metadata_reads)
-        self.sync = ("always" if func in _SYNC_OPS else "bool_index" if func in _BOOL_INDEX_OPS
-                     else "no_output_size" if func in _REPEAT_INTERLEAVE else None)
+        self.sync: Optional[SyncRule] = (
+            SyncRule.ALWAYS if func in _SYNC_OPS else
+            SyncRule.BOOL_INDEX if func in _BOOL_INDEX_OPS else
+            SyncRule.NO_OUTPUT_SIZE if func in _REPEAT_INTERLEAVE else None)
 
     @staticmethod
     def _is_query(func: Any, eff: OpEffects) -> bool:
@@ -154,9 +165,9 @@ def syncs_host(op: OpInfo, args: tuple, kwargs: dict) -> bool:
     rule = op.sync
     if rule is None:
         return False
-    if rule == "always":
+    if rule is SyncRule.ALWAYS:
         return True
-    if rule == "bool_index":
+    if rule is SyncRule.BOOL_INDEX:
         indices = arg_value(args, kwargs, 1)
         return any(t.dtype in (torch.bool, torch.uint8) for t in iter_tensors(indices))
     return kwargs.get("output_size") is None

@@ -27,6 +27,7 @@ An *access* is ``(sid, lo, hi)``: a storage id and a byte range within that stor
 """
 from __future__ import annotations
 
+import enum
 import os
 import sys
 from dataclasses import dataclass, field
@@ -41,6 +42,26 @@ Frame = Tuple[str, int, str]  # (file, line, function)
 HOST = -1  # actor id of the host thread in vector clocks
 
 
+class OpKind(enum.StrEnum):
+    """What an ``OpRecord`` is. A ``str`` enum: the Chrome trace writes the kind as it is
+    (its ``cat``), and recorded trace digests hash that text, so it must stay the word."""
+
+    KERNEL = "kernel"  # a launch (an aten op, a fused custom op)
+    COPY = "copy"  # a transfer: D2H, H2D, ``.item()``
+    WAIT = "wait"  # a ``wait_event`` marker: the stream waits for a recorded position
+    STALL = "stall"  # a fault point holding the stream
+
+
+# The names the runtime gives the ops it makes up (a kernel is named after its overload,
+# ``add.Tensor``); both backends write them and every reader matches on them.
+COPY_D2H = "copy D2H"
+COPY_H2D = "copy H2D"
+COPY_D2H_ITEM = "copy D2H (item)"
+WAIT_EVENT = "wait_event"
+STALL_OP = "stall"
+HOST_READ, HOST_WRITE = "host read", "host write"  # a host access, as a race names it
+
+
 class OpRecord:
     """One operation on a stream. Slots keep the simulator's per-op cost down."""
 
@@ -51,7 +72,7 @@ class OpRecord:
     replay: Optional["Replay"] = None  # set on ``ReplayedOp`` only (a slot there)
 
     def __init__(self, stream: int, name: str, reads: List[Access], writes: List[Access],
-                 frame: Optional[Frame], kind: str = "kernel",
+                 frame: Optional[Frame], kind: str = OpKind.KERNEL,
                  wait_for: Optional[Position] = None, duration: float = 1.0,
                  fn: Optional[Callable[[], Any]] = None) -> None:
         self.stream = stream
@@ -60,7 +81,7 @@ class OpRecord:
         self.reads = reads
         self.writes = writes
         self.frame = frame
-        self.kind = kind  # kernel | copy | wait | stall
+        self.kind = kind  # an OpKind
         self.wait_for = wait_for
         self.duration = duration
         self.enq = 0.0

@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import hostmem, ops
 from ..pinning import cuda_is_pinned
-from ..trace import Access, user_frame
+from ..trace import COPY_D2H, COPY_D2H_ITEM, COPY_H2D, Access, OpKind, user_frame
 from .capture import Capture
 
 aten = torch.ops.aten
@@ -151,7 +151,7 @@ class CudaBackend(ops.Backend):
             if acc is not None:
                 writes.append(acc)
         sid = cap.cur()
-        cap.op(sid, "copy D2H", [read], writes, frame, kind="copy")
+        cap.op(sid, COPY_D2H, [read], writes, frame, kind=OpKind.COPY)
         if ops.d2h_syncs(non_blocking, pinned):
             cap.sync([cap.position(sid)], ops.SYNC_D2H, frame)
         return out
@@ -173,7 +173,7 @@ class CudaBackend(ops.Backend):
         if dst is None and isinstance(out, torch.Tensor):
             writes.append(cap.fresh_access(out, frame))
         sid = cap.cur()
-        cap.op(sid, "copy H2D", reads, writes, frame, kind="copy")
+        cap.op(sid, COPY_H2D, reads, writes, frame, kind=OpKind.COPY)
         if not non_blocking:
             cap.sync([cap.position(sid)], ops.SYNC_H2D, frame)
         return out
@@ -194,8 +194,8 @@ class CudaBackend(ops.Backend):
             out = op.func(*args, **kwargs)
             frame = user_frame(2)
             sid = cap.cur()
-            cap.op(sid, "copy D2H", [read], [pinned] if pinned is not None else [], frame,
-                   kind="copy")
+            cap.op(sid, COPY_D2H, [read], [pinned] if pinned is not None else [], frame,
+                   kind=OpKind.COPY)
             if ops.d2h_syncs(non_blocking, pinned is not None):
                 cap.sync([cap.position(sid)], ops.SYNC_D2H_INTO, frame)
             return out
@@ -210,7 +210,7 @@ class CudaBackend(ops.Backend):
         out = op.func(*args, **kwargs)
         frame = user_frame(2)
         sid = cap.cur()
-        cap.op(sid, "copy D2H (item)", [read], [], frame, kind="copy")
+        cap.op(sid, COPY_D2H_ITEM, [read], [], frame, kind=OpKind.COPY)
         cap.sync([cap.position(sid)], ops.SYNC_ITEM, frame)
         return out
 

@@ -24,7 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import hostmem, ops
-from ..trace import OpRecord, user_frame
+from ..trace import COPY_D2H, COPY_D2H_ITEM, COPY_H2D, OpKind, OpRecord, user_frame
 from .allocator import poison_fill
 from .device import current_device
 from .launch import launch
@@ -137,9 +137,9 @@ class SimBackend(ops.Backend):
             def kernel() -> None:
                 dbuf.copy_(sbuf)
 
-            dev.enqueue(OpRecord(dev.current.sid, "copy D2H", [access(src)],
-                                 [pinned[0]] if pinned else [], user_frame(3), kind="copy",
-                                 fn=kernel))
+            dev.enqueue(OpRecord(dev.current.sid, COPY_D2H, [access(src)],
+                                 [pinned[0]] if pinned else [], user_frame(3),
+                                 kind=OpKind.COPY, fn=kernel))
             if pinned is not None:
                 dev.trace.storage_names.setdefault(pinned[0][0], pinned[1])
             if ops.d2h_syncs(non_blocking, pinned is not None):
@@ -158,8 +158,8 @@ class SimBackend(ops.Backend):
         def kernel() -> None:
             box.append(sbuf.item())
 
-        dev.enqueue(OpRecord(dev.current.sid, "copy D2H (item)", [access(src)], [],
-                             user_frame(3), kind="copy", fn=kernel))
+        dev.enqueue(OpRecord(dev.current.sid, COPY_D2H_ITEM, [access(src)], [],
+                             user_frame(3), kind=OpKind.COPY, fn=kernel))
         dev.sync_current(ops.SYNC_ITEM)
         return box[0]
 
@@ -233,8 +233,8 @@ def _d2h_new(src: SimTensor, non_blocking: bool, rest: dict) -> torch.Tensor:
     def kernel() -> None:
         host.copy_(sbuf)
 
-    dev.enqueue(OpRecord(dev.current.sid, "copy D2H", [access(src)],
-                         [dst_acc[0]] if dst_acc else [], user_frame(4), kind="copy",
+    dev.enqueue(OpRecord(dev.current.sid, COPY_D2H, [access(src)],
+                         [dst_acc[0]] if dst_acc else [], user_frame(4), kind=OpKind.COPY,
                          fn=kernel))
     if ops.d2h_syncs(non_blocking, non_blocking):  # non_blocking: pinned above
         dev.sync_current(ops.SYNC_D2H)
@@ -245,7 +245,7 @@ def _h2d_new(src: torch.Tensor, non_blocking: bool, rest: dict) -> SimTensor:
     dev = current_device()
     dtype = rest.get("dtype") or src.dtype
     out = new_storage(dev, src.shape, _contig_stride(src.shape), dtype, user_frame(4),
-                      "copy H2D")
+                      COPY_H2D)
     _h2d_into(dev, out, src, non_blocking)
     return out
 
@@ -266,8 +266,8 @@ def _h2d_into(dev, dst: SimTensor, src: torch.Tensor, non_blocking: bool) -> Non
     def kernel() -> None:
         dbuf.copy_(source)
 
-    dev.enqueue(OpRecord(dev.current.sid, "copy H2D", reads, [access(dst)], user_frame(4),
-                         kind="copy", fn=kernel))
+    dev.enqueue(OpRecord(dev.current.sid, COPY_H2D, reads, [access(dst)], user_frame(4),
+                         kind=OpKind.COPY, fn=kernel))
     if not non_blocking:
         # torch's blocking H2D is a copy plus a sync of the current stream
         # (memcpy_and_sync): the host waits for everything queued there, as on CUDA.
