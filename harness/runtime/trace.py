@@ -21,6 +21,8 @@ Both backends write the same records, so one detector and one timeline serve bot
 * ``ReplayedOp``   -- an ``OpRecord`` issued by a CUDA graph replay: one of the ops the
                       graph captured, on the replaying stream; ``replay`` says where.
 
+On the simulator the trace also holds the run's ``Schedule``: every answer its policy gave.
+
 A *position* is ``(stream_id, seq)``: seq is the 1-based index of an op in its stream, and
 position ``(s, n)`` is complete once the first ``n`` ops of stream ``s`` have executed.
 An *access* is ``(sid, lo, hi)``: a storage id and a byte range within that storage.
@@ -35,11 +37,11 @@ from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
 from harness.paths import REPO_ROOT
 
+from .policy import HOST, Schedule  # HOST: the host's actor id in vector clocks too
+
 Access = Tuple[int, int, int]  # (storage id, first byte, one past the last byte)
 Position = Tuple[int, int]  # (stream id, seq)
 Frame = Tuple[str, int, str]  # (file, line, function)
-
-HOST = -1  # actor id of the host thread in vector clocks
 
 
 class OpKind(enum.StrEnum):
@@ -201,9 +203,15 @@ class Trace:
     # sid -> (op, dtype, shape, frame) of the op that allocated it; formatted only when a
     # report needs the name (an f-string per op would cost more than the op's bookkeeping)
     storage_sites: dict = field(default_factory=dict)
-    # the simulator's schedule: every answer its policy gave, in order (a stream id, or HOST
-    # for "the host goes on"; runtime/policy.py); empty on CUDA, whose schedule is the GPU's
-    schedule: List[int] = field(default_factory=list)
+    # the simulator's policy's answers as it gives them (a stream id, or HOST for "the host
+    # goes on"; runtime/policy.py): a list, appended per question on the hot path; the
+    # value is ``schedule``. Empty on CUDA, whose schedule is the GPU's.
+    choices: List[int] = field(default_factory=list)
+
+    @property
+    def schedule(self) -> "Schedule":
+        """The schedule that ran (so far)."""
+        return Schedule(tuple(self.choices))
 
     def add(self, rec: Any) -> Any:
         rec.index = len(self.log)
