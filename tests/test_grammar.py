@@ -18,7 +18,7 @@ from harness.oracle.grammar import allowed_tokens as oracle_allowed_tokens
 from harness.oracle.grammar import bitmask_row, brute_force_rows
 from harness.policies import Eager, Lazy, Stall
 from harness.runtime.sim.runtime import sim_runtime
-from harness.runtime.trace import EventRecord, SyncRecord
+from harness.runtime.trace import COPY_D2H, COPY_H2D, HOST_READ, EventRecord, SyncRecord
 from impl.drafter import derive_tree_links, draft_tree
 from impl.grammar import (Grammar, GrammarBackend, GrammarMask, GrammarTree,
                           apply_vocab_mask, bitmask_width, build_grammar_vocab_mask,
@@ -370,7 +370,7 @@ def test_reading_tree_before_resolve_is_a_race():
         early = tree._host[0].tolist()
         assert early == [[POISON] * 4] * 2
         races = detect(rt.trace)
-        assert any(r.kind == "RAW" and r.first.op == "copy D2H" and r.second.op == "host read"
+        assert any(r.kind == "RAW" and r.first.op == COPY_D2H and r.second.op == HOST_READ
                    for r in races), [r.summary() for r in races]
         assert [h.tolist() for h in tree.resolve()] == list(LINKS)
 
@@ -418,7 +418,7 @@ def test_build_mask_on_sim_overlaps_the_forward():
             syncs = [r.label for r in rt.trace.log[setup:] if isinstance(r, SyncRecord)]
             assert syncs == ["event.synchronize"]  # resolve only
             assert forward_op in fwd.pending  # the forward is still queued: overlapped
-            h2d = [op for op in rt.trace.ops() if op.name == "copy H2D"][-1]
+            h2d = [op for op in rt.trace.ops() if op.name == COPY_H2D][-1]
             assert h2d.reads, "the mask upload must read pinned memory when it executes"
             mask.apply(logits)
             row0 = logits[0].cpu()
@@ -443,8 +443,8 @@ def test_fault_points_sit_after_the_event_and_before_the_upload():
                                           "grammar.before_mask_upload"]
     before_hit = log[:hits[0][1]]
     assert isinstance(before_hit[-1], EventRecord)  # the copies, then the event, then us
-    assert sum(1 for r in before_hit if getattr(r, "name", "") == "copy D2H") == 3
-    upload = next(i for i, r in enumerate(log) if getattr(r, "name", "") == "copy H2D"
+    assert sum(1 for r in before_hit if getattr(r, "name", "") == COPY_D2H) == 3
+    upload = next(i for i, r in enumerate(log) if getattr(r, "name", "") == COPY_H2D
                   and i > hits[0][1])
     assert hits[1][1] <= upload
 

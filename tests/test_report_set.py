@@ -20,7 +20,7 @@ import os
 from harness.detect.hb import AccessInfo, Race
 from harness.engine.results import ReproResult
 from harness.oracle.divergence import Divergence
-from harness.runtime.trace import HostAccess, OpRecord, Trace
+from harness.runtime.trace import HOST_READ, HostAccess, OpRecord, Trace
 
 def small_run(tag, stream_name="compute"):
     t = Trace(stream_names={0: stream_name}, storage_names={7: "pinned int32[4]"})
@@ -30,7 +30,7 @@ def small_run(tag, stream_name="compute"):
     t.executed.append(w)
     h = t.add(HostAccess((7, 0, 16), False, "pinned int32[4]", frame, 0.5))
     race = Race("RAW", "pinned int32[4]", AccessInfo(stream_name, "fill", 1, True, frame, 0),
-                AccessInfo("host", "host read", 1, False, frame, h.index))
+                AccessInfo("host", HOST_READ, 1, False, frame, h.index))
     result = ReproResult("x", "v", "fine", "sim", "eager", None, 0, 1, 1, "race",
                          first_trial=0, trace=t, trace_races=[race],
                          first_divergence=Divergence("crash", tag, where="trial",

@@ -19,7 +19,8 @@ from harness.report.chrome import chrome_trace
 from harness.report.replay import MAX_BYTES, replay_report
 from harness.report.schema import REPORT_SCHEMA
 from harness.report.timeline import render_timeline
-from harness.runtime.trace import EventRecord, HostAccess, OpRecord, SyncRecord, Trace
+from harness.runtime.trace import (HOST_READ, WAIT_EVENT, EventRecord, HostAccess, OpKind,
+                                   OpRecord, SyncRecord, Trace)
 from scenarios.registry import get
 
 from harness.paths import REPO_ROOT as ROOT
@@ -192,14 +193,27 @@ def _untimed_trace():
     w = t.add(OpRecord(0, "fill", [], [(7, 0, 16)], frame))
     w.seq = 1
     t.add(EventRecord(1, (0, 1), frame))
-    wait = t.add(OpRecord(1, "wait_event", [], [], frame, kind="wait", wait_for=(0, 1)))
+    wait = t.add(OpRecord(1, WAIT_EVENT, [], [], frame, kind=OpKind.WAIT, wait_for=(0, 1)))
     wait.seq = 1
     t.add(SyncRecord("event.synchronize", [(1, 1)], frame))
     host = t.add(HostAccess((7, 0, 16), False, "pinned int32[4]", frame))
     race = Race("RAW", "pinned int32[4]",
                 AccessInfo("compute", "fill", 1, True, frame, w.index),
-                AccessInfo("host", "host read", 1, False, frame, host.index))
+                AccessInfo("host", HOST_READ, 1, False, frame, host.index))
     return t, race
+
+
+def test_the_trace_words_recorded_digests_hash_are_the_ones_written():
+    """Op kinds and the runtime's own op names are named constants, but committed reports'
+    trace digests hash their text: the words themselves must not change."""
+    from harness.runtime.trace import COPY_D2H, COPY_D2H_ITEM, COPY_H2D, STALL_OP
+    assert [str(k) for k in OpKind] == ["kernel", "copy", "wait", "stall"]
+    assert (COPY_D2H, COPY_H2D, COPY_D2H_ITEM, WAIT_EVENT, STALL_OP, HOST_READ) == (
+        "copy D2H", "copy H2D", "copy D2H (item)", "wait_event", "stall", "host read")
+    t, race = _untimed_trace()
+    events = chrome_trace(t, [race])["traceEvents"]
+    wait = next(e for e in events if e.get("name") == WAIT_EVENT)
+    assert json.dumps([wait["cat"], wait["args"]["kind"]]) == '["wait", "wait"]'
 
 
 def test_untimed_trace_is_laid_out_in_host_order_and_says_so():

@@ -32,11 +32,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Set
 
-from ..runtime.trace import (HOST, AllocRecord, Frame, FreeRecord, HostAccess, OpRecord,
-                             Position, QueryRecord, SyncRecord, Trace, access_label,
-                             frame_text, short_path)
+from ..runtime.trace import (HOST, HOST_READ, HOST_WRITE, AllocRecord, Frame, FreeRecord,
+                             HostAccess, OpKind, OpRecord, Position, QueryRecord, SyncRecord,
+                             Trace, access_label, frame_text, short_path)
 
 VC = Dict[int, int]
+_WAIT = OpKind.WAIT  # a module global: looked up per op (an enum attribute costs more)
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ class _Entry:
     def info(self) -> AccessInfo:
         rec = self.rec
         if isinstance(rec, HostAccess):
-            return AccessInfo("host", "host write" if self.write else "host read", self.n,
+            return AccessInfo("host", HOST_WRITE if self.write else HOST_READ, self.n,
                               self.write, rec.frame, rec.index)
         if rec.replay is not None:
             return ReplayedAccess(self.name, rec.name, rec.seq, self.write, rec.frame,
@@ -253,7 +254,7 @@ class HBDetector:
             host[HOST] += 1
             _join(vc, host)
             vc[s] = rec.seq
-            if rec.kind == "wait" and rec.wait_for is not None:
+            if rec.kind == _WAIT and rec.wait_for is not None:
                 _join(vc, self.at_position.get(rec.wait_for, {}))
             if self.needed is None or (s, rec.seq) in self.needed:
                 self.at_position[(s, rec.seq)] = dict(vc)

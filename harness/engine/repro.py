@@ -4,7 +4,7 @@ Trial ``i`` runs the scenario's workload for seed ``seed + i`` (and, for seeded 
 policies, the policy's seed is offset the same way: ``policy.offset(i)``), so trials
 differ but the whole run is a function of its parameters: on the simulator, replaying it
 gives the same verdict. On the simulator the result also carries every trial's
-*schedule* (the choices its policy made, ``harness.policies.schedule``), so ``replay`` can
+*schedule* (a ``Schedule``: the choices its policy made), so ``replay`` can
 re-run the trials from the choices alone, without the policies' seeds.
 """
 from __future__ import annotations
@@ -18,8 +18,8 @@ import targets
 from harness.detect import Race
 from harness.policies import SchedulePolicy
 from harness.policies.faultplan import StallAt
-from harness.policies.schedule import encode_choices
 from harness.runtime import resolve_backend
+from harness.runtime.policy import Schedule
 
 from .drive import server_args
 from .results import ReproResult, TrialSummary, code_identity
@@ -94,7 +94,7 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
     first_div = None
     first_trial = None
     shown = None  # the TrialResult the report shows (its trace, its races)
-    schedules: List[Optional[str]] = []
+    schedules: List[Optional[Schedule]] = []
     times: List[float] = []
     for i in range(trials):
         workload = scenario.workload(cfg.seed + i)
@@ -123,7 +123,7 @@ def run_repro(cfg: ReproConfig, scenario, progress: Optional[Callable[[int], Non
         elif i == 0:
             shown = res
         # none when the trial never ran (its reference run crashed)
-        schedules.append(None if res.schedule is None else encode_choices(res.schedule))
+        schedules.append(res.schedule)
         per_trial.append(TrialSummary(i, cfg.seed + i, res.reproduced,
                                       res.divergence.kind if res.divergence else None,
                                       len(res.races), detect_now, round(res.wall_ms, 3),

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 from harness.detect import Race
 from harness.oracle.divergence import Divergence, DivergenceKind
 from harness.policies.faultplan import StallAt
+from harness.runtime.policy import Schedule, decode_schedules
 
 @dataclass(frozen=True)
 class TrialSummary:
@@ -63,8 +64,9 @@ class ReproResult:
     first_divergence: Optional[Divergence] = None
     races: List[Race] = field(default_factory=list)  # every trial's sites, counted
     trial_results: List[TrialSummary] = field(default_factory=list)
-    # every trial's recorded choices (simulator; None on CUDA): replay re-runs from these
-    schedules: Optional[List[Optional[str]]] = None
+    # every trial's schedule (simulator; None on CUDA, and for a trial that never ran):
+    # replay re-runs from these; a report keeps their text form (``Schedule.encode``)
+    schedules: Optional[List[Optional[Schedule]]] = None
     median_trial_ms: Optional[float] = None
     expected_by_scenario: Optional[str] = None
     target_info: Dict[str, Any] = field(default_factory=dict)
@@ -165,7 +167,8 @@ class ReproResult:
             "races": [r.to_json() for r in self.races],
             "traced_trials": self.traced_trials,
             "trial_results": [t.to_json() for t in self.trial_results],
-            "schedules": self.schedules,
+            "schedules": (None if self.schedules is None else
+                          [None if s is None else s.encode() for s in self.schedules]),
             "command": self.command,
         }
         if self.report_files is not None:
@@ -187,10 +190,22 @@ class ReproResult:
             first_divergence=None if div is None else Divergence.from_json(div),
             races=[Race.from_json(r) for r in doc["races"]],
             trial_results=[TrialSummary.from_json(t) for t in doc.get("trial_results") or []],
-            schedules=doc.get("schedules"), median_trial_ms=doc.get("median_trial_ms"),
+            schedules=_schedules(doc.get("schedules")),
+            median_trial_ms=doc.get("median_trial_ms"),
             expected_by_scenario=doc.get("expected_by_scenario"),
             target_info=dict(doc.get("target_info") or {}),
             stall_plan=[StallAt(s["point"], s.get("ms"), s.get("every", 1))
                         for s in doc.get("stall_plan") or []],
             host_order=dict(doc.get("host_order") or {}), command=doc.get("command"),
             report_files=doc.get("report_files"))
+
+
+def _schedules(texts: Optional[List[Optional[str]]]) -> Optional[List[Optional[Schedule]]]:
+    """A report's schedules, decoded under ``Schedule.decode``'s caps (``ValueError``:
+    ``'schedules'[i]: ...``)."""
+    if texts is None:
+        return None
+    try:
+        return decode_schedules(texts)
+    except ValueError as exc:
+        raise ValueError(f"'schedules'{exc}") from None

@@ -20,6 +20,7 @@ from harness.oracle.workload import Workload
 from harness.policies import SchedulePolicy
 from harness.policies.faultplan import FaultPlan, StallAt
 from harness.runtime import open_runtime
+from harness.runtime.policy import Schedule
 
 from .drive import drive, grammar_backend
 from .reference import ReferenceCrash, quiesce, reference
@@ -34,7 +35,7 @@ class TrialResult:
     trace: Any = None  # kept when asked (for the timeline of the first failing trial)
     outputs: Dict[int, List[int]] = field(default_factory=dict)
     iterations: int = 0  # scheduler iterations the run took (0: it did not finish)
-    schedule: Optional[List[int]] = None  # the simulator's choices (trace.schedule)
+    schedule: Optional[Schedule] = None  # the simulator's (trace.schedule)
 
     @property
     def reproduced(self) -> bool:

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any, Dict, List, Optional
 
-from harness.runtime.trace import HostAccess, QueryRecord, SyncRecord, access_label
+from harness.runtime.trace import HostAccess, OpKind, QueryRecord, SyncRecord, access_label
 
 from .common import (access_names, host_label, host_records, layout, op_at, race_marks,
                      stream_ids, time_note, where)
@@ -77,7 +77,7 @@ def chrome_trace(trace: Any, races: List[Any], report: Optional[Any] = None
             args["wait_for"] = f"{trace.stream_name(op.wait_for[0])}#{op.wait_for[1]}"
         if lay.mode == "virtual":
             args["enqueued_at_us"] = op.enq
-            if op.kind == "stall":
+            if op.kind == OpKind.STALL:
                 args["held_from_us"], args["released_at_us"] = ts, op.start
         ev = {"ph": "X", "pid": PID, "tid": tid_of(op.stream), "name": op.name,
               "cat": op.kind, "ts": ts, "dur": max(0.0, end - ts), "args": args}
@@ -135,7 +135,7 @@ def chrome_trace(trace: Any, races: List[Any], report: Optional[Any] = None
 
     by_pos = op_at(trace)
     for op in lay.ops:
-        if op.kind != "wait" or op.wait_for is None or op.wait_for[1] <= 0:
+        if op.kind != OpKind.WAIT or op.wait_for is None or op.wait_for[1] <= 0:
             continue
         rec_op = by_pos.get(tuple(op.wait_for))
         if rec_op is None or rec_op.index not in slot or op.index not in slot:

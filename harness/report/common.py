@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from harness.runtime.trace import (HostAccess, OpRecord, QueryRecord, SyncRecord,
+from harness.runtime.trace import (HostAccess, OpKind, OpRecord, QueryRecord, SyncRecord,
                                    access_label, frame_text)
 
 SYNTHETIC_STEP_US = 10.0  # one trace-log position, when ops carry no times (CUDA)
@@ -54,7 +54,7 @@ def layout(trace: Any) -> Layout:
         stream_end: Dict[int, float] = {}
         for op in executed:
             start, end = float(op.start), float(op.end)
-            if op.kind == "stall":
+            if op.kind == OpKind.STALL:
                 # The simulator stamps a stall "held until forced" with the time it was
                 # released; the stream was held from the stall's enqueue (or from when
                 # its previous op ended) -- show that span, it is what the stall did.

@@ -3,11 +3,13 @@
 The file is untrusted input: it must be a regular file of at most 20 MB, it is parsed as
 JSON only (nothing in it is imported, evaluated or unpickled), validated against
 ``schema.REPORT_SCHEMA``, read into a typed ``document.Report`` (the one reader of its
-keys), and its scenario, variant and policy must name things this checkout knows; its recorded schedules, if any, are decoded under the caps of
-``harness.policies.schedule``. Every failure is a ``ValueError`` with a one-line message.
+keys), and its scenario, variant and policy must name things this checkout knows; its
+recorded schedules, if any, are decoded last, under the caps of ``Schedule.decode``
+(``harness.runtime.policy``). Every failure is a ``ValueError`` with a one-line message.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -121,13 +123,18 @@ def load_report(path: Any) -> LoadedReport:
     if error is not None:
         raise ValueError(f"{name}: not a specrace report: {_describe(error)}")
     from .document import Report, content_id
-    report = Report.from_json(doc)  # the one reader of a report's keys
+    # the one reader of a report's keys; the schedules (the costliest to decode) are
+    # decoded last, so a report with other faults is told those first
+    report = Report.from_json({k: v for k, v in doc.items() if k != "schedules"})
     result = report.result
     _check_derived(doc, result, f"{name}: not a specrace report")
     policy = _check_names(result, name)
     edited = None if report.run_id is None else content_id(doc) != report.run_id
-    return LoadedReport(report, policy, _schedules(result, policy, name), edited,
-                        frozenset(doc))
+    schedules = _schedules(doc.get("schedules"), result, policy, name)
+    if schedules is not None:
+        result = dataclasses.replace(result, schedules=list(schedules.per_trial))
+        report = dataclasses.replace(report, result=result)
+    return LoadedReport(report, policy, schedules, edited, frozenset(doc))
 
 
 def _check_derived(doc: dict, result: Any, bad: str) -> None:
@@ -258,28 +265,20 @@ def _check_names(result: Any, name: str) -> Any:
         raise ValueError(f"{name}: {one_line(exc, 200)}") from None
 
 
-def _schedules(result: Any, policy: Any, name: str) -> Any:
-    """The report's recorded schedules, decoded (one budget for all trials) and checked
-    against the report they sit in."""
-    texts = result.schedules
+def _schedules(texts: Any, result: Any, policy: Any, name: str) -> Any:
+    """The report's recorded schedules (their text form), decoded (one budget for all
+    trials) and checked against the report they sit in: one replayable policy."""
     if texts is None:
         return None
     from harness.policies import Schedules
-    from harness.policies.schedule import MAX_CHOICES, decode_choices
+    from harness.runtime.policy import decode_schedules
     bad = f"{name}: not a specrace report: 'schedules'"
     if policy is None:
         raise ValueError(f"{bad}: schedules are recorded on the simulator only")
     if len(texts) != result.trials:
         raise ValueError(f"{bad}: {len(texts)} recorded for {result.trials} trials")
-    per_trial, budget = [], MAX_CHOICES
-    for i, text in enumerate(texts):
-        if text is None:  # the trial never ran
-            per_trial.append(None)
-            continue
-        try:
-            choices = decode_choices(text, budget)
-        except ValueError as exc:
-            raise ValueError(f"{bad}[{i}]: {one_line(exc, 200)}") from None
-        budget -= len(choices)
-        per_trial.append(choices)
+    try:
+        per_trial = decode_schedules(texts)  # None: that trial never ran
+    except ValueError as exc:
+        raise ValueError(f"{bad}{one_line(exc, 200)}") from None
     return Schedules(policy, per_trial)

@@ -40,6 +40,7 @@ import json
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from harness.runtime.policy import Schedule
 from harness.runtime.trace import frame_text
 
 from .load import MAX_BYTES, LoadedReport, load_report, one_line
@@ -228,15 +229,14 @@ def replay_source(report: LoadedReport, from_: Optional[str]) -> str:
     return from_
 
 
-def _left_schedule(recorded: Tuple[Optional[Tuple[int, ...]], ...],
-                   ran: List[Optional[str]]) -> Optional[str]:
+def _left_schedule(recorded: Tuple[Optional[Schedule], ...],
+                   ran: List[Optional[Schedule]]) -> Optional[str]:
     """Where the replay left the recorded choices (None: every trial with recorded choices
     took exactly them)."""
-    from harness.policies.schedule import decode_choices
-    for trial, (want, text) in enumerate(zip(recorded, ran)):
-        if want is None:  # nothing recorded: the trial replayed from the seed
+    for trial, (want_s, got_s) in enumerate(zip(recorded, ran)):
+        if want_s is None:  # nothing recorded: the trial replayed from the seed
             continue
-        got = decode_choices(text or "")
+        want, got = want_s.choices, (got_s or Schedule()).choices
         if got != want:
             at = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b),
                       min(len(want), len(got)))

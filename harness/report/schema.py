@@ -13,7 +13,7 @@ from __future__ import annotations
 from harness.engine.repro import MAX_RACE_SITES, MAX_SEED, MAX_TRIALS
 from harness.oracle.divergence import KINDS
 from harness.policies import MAX_POLICY_CHARS
-from harness.policies.schedule import MAX_SCHEDULE_CHARS
+from harness.runtime.policy import MAX_SCHEDULE_CHARS
 from harness.runtime.limits import MAX_STALL_MS
 
 _TEXT = {"type": "string", "maxLength": 1000}
@@ -112,8 +112,8 @@ _HOST_ORDER = {
     ]},
 }
 # Every trial's recorded schedule (simulator only: null on CUDA; absent in reports written
-# before schedules were recorded): trial i's choices in ``harness.policies.schedule``'s
-# text form, or null for a trial that never ran. ``replay`` checks there is one per trial and decodes them under one budget.
+# before schedules were recorded): trial i's ``Schedule`` in its text form
+# (``harness.runtime.policy``), or null for a trial that never ran. ``replay`` checks there is one per trial and decodes them under one budget.
 _SCHEDULES = {
     "type": ["array", "null"],
     "maxItems": MAX_TRIALS,

@@ -11,7 +11,7 @@ import bisect
 import textwrap
 from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 
-from harness.runtime.trace import OpRecord, QueryRecord, SyncRecord
+from harness.runtime.trace import WAIT_EVENT, OpKind, OpRecord, QueryRecord, SyncRecord
 
 from .common import host_records, layout, op_at, race_marks, stream_ids, where
 from .text import printable
@@ -22,10 +22,10 @@ ZOOM = 6  # ops either side of the racing accesses in the zoomed panel
 ZOOM_MAX_SPREAD = 40  # racing accesses further apart (in ops) than this: no zoom panel
 
 KIND_STYLE = {
-    "kernel": dict(facecolor="#4C72B0", edgecolor="#2B4468"),
-    "copy": dict(facecolor="#55A868", edgecolor="#2F6B3D"),
-    "wait": dict(facecolor="#9A9A9A", edgecolor="#5A5A5A"),
-    "stall": dict(facecolor="#F6E3B4", edgecolor="#B8860B", hatch="////"),
+    OpKind.KERNEL: dict(facecolor="#4C72B0", edgecolor="#2B4468"),
+    OpKind.COPY: dict(facecolor="#55A868", edgecolor="#2F6B3D"),
+    OpKind.WAIT: dict(facecolor="#9A9A9A", edgecolor="#5A5A5A"),
+    OpKind.STALL: dict(facecolor="#F6E3B4", edgecolor="#B8860B", hatch="////"),
 }
 RACE_COLOR = "#D62728"
 HOST_COLORS = {"sync": "#333333", "access": "#8E44AD", "query": "#17A2B8"}
@@ -145,10 +145,10 @@ def render_timeline(trace: Any, races: List[Any], report: Any, out: BinaryIO) ->
     fig.suptitle(_title(report.result, races, overview[2]), fontsize=10.5, x=0.085, ha="left",
                  y=1.0 - 0.12 / fig_h, va="top", linespacing=1.45)
 
-    handles = [Patch(label="kernel", **KIND_STYLE["kernel"]),
-               Patch(label="copy", **KIND_STYLE["copy"]),
-               Patch(label="wait_event", **KIND_STYLE["wait"]),
-               Patch(label="stall (fault point)", **KIND_STYLE["stall"]),
+    handles = [Patch(label="kernel", **KIND_STYLE[OpKind.KERNEL]),
+               Patch(label="copy", **KIND_STYLE[OpKind.COPY]),
+               Patch(label=WAIT_EVENT, **KIND_STYLE[OpKind.WAIT]),
+               Patch(label="stall (fault point)", **KIND_STYLE[OpKind.STALL]),
                Patch(facecolor=RACE_COLOR, edgecolor="black", label="racing access (#n)"),
                Line2D([], [], color=RACE_COLOR, lw=1.8, marker=">", label="race: first -> second"),
                Line2D([], [], color="#7F7F7F", lw=0.8, marker=">", markersize=4,
@@ -209,7 +209,7 @@ def _panel(ax, lay, trace, races, marks, lanes, lane_names, t0: float, t1: float
         else:
             groups.setdefault((y, op.kind), []).append((ts, w))
     for (y, kind), spans in groups.items():
-        style = KIND_STYLE.get(kind, KIND_STYLE["kernel"])
+        style = KIND_STYLE.get(kind, KIND_STYLE[OpKind.KERNEL])
         ax.broken_barh(spans, (y - BAR_H / 2, BAR_H), linewidth=0.4 if not zoomed else 0.8,
                        **style)
     for y, ts, w in race_bars:
@@ -222,14 +222,14 @@ def _panel(ax, lay, trace, races, marks, lanes, lane_names, t0: float, t1: float
             continue
         ts, end, y = shown[op.index]
         a, b = max(ts, t0), min(end, t1)
-        text = "stall (held until forced)" if op.kind == "stall" else op.name
+        text = "stall (held until forced)" if op.kind == OpKind.STALL else op.name
         if text.endswith(".default"):
             text = text[:-len(".default")]
-        if op.kind == "wait":
+        if op.kind == OpKind.WAIT:
             text = "wait"
         if (b - a) / width * PLOT_PT > 4.7 * len(text) + 4:  # fits at 7.5 pt
             ax.text((a + b) / 2, y, text, ha="center", va="center", fontsize=7.5, clip_on=True,
-                    color="#6B4E00" if op.kind == "stall" else "white", zorder=6)
+                    color="#6B4E00" if op.kind == OpKind.STALL else "white", zorder=6)
 
     host_rows: List[Tuple[int, float, float]] = []
     for rec in host_records(trace):
@@ -261,7 +261,7 @@ def _panel(ax, lay, trace, races, marks, lanes, lane_names, t0: float, t1: float
 
     by_pos = op_at(trace)
     for op in lay.ops:
-        if op.kind != "wait" or op.wait_for is None or op.index not in shown:
+        if op.kind != OpKind.WAIT or op.wait_for is None or op.index not in shown:
             continue
         src = by_pos.get(tuple(op.wait_for))
         if src is None or src.index not in shown:

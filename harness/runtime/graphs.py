@@ -85,10 +85,9 @@ class GraphCapture:
 def replayed(template: OpRecord, stream: int, replay: Replay) -> ReplayedOp:
     """The op a replay issues for one recorded op: same kernel, same accesses, same
     capture-site frame, on ``stream``."""
-    op = ReplayedOp(stream, template.name, template.reads, template.writes, template.frame,
-                    kind=template.kind, duration=template.duration, fn=template.fn)
-    op.replay = replay
-    return op
+    return ReplayedOp(stream, template.name, template.reads, template.writes, template.frame,
+                      kind=template.kind, duration=template.duration, fn=template.fn,
+                      replay=replay)
 
 
 def replay_ops(ops: List[OpRecord], stream: int, graph: int, n: int,

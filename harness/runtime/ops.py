@@ -4,7 +4,8 @@ Every aten op that reaches a backend is sorted onto one rung of one ladder, deci
 per overload and cached (``info``):
 
 1. **special** -- ops with device semantics of their own: transfers (``_to_copy``,
-   ``copy_``), ``.item()``, allocations (``empty*``), ``record_stream``, pinning;
+   ``copy_``, ``.item()``: the transfer rung below), allocations (``empty*``),
+   ``record_stream``, pinning;
 2. **host** -- no device tensor involved (decided per call, ``Backend.on_device``);
 3. **composite** -- CompositeImplicitAutograd ops are decomposed, so the parts are seen;
 4. **inplace view** / **view** -- metadata only (``t_()``, ``view``, ``select``...);
@@ -20,14 +21,26 @@ streams, the CUDA capture lets CUDA run the op and records it for the detector. 
 subclasses ``Backend`` and names a handler per rung (and per special it models); the
 ladder itself, the read/write rule, which ops sync the host and the sync labels live here
 only, so the two backends cannot drift apart.
+
+**The transfer rung.** ``classify_transfer`` decides what one call of a transfer op is --
+a ``Transfer``: D2H into new host memory (``x.to("cpu")``) or into a host tensor
+(``host.copy_(dev)``), H2D into new device memory or into a device tensor, ``.item()``,
+device to device (an ordinary kernel), or host only -- and the rules that follow from it
+(the op's name, whether the host waits, the sync label, whether the result is pinned).
+``Backend.transfer`` routes the call to the backend's effect for that kind
+(``d2h_new``, ``d2h_into``, ``h2d_new``, ``h2d_into``, ``d2h_item``, ``d2d``,
+``host_op``): the simulator queues the copy on its stream, the CUDA capture records it.
 """
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
 from .schema import OpEffects, arg_value, effects, iter_tensors
+from .trace import COPY_D2H, COPY_D2H_ITEM, COPY_H2D
 
 aten = torch.ops.aten
 
@@ -40,6 +53,14 @@ SYNC_D2H = "blocking D2H (.cpu/.tolist)"
 SYNC_D2H_INTO = "blocking D2H (copy_ into pageable memory)"
 SYNC_ITEM = "blocking D2H (.item)"
 SYNC_H2D = "blocking H2D"  # PyTorch's blocking H2D is memcpy_and_sync on the stream
+
+
+class SyncRule(enum.Enum):
+    """Which calls of an op whose output size depends on data sync the host (``OpInfo.sync``)."""
+
+    ALWAYS = "always"  # nonzero, masked_select, unique, equal...
+    BOOL_INDEX = "bool_index"  # indexing with a bool / uint8 mask (an integer index: no)
+    NO_OUTPUT_SIZE = "no_output_size"  # repeat_interleave without ``output_size=``
 
 
 def implicit_sync_label(name: str) -> str:
@@ -58,9 +79,9 @@ def _ops(*names: str) -> frozenset:
 
 # Specials: op -> the name of the backend method that models it.
 SPECIALS: Dict[Any, str] = {
-    aten._to_copy.default: "to_copy",
-    aten.copy_.default: "copy",
-    aten._local_scalar_dense.default: "item",
+    aten._to_copy.default: "transfer",
+    aten.copy_.default: "transfer",
+    aten._local_scalar_dense.default: "transfer",
     aten.empty.memory_format: "empty",
     aten.empty_strided.default: "empty",
     aten.new_empty.default: "empty",
@@ -90,6 +111,7 @@ NO_KERNEL_OPS = _ops("empty.memory_format", "empty_strided.default", "new_empty.
 # Ops returning no tensor that do read device data (not metadata queries).
 _READS_WITHOUT_TENSOR_RESULT = _ops("_assert_async.default", "_assert_async.msg")
 COPY = aten.copy_.default
+ITEM = aten._local_scalar_dense.default
 
 
 class OpInfo:
@@ -125,8 +147,10 @@ class OpInfo:
         # restrides, allocations, ``*_like`` factories (a view is not a host read).
         self.touches_data = not (eff.is_view or inplace_view or func in NO_KERNEL_OPS
                                  or self.metadata_reads)
-        self.sync = ("always" if func in _SYNC_OPS else "bool_index" if func in _BOOL_INDEX_OPS
-                     else "no_output_size" if func in _REPEAT_INTERLEAVE else None)
+        self.sync: Optional[SyncRule] = (
+            SyncRule.ALWAYS if func in _SYNC_OPS else
+            SyncRule.BOOL_INDEX if func in _BOOL_INDEX_OPS else
+            SyncRule.NO_OUTPUT_SIZE if func in _REPEAT_INTERLEAVE else None)
 
     @staticmethod
     def _is_query(func: Any, eff: OpEffects) -> bool:
@@ -154,17 +178,12 @@ def syncs_host(op: OpInfo, args: tuple, kwargs: dict) -> bool:
     rule = op.sync
     if rule is None:
         return False
-    if rule == "always":
+    if rule is SyncRule.ALWAYS:
         return True
-    if rule == "bool_index":
+    if rule is SyncRule.BOOL_INDEX:
         indices = arg_value(args, kwargs, 1)
         return any(t.dtype in (torch.bool, torch.uint8) for t in iter_tensors(indices))
     return kwargs.get("output_size") is None
-
-
-def d2h_syncs(non_blocking: bool, into_pinned: bool) -> bool:
-    """A D2H copy returns before it lands only when non_blocking *and* into pinned memory."""
-    return not (non_blocking and into_pinned)
 
 
 def data_accesses(op: OpInfo, args: tuple, kwargs: dict,
@@ -196,14 +215,90 @@ def data_accesses(op: OpInfo, args: tuple, kwargs: dict,
     return reads, writes
 
 
-def transfer_target(src_dev: bool, kwargs: dict, dev_type: str) -> bool:
-    """For ``_to_copy``: is the result device memory? (No ``device=``: where ``src`` is.)"""
+# --- the transfer rung ------------------------------------------------------------------
+
+class Transfer(enum.Enum):
+    """What one call of a transfer op (``_to_copy``, ``copy_``, ``.item()``) is. The value
+    names the backend method that implements its effect (``Backend.transfer``)."""
+
+    D2H_NEW = "d2h_new"  # x.to("cpu"[, non_blocking]): into new host memory
+    D2H_INTO = "d2h_into"  # host.copy_(dev[, non_blocking]): into an existing host tensor
+    H2D_NEW = "h2d_new"  # x.to(dev[, non_blocking]): into new device memory
+    H2D_INTO = "h2d_into"  # dev.copy_(host[, non_blocking]): into an existing device tensor
+    D2H_ITEM = "d2h_item"  # .item() of a device tensor: a D2H the host always waits for
+    D2D = "d2d"  # both ends on the device (or a dtype change there): an ordinary kernel
+    HOST = "host_op"  # no device memory involved: the backend's ``host_op``
+
+
+_D2H = (Transfer.D2H_NEW, Transfer.D2H_INTO)
+_H2D = (Transfer.H2D_NEW, Transfer.H2D_INTO)
+_OP_NAMES = {Transfer.D2H_NEW: COPY_D2H, Transfer.D2H_INTO: COPY_D2H,
+             Transfer.H2D_NEW: COPY_H2D, Transfer.H2D_INTO: COPY_H2D,
+             Transfer.D2H_ITEM: COPY_D2H_ITEM}
+_SYNC_LABELS = {Transfer.D2H_NEW: SYNC_D2H, Transfer.D2H_INTO: SYNC_D2H_INTO,
+                Transfer.H2D_NEW: SYNC_H2D, Transfer.H2D_INTO: SYNC_H2D,
+                Transfer.D2H_ITEM: SYNC_ITEM}
+
+
+@dataclass(frozen=True)
+class TransferCall:
+    """One call of a transfer op as ``classify_transfer`` found it."""
+
+    kind: Transfer
+    src: Any  # the tensor copied from
+    dst: Any  # the tensor copied into (``copy_``); None: ``_to_copy`` / ``.item()``
+    non_blocking: bool
+
+    @property
+    def op_name(self) -> str:
+        """The copy op's name in the trace (``D2D`` and ``HOST`` make no copy op)."""
+        return _OP_NAMES[self.kind]
+
+    @property
+    def sync_label(self) -> str:
+        return _SYNC_LABELS[self.kind]
+
+    @property
+    def pins_result(self) -> bool:
+        """PyTorch pins the new host memory of a non_blocking D2H (so it can be async)."""
+        return self.kind is Transfer.D2H_NEW and self.non_blocking
+
+    def host_waits(self, pinned_host: bool) -> bool:
+        """Does the host wait for the copy (a sync of the current stream after it)?
+        ``pinned_host``: the host end is pinned memory. A D2H returns before it lands only
+        when non_blocking *and* into pinned memory; torch's blocking H2D is a copy plus a
+        sync of the stream (memcpy_and_sync), a non_blocking one (a pageable source is
+        staged first) returns at once; ``.item()`` always waits."""
+        kind = self.kind
+        if kind in _D2H:
+            return not (self.non_blocking and pinned_host)
+        if kind in _H2D:
+            return not self.non_blocking
+        return kind is Transfer.D2H_ITEM
+
+
+def classify_transfer(op: OpInfo, args: tuple, kwargs: dict,
+                      is_dev: Callable[[torch.Tensor], bool], dev_type: str) -> TransferCall:
+    """What this call of ``_to_copy`` / ``copy_`` / ``_local_scalar_dense`` is, for a backend
+    whose device tensors ``is_dev`` tells and whose device type is ``dev_type``."""
+    src = args[0]
+    src_dev = is_dev(src)
+    if op.func is COPY:  # dst.copy_(src[, non_blocking])
+        dst, src = src, args[1]
+        non_blocking = (bool(args[2]) if len(args) > 2
+                        else bool(kwargs.get("non_blocking", False)))
+        dst_dev, src_dev = src_dev, isinstance(src, torch.Tensor) and is_dev(src)
+        kind = (Transfer.D2D if dst_dev and src_dev else Transfer.H2D_INTO if dst_dev
+                else Transfer.D2H_INTO if src_dev else Transfer.HOST)
+        return TransferCall(kind, src, dst, non_blocking)
+    if op.func is ITEM:
+        return TransferCall(Transfer.D2H_ITEM if src_dev else Transfer.HOST, src, None, False)
+    # _to_copy(src, *, dtype, device, non_blocking, ...): no ``device=`` stays where src is
     target = kwargs.get("device")
-    return torch.device(target).type == dev_type if target is not None else src_dev
-
-
-def copy_non_blocking(args: tuple, kwargs: dict) -> bool:
-    return bool(args[2]) if len(args) > 2 else bool(kwargs.get("non_blocking", False))
+    dst_dev = torch.device(target).type == dev_type if target is not None else src_dev
+    kind = (Transfer.D2D if src_dev and dst_dev else Transfer.D2H_NEW if src_dev
+            else Transfer.H2D_NEW if dst_dev else Transfer.HOST)
+    return TransferCall(kind, src, None, bool(kwargs.get("non_blocking", False)))
 
 
 class Backend:
@@ -213,10 +308,16 @@ class Backend:
     Subclasses define ``on_device(args, kwargs)``, ``host_op`` and one method per rung
     (``composite``, ``inplace_view``, ``view``, ``no_kernel``, ``query``, ``kernel``), and
     a method for each special of ``SPECIALS`` they model; a special they leave out is
-    classified like any other op.
+    classified like any other op. The transfer specials are routed here (``transfer``):
+    a backend defines ``dev_type``, ``is_dev(tensor)`` and one effect per ``Transfer``
+    kind, called as ``effect(op, call, args, kwargs)``.
     """
 
     _handlers: Dict[Any, Tuple[OpInfo, Any, Any]]
+    dev_type: str  # the device type a ``device=`` argument names for this backend
+
+    def is_dev(self, t: torch.Tensor) -> bool:
+        raise NotImplementedError
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -244,3 +345,11 @@ class Backend:
 
     def host_op(self, op: OpInfo, args: tuple, kwargs: dict) -> Any:
         raise NotImplementedError
+
+    def transfer(self, op: OpInfo, args: tuple, kwargs: dict) -> Any:
+        """The transfer rung: what the call is is decided here, what it does is the
+        backend's effect for that kind."""
+        call = classify_transfer(op, args, kwargs, self.is_dev, self.dev_type)
+        if call.kind is Transfer.HOST:
+            return self.host_op(op, args, kwargs)
+        return getattr(self, call.kind.value)(op, call, args, kwargs)

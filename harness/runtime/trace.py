@@ -1,6 +1,7 @@
 """The trace: what the host asked of the device, in host program order, plus what executed.
 
-Both backends write the same records, so one detector and one timeline serve both:
+Both backends write the same records (one style: slotted dataclasses; ``Record`` is their
+union, ``Trace.log`` a list of them), so one detector and one timeline serve both:
 
 * ``OpRecord``     -- an operation enqueued on a stream (kernel, copy, wait marker, stall);
                       ``start``/``end`` are filled in when it executes (virtual microseconds
@@ -21,126 +22,154 @@ Both backends write the same records, so one detector and one timeline serve bot
 * ``ReplayedOp``   -- an ``OpRecord`` issued by a CUDA graph replay: one of the ops the
                       graph captured, on the replaying stream; ``replay`` says where.
 
+On the simulator the trace also holds the run's ``Schedule``: every answer its policy gave.
+
 A *position* is ``(stream_id, seq)``: seq is the 1-based index of an op in its stream, and
 position ``(s, n)`` is complete once the first ``n`` ops of stream ``s`` have executed.
 An *access* is ``(sid, lo, hi)``: a storage id and a byte range within that storage.
 """
 from __future__ import annotations
 
+import enum
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, ClassVar, List, Optional, Tuple, Union
 
 from harness.paths import REPO_ROOT
+
+from .policy import HOST, Schedule  # HOST: the host's actor id in vector clocks too
 
 Access = Tuple[int, int, int]  # (storage id, first byte, one past the last byte)
 Position = Tuple[int, int]  # (stream id, seq)
 Frame = Tuple[str, int, str]  # (file, line, function)
 
-HOST = -1  # actor id of the host thread in vector clocks
+
+class OpKind(enum.StrEnum):
+    """What an ``OpRecord`` is. A ``str`` enum: the Chrome trace writes the kind as it is
+    (its ``cat``), and recorded trace digests hash that text, so it must stay the word."""
+
+    KERNEL = "kernel"  # a launch (an aten op, a fused custom op)
+    COPY = "copy"  # a transfer: D2H, H2D, ``.item()``
+    WAIT = "wait"  # a ``wait_event`` marker: the stream waits for a recorded position
+    STALL = "stall"  # a fault point holding the stream
 
 
+# The names the runtime gives the ops it makes up (a kernel is named after its overload,
+# ``add.Tensor``); both backends write them and every reader matches on them.
+COPY_D2H = "copy D2H"
+COPY_H2D = "copy H2D"
+COPY_D2H_ITEM = "copy D2H (item)"
+WAIT_EVENT = "wait_event"
+STALL_OP = "stall"
+HOST_READ, HOST_WRITE = "host read", "host write"  # a host access, as a race names it
+
+
+# One record style: slotted, identity-compared dataclasses. Slots keep the simulator's
+# per-op cost down (no instance dict to allocate); identity, because a record is one event
+# at one place in the log -- two syncs alike in every field are still two syncs. Not
+# frozen: ``Trace.add`` numbers each record, and an op is stamped (``seq``, ``enq``,
+# ``start``/``end``) as it is enqueued and executed.
+_record = dataclass(slots=True, eq=False)
+
+
+@_record
 class OpRecord:
-    """One operation on a stream. Slots keep the simulator's per-op cost down."""
+    """One operation on a stream."""
 
-    __slots__ = (
-        "stream", "seq", "name", "reads", "writes", "frame", "kind", "wait_for",
-        "duration", "enq", "start", "end", "fn", "index",
-    )
-    replay: Optional["Replay"] = None  # set on ``ReplayedOp`` only (a slot there)
-
-    def __init__(self, stream: int, name: str, reads: List[Access], writes: List[Access],
-                 frame: Optional[Frame], kind: str = "kernel",
-                 wait_for: Optional[Position] = None, duration: float = 1.0,
-                 fn: Optional[Callable[[], Any]] = None) -> None:
-        self.stream = stream
-        self.seq = 0
-        self.name = name
-        self.reads = reads
-        self.writes = writes
-        self.frame = frame
-        self.kind = kind  # kernel | copy | wait | stall
-        self.wait_for = wait_for
-        self.duration = duration
-        self.enq = 0.0
-        self.start: Optional[float] = None
-        self.end: Optional[float] = None
-        self.fn = fn
-        self.index = -1  # position in the trace's log
+    stream: int
+    name: str
+    reads: List[Access]
+    writes: List[Access]
+    frame: Optional[Frame]
+    kind: str = OpKind.KERNEL
+    wait_for: Optional[Position] = None
+    duration: float = 1.0
+    fn: Optional[Callable[[], Any]] = None  # the simulator's kernel, until it executes
+    seq: int = field(default=0, init=False)  # 1-based in its stream, once enqueued
+    enq: float = field(default=0.0, init=False)
+    start: Optional[float] = field(default=None, init=False)
+    end: Optional[float] = field(default=None, init=False)
+    index: int = field(default=-1, init=False)  # position in the trace's log
+    replay: ClassVar[Optional["Replay"]] = None  # a field of ``ReplayedOp`` only
 
     def __repr__(self) -> str:
         return f"<op {self.name} s{self.stream}#{self.seq} {self.kind}>"
 
 
-class Replay(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Replay:
     """Which replay of which graph issued an op, and where ``replay()`` was called."""
     graph: int
     n: int  # 1-based count of this graph's replays
     frame: Optional[Frame]
 
 
+@dataclass(slots=True, eq=False, repr=False)  # a record, with ``OpRecord``'s repr
 class ReplayedOp(OpRecord):
     """A captured op issued again by a graph replay. Its ``frame`` is the capture site (the
     line that launched the kernel while the graph was captured); ``replay.frame`` is the
     replay site. A subclass, so ordinary ops pay nothing for the extra field."""
 
-    __slots__ = ("replay",)
+    replay: Optional[Replay] = None
 
 
-@dataclass
+@_record
 class SyncRecord:
     label: str
     waits: List[Position]
     frame: Optional[Frame]
     time: float = 0.0
-    index: int = -1
+    index: int = field(default=-1, init=False)
 
 
-@dataclass
+@_record
 class QueryRecord:
     label: str
     position: Position
     frame: Optional[Frame]
     time: float = 0.0
-    index: int = -1
+    index: int = field(default=-1, init=False)
 
 
-@dataclass
+@_record
 class HostAccess:
     access: Access
     write: bool
     name: str
     frame: Optional[Frame]
     time: float = 0.0
-    index: int = -1
+    index: int = field(default=-1, init=False)
 
 
-@dataclass
+@_record
 class EventRecord:
     event: int
     position: Position
     frame: Optional[Frame]
     time: float = 0.0
-    index: int = -1
+    index: int = field(default=-1, init=False)
 
 
+@_record
 class AllocRecord:
     """Storage ``sid`` got block ``block`` (``nbytes``) from the pool of ``stream`` (the
     current stream at the allocation). ``prev``: the storage that last held the block."""
 
-    __slots__ = ("block", "sid", "stream", "nbytes", "frame", "prev", "index")
-
-    def __init__(self, block: int, sid: int, stream: int, nbytes: int,
-                 frame: Optional[Frame], prev: Optional[int] = None) -> None:
-        self.block, self.sid, self.stream, self.nbytes = block, sid, stream, nbytes
-        self.frame, self.prev, self.index = frame, prev, -1
+    block: int
+    sid: int
+    stream: int
+    nbytes: int
+    frame: Optional[Frame]
+    prev: Optional[int] = None
+    index: int = field(default=-1, init=False)
 
     def __repr__(self) -> str:
         return (f"<alloc block {self.block} -> sid {self.sid} on s{self.stream}"
                 + (f", reusing sid {self.prev}>" if self.prev is not None else ">"))
 
 
+@_record
 class FreeRecord:
     """Storage ``sid`` freed on the host; its block returns to the pool of ``stream``.
 
@@ -150,41 +179,52 @@ class FreeRecord:
     as the CUDA capture does when it sees the block reused).
     """
 
-    __slots__ = ("block", "sid", "stream", "waits", "frame", "index")
-
-    def __init__(self, block: int, sid: int, stream: Optional[int], waits: List[Position],
-                 frame: Optional[Frame]) -> None:
-        self.block, self.sid, self.stream, self.waits = block, sid, stream, waits
-        self.frame, self.index = frame, -1
+    block: int
+    sid: int
+    stream: Optional[int]
+    waits: List[Position]
+    frame: Optional[Frame]
+    index: int = field(default=-1, init=False)
 
     def __repr__(self) -> str:
         return f"<free sid {self.sid} (block {self.block}) waits {self.waits}>"
 
 
-@dataclass
+@_record
 class RecordStreamRecord:
     sid: int
     stream: int
     frame: Optional[Frame]
-    index: int = -1
+    index: int = field(default=-1, init=False)
+
+
+# Every record a trace's log holds (a ``ReplayedOp`` is an ``OpRecord``).
+Record = Union[OpRecord, SyncRecord, QueryRecord, HostAccess, EventRecord, AllocRecord,
+               FreeRecord, RecordStreamRecord]
 
 
 @dataclass
 class Trace:
     """Everything one run asked of the device, in host order; ``executed`` in device order."""
 
-    log: List[Any] = field(default_factory=list)
+    log: List[Record] = field(default_factory=list)
     executed: List[OpRecord] = field(default_factory=list)
     stream_names: dict = field(default_factory=dict)
     storage_names: dict = field(default_factory=dict)  # sid -> "pinned int32[8]" etc.
     # sid -> (op, dtype, shape, frame) of the op that allocated it; formatted only when a
     # report needs the name (an f-string per op would cost more than the op's bookkeeping)
     storage_sites: dict = field(default_factory=dict)
-    # the simulator's schedule: every answer its policy gave, in order (a stream id, or HOST
-    # for "the host goes on"; runtime/policy.py); empty on CUDA, whose schedule is the GPU's
-    schedule: List[int] = field(default_factory=list)
+    # the simulator's policy's answers as it gives them (a stream id, or HOST for "the host
+    # goes on"; runtime/policy.py): a list, appended per question on the hot path; the
+    # value is ``schedule``. Empty on CUDA, whose schedule is the GPU's.
+    choices: List[int] = field(default_factory=list)
 
-    def add(self, rec: Any) -> Any:
+    @property
+    def schedule(self) -> "Schedule":
+        """The schedule that ran (so far)."""
+        return Schedule(tuple(self.choices))
+
+    def add(self, rec: Record) -> Record:
         rec.index = len(self.log)
         self.log.append(rec)
         return rec

@@ -9,6 +9,7 @@ import pytest
 from harness.engine.drive import server_args
 from harness.engine.trial import run_trial
 from harness.policies import parse_policy
+from harness.runtime.trace import COPY_H2D
 from scenarios.mutations import BY_NAME
 from scenarios.registry import get
 
@@ -44,7 +45,7 @@ def test_copy_sources_freed_early_race_across_a_reuse():
 def test_upload_before_fill_is_a_happens_before_finding():
     res = _trial("grammar-ngram", "lazy", BY_NAME["extend-mask-upload-before-fill"])
     assert res.divergence is None  # lazy: the copy ran after the fill -- values are fine
-    assert any(r.first.op == "copy H2D" and r.second.actor == "host" and r.second.write
+    assert any(r.first.op == COPY_H2D and r.second.actor == "host" and r.second.write
                for r in res.races), [r.summary() for r in res.races]
 
 

@@ -13,7 +13,7 @@ import pytest
 from harness.policies import (PCT, Eager, Lazy, PctChooser, RandomChooser, RandomPolicy,
                               Recorded, Stall, parse_policy)
 from harness.policies.schedule import Replayer
-from harness.runtime.policy import HOST, first_from
+from harness.runtime.policy import HOST, Schedule, first_from
 
 NAMES = {1: "schedule", 2: "forward", 3: "copy"}
 
@@ -147,7 +147,7 @@ def test_pct_is_a_function_of_its_seed_and_the_questions():
 # --- a recorded schedule ----------------------------------------------------------------------
 
 def test_replayer_gives_the_recorded_answers_and_the_base_idle_rule():
-    c = Recorded(Stall(["forward"]), (HOST, 1, 3)).chooser()
+    c = Recorded(Stall(["forward"]), Schedule((HOST, 1, 3))).chooser()
     assert isinstance(c, Replayer)
     assert [c.choose([1, 3], None, NAMES), c.choose([1, 3], None, NAMES),
             c.choose([3], 1, NAMES)] == [HOST, 1, 3]
@@ -156,14 +156,40 @@ def test_replayer_gives_the_recorded_answers_and_the_base_idle_rule():
 
 
 def test_replayer_that_leaves_the_record_lets_the_host_go_and_says_where():
-    c = Recorded(Eager(), (0, 2, 0)).chooser()
+    c = Recorded(Eager(), Schedule((0, 2, 0))).chooser()
     assert c.choose([0, 1], None, {}) == 0
     assert c.choose([0, 1], 0, {}) == HOST  # 2 cannot run: the run left the record here
     assert c.diverged_at == 1
     assert c.choose([0], None, {}) == HOST  # and stays off it
-    c = Recorded(Eager(), (0,)).chooser()
+    c = Recorded(Eager(), Schedule((0,))).chooser()
     assert [c.choose([0], None, {}), c.choose([0], None, {})] == [0, HOST]
     assert c.diverged_at == 1  # asked more often than recorded
+
+
+def test_a_schedule_is_a_value_with_one_text_form():
+    s = Schedule((HOST, HOST, HOST, 0, 2, 2, HOST))
+    assert s.encode() == "h*3 0 2*2 h" and Schedule.decode("h*3 0 2*2 h") == s
+    assert Schedule.HOST == HOST and len(s) == 7 and list(s) == list(s.choices)
+    assert Schedule([0, 1]).choices == (0, 1)  # a list is taken as the tuple it holds
+    assert Schedule().encode() == "" and Schedule.decode("") == Schedule()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.choices = ()
+    assert len(repr(Schedule((0, 1) * 500))) < 100  # thousands of choices, one short line
+    for bad in ("0 x", "0  1", "h*1", "100000", 3):
+        with pytest.raises(ValueError, match="schedule choices"):
+            Schedule.decode(bad)
+
+
+def test_the_committed_reports_schedules_read_back_as_written():
+    """Report files already committed keep loading: every recorded text decodes, and
+    encodes back to the very same text."""
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2] / "reports"
+    texts = [t for p in sorted(root.rglob("*.json")) if "specrace_report" in p.read_text()
+             for t in (json.loads(p.read_text()).get("schedules") or []) if t is not None]
+    assert texts
+    assert all(Schedule.decode(t).encode() == t for t in texts)
 
 
 # --- policies are values ----------------------------------------------------------------------
@@ -193,5 +219,5 @@ def test_offset_moves_only_a_seed_and_wraps_within_its_range():
     assert str(PCT(MAX_POLICY_SEED, 5).offset(2)) == "pct(1,5)"
     for pol in (Eager(), Lazy(), Stall(["forward"])):
         assert pol.offset(3) == pol
-    rec = Recorded(RandomPolicy(1), (HOST,))
+    rec = Recorded(RandomPolicy(1), Schedule((HOST,)))
     assert rec.offset(4) is rec  # the recorded choices are the schedule, whatever the trial

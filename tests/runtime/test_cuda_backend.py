@@ -24,9 +24,9 @@ from harness.pytest_plugin import _share_cores, gpu_for_worker, parse_nvidia_smi
 from harness.runtime import BackendError, open_runtime, resolve_backend
 from harness.runtime import cuda as C
 from harness.runtime.cuda import calibration as CAL
-from harness.runtime.trace import (AllocRecord, EventRecord, FreeRecord, HostAccess,
-                                   OpRecord, QueryRecord, RecordStreamRecord, SyncRecord,
-                                   Trace)
+from harness.runtime.trace import (WAIT_EVENT, AllocRecord, EventRecord, FreeRecord,
+                                   HostAccess, OpKind, OpRecord, QueryRecord,
+                                   RecordStreamRecord, SyncRecord, Trace)
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_CUDA = torch.cuda.is_available()
@@ -399,11 +399,11 @@ def test_seed_race_detected_through_wrappers():
 def test_wait_stream_orders_and_logs_one_wait():
     cap, _ = _seed_program(coarse=True)
     assert detect(cap.trace) == []
-    waits = [o for o in _ops(cap.trace) if o.kind == "wait"]
+    waits = [o for o in _ops(cap.trace) if o.kind == OpKind.WAIT]
     # fwd.wait_stream(default), sch.wait_stream(default), sch.wait_stream(fwd): one each,
     # despite wait_stream calling record_event + wait_event + Event.wait internally.
     assert len(waits) == 3
-    assert [w.name for w in waits] == ["wait_event"] * 3
+    assert [w.name for w in waits] == [WAIT_EVENT] * 3
     sch = cap.stream_id(22)
     fwd = cap.stream_id(11)
     last = waits[-1]
@@ -425,7 +425,7 @@ def test_event_wait_is_a_stream_op_and_point_in_time():
         never.wait(s)  # never recorded: CUDA makes it a no-op; nothing logged
     sid = cap.stream_id(5)
     ops = [o for o in _ops(cap.trace) if o.stream == sid]
-    assert [(o.kind, o.seq) for o in ops] == [("wait", 1), ("kernel", 2)]
+    assert [(o.kind, o.seq) for o in ops] == [(OpKind.WAIT, 1), (OpKind.KERNEL, 2)]
     assert ops[0].wait_for == (0, 1)
     assert detect(cap.trace) == []
     del y
@@ -551,7 +551,7 @@ def test_runtime_lifecycle_on_fake_cuda(fake_cuda):
         z = x + 1
     assert [(o.name, o.stream, o.seq) for o in rt.trace.ops()] == [
         ("zeros.default", 0, 1), ("stall", 1, 1), ("add_.Tensor", 1, 2),
-        ("wait_event", 0, 2), ("add.Tensor", 0, 3)]
+        (WAIT_EVENT, 0, 2), ("add.Tensor", 0, 3)]
     assert rt.trace.stream_names == {0: "default", 1: "forward"}
     assert [o.name for o in inner.trace.ops()] == ["ones.default", "stall"]
     assert inner.trace.ops()[1].duration == C.DEFAULT_STALL_MS * 1000.0
@@ -753,7 +753,7 @@ def test_gpu_seed_with_wait_stream_is_clean(rt):
     got = _seed_on_gpu(rt, coarse=True)
     assert got == [3, 2, 4]
     assert detect(rt.trace) == [], [r.summary() for r in detect(rt.trace)]
-    waits = [o for o in rt.trace.ops() if o.kind == "wait"]
+    waits = [o for o in rt.trace.ops() if o.kind == OpKind.WAIT]
     assert len(waits) == 1  # wait_stream logs exactly one wait
 
 
@@ -852,7 +852,7 @@ def test_gpu_trace_shape(rt):
     fops = [(o.kind, o.seq) for o in rt.trace.ops() if o.stream == f]
     assert fops == [("stall", 1), ("kernel", 2)]
     sops = [o for o in rt.trace.ops() if o.stream == s]
-    assert [o.kind for o in sops] == ["wait", "kernel", "copy"]
+    assert [o.kind for o in sops] == [OpKind.WAIT, OpKind.KERNEL, OpKind.COPY]
     assert sops[0].wait_for == (f, 2)
     syncs = [r for r in rt.trace.log if isinstance(r, SyncRecord)]
     assert syncs[-1].waits == [(s, 3)]

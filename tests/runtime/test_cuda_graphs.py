@@ -13,7 +13,7 @@ import torch
 from harness.detect import detect
 from harness.runtime import cuda as C
 from harness.runtime import open_runtime
-from harness.runtime.trace import EventRecord, OpRecord, ReplayedOp
+from harness.runtime.trace import STALL_OP, EventRecord, OpKind, OpRecord, ReplayedOp
 
 # pytest puts this directory on sys.path (rootdir-relative, "prepend" import mode)
 
@@ -173,13 +173,14 @@ def test_stall_captured_in_a_graph_is_replayed():
         g = FakeGraph()
         with fake.on(side):
             g.capture_begin()
-            cap.op(cap.cur(), "stall", [], [], None, kind="stall", duration=5.0)  # rt.stall
+            cap.op(cap.cur(), STALL_OP, [], [], None, kind=OpKind.STALL,
+                   duration=5.0)  # rt.stall
             x.add_(1)
             g.capture_end()
         with fake.on(FakeStream(11)):
             g.replay()
     replays = [o for o in _ops(cap.trace) if isinstance(o, ReplayedOp)]
-    assert [(o.kind, o.duration) for o in replays] == [("stall", 5.0), ("kernel", 1.0)]
+    assert [(o.kind, o.duration) for o in replays] == [(OpKind.STALL, 5.0), (OpKind.KERNEL, 1.0)]
 
 
 def test_graph_api_wrapped_once():

@@ -15,8 +15,9 @@ import torch
 from harness.detect import detect
 from harness.policies import parse_policy
 from harness.runtime.sim.runtime import sim_runtime
-from harness.runtime.trace import (AllocRecord, FreeRecord, HostAccess, OpRecord,
-                                   QueryRecord, SyncRecord, Trace)
+from harness.runtime.trace import (COPY_D2H, COPY_H2D, HOST_READ, WAIT_EVENT, AllocRecord,
+                                   FreeRecord, HostAccess, OpKind, OpRecord, QueryRecord,
+                                   SyncRecord, Trace)
 from scenarios.litmus import PROGRAMS
 
 F, S, T = 1, 2, 3  # stream ids: forward, schedule, a third
@@ -34,7 +35,7 @@ class Prog:
         self.enq[stream] += 1
         rec = OpRecord(stream, name, list(reads), list(writes),
                        ("prog.py", len(self.trace.log), name),
-                       kind="wait" if wait_for else "kernel", wait_for=wait_for)
+                       kind=OpKind.WAIT if wait_for else OpKind.KERNEL, wait_for=wait_for)
         rec.seq = self.enq[stream]
         self.trace.add(rec)
         return (stream, rec.seq)
@@ -46,7 +47,7 @@ class Prog:
         return self.op(stream, name, reads=[acc])
 
     def wait(self, stream, position):
-        return self.op(stream, "wait_event", wait_for=position)
+        return self.op(stream, WAIT_EVENT, wait_for=position)
 
     def sync(self, *positions, label="stream.synchronize"):
         self.trace.add(SyncRecord(label, list(positions), None))
@@ -100,7 +101,7 @@ def test_program_order_carries_through_an_event():
 def test_host_write_then_enqueued_op_is_ordered():
     p = Prog()
     p.host(_acc(Y), write=True, name="host fills staging")
-    p.read(F, _acc(Y), name="copy H2D")
+    p.read(F, _acc(Y), name=COPY_H2D)
     assert p.races() == []
 
 
@@ -217,7 +218,7 @@ def test_sync_record_joins_only_the_named_position():
 
 def test_query_true_is_a_sync():
     p = Prog()
-    w = p.write(F, _acc(), name="copy D2H")
+    w = p.write(F, _acc(), name=COPY_D2H)
     p.query(w)
     p.host(_acc())
     assert p.races() == []
@@ -266,21 +267,21 @@ def test_query_false_is_not_a_sync():
 
 def test_host_read_of_pending_d2h_is_a_race():
     p = Prog()
-    p.op(F, "copy D2H", reads=[_acc(X)], writes=[_acc(Y)])
-    p.host(_acc(Y), name="host read")
+    p.op(F, COPY_D2H, reads=[_acc(X)], writes=[_acc(Y)])
+    p.host(_acc(Y), name=HOST_READ)
     races = p.races()
     assert len(races) == 1
     r = races[0]
     assert (r.kind, r.first.actor, r.first.op, r.second.actor) == (
-        "RAW", "forward", "copy D2H", "host")
+        "RAW", "forward", COPY_D2H, "host")
 
 
 def test_host_write_of_pending_h2d_source_is_a_race():
     p = Prog()
-    p.op(F, "copy H2D", reads=[_acc(Y)], writes=[_acc(X)])
+    p.op(F, COPY_H2D, reads=[_acc(Y)], writes=[_acc(X)])
     p.host(_acc(Y), write=True, name="host refill")
     races = p.races()
-    assert [(r.kind, r.first.op, r.second.actor) for r in races] == [("WAR", "copy H2D", "host")]
+    assert [(r.kind, r.first.op, r.second.actor) for r in races] == [("WAR", COPY_H2D, "host")]
 
 
 def test_pinned_tolist_is_recorded_on_sim():

@@ -12,7 +12,7 @@ from harness.detect import detect
 from harness.policies import parse_policy
 from harness.runtime import hostmem, native
 from harness.runtime.sim.runtime import sim_runtime
-from harness.runtime.trace import HostAccess
+from harness.runtime.trace import COPY_H2D, HostAccess
 from impl.grammar import GrammarBackend, allocate_vocab_mask, bitmask_width
 from impl.vocab import EOS_ID, VOCAB, VOCAB_SIZE
 
@@ -54,7 +54,7 @@ def test_upload_before_fill_is_a_race_fill_then_upload_is_clean(policy, upload_f
     races = detect(rt.trace)
     if upload_first:
         assert [(r.kind, r.first.op, r.second.actor) for r in races] == [
-            ("WAR", "copy H2D", "host")]
+            ("WAR", COPY_H2D, "host")]
     else:
         assert races == []
 

@@ -11,7 +11,7 @@ import torch
 from harness.policies import (PCT, Eager, Lazy, PctChooser, RandomPolicy, Recorded, Stall,
                               parse_policy, standard_policies)
 from harness.report.chrome import chrome_trace
-from harness.runtime.policy import HOST, Chooser, Policy
+from harness.runtime.policy import HOST, Chooser, Policy, Schedule
 from harness.runtime.sim import SimDeviceError
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.sim.scheduler import runnable_ids
@@ -209,7 +209,7 @@ def test_a_recorded_schedule_replays_the_same_trace_byte_for_byte(spec):
     pol = parse_policy(spec)
     with sim_runtime(pol) as rt:
         values = _program(rt)
-        recorded, trace = list(rt.trace.schedule), _trace_bytes(rt.trace)
+        recorded, trace = rt.trace.schedule, _trace_bytes(rt.trace)
     with sim_runtime(Recorded(pol, recorded)) as rt:
         assert _program(rt) == values
         assert rt.trace.schedule == recorded
@@ -221,9 +221,9 @@ def test_a_schedule_that_does_not_fit_the_program_is_told_not_hidden():
     pol = parse_policy("random(3)")
     with sim_runtime(pol) as rt:
         _program(rt)
-        recorded = list(rt.trace.schedule)
+        recorded = rt.trace.schedule.choices
     i = next(k for k, c in enumerate(recorded) if c != HOST)
-    tampered = recorded[:i] + [99] + recorded[i + 1:]  # a stream that never exists
+    tampered = Schedule(recorded[:i] + (99,) + recorded[i + 1:])  # a stream never made
     with sim_runtime(Recorded(pol, tampered)) as rt:
         _program(rt)  # the run goes on (the host goes on from there): no engine crash
         assert rt.dev.policy.chooser.diverged_at == i

@@ -14,7 +14,7 @@ from harness.report.chrome import chrome_trace
 from harness.runtime.sim import SimDeviceError
 from harness.runtime.sim.device import current_device
 from harness.runtime.sim.runtime import sim_runtime
-from harness.runtime.trace import OpRecord
+from harness.runtime.trace import WAIT_EVENT, OpKind, OpRecord
 from harness.policies import parse_policy
 from scenarios.registry import get
 
@@ -91,7 +91,7 @@ def test_an_event_made_outside_a_session_joins_the_first_it_is_used_in():
 # --- deadlocks: raised, never a hang or a RecursionError --------------------------------
 
 def _wait(dev, stream, on):
-    return dev.enqueue(OpRecord(stream.sid, "wait_event", [], [], None, kind="wait",
+    return dev.enqueue(OpRecord(stream.sid, WAIT_EVENT, [], [], None, kind=OpKind.WAIT,
                                 wait_for=on, duration=0.0))
 
 
@@ -167,4 +167,4 @@ def test_one_stall_cap_for_every_backend_and_the_cli():
     with sim_runtime() as rt:
         rt.stall(10 * limits.MAX_STALL_MS)
         op = rt.trace.ops()[-1]
-    assert op.kind == "stall" and op.duration == limits.MAX_STALL_MS * 1000.0
+    assert op.kind == OpKind.STALL and op.duration == limits.MAX_STALL_MS * 1000.0

@@ -12,7 +12,7 @@ from harness.policies import parse_policy
 from harness.runtime.sim import graphs as G
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.sim.tensor import SimTensor, poison_fill
-from harness.runtime.trace import OpRecord, ReplayedOp
+from harness.runtime.trace import OpKind, OpRecord, ReplayedOp
 from scenarios.litmus import GRAPH_PROGRAMS
 from scenarios.litmus_run import DEFAULT_SIM_POLICIES, run_one_sim
 
@@ -93,7 +93,7 @@ def test_stall_captured_in_the_graph_stalls_every_replay():
                 early = x.cpu().tolist()  # schedule does not wait: the stall holds forward
             late = x.cpu().tolist()
         assert early == [0.0] * 4 and late == [2.0] * 4
-        stalls = [r for r in rt.trace.executed if isinstance(r, ReplayedOp) and r.kind == "stall"]
+        stalls = [r for r in rt.trace.executed if isinstance(r, ReplayedOp) and r.kind == OpKind.STALL]
         assert len(stalls) == 2 and all(s.end - s.start >= 5000.0 for s in stalls)
 
 

@@ -5,6 +5,7 @@ synchronizes the D2H stream first, which it does only when ``needs_cpu_seq_lens`
 import pytest
 
 import targets
+from harness.runtime.trace import HOST_READ
 from scenarios.sglang_relay import confidence_ring
 
 
@@ -36,4 +37,4 @@ def test_the_race_is_value_visible_under_some_schedule():
 
 def test_control_resolving_without_the_poll_is_a_host_read_race():
     r = confidence_ring("lazy", needs_cpu_seq_lens=False, trust_slot=True)
-    assert any(s.startswith("RAW on pinned") and "host read" in s for s in r["races"])
+    assert any(s.startswith("RAW on pinned") and HOST_READ in s for s in r["races"])

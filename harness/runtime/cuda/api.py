@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from ..graphs import CaptureToken, GraphCapture, replay_ops
-from ..trace import EventRecord, Position, QueryRecord, user_frame
+from ..trace import (WAIT_EVENT, EventRecord, OpKind, Position, QueryRecord,
+                     user_frame)
 from .capture import Capture, active
 
 GRAPH_STATE = "_specrace_graph"  # attribute on a graph: [capture token, gid, ops, replays]
@@ -36,7 +37,7 @@ def _wait(cap: Capture, sid: int, pos: Any, frame) -> None:
     # no-op; the simulator logs nothing there either.
     if pos is None or pos[1] == 0:
         return
-    cap.op(sid, "wait_event", [], [], frame, kind="wait", wait_for=pos, duration=0.0)
+    cap.op(sid, WAIT_EVENT, [], [], frame, kind=OpKind.WAIT, wait_for=pos, duration=0.0)
 
 
 def _at(cap: Capture, event: Any) -> Optional[Position]:

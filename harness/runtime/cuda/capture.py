@@ -26,8 +26,8 @@ import torch
 from ...context import current
 from .. import hostmem
 from ..graphs import GraphCapture
-from ..trace import (Access, AllocRecord, FreeRecord, HostAccess, OpRecord, Position,
-                     RecordStreamRecord, SyncRecord, Trace, tensor_range)
+from ..trace import (Access, AllocRecord, FreeRecord, HostAccess, OpKind, OpRecord,
+                     Position, RecordStreamRecord, SyncRecord, Trace, tensor_range)
 
 _CAPTURE_TOKENS = itertools.count(1)
 EVENT_STATE = "_specrace_event"  # attribute on an event: (capture token, eid, position)
@@ -91,7 +91,7 @@ class Capture:
 
     # --- records ---------------------------------------------------------------------
     def op(self, sid: int, name: str, reads: List[Access], writes: List[Access],
-           frame, kind: str = "kernel", wait_for: Optional[Position] = None,
+           frame, kind: str = OpKind.KERNEL, wait_for: Optional[Position] = None,
            duration: float = 1.0) -> OpRecord:
         return self.log_op(OpRecord(sid, name, reads, writes, frame, kind=kind,
                                     wait_for=wait_for, duration=duration))

@@ -3,6 +3,8 @@ records what it did for the happens-before detector.
 
 * a kernel is an ``OpRecord`` on the current stream with the ladder's reads/writes (views,
   allocations and metadata queries run nothing and record nothing);
+* a transfer (what it is, and whether the host waits: ``ops.classify_transfer``) is a
+  copy op on the current stream;
 * host syncs (blocking D2H, ``.item()``, data-dependent output shapes such as ``nonzero``
   / boolean masks) append a ``SyncRecord`` on the current stream after the op; a
   ``non_blocking`` D2H into pinned memory is an op writing the pinned buffer, which is
@@ -15,14 +17,14 @@ Blocking H2D copies (``x.to("cuda")``, ``torch.tensor(..., device="cuda")``) are
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, List
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import hostmem, ops
 from ..pinning import cuda_is_pinned
-from ..trace import Access, user_frame
+from ..trace import Access, OpKind, user_frame
 from .capture import Capture
 
 aten = torch.ops.aten
@@ -86,7 +88,7 @@ class CudaBackend(ops.Backend):
                 if acc is not None:  # a pinned CPU scalar read on the host at launch
                     host_reads.append(acc)
 
-        reads, writes = ops.data_accesses(op, args, kwargs, self._is_dev, cap.sid_access,
+        reads, writes = ops.data_accesses(op, args, kwargs, self.is_dev, cap.sid_access,
                                           other)
         out = op.func(*args, **kwargs)
         frame = None
@@ -119,101 +121,84 @@ class CudaBackend(ops.Backend):
             return False
         return any(a[0] == sid for a in writes) or any(a[0] == sid for a in reads)
 
-    def _is_dev(self, t: torch.Tensor) -> bool:
+    def is_dev(self, t: torch.Tensor) -> bool:
         return t.device.type == self.dev_type
 
-    # --- specials --------------------------------------------------------------------
-    def to_copy(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
-        src_dev = args[0].device.type == self.dev_type
-        dst_dev = ops.transfer_target(src_dev, kwargs, self.dev_type)
-        if src_dev and not dst_dev:
-            return self._d2h_new(op, args, kwargs)
-        if dst_dev and not src_dev:
-            return self._h2d(op, args, kwargs, args[0], None,
-                             bool(kwargs.get("non_blocking", False)))
-        if src_dev:
-            return self.kernel(op, args, kwargs)
-        return self.host_op(op, args, kwargs)
+    # --- transfers: ``ops.classify_transfer`` decided what the copy is; CUDA does it,
+    # these record it ----------------------------------------------------------------------
+    def d2d(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple, kwargs: dict) -> Any:
+        return self.kernel(op, args, kwargs)
 
-    def _d2h_new(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+    def d2h_new(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple,
+                kwargs: dict) -> Any:
         """``x.to("cpu"[, non_blocking=True])``: a copy on the current stream into new host
         memory -- pinned when non_blocking (PyTorch pins it), then the host does not wait."""
         cap = self.cap
-        non_blocking = bool(kwargs.get("non_blocking", False))
-        read, _ = cap.access(args[0])
+        read, _ = cap.access(call.src)
         out = op.func(*args, **kwargs)
         frame = user_frame(2)
         writes: List[Access] = []
-        pinned = non_blocking and isinstance(out, torch.Tensor) and cuda_is_pinned(out)
+        pinned = call.pins_result and isinstance(out, torch.Tensor) and cuda_is_pinned(out)
         if pinned:
             out = hostmem.register(out, f"pinned {str(out.dtype)[6:]}{list(out.shape)} (to cpu)")
             acc = cap.pinned_access(out)
             if acc is not None:
                 writes.append(acc)
-        sid = cap.cur()
-        cap.op(sid, "copy D2H", [read], writes, frame, kind="copy")
-        if ops.d2h_syncs(non_blocking, pinned):
-            cap.sync([cap.position(sid)], ops.SYNC_D2H, frame)
+        self._copy(call, [read], writes, frame, pinned)
         return out
 
-    def _h2d(self, op: ops.OpInfo, args: tuple, kwargs: dict, src: torch.Tensor,
-             dst: Optional[torch.Tensor], non_blocking: bool) -> Any:
-        """H2D (``x.to("cuda")`` or ``dev.copy_(host)``): the copy reads a pinned source when
-        it executes; a blocking copy syncs the current stream (memcpy_and_sync)."""
+    def d2h_into(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple,
+                 kwargs: dict) -> Any:
         cap = self.cap
-        reads: List[Access] = []
-        pinned = cap.pinned_access(src)
-        if pinned is not None:
-            reads.append(pinned)
-        writes: List[Access] = []
-        if dst is not None:
-            writes.append(cap.access(dst)[0])
+        read, _ = cap.access(call.src)
+        pinned = cap.pinned_access(call.dst)
+        out = op.func(*args, **kwargs)
+        self._copy(call, [read], [pinned] if pinned is not None else [], user_frame(2),
+                   pinned is not None)
+        return out
+
+    def h2d_new(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple,
+                kwargs: dict) -> Any:
+        """``x.to("cuda")``: the copy reads a pinned source when it executes and writes
+        fresh device memory; a blocking copy syncs the current stream (memcpy_and_sync)."""
+        cap = self.cap
+        pinned = cap.pinned_access(call.src)
         out = op.func(*args, **kwargs)
         frame = user_frame(2)
-        if dst is None and isinstance(out, torch.Tensor):
-            writes.append(cap.fresh_access(out, frame))
-        sid = cap.cur()
-        cap.op(sid, "copy H2D", reads, writes, frame, kind="copy")
-        if not non_blocking:
-            cap.sync([cap.position(sid)], ops.SYNC_H2D, frame)
+        writes = [cap.fresh_access(out, frame)] if isinstance(out, torch.Tensor) else []
+        self._copy(call, [pinned] if pinned is not None else [], writes, frame,
+                   pinned is not None)
         return out
 
-    def copy(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
-        dst, src = args[0], args[1]
-        non_blocking = ops.copy_non_blocking(args, kwargs)
-        d_dev = dst.device.type == self.dev_type
-        s_dev = isinstance(src, torch.Tensor) and src.device.type == self.dev_type
-        if d_dev and s_dev:
-            return self.kernel(op, args, kwargs)
-        if d_dev:
-            return self._h2d(op, args, kwargs, src, dst, non_blocking)
-        if s_dev:
-            cap = self.cap
-            read, _ = cap.access(src)
-            pinned = cap.pinned_access(dst)
-            out = op.func(*args, **kwargs)
-            frame = user_frame(2)
-            sid = cap.cur()
-            cap.op(sid, "copy D2H", [read], [pinned] if pinned is not None else [], frame,
-                   kind="copy")
-            if ops.d2h_syncs(non_blocking, pinned is not None):
-                cap.sync([cap.position(sid)], ops.SYNC_D2H_INTO, frame)
-            return out
-        return self.host_op(op, args, kwargs)
-
-    def item(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
-        src = args[0]
-        if src.device.type != self.dev_type:
-            return self.host_op(op, args, kwargs)
+    def h2d_into(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple,
+                 kwargs: dict) -> Any:
+        """``dev.copy_(host)``: as ``h2d_new``, into the device tensor."""
         cap = self.cap
-        read, _ = cap.access(src)
+        pinned = cap.pinned_access(call.src)
+        writes = [cap.access(call.dst)[0]]
         out = op.func(*args, **kwargs)
-        frame = user_frame(2)
-        sid = cap.cur()
-        cap.op(sid, "copy D2H (item)", [read], [], frame, kind="copy")
-        cap.sync([cap.position(sid)], ops.SYNC_ITEM, frame)
+        self._copy(call, [pinned] if pinned is not None else [], writes, user_frame(2),
+                   pinned is not None)
         return out
 
+    def d2h_item(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple,
+                 kwargs: dict) -> Any:
+        cap = self.cap
+        read, _ = cap.access(call.src)
+        out = op.func(*args, **kwargs)
+        self._copy(call, [read], [], user_frame(2), False)
+        return out
+
+    def _copy(self, call: ops.TransferCall, reads: List[Access], writes: List[Access],
+              frame, pinned_host: bool) -> None:
+        """The copy op on the current stream, and the host's sync when it waits for it."""
+        cap = self.cap
+        sid = cap.cur()
+        cap.op(sid, call.op_name, reads, writes, frame, kind=OpKind.COPY)
+        if call.host_waits(pinned_host):
+            cap.sync([cap.position(sid)], call.sync_label, frame)
+
+    # --- other specials ----------------------------------------------------------------
     def empty(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         """Allocation only: no kernel runs (device memory: an ``AllocRecord``). Pinned host
         allocations are registered."""

@@ -18,7 +18,7 @@ import torch
 from ...context import current, field_set, opened
 from .. import BackendError, Runtime
 from ..pinning import CudaPinning, needs_cuda_pinning
-from ..trace import Trace, user_frame
+from ..trace import STALL_OP, OpKind, Trace, user_frame
 from ..watchdog import watchdog
 from . import calibration
 from .api import ensure_api_wrapped
@@ -74,7 +74,7 @@ class CudaRuntime(Runtime):
             torch.cuda._sleep(cycles)
         if self.tracing:
             cap = self._cap
-            cap.op(cap.cur(), "stall", [], [], user_frame(2), kind="stall",
+            cap.op(cap.cur(), STALL_OP, [], [], user_frame(2), kind=OpKind.STALL,
                    duration=calibration.clamp_ms(ms) * 1000.0)
 
     watchdog = staticmethod(watchdog)

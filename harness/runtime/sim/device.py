@@ -31,8 +31,8 @@ from ...context import current
 from ..policy import Policy, RunAll
 from .allocator import SimAllocator
 from .scheduler import Scheduler
-from ..trace import (EventRecord, HostAccess, OpRecord, Position, QueryRecord, SyncRecord,
-                     Trace, user_frame)
+from ..trace import (WAIT_EVENT, EventRecord, HostAccess, OpKind, OpRecord, Position,
+                     QueryRecord, SyncRecord, Trace, user_frame)
 from .errors import SimDeadlock, SimDeviceError, check_session  # noqa: F401 (re-exported)
 
 import torch
@@ -42,6 +42,9 @@ _NoSubclassFunction = torch._C.DisableTorchFunctionSubclass
 
 HOST_STEP_US = 1.0  # virtual host time per device API call
 FOREVER = float("inf")
+# Module globals, not ``OpKind.WAIT``: an enum's class attribute costs ~70 ns to look up,
+# and these are asked several times per op.
+_WAIT, _STALL = OpKind.WAIT, OpKind.STALL
 
 
 class Stream:
@@ -142,8 +145,8 @@ class Event:
             return
         if self.position is None or self.position[1] == 0:
             return  # CUDA: waiting on a never-recorded (or empty-stream) event is a no-op
-        dev.enqueue(OpRecord(stream.sid, "wait_event", [], [], user_frame(2), kind="wait",
-                             wait_for=self.position, duration=0.0))
+        dev.enqueue(OpRecord(stream.sid, WAIT_EVENT, [], [], user_frame(2),
+                             kind=OpKind.WAIT, wait_for=self.position, duration=0.0))
 
     def query(self) -> bool:
         dev = self._mine("event.query")
@@ -218,7 +221,7 @@ class SimDevice:
         if capture is not None and capture.takes(op.stream):
             return capture.record(op)  # part of a graph: recorded, run only by replays
         s = self.streams[op.stream]
-        if op.kind == "wait" and not 0 <= op.wait_for[0] < len(self.streams):
+        if op.kind == _WAIT and not 0 <= op.wait_for[0] < len(self.streams):
             raise SimDeviceError(f"{op.name}: waits on stream {op.wait_for[0]}, which this "
                                  f"session does not have")
         s.enq += 1
@@ -234,10 +237,10 @@ class SimDevice:
         if not s.pending:
             return False
         op = s.pending[0]
-        if op.kind == "wait":
+        if op.kind == _WAIT:
             ws, wseq = op.wait_for
             return self.streams[ws].done >= wseq
-        if op.kind == "stall":
+        if op.kind == _STALL:
             return op.enq + op.duration <= self.host_clock
         return True
 
@@ -245,12 +248,12 @@ class SimDevice:
         """Execute the head of ``s`` (the caller checked it may run)."""
         op = s.pending.popleft()
         dep = 0.0
-        if op.kind == "wait":
+        if op.kind == _WAIT:
             ws, wseq = op.wait_for
             dep = self.streams[ws].ends[wseq]
         start = max(s.clock, op.enq, dep, self.last_start)
         duration = op.duration
-        if op.kind == "stall" and duration == FOREVER:
+        if op.kind == _STALL and duration == FOREVER:
             duration = max(0.0, self.host_clock - start)  # held until something forced it
         op.start = start
         op.end = start + duration
@@ -299,7 +302,7 @@ class SimDevice:
             raise self._deadlock(chain, f"op {chain[-1][1]} of "
                                         f"{self.trace.stream_name(s.sid)} is never enqueued")
         op = s.pending[0]
-        if op.kind == "wait" and self.streams[op.wait_for[0]].done < op.wait_for[1]:
+        if op.kind == _WAIT and self.streams[op.wait_for[0]].done < op.wait_for[1]:
             return op.wait_for
         return None
 

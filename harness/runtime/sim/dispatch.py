@@ -8,9 +8,10 @@ naming ``device="sim"``) becomes a stream op on the current simulated stream.
   garbage until a kernel writes it), and their computation queued as a closure; when the
   policy lets the stream run at once and the stream is idle, the op simply executes now
   (the fast path: no meta run, no poison, no closure);
-* transfers follow CUDA: a blocking D2H syncs the current stream only; a non_blocking D2H
-  into pinned memory is a stream op the host does not wait for; a non_blocking H2D from
-  pinned memory reads its source when it executes, a pageable one snapshots it now;
+* transfers (what each is: ``ops.classify_transfer``) follow CUDA: a blocking D2H syncs
+  the current stream only; a non_blocking D2H into pinned memory is a stream op the host
+  does not wait for; a non_blocking H2D from pinned memory reads its source when it
+  executes, a pageable one snapshots it now;
 * ops whose output shape depends on data (nonzero, boolean masks) sync the current
   stream and run eagerly, as CUDA does;
 * every op records what it read and wrote (storage id, byte range) and the user frame
@@ -24,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import hostmem, ops
-from ..trace import OpRecord, user_frame
+from ..trace import COPY_H2D, OpKind, OpRecord, user_frame
 from .allocator import poison_fill
 from .device import current_device
 from .launch import launch
@@ -101,68 +102,89 @@ class SimBackend(ops.Backend):
     # views, so it computes these as kernels (their outputs are fresh blocks).
     no_kernel = launch
 
-    # --- specials --------------------------------------------------------------------
-    def to_copy(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
-        src = args[0]
-        src_sim = type(src) is SimTensor
-        dst_sim = ops.transfer_target(src_sim, kwargs, "sim")
-        non_blocking = bool(kwargs.get("non_blocking", False))
+    # --- transfers: ``ops.classify_transfer`` decided what the copy is; these are its
+    # effects on the simulated device ----------------------------------------------------
+    dev_type = "sim"
+
+    @staticmethod
+    def is_dev(t: Any) -> bool:
+        return type(t) is SimTensor
+
+    def d2d(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple, kwargs: dict) -> Any:
+        if call.dst is not None:  # dev.copy_(dev): a kernel writing dst
+            return launch(self, op, (call.dst, call.src), {})
+        # sim -> sim (a dtype or layout change): an ordinary kernel
+        target = kwargs.get("device")
         rest = {k: v for k, v in kwargs.items()
                 if k not in ("device", "non_blocking", "pin_memory")}
-        if src_sim and not dst_sim:
-            return _d2h_new(src, non_blocking, rest)
-        if dst_sim and not src_sim:
-            return _h2d_new(src, non_blocking, rest)
-        if src_sim:  # sim -> sim (dtype/layout change): an ordinary kernel
-            target = kwargs.get("device")
-            return launch(self, op, args, {**rest, **({"device": target} if target else {})})
-        return self.host_op(op, args, kwargs)
+        return launch(self, op, args, {**rest, **({"device": target} if target else {})})
 
-    def copy(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
-        dst, src = args[0], args[1]
-        non_blocking = ops.copy_non_blocking(args, kwargs)
-        d_sim, s_sim = type(dst) is SimTensor, type(src) is SimTensor
-        if d_sim and s_sim:
-            return launch(self, op, (dst, src), {})
-        if d_sim:
-            if src.dim() > 0 and src.shape != dst.shape:
-                src = src.expand(dst.shape)
-            _h2d_into(current_device(), dst, src, non_blocking)
-            return dst
-        if s_sim:
-            dev = current_device()
-            pinned = hostmem.access_of(dst)
-            dbuf, sbuf = dst, src._buf
+    def d2h_new(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple,
+                kwargs: dict) -> torch.Tensor:
+        """``x.to("cpu")``: a copy kernel on the current stream into new host memory."""
+        src = call.src
+        dtype = kwargs.get("dtype") or src.dtype
+        host = poisoned_empty(src.shape, _contig_stride(src.shape), dtype)
+        if call.pins_result:
+            host = hostmem.register(host, f"pinned {str(dtype)[6:]}{list(src.shape)} (to cpu)")
+        dst_acc = hostmem.access_of(host)
+        sbuf = src._buf
 
-            def kernel() -> None:
-                dbuf.copy_(sbuf)
+        def kernel() -> None:
+            host.copy_(sbuf)
 
-            dev.enqueue(OpRecord(dev.current.sid, "copy D2H", [access(src)],
-                                 [pinned[0]] if pinned else [], user_frame(3), kind="copy",
-                                 fn=kernel))
-            if pinned is not None:
-                dev.trace.storage_names.setdefault(pinned[0][0], pinned[1])
-            if ops.d2h_syncs(non_blocking, pinned is not None):
-                dev.sync_current(ops.SYNC_D2H_INTO)
-            return dst
-        return self.host_op(op, args, kwargs)
+        _copy(current_device(), call, [access(src)], [dst_acc[0]] if dst_acc else [], kernel,
+              call.pins_result, user_frame(4))
+        return host
 
-    def item(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
-        src = args[0]
-        if type(src) is not SimTensor:
-            return self.host_op(op, args, kwargs)
+    def d2h_into(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple,
+                 kwargs: dict) -> Any:
+        """``host.copy_(dev)``: a copy kernel writing the host tensor when it executes."""
+        dst, src = call.dst, call.src
         dev = current_device()
+        pinned = hostmem.access_of(dst)
+        if pinned is not None:
+            dev.trace.storage_names.setdefault(pinned[0][0], pinned[1])
+        sbuf = src._buf
+
+        def kernel() -> None:
+            dst.copy_(sbuf)
+
+        _copy(dev, call, [access(src)], [pinned[0]] if pinned else [], kernel,
+              pinned is not None, user_frame(4))
+        return dst
+
+    def h2d_new(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple,
+                kwargs: dict) -> SimTensor:
+        src = call.src
+        dev = current_device()
+        frame = user_frame(4)
+        dtype = kwargs.get("dtype") or src.dtype
+        out = new_storage(dev, src.shape, _contig_stride(src.shape), dtype, frame, COPY_H2D)
+        _h2d(dev, call, out, src, frame)
+        return out
+
+    def h2d_into(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple,
+                 kwargs: dict) -> SimTensor:
+        dst, src = call.dst, call.src
+        if src.dim() > 0 and src.shape != dst.shape:
+            src = src.expand(dst.shape)
+        _h2d(current_device(), call, dst, src, user_frame(4))
+        return dst
+
+    def d2h_item(self, op: ops.OpInfo, call: ops.TransferCall, args: tuple,
+                 kwargs: dict) -> Any:
+        src = call.src
         box: List[Any] = []
         sbuf = src._buf
 
         def kernel() -> None:
             box.append(sbuf.item())
 
-        dev.enqueue(OpRecord(dev.current.sid, "copy D2H (item)", [access(src)], [],
-                             user_frame(3), kind="copy", fn=kernel))
-        dev.sync_current(ops.SYNC_ITEM)
+        _copy(current_device(), call, [access(src)], [], kernel, False, user_frame(4))
         return box[0]
 
+    # --- other specials ----------------------------------------------------------------
     def empty(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         """Allocation only: no kernel runs, so device memory holds poison until written."""
         func = op.func
@@ -218,41 +240,20 @@ class SimBackend(ops.Backend):
         return hostmem.lookup(args[0]) is not None
 
 
-# --- transfers ---------------------------------------------------------------------------
+# --- transfer helpers --------------------------------------------------------------------
 
-def _d2h_new(src: SimTensor, non_blocking: bool, rest: dict) -> torch.Tensor:
-    """``x.to("cpu")``: a copy kernel on the current stream into new host memory."""
-    dev = current_device()
-    dtype = rest.get("dtype") or src.dtype
-    host = poisoned_empty(src.shape, _contig_stride(src.shape), dtype)
-    if non_blocking:
-        host = hostmem.register(host, f"pinned {str(dtype)[6:]}{list(src.shape)} (to cpu)")
-    dst_acc = hostmem.access_of(host)
-    sbuf = src._buf
-
-    def kernel() -> None:
-        host.copy_(sbuf)
-
-    dev.enqueue(OpRecord(dev.current.sid, "copy D2H", [access(src)],
-                         [dst_acc[0]] if dst_acc else [], user_frame(4), kind="copy",
-                         fn=kernel))
-    if ops.d2h_syncs(non_blocking, non_blocking):  # non_blocking: pinned above
-        dev.sync_current(ops.SYNC_D2H)
-    return host
+def _copy(dev, call: ops.TransferCall, reads: list, writes: list, kernel: Any,
+          pinned_host: bool, frame) -> None:
+    """Queue the copy on the current stream; sync that stream when the host waits for it."""
+    dev.enqueue(OpRecord(dev.current.sid, call.op_name, reads, writes, frame,
+                         kind=OpKind.COPY, fn=kernel))
+    if call.host_waits(pinned_host):
+        dev.sync_current(call.sync_label)
 
 
-def _h2d_new(src: torch.Tensor, non_blocking: bool, rest: dict) -> SimTensor:
-    dev = current_device()
-    dtype = rest.get("dtype") or src.dtype
-    out = new_storage(dev, src.shape, _contig_stride(src.shape), dtype, user_frame(4),
-                      "copy H2D")
-    _h2d_into(dev, out, src, non_blocking)
-    return out
-
-
-def _h2d_into(dev, dst: SimTensor, src: torch.Tensor, non_blocking: bool) -> None:
+def _h2d(dev, call: ops.TransferCall, dst: SimTensor, src: torch.Tensor, frame) -> None:
     pinned = hostmem.access_of(src)
-    if non_blocking and pinned is not None:
+    if call.non_blocking and pinned is not None:
         source = src.detach()  # read when the copy executes: the staging-buffer reuse race
         reads = [pinned[0]]
         dev.trace.storage_names.setdefault(pinned[0][0], pinned[1])
@@ -260,18 +261,15 @@ def _h2d_into(dev, dst: SimTensor, src: torch.Tensor, non_blocking: bool) -> Non
         source = src.detach().clone()  # pageable: CUDA stages it before returning
         reads = []
     dbuf = dst._buf
-    if pinned is not None and not non_blocking:
-        dev.note_host_access(pinned[0], False, pinned[1], user_frame(4))
+    if pinned is not None and not call.non_blocking:
+        dev.note_host_access(pinned[0], False, pinned[1], frame)
 
     def kernel() -> None:
         dbuf.copy_(source)
 
-    dev.enqueue(OpRecord(dev.current.sid, "copy H2D", reads, [access(dst)], user_frame(4),
-                         kind="copy", fn=kernel))
-    if not non_blocking:
-        # torch's blocking H2D is a copy plus a sync of the current stream
-        # (memcpy_and_sync): the host waits for everything queued there, as on CUDA.
-        dev.sync_current(ops.SYNC_H2D)
+    # torch's blocking H2D is a copy plus a sync of the current stream (memcpy_and_sync):
+    # the host waits for everything queued there, as on CUDA.
+    _copy(dev, call, reads, [access(dst)], kernel, pinned is not None, frame)
 
 
 def _contig_stride(shape) -> tuple:

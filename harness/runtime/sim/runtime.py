@@ -9,7 +9,7 @@ import torch
 from .. import Runtime
 from ..limits import MAX_STALL_MS  # every stall is capped, on the simulator too
 from ..policy import Policy
-from ..trace import OpRecord, user_frame
+from ..trace import STALL_OP, OpKind, OpRecord, user_frame
 from . import session
 from .device import FOREVER, SimDevice
 
@@ -34,8 +34,8 @@ class SimRuntime(Runtime):
         host clock passes it, or until a sync or an event wait forces it (``None``: only
         then)."""
         duration = FOREVER if ms is None else min(max(ms, 0.0), MAX_STALL_MS) * 1000.0
-        self.dev.enqueue(OpRecord(self.dev.current.sid, "stall", [], [], user_frame(3),
-                                  kind="stall", duration=duration))
+        self.dev.enqueue(OpRecord(self.dev.current.sid, STALL_OP, [], [], user_frame(3),
+                                  kind=OpKind.STALL, duration=duration))
 
     def synchronize(self) -> None:
         self.dev.synchronize_all()

@@ -44,7 +44,7 @@ class Scheduler:
         """Ask while some head may run, until the answer is the host."""
         choose = self.chooser.choose
         names = dev.trace.stream_names
-        record = dev.trace.schedule.append
+        record = dev.trace.choices.append  # the value is ``trace.schedule``
         last = None
         while True:
             runnable = runnable_ids(dev)
