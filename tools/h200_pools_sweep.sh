@@ -3,13 +3,24 @@
 # row reach the attention, and at what stall? kv-row-reuse with the barrier removed at
 # longer stalls (the host must reach the next iteration's row write while the forward
 # waits before its gather), and the fixed code soaked at the same stall.
-# Usage: tools/h200_pools_sweep.sh OUTDIR N "MS..."
+# With SUITE=1, the whole GPU suite runs in the background and both mutation matrices
+# first (a re-check of the tree after changes to the runtime).
+# Usage: [SUITE=1] tools/h200_pools_sweep.sh OUTDIR N "MS..."
 set -u
 R=$1; N=$2; SWEEP=${3:-"10 25"}; mkdir -p "$R" /tmp/sw
 rm -rf /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
+if [ "${SUITE:-0}" = 1 ]; then
+  ( timeout 480 python3 -m pytest -n 12 -q -rs -p no:cacheprovider --specrace-backend cuda \
+      > "$R/pytest.log" 2>&1; echo "pytest rc $?" >> "$R/pytest.log" ) &
+  for t in impl sglang; do
+    timeout 200 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" \
+      matrix --target $t --backend cuda --json > "$R/matrix_cuda_$t.json" 2>> "$R/matrix.err"
+    echo "matrix $t rc $?"
+  done
+fi
 for t in impl sglang; do
   for ms in $SWEEP; do
     timeout 200 python3 -m harness.cli repro kv-row-reuse --target $t --variant no-war-barrier \
@@ -43,3 +54,5 @@ print(json.dumps(out, indent=1))
 PY
 cat "$R/sweep.json"
 tar czf "$R/sweep_runs.tgz" -C /tmp sw 2>/dev/null
+wait
+[ -f "$R/pytest.log" ] && tail -4 "$R/pytest.log"
