@@ -5,13 +5,7 @@
 # Usage: tools/h200_dspark.sh OUTDIR N     writes OUTDIR/dspark_<scenario>_<case>.json
 set -u
 R=$1; N=$2; mkdir -p "$R"
-rm -rf /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c "import torch,importlib.metadata as m;print('torch',torch.__version__,'sglang',m.version('sglang'))"; } > "$R/env.txt" 2>&1
-cat "$R/env.txt"
+. "$(dirname "$0")/h200_lib.sh"; h200_setup "$R/env.txt"
 run() { local name=$1; shift; timeout 170 python3 -m harness.cli repro "$@" --target sglang \
   --backend cuda --trials "$N" --json --report-dir "$R/r" > "$R/dspark_$name.json"; echo "$name rc $?"; }
 for sc in dspark-confidence-ring dspark-result-readback; do

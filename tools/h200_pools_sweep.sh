@@ -8,10 +8,7 @@
 # Usage: [SUITE=1] tools/h200_pools_sweep.sh OUTDIR N "MS..."
 set -u
 R=$1; N=$2; SWEEP=${3:-"10 25"}; mkdir -p "$R" /tmp/sw
-rm -rf /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
+. "$(dirname "$0")/h200_lib.sh"; h200_setup "$R/env.txt"
 if [ "${SUITE:-0}" = 1 ]; then
   ( timeout 480 python3 -m pytest -n 12 -q -rs -p no:cacheprovider --specrace-backend cuda \
       > "$R/pytest.log" 2>&1; echo "pytest rc $?" >> "$R/pytest.log" ) &
@@ -31,27 +28,7 @@ for t in impl sglang; do
   timeout 150 python3 -c "import json; from harness.bench import soak_fixed; print(json.dumps(soak_fixed(1000, $ms, '$t', 'kv-row-reuse')))" > "/tmp/sw/soak_${t}_${ms}ms.json"
   echo "soak $t rc $?"; cat "/tmp/sw/soak_${t}_${ms}ms.json"
 done
-python3 - <<'PY' > "$R/sweep.json"
-import glob, json, os
-out = {}
-for path in sorted(glob.glob("/tmp/sw/*.json")):
-    name = os.path.basename(path)[:-5]
-    try:
-        d = json.load(open(path))
-    except Exception as e:
-        out[name] = {"error": repr(e)}; continue
-    if "trial_results" in d:
-        kinds = {}
-        for t in d["trial_results"]:
-            if t["divergence"]:
-                kinds[t["divergence"]] = kinds.get(t["divergence"], 0) + 1
-        d = {**{k: d.get(k) for k in ("target", "variant", "outcome", "reproduced", "trials",
-                                         "traced_trials", "stall_ms", "median_trial_ms")},
-             "stale_by_kind": kinds, "sites": len(d["races"]),
-             "first": (d.get("first_divergence") or {}).get("message")}
-    out[name] = d
-print(json.dumps(out, indent=1))
-PY
+python3 tools/h200_runs_summary.py /tmp/sw > "$R/sweep.json"
 cat "$R/sweep.json"
 tar czf "$R/sweep_runs.tgz" -C /tmp sw 2>/dev/null
 wait

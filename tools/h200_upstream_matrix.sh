@@ -7,13 +7,7 @@
 # Usage: tools/h200_upstream_matrix.sh OUTDIR N      (at most 8 files come back)
 set -u
 R=$1; N=$2; mkdir -p "$R"
-rm -rf /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c "import torch,importlib.metadata as m;print('torch',torch.__version__,'sglang',m.version('sglang'),'xgrammar',m.version('xgrammar'))"; } > "$R/env.txt" 2>&1
-cat "$R/env.txt"
+. "$(dirname "$0")/h200_lib.sh"; h200_setup "$R/env.txt"
 ( timeout 420 python3 -m pytest -n 12 -q -rs -p no:cacheprovider --specrace-backend cuda \
     > "$R/pytest.log" 2>&1; echo "pytest rc $?" >> "$R/pytest.log" ) &
 timeout 300 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" \

@@ -322,7 +322,8 @@ MUTATIONS += [
     M("kv-release-whole-row",
       "a finished request's release frees its whole req_to_token row, not the columns it "
       "holds: slot ids a previous owner of the row left in its tail are freed again, and "
-      "two live requests get the same slots",
+      "two live requests get the same slots (on the sglang target: upstream's row and "
+      "allocator)",
       "mem_cache/common.py release_kv_cache", "impl.mem_cache:KVCacheManager.release",
       [("req.pool_idx, req.kv_allocated)", "req.pool_idx, self.req_to_token.shape[1])")],
       KV_REUSE),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import List
 
+from . import BY_NAME as _IMPL
 from . import Mutation
 
 _NGRAM = "sglang.srt.speculative.ngram_info:NgramVerifyInput"
@@ -286,22 +287,10 @@ MUTATIONS: List[Mutation] = [
         "            meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,\n"
         "                                                   prefill=False)\n")],
       KV_REUSE),
-    M("accept-moved-via-req-to-token",
-      "the accepted KV's targets read from req_to_token after read-done instead of the "
-      "verify window (what move_accept_tokens_to_target_kvcache must not do)",
-      "spec_utils.py:894-896", "impl.attention:ToyPagedAttention.commit_accepted",
-      [("        targets = meta.window\n",
-        "        j = torch.arange(accept_index.shape[1], device=meta.n.device)[None, :]\n"
-        "        targets = self.req_to_token[meta.rows].to(torch.int64).gather(\n"
-        "            1, (meta.n[:, None] + j).clamp(max=self.req_to_token.shape[1] - 1))\n")],
-      KV_REUSE),
-    M("kv-release-whole-row",
-      "a finished request's release frees its whole req_to_token row (upstream's row, "
-      "upstream's allocator): slot ids a previous owner left in its tail are freed again, "
-      "and two live requests get the same slots",
-      "mem_cache/common.py release_kv_cache", "impl.mem_cache:KVCacheManager.release",
-      [("req.pool_idx, req.kv_allocated)", "req.pool_idx, self.req_to_token.shape[1])")],
-      KV_REUSE),
+    # the same patches of specrace's pools code (impl.attention, impl.mem_cache), which
+    # both targets run: one definition serves both catalogues
+    _IMPL["accept-moved-via-req-to-token"],
+    _IMPL["kv-release-whole-row"],
     # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
     M("pool-edge-off-by-one",
       "FutureMap sizes its pool-indexed buffers without the padding row (one row short of "
