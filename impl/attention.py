@@ -6,9 +6,10 @@ row again -- that is what lets the forward record shared-read-done right after i
 the schedule stream rewrite rows behind the fine WAR fence:
 
 1. ``init_forward_metadata`` (before read-done): each request's row, up to the batch's
-   largest allocation, and its KV length (``kv_lens``, written by the forward stream
-   alone) -> ``kv_indices`` (the slots of its context) and ``window`` (the slots this step
-   writes: a prefill's prompt positions, a verify's ``D`` draft positions), both private;
+   largest allocation -- translated through the SWA mapping where the pool has one --
+   and its KV length (``kv_lens``, written by the forward stream alone) -> ``kv_indices``
+   (the slots of its context) and ``window`` (the slots this step writes: a prefill's
+   prompt positions, a verify's ``D`` draft positions), both private;
 2. ``attend`` (after read-done): the step's tokens' KV into ``window``, then the context's
    KV through ``kv_indices`` -> per request ``(n, checksum)``, the positions it attended
    to and a positional checksum of the tokens it read there. The host gets it back with
@@ -53,9 +54,12 @@ def checksum(tokens: List[int]) -> int:
 
 # --- the kernels' bodies (looked up when the op runs: a mutation of a body runs) --------
 
-def _metadata_kernel(req_to_token, kv_lens, rows, prefill: bool, kv_indices, n, window):
+def _metadata_kernel(req_to_token, full_to_swa, kv_lens, rows, prefill: bool, kv_indices, n,
+                     window):
     cols = kv_indices.shape[1]
-    kv_indices.copy_(req_to_token[rows, :cols])
+    slots = req_to_token[rows, :cols]
+    # a hybrid SWA pool: the KV lives in the SWA slot each full slot is paired with
+    kv_indices.copy_(slots if full_to_swa is None else full_to_swa[slots.to(torch.int64)])
     # a prefill's row is new: nothing written yet, whatever the row's last owner left
     n.copy_(torch.zeros_like(n) if prefill else kv_lens[rows])
     at = (n[:, None] + torch.arange(window.shape[1], device=rows.device)[None, :])
@@ -89,7 +93,8 @@ def _commit_kernel(kv_buffer, kv_lens, rows, window, targets, n, accept_index, a
 
 
 _LIB = torch.library.Library("specrace", "FRAGMENT")
-_LIB.define("attn_metadata(Tensor req_to_token, Tensor kv_lens, Tensor rows, bool prefill, "
+_LIB.define("attn_metadata(Tensor req_to_token, Tensor? full_to_swa, Tensor kv_lens, "
+            "Tensor rows, bool prefill, "
             "Tensor(a!) kv_indices, Tensor(b!) n, Tensor(c!) window) -> ()")
 _LIB.define("toy_attention(Tensor(a!) kv_buffer, Tensor window, Tensor tokens, Tensor? lens, "
             "Tensor kv_indices, Tensor upto, Tensor(b!) out) -> ()")
@@ -119,8 +124,9 @@ class ToyPagedAttention:
         kv_indices = torch.empty((bs, cols), dtype=torch.int64, device=device)
         n = torch.empty((bs,), dtype=torch.int64, device=device)
         window = torch.empty((bs, width), dtype=torch.int64, device=device)
-        torch.ops.specrace.attn_metadata(self.req_to_token, self.kv.kv_lens, rows, prefill,
-                                         kv_indices, n, window)
+        torch.ops.specrace.attn_metadata(self.req_to_token, self.kv.full_to_swa,
+                                         self.kv.kv_lens, rows, prefill, kv_indices, n,
+                                         window)
         return ForwardMetadata(rows, kv_indices, n, window)
 
     def attend(self, meta: ForwardMetadata, tokens: torch.Tensor, lens, upto: torch.Tensor

@@ -60,10 +60,49 @@ class TokenToKVPoolAllocator:
         self.free_pages = torch.cat((self.free_pages, free_index))
 
 
+class SWATokenToKVPoolAllocator:
+    """Upstream's allocator for hybrid sliding-window models (page size 1), mirrored: a
+    full slot and an SWA slot per token from two allocators, paired by
+    ``full_to_swa_index_mapping`` on the device. ``alloc`` writes the mapping and
+    ``free`` reads and clears it (upstream: ``free_swa`` then ``free_full``) -- writes to
+    a buffer every forward reads, made on the schedule stream, a finished request's free
+    among them during result processing. The KV data lives in SWA slots; attention
+    translates its row's full slots through the mapping. (No sliding-window eviction:
+    the window is longer than any context here.)"""
+
+    def __init__(self, size: int, size_swa: int, device) -> None:
+        self.full = TokenToKVPoolAllocator(size, device)
+        self.swa = TokenToKVPoolAllocator(size_swa, device)
+        self.full_to_swa_index_mapping = torch.zeros((size + 1,), dtype=torch.int64,
+                                                     device=device)
+
+    def available_size(self) -> int:
+        return min(self.full.available_size(), self.swa.available_size())
+
+    def alloc(self, need_size: int):
+        if need_size > self.available_size():
+            return None
+        full, swa = self.full.alloc(need_size), self.swa.alloc(need_size)
+        self.full_to_swa_index_mapping[full] = swa
+        return full
+
+    def free(self, free_index: torch.Tensor) -> None:
+        if free_index.numel() == 0:
+            return
+        swa = self.full_to_swa_index_mapping[free_index]
+        self.full_to_swa_index_mapping.index_fill_(0, free_index, 0)
+        self.swa.free(swa)
+        self.full.free(free_index)
+
+
 class ToyKVPool:
-    def __init__(self, size: int, rows: int, device) -> None:
+    """The KV data: one token id per slot (an SWA slot where the allocator pairs them,
+    whose ``full_to_swa_index_mapping`` the attention translates through)."""
+
+    def __init__(self, size: int, rows: int, device, full_to_swa=None) -> None:
         self.kv_buffer = torch.zeros((size + 1,), dtype=torch.int64, device=device)
         self.kv_lens = torch.zeros((rows,), dtype=torch.int64, device=device)
+        self.full_to_swa = full_to_swa
 
 
 # --- the schedule stream's write: one kernel, as upstream's ``assign_req_to_token_pool``

@@ -14,8 +14,8 @@ from typing import Any, Deque, List, Optional, Tuple
 
 import torch
 
-from .mem_cache import (KVCacheManager, ReqToTokenPool, TokenToKVPoolAllocator,
-                        ToyKVPool)
+from .mem_cache import (KVCacheManager, ReqToTokenPool, SWATokenToKVPoolAllocator,
+                        TokenToKVPoolAllocator, ToyKVPool)
 from .memory import staged
 from .spec_info import NgramVerifyInput
 
@@ -59,10 +59,16 @@ def admit_waiting(waiting: Deque[Req], free_slots: List[int], limit: int,
 
 def build_kv_cache(args: "ServerArgs", device) -> Tuple[KVCacheManager, ToyKVPool]:
     """The pools of a server (impl's own classes; the sglang target builds upstream's
-    where its release has them)."""
+    where its release has them): ``kv_layout`` "full", or "swa" (slots paired with SWA
+    slots through a mapping, as a hybrid sliding-window model's)."""
     pool = ReqToTokenPool(args.req_pool_size, args.context_len, device)
-    kv_pool = ToyKVPool(args.kv_pool_size, args.req_pool_size, device)
-    allocator = TokenToKVPoolAllocator(args.kv_pool_size, device)
+    if args.kv_layout == "swa":
+        allocator = SWATokenToKVPoolAllocator(args.kv_pool_size, args.kv_pool_size, device)
+        kv_pool = ToyKVPool(args.kv_pool_size, args.req_pool_size, device,
+                            allocator.full_to_swa_index_mapping)
+    else:
+        allocator = TokenToKVPoolAllocator(args.kv_pool_size, device)
+        kv_pool = ToyKVPool(args.kv_pool_size, args.req_pool_size, device)
     # made on the loading stream: every stream uses them from now on (as the weights)
     torch.get_device_module(device).synchronize()
     return KVCacheManager(pool, allocator, args.draft_token_num), kv_pool

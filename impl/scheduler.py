@@ -43,6 +43,7 @@ WAR_BARRIERS = ("fine", "coarse")
 # "eagle": a device drafter builds the tree; "dspark": the sglang target only
 SPEC_ALGORITHMS = ("ngram", "eagle", "dspark")
 RAGGED_VERIFY_MODES = ("static", "compact", "cap-accept")
+KV_LAYOUTS = ("full", "swa")
 
 
 @dataclass
@@ -74,6 +75,7 @@ class ServerArgs:
     # go to waiting ones within a run.
     kv_pool_size: int = 4096
     context_len: int = 256
+    kv_layout: str = "full"  # "swa": KV slots paired with SWA slots by a device mapping
 
     def validate(self) -> None:
         if self.relay not in RELAY_MODES:
@@ -94,6 +96,8 @@ class ServerArgs:
             raise ValueError("kv_pool_size must be in 1..1048576")
         if not 8 <= self.context_len <= 4096:
             raise ValueError("context_len must be in 8..4096")
+        if self.kv_layout not in KV_LAYOUTS:
+            raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}")
 
 
 class Scheduler:

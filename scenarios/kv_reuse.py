@@ -9,7 +9,9 @@ have gathered that row. The forward stream is stalled before its attention gathe
 ``req_to_token``; only the WAR barrier orders the schedule stream's rewrite after the
 gather. It is stalled again after it records shared-read-done: a read of the pools
 after that point (read-done recorded too early, a later re-read of a row) is then late
-too. The KV oracle judges what every forward's attention read.
+too. The KV oracle judges what every forward's attention read. Variant ``swa`` pairs the
+slots with SWA slots through a device mapping (a hybrid sliding-window model's pool),
+which the free of a finished request clears during result processing.
 """
 import dataclasses
 
@@ -33,7 +35,17 @@ KV_ROW_REUSE = Scenario(
     workload=kv_reuse_workload,
     stalls=lambda ms: [StallAt("forward.before_attn_metadata", ms),
                        StallAt("forward.after_read_done", ms)],
-    variants={"fixed": {}, "no-war-barrier": {"mutation": "war-barrier-removed"}},
+    variants={"fixed": {}, "no-war-barrier": {"mutation": "war-barrier-removed"},
+              # a hybrid sliding-window pool: freeing a finished request's slots clears
+              # their SWA mapping during result processing, which the barrier right after
+              # each launch (#31687) orders after the in-flight forward's translate
+              "swa": {"kv_layout": "swa"},
+              # a device drafter before the target's verify (EAGLE-style): two runners
+              # publish read-done; the barrier must take the target's
+              "eagle": {"spec_algorithm": "eagle"},
+              "swa-barrier-at-loop-top": {"kv_layout": "swa",
+                                          "mutation": "war-barrier-at-loop-top"}},
     default_variant="fixed",
-    expect={("fixed", None): "clean", ("no-war-barrier", None): "race"},
+    expect={("fixed", None): "clean", ("no-war-barrier", None): "race", ("swa", None): "clean", ("eagle", None): "clean",
+            ("swa-barrier-at-loop-top", None): "race"},
 )

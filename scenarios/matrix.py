@@ -53,6 +53,10 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     # before its attention gathers req_to_token and after it records read-done
     Probe("kv-reuse", "kv-row-reuse", "fixed", "eager"),
     Probe("kv-reuse-lazy", "kv-row-reuse", "fixed", "lazy"),
+    Probe("kv-reuse-swa", "kv-row-reuse", "swa", "eager"),
+    Probe("kv-reuse-swa-lazy", "kv-row-reuse", "swa", "lazy"),
+    Probe("kv-reuse-eagle", "kv-row-reuse", "eagle", "eager"),
+    Probe("kv-reuse-eagle-lazy", "kv-row-reuse", "eagle", "lazy"),
     # the DSpark slice (sglang target) in its ordering configurations, clean as released:
     # the ring with CPU seq lens, the readback with the eager accept
     Probe("dspark-ring", "dspark-confidence-ring", "cpu-seq-lens", "eager", seeds=(0, 1)),

@@ -52,6 +52,7 @@ SEED = ("seed-eager", "seed-lazy", "seed-stall")
 GRAMMAR = ("grammar-ngram", "grammar-eagle")
 SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
 KV_REUSE = ("kv-reuse", "kv-reuse-lazy")
+KV_REUSE_SWA = ("kv-reuse-swa", "kv-reuse-swa-lazy")
 KV_REUSE_AFTER_READ_DONE = KV_REUSE
 
 MUTATIONS: List[Mutation] = [
@@ -299,6 +300,18 @@ MUTATIONS += [
         '        else:\n'
         '            self.schedule_stream.wait_stream(self.forward_stream)', "        pass")],
       KV_REUSE),
+    M("war-barrier-at-loop-top",
+      "the WAR barrier at the loop's top (before #31687): result processing after a launch "
+      "-- a finished request's free clears its SWA mapping -- is not fenced behind the "
+      "just-launched forward's reads",
+      "PR #31687", "impl.scheduler:Scheduler.step",
+      [("                result = self.run_batch(batch)\n"
+        "                self._apply_war_barrier()\n",
+        "                result = self.run_batch(batch)\n"),
+       ("            batch = self.get_next_batch_to_run()\n",
+        "            self._apply_war_barrier()\n"
+        "            batch = self.get_next_batch_to_run()\n")],
+      KV_REUSE_SWA),
     M("read-done-before-metadata",
       "shared-read-done recorded before the attention gathers req_to_token (the fine "
       "fence then covers none of the forward's reads of the pools)",

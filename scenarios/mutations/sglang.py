@@ -26,6 +26,7 @@ SEED = ("seed-eager", "seed-lazy", "seed-stall")
 GRAMMAR = ("grammar-ngram", "grammar-eagle")
 SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
 KV_REUSE = ("kv-reuse", "kv-reuse-lazy")
+KV_REUSE_SWA = ("kv-reuse-swa", "kv-reuse-swa-lazy")
 # the DSpark slice, in the release's ordering configurations (clean as shipped)
 DSPARK_RING = ("dspark-ring", "dspark-ring-lazy", "dspark-ring-random", "dspark-ring-fixed")
 DSPARK_RELAY = ("dspark-readback", "dspark-ring")
@@ -276,6 +277,17 @@ MUTATIONS: List[Mutation] = [
         "            self.schedule_stream.wait_stream(self.forward_stream)\n",
         "        pass\n")],
       KV_REUSE),
+    M("war-barrier-at-loop-top",
+      "event_loop_overlap applies the WAR barrier at the loop's top, as before #31687: "
+      "result processing after a launch -- a finished request's free clears its SWA "
+      "mapping -- is not fenced behind the just-launched forward's reads",
+      "PR #31687", f"{_SCHED}.event_loop_overlap",
+      [("                # Fence result processing behind this forward's shared reads.\n"
+        "                self._apply_war_barrier()\n", ""),
+       ("            # Receive requests\n",
+        "            self._apply_war_barrier()\n"
+        "            # Receive requests\n")],
+      KV_REUSE_SWA),
     M("read-done-before-metadata",
       "the toy verify records shared-read-done before its attention gathers req_to_token: "
       "upstream's fine fence then covers none of the forward's reads of the pools",
@@ -287,6 +299,16 @@ MUTATIONS: List[Mutation] = [
         "            meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,\n"
         "                                                   prefill=False)\n")],
       KV_REUSE),
+    M("read-done-from-draft-runner",
+      "the step's read-done taken from the draft runner, not the target's (the step's last "
+      "shared-buffer reader): the barrier waits for the draft, the target's attention "
+      "gathers the pools after it unfenced",
+      "PR #34052 (last_shared_read_runner)", "targets.sglang.worker:ToyNgramWorker.__init__",
+      [("        self._init_shared_read()\n",
+        "        self._init_shared_read()\n"
+        "        if self.draft_runner is not None:\n"
+        "            self.last_shared_read_runner = self.war_fastpath_runner = self.draft_runner\n")],
+      ("kv-reuse-eagle", "kv-reuse-eagle-lazy")),
     # the same patches of specrace's pools code (impl.attention, impl.mem_cache), which
     # both targets run: one definition serves both catalogues
     _IMPL["accept-moved-via-req-to-token"],

@@ -4,7 +4,9 @@
 rewrites; its ``req_generation`` is what the confidence relay tells row reuse by) and
 ``TokenToKVPoolAllocator`` (page size 1: ``alloc`` slices and ``free`` concatenates the
 device tensor ``free_pages``, on the schedule stream) are upstream's, constructed as the
-server does. Where a release's constructors differ, specrace's mirrors of them
+server does. The SWA layout (``kv_layout="swa"``) pairs slots through specrace's mirror
+of upstream's ``SWATokenToKVPoolAllocator`` (upstream's needs a hybrid model's SWA KV
+pool and GPU kernels), over upstream's rows. Where a release's constructors differ, specrace's mirrors of them
 (``impl.mem_cache``) stand in, and ``origin`` says so (``specrace list --target sglang``,
 each report's target info).
 
@@ -33,8 +35,14 @@ def _upstream_pools(args, device) -> Tuple[Any, Any]:
                           device=str(device), enable_memory_saver=False)
     if tuple(pool.req_to_token.shape) != (args.req_pool_size, args.context_len):
         raise TypeError(f"ReqToTokenPool made rows {tuple(pool.req_to_token.shape)}")
-    allocator = TokenToKVPoolAllocator(args.kv_pool_size, torch.int64, str(device), None,
-                                       need_sort=False)
+    if args.kv_layout == "swa":
+        # upstream's SWA allocator needs DSV4/GPT-OSS's SWA KV pool and its GPU kernels:
+        # specrace's mirror of it, over upstream's rows
+        allocator = mem_cache.SWATokenToKVPoolAllocator(args.kv_pool_size, args.kv_pool_size,
+                                                        device)
+    else:
+        allocator = TokenToKVPoolAllocator(args.kv_pool_size, torch.int64, str(device), None,
+                                           need_sort=False)
     return pool, allocator
 
 
@@ -71,9 +79,13 @@ def build_pools(args, device) -> Pools:
     except (ImportError, AttributeError, TypeError):
         pool = mem_cache.ReqToTokenPool(args.req_pool_size, args.context_len, dev)
         pool.req_generation = torch.zeros((args.req_pool_size,), dtype=torch.int64)
-        allocator = mem_cache.TokenToKVPoolAllocator(args.kv_pool_size, dev)
+        allocator = (mem_cache.SWATokenToKVPoolAllocator(args.kv_pool_size, args.kv_pool_size,
+                                                         dev)
+                     if args.kv_layout == "swa"
+                     else mem_cache.TokenToKVPoolAllocator(args.kv_pool_size, dev))
         origin = "specrace"
-    kv = mem_cache.ToyKVPool(args.kv_pool_size, args.req_pool_size, dev)
+    kv = mem_cache.ToyKVPool(args.kv_pool_size, args.req_pool_size, dev,
+                             getattr(allocator, "full_to_swa_index_mapping", None))
     # made on the loading stream: every stream uses them from now on
     torch.get_device_module(dev).synchronize()
     return Pools(pool, allocator, mem_cache.KVCacheManager(pool, allocator,

@@ -136,6 +136,22 @@ class SharedReadRunner:
         fault_point("forward.after_read_done")
 
 
+class DraftRunner:
+    """The device drafter's runner (the EAGLE-style path). Every upstream runner publishes
+    read-done of its own; the scheduler's barrier must take the one of the step's *last*
+    shared-buffer reader (``last_shared_read_runner``) -- here the target, whose attention
+    gathers the pools after the draft."""
+
+    def __init__(self, mod) -> None:
+        self.mod = mod
+        self.shared_read_done_event = self.war_fastpath_read_done_event = None
+
+    def publish_read_done(self) -> None:
+        event = self.mod.Event()
+        event.record()
+        self.shared_read_done_event = self.war_fastpath_read_done_event = event
+
+
 class ToyNgramWorker(SharedReadRunner):
     """Stands in for upstream's NGRAMWorker + target worker, shaped like them.
 
@@ -160,6 +176,7 @@ class ToyNgramWorker(SharedReadRunner):
         # decode graph runner's are (``return_hidden_states`` runs: the readback of them)
         self.verify_graphs = verify_graphs
         self.attn = attention  # the toy paged attention over the memory pools
+        self.draft_runner = DraftRunner(self.mod) if device_drafted else None
         self._init_shared_read()
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
@@ -262,6 +279,7 @@ class ToyNgramWorker(SharedReadRunner):
         last = (spec.accept_lens.to(torch.int64) - 1).clamp(min=0).view(bs, 1)
         roots = spec.accept_tokens.view(bs, D).to(torch.int64).gather(1, last).view(bs)
         drafts, next_token, next_sibling = draft_tree(roots, self.D, self.model.vocab_size)
+        self.draft_runner.publish_read_done()
         fault_point("forward.after_draft")
         tree = None
         if batch.has_grammar:

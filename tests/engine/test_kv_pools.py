@@ -18,11 +18,12 @@ from impl import mem_cache
 from impl.attention import checksum
 from impl.schedule_batch import Req
 from scenarios.matrix import PROBES, run_probe
-from scenarios.mutations import BY_NAME, KV_REUSE
+from scenarios.mutations import BY_NAME
 from scenarios.registry import get
 
-POOL_MUTATIONS = ("war-barrier-removed", "read-done-before-metadata",
-                  "accept-moved-via-req-to-token", "kv-release-whole-row")
+POOL_MUTATIONS = ("war-barrier-removed", "war-barrier-at-loop-top",
+                  "read-done-before-metadata", "accept-moved-via-req-to-token",
+                  "kv-release-whole-row")
 
 
 def test_allocator_hands_out_each_slot_once_and_takes_frees_back():
@@ -108,10 +109,12 @@ def test_rows_and_slots_are_reused_within_a_run():
 
 @pytest.mark.parametrize("policy", ["eager", "lazy", "stall(forward)", "random(1)", "pct(2,3)"])
 @pytest.mark.parametrize("fence", ["fine", "coarse"])
-def test_fixed_code_is_clean_on_reused_pools(policy, fence):
+@pytest.mark.parametrize("layout", ["full", "swa"])
+def test_fixed_code_is_clean_on_reused_pools(policy, fence, layout):
     sc = get("kv-row-reuse")
     wl = sc.workload(0)
-    res = run_trial("sim", parse_policy(policy), wl, server_args(wl, {"war_barrier": fence}),
+    res = run_trial("sim", parse_policy(policy), wl,
+                    server_args(wl, {"war_barrier": fence, "kv_layout": layout}),
                     sc.stalls(None))
     assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
     assert res.checked > 50  # every launch's attention read was judged
@@ -120,13 +123,25 @@ def test_fixed_code_is_clean_on_reused_pools(policy, fence):
 @pytest.mark.parametrize("name", POOL_MUTATIONS)
 def test_each_pool_bug_is_killed_on_every_seed_of_its_probes(name):
     m = BY_NAME[name]
-    assert m.probes == KV_REUSE
+    assert m.probes and all(PROBES[p].scenario == "kv-row-reuse" for p in m.probes)
     for probe in m.probes:
         for seed in PROBES[probe].seeds:
             killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe],
                                                                     seeds=(seed,)),
                                                "sim", m)
             assert killed, (name, probe, seed, detail)
+
+
+def test_swa_allocator_pairs_slots_and_clears_the_mapping_on_free():
+    a = mem_cache.SWATokenToKVPoolAllocator(6, 4, "cpu")
+    full = a.alloc(3)
+    m = a.full_to_swa_index_mapping
+    assert full.tolist() == [1, 2, 3] and m[full].tolist() == [1, 2, 3]
+    assert a.alloc(2) is None  # the SWA side holds only one more
+    a.free(full[1:])
+    assert m[full].tolist() == [1, 0, 0] and a.available_size() == 3
+    again = a.alloc(3)
+    assert sorted(m[again].tolist()) == [2, 3, 4] and 0 not in m[again].tolist()
 
 
 def test_the_barrier_removed_reads_a_row_rewritten_under_the_forward():

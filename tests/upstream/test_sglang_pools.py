@@ -48,7 +48,7 @@ def test_released_code_is_clean_on_reused_pools(policy):
     assert res.checked > 50
 
 
-@pytest.mark.parametrize("name", POOL_MUTATIONS)
+@pytest.mark.parametrize("name", POOL_MUTATIONS + ("read-done-from-draft-runner",))
 def test_each_pool_bug_is_killed_on_every_seed_of_its_probes(name):
     m = get_mutation("sglang", name)
     for probe in m.probes:
@@ -59,13 +59,15 @@ def test_each_pool_bug_is_killed_on_every_seed_of_its_probes(name):
             assert killed, (name, probe, seed, detail)
 
 
-def test_the_barrier_mutation_patches_upstreams_own_barrier():
+@pytest.mark.parametrize("name,method", [("war-barrier-removed", "_apply_war_barrier"),
+                                         ("war-barrier-at-loop-top", "event_loop_overlap")])
+def test_the_barrier_mutations_patch_upstreams_own_code(name, method):
     import targets
     targets.get("sglang")
     from targets.sglang import upstream
-    m = get_mutation("sglang", "war-barrier-removed")
-    assert m.target == "sglang.srt.managers.scheduler:Scheduler._apply_war_barrier"
-    before = inspect.getattr_static(upstream.Scheduler, "_apply_war_barrier")
+    m = get_mutation("sglang", name)
+    assert m.target == f"sglang.srt.managers.scheduler:Scheduler.{method}"
+    before = inspect.getattr_static(upstream.Scheduler, method)
     with m.applied():
-        assert inspect.getattr_static(upstream.Scheduler, "_apply_war_barrier") is not before
-    assert inspect.getattr_static(upstream.Scheduler, "_apply_war_barrier") is before
+        assert inspect.getattr_static(upstream.Scheduler, method) is not before
+    assert inspect.getattr_static(upstream.Scheduler, method) is before
