@@ -265,6 +265,10 @@ class Scheduler:
             else:
                 result = self.worker.forward_decode(batch)
             self._relay_forward_payload(fi, result)
+            # A request whose finish a synchronous step processed before this launch is
+            # in it with its KV already released (as upstream's loop launches it): what
+            # its attention reads is no longer its own, and the KV oracle does not judge it
+            result.released_at_launch = [r.finished for r in batch.reqs]
             result.copy_done = self.mod.Event()
             self.copy_stream.wait_stream(fwd)
             with self.mod.stream(self.copy_stream):
@@ -313,8 +317,9 @@ class Scheduler:
         kv_checks = result.kv_check.tolist()
         D = result.stride
         for i, req in enumerate(reqs):
-            observe("kv_context", req=req, step=steps[i], n=kv_checks[i][0],
-                    checksum=kv_checks[i][1], past_finish=req.finished)
+            if not result.released_at_launch[i]:  # (see run_batch)
+                observe("kv_context", req=req, step=steps[i], n=kv_checks[i][0],
+                        checksum=kv_checks[i][1], past_finish=req.finished)
             if req.finished:
                 continue  # it ran one step past its finish under overlap; drop that step
             accepted = tokens[i * D: i * D + lens[i]]

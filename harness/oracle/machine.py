@@ -57,6 +57,7 @@ SMALL_POOLS = [4, 3, 2]  # every program wraps around (``SmallPoolEngineMachine`
 # once -- freed slots go to waiting requests within the program
 KV_POOL_SIZES = [4096, 72, 96, 128]
 SMALL_KV_POOLS = [72, 96, 128]
+KV_LAYOUTS = ["full", "swa"]  # plain slots; slots paired with SWA slots by a mapping
 MAX_REQUESTS = 12  # arrivals per program: enough to wrap the small pools several times
 STALL_POINTS = ["forward.after_read_done", "forward.before_verify", "future_map.before_stash",
                 "forward.before_attn_metadata"]
@@ -77,8 +78,9 @@ class EngineMachine(RuleBasedStateMachine):
         self.sched = None
 
     @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
-                pool=st.sampled_from(POOL_SIZES), kv=st.sampled_from(KV_POOL_SIZES))
-    def start(self, policy: str, draft: int, pool: int, kv: int) -> None:
+                pool=st.sampled_from(POOL_SIZES), kv=st.sampled_from(KV_POOL_SIZES),
+                layout=st.sampled_from(KV_LAYOUTS))
+    def start(self, policy: str, draft: int, pool: int, kv: int, layout: str = "full") -> None:
         from impl.scheduler import ServerArgs
         self.target_name = self.target or os.environ.get("SPECRACE_TARGET", "impl")
         self.tgt = targets.get(self.target_name)
@@ -87,7 +89,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.rt = self.stack.enter_context(open_runtime(self.backend, pol))
         self.args = ServerArgs(draft_token_num=draft, relay=self.relay,
                                war_barrier=self.war_barrier, req_pool_size=pool,
-                               kv_pool_size=kv)
+                               kv_pool_size=kv, kv_layout=layout)
         self.gb = grammar_backend(self.target_name) if self.schemas else None
         self.stack.enter_context(self.tgt.variant(self.args))
         with self._engine():
@@ -207,9 +209,10 @@ class SmallPoolEngineMachine(EngineMachine):
     rows and slots are reused in each."""
 
     @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
-                pool=st.sampled_from(SMALL_POOLS), kv=st.sampled_from(SMALL_KV_POOLS))
-    def start(self, policy: str, draft: int, pool: int, kv: int) -> None:
-        super().start(policy, draft, pool, kv)
+                pool=st.sampled_from(SMALL_POOLS), kv=st.sampled_from(SMALL_KV_POOLS),
+                layout=st.sampled_from(KV_LAYOUTS))
+    def start(self, policy: str, draft: int, pool: int, kv: int, layout: str = "full") -> None:
+        super().start(policy, draft, pool, kv, layout)
 
 
 class PrefixEngineMachine(EngineMachine):

@@ -132,7 +132,7 @@ class Intake:
         kv_checks = result.specrace_kv_check.tolist() if result.specrace_kv_check is not None \
             else None
         for i, req in enumerate(reqs):
-            if kv_checks is not None:
+            if kv_checks is not None and not result.specrace_released[i]:
                 observe("kv_context", req=req, step=steps[i], n=kv_checks[i][0],
                         checksum=kv_checks[i][1], past_finish=req.done)
             if req.done:

@@ -95,6 +95,9 @@ def finish_result(result, batch, draft_token_num: int, kv_check=None):
         result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
                                   stride)
     result.specrace_kv_check = kv_check
+    # a request whose finish a synchronous step processed before this launch rides in it
+    # with its KV released: the KV oracle does not judge what its attention read
+    result.specrace_released = [r.done for r in batch.reqs]
     # the wrapper reaches the result through a weak reference: a closure over it would
     # make a reference cycle, and when its storages are freed (a trace record) would then
     # depend on when the garbage collector runs -- the same seed must give the same trace
