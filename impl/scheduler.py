@@ -28,13 +28,13 @@ import torch
 
 from harness.faults import ask, fault_point, observe
 
+from .attention import ToyPagedAttention
 from .graph_runner import VerifyGraphRunner, graphs_supported
 from .memory import mark_used_on
 from .model import ToyTargetModel
-from .attention import ToyPagedAttention
 from .ngram import NgramProposer
-from .schedule_batch import Req, ScheduleBatch, admit_waiting, build_kv_cache, stage_prompts
 from .overlap import FutureMap, RelayPayload
+from .schedule_batch import Req, ScheduleBatch, admit_waiting, build_kv_cache, stage_prompts
 from .spec_info import RELAY_MODES, NgramVerifyInput
 from .vocab import EOS_ID
 from .worker import GenerationBatchResult, NgramWorker
