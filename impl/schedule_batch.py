@@ -18,6 +18,7 @@ from .mem_cache import (KVCacheManager, ReqToTokenPool, SWATokenToKVPoolAllocato
                         TokenToKVPoolAllocator, ToyKVPool)
 from .memory import staged
 from .spec_info import NgramVerifyInput
+from .vocab import EOS_ID
 
 
 @dataclass
@@ -72,6 +73,18 @@ def build_kv_cache(args: "ServerArgs", device) -> Tuple[KVCacheManager, ToyKVPoo
     # made on the loading stream: every stream uses them from now on (as the weights)
     torch.get_device_module(device).synchronize()
     return KVCacheManager(pool, allocator, args.draft_token_num), kv_pool
+
+
+def accept_tokens(req, tokens: List[int]) -> bool:
+    """Commit a step's accepted tokens to ``req`` (advancing its grammar): True when it
+    finished on one of them (EOS or its budget) -- the rest of the step is dropped."""
+    for tok in tokens:
+        req.output_ids.append(tok)
+        if req.grammar is not None and not req.grammar.is_terminated():
+            req.grammar.accept_token(tok)
+        if tok == EOS_ID or len(req.output_ids) >= req.max_new_tokens:
+            return True
+    return False
 
 
 def stage_prompts(reqs: List[Any], device) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -34,9 +34,9 @@ from .memory import mark_used_on
 from .model import ToyTargetModel
 from .ngram import NgramProposer
 from .overlap import FutureMap, RelayPayload
-from .schedule_batch import Req, ScheduleBatch, admit_waiting, build_kv_cache, stage_prompts
+from .schedule_batch import (Req, ScheduleBatch, accept_tokens, admit_waiting, build_kv_cache,
+                             stage_prompts)
 from .spec_info import RELAY_MODES, NgramVerifyInput
-from .vocab import EOS_ID
 from .worker import GenerationBatchResult, NgramWorker
 
 WAR_BARRIERS = ("fine", "coarse")
@@ -330,13 +330,8 @@ class Scheduler:
             self._commit(req, accepted)
 
     def _commit(self, req: Req, tokens: List[int]) -> None:
-        for tok in tokens:
-            req.output_ids.append(tok)
-            if req.grammar is not None and not req.grammar.is_terminated():
-                req.grammar.accept_token(tok)
-            if tok == EOS_ID or len(req.output_ids) >= req.max_new_tokens:
-                self._finish(req)
-                return
+        if accept_tokens(req, tokens):
+            self._finish(req)
 
     def _finish(self, req: Req) -> None:
         req.finished = True

@@ -41,8 +41,7 @@ import torch
 
 from harness.faults import ask, fault_point, observe
 from impl.model import ToyTargetModel
-from impl.schedule_batch import admit_waiting, stage_prompts
-from impl.vocab import EOS_ID
+from impl.schedule_batch import accept_tokens, admit_waiting, stage_prompts
 
 from . import upstream
 from .scheduler_object import build_scheduler
@@ -315,14 +314,9 @@ class UpstreamLoop:
         return batch
 
     def commit(self, req, tokens: List[int]) -> None:
-        for tok in tokens:
-            req.output_ids.append(tok)
-            if req.grammar is not None and not req.grammar.is_terminated():
-                req.grammar.accept_token(tok)
-            if tok == EOS_ID or len(req.output_ids) >= req.max_new_tokens:
-                req.done = True
-                self.kv_cache.release(req)  # release_kv_cache: slots first, then the row
-                self.free_slots.append(req.pool_idx)
-                self.finished.append(req)
-                return
+        if accept_tokens(req, tokens):
+            req.done = True
+            self.kv_cache.release(req)  # release_kv_cache: slots first, then the row
+            self.free_slots.append(req.pool_idx)
+            self.finished.append(req)
 
