@@ -26,6 +26,12 @@ def poisoned_empty(shape, stride, dtype) -> torch.Tensor:
     return poison_fill(torch.empty_strided(shape, stride, dtype=dtype))
 
 
+# (cls, size, strides, storage_offset, memory_format, dtype, layout, device): positional,
+# as torch's argument parser takes them fastest -- a wrapper is made for every op.
+_wrapper = torch.Tensor._make_wrapper_subclass
+_STRIDED = torch.strided
+
+
 class SimTensor(torch.Tensor):
     """A tensor on the simulated device. ``_buf`` is its (CPU) device memory."""
 
@@ -35,9 +41,8 @@ class SimTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, buf: torch.Tensor, sid: int):
-        r = torch.Tensor._make_wrapper_subclass(
-            cls, buf.size(), strides=buf.stride(), storage_offset=buf.storage_offset(),
-            dtype=buf.dtype, device=SIM, requires_grad=False)
+        r = _wrapper(cls, buf.size(), buf.stride(), buf.storage_offset(), None, buf.dtype,
+                     _STRIDED, SIM)
         r._buf = buf
         r._sid = sid
         return r
@@ -88,6 +93,21 @@ def new_storage(dev, shape, stride, dtype, frame, op: Optional[str] = None) -> S
 
 def adopt(dev, result: torch.Tensor, frame) -> SimTensor:
     """A kernel result computed at once (the idle-stream fast path), moved into a block."""
+    if result.storage_offset() == 0 and result.is_contiguous():
+        # Most results: the layout is the result's own, known here without asking the
+        # block's view for it again.
+        shape, stride, dtype = result.shape, result.stride(), result.dtype
+        buf, owner = dev.allocator.storage(shape, stride, dtype, frame, poison=False,
+                                           n=result.numel(), dense=True)
+        if owner is None:
+            return _owned(buf, None)
+        buf.copy_(result)
+        t = _wrapper(SimTensor, shape, stride, 0, None, dtype, _STRIDED, SIM)
+        t._buf = buf
+        t._sid = owner.sid
+        t._acc = owner.access
+        t._owner = owner
+        return t
     return _owned(*dev.allocator.adopt(result, frame))
 
 
