@@ -30,7 +30,7 @@ from .allocator import poison_fill
 from .device import current_device
 from .launch import launch
 from .tensor import (SimTensor, access, alias, new_storage, note_record_stream,
-                     poisoned_empty, unwrap)
+                     poisoned_empty, unwrap, unwrap_call)
 
 aten = torch.ops.aten
 _CPU = torch.device("cpu")
@@ -85,7 +85,8 @@ class SimBackend(ops.Backend):
         return self_
 
     def view(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
-        out = op.func(*unwrap(args), **unwrap(kwargs))
+        bargs, bkwargs = unwrap_call(args, kwargs)
+        out = op.func._op(*bargs, **bkwargs)  # (``OpOverload.__call__``'s own call)
         owner = op.effects.return_alias
         base = (args[owner[0]] if type(owner[0]) is int else kwargs.get(owner[0])) \
             if owner and owner[0] is not None else None

@@ -53,7 +53,8 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         # exactly as a queued one would be.
         try:
             bargs, bkwargs = unwrap_call(args, kwargs)
-            result = func(*bargs, **bkwargs)
+            # ``func._op`` is what ``OpOverload.__call__`` calls: one Python frame less
+            result = func._op(*bargs, **bkwargs)
         except Exception as exc:
             # A kernel failing on its *data* (an out-of-range gather index) is a device-side
             # error: CUDA reports it at the next sync, not at the launch, on every schedule.
@@ -66,10 +67,18 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
                 raise
             idle = False
         if idle:
-            new: List[SimTensor] = []
-            outs = _wrap_outputs(dev, result, args, kwargs, op.effects, frame, new)
-            _name_storages(dev, new, name, frame, writes)
-            _enqueue_executed(dev, OpRecord(stream.sid, name, reads, writes, frame))
+            alias_of = op.effects.return_alias
+            if type(result) is torch.Tensor and (not alias_of or alias_of[0] is None):
+                # one fresh output, most kernels: ``_wrap_outputs`` and ``_name_storages``
+                # for that case alone
+                outs = adopt(dev, result, frame)
+                dev.trace.storage_sites[outs._sid] = (name, result.dtype, result.shape, frame)
+                writes.append(access(outs))
+            else:
+                new: List[SimTensor] = []
+                outs = _wrap_outputs(dev, result, args, kwargs, op.effects, frame, new)
+                _name_storages(dev, new, name, frame, writes)
+            _enqueue_executed(dev, stream, OpRecord(stream.sid, name, reads, writes, frame))
             return outs
 
     new = []
@@ -97,9 +106,8 @@ def _name_storages(dev, new, op_name: str, frame, writes: list) -> None:
         writes.append(access(o))
 
 
-def _enqueue_executed(dev, op: OpRecord) -> None:
-    """Enqueue an op whose effect already happened (the idle-stream fast path)."""
-    s = dev.streams[op.stream]
+def _enqueue_executed(dev, s, op: OpRecord) -> None:
+    """Enqueue an op whose effect already happened on ``s`` (the idle-stream fast path)."""
     # The op ran at enqueue; book it in as enqueued-then-executed without re-running it.
     s.enq += 1
     op.seq = s.enq
