@@ -210,9 +210,13 @@ def data_accesses(op: OpInfo, args: tuple, kwargs: dict,
     nargs = len(args)
     for key, read, write in op.accesses:
         v = (args[key] if key < nargs else None) if type(key) is int else kwargs.get(key)
-        if v is None:
+        if isinstance(v, torch.Tensor):
+            ts: Any = (v,)
+        elif isinstance(v, (list, tuple)):  # Tensor[] / Tensor?[]
+            ts = [t for t in v if isinstance(t, torch.Tensor)]
+        else:  # None, or a number passed for a Tensor argument (``x + 1``)
             continue
-        for t in (v,) if isinstance(v, torch.Tensor) else iter_tensors(v):
+        for t in ts:
             if is_dev(t):
                 a = access(t)
                 if write:
