@@ -107,16 +107,16 @@ def _name_storages(dev, new, op_name: str, frame, writes: list) -> None:
 
 
 def _enqueue_executed(dev, s, op: OpRecord) -> None:
-    """Enqueue an op whose effect already happened on ``s`` (the idle-stream fast path)."""
-    # The op ran at enqueue; book it in as enqueued-then-executed without re-running it.
+    """Enqueue an op whose effect already happened on the idle stream ``s`` (the fast
+    path): booked in as enqueued, then executed, without running anything."""
     s.enq += 1
     op.seq = s.enq
     dev.host_clock += 1.0
     op.enq = dev.host_clock
     dev.trace.add(op)
-    s.pending.append(op)
-    dev.run_head(s)
-    if dev.any_pending():  # else nothing is queued anywhere: nothing for the policy to decide
+    dev.clock_op(s, op)
+    dev.trace.executed.append(op)
+    if dev.queued:  # else nothing is queued anywhere: nothing for the policy to decide
         dev.policy.on_point(dev, s)
 
 
