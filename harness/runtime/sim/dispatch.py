@@ -30,7 +30,7 @@ from .allocator import poison_fill
 from .device import current_device
 from .launch import launch
 from .tensor import (SimTensor, access, alias, new_storage, note_record_stream,
-                     poisoned_empty, unwrap, unwrap_call)
+                     poisoned_empty, relaid, unwrap, unwrap_call)
 
 aten = torch.ops.aten
 _CPU = torch.device("cpu")
@@ -79,7 +79,7 @@ class SimBackend(ops.Backend):
         buf = buf.as_strided(buf.size(), buf.stride(), buf.storage_offset())
         op.func(buf, *unwrap(args[1:]), **unwrap(kwargs))
         self_._buf = buf
-        self_.__dict__.pop("_acc", None)
+        relaid(self_)
         with torch._C._DisableTorchDispatch():
             op.func(self_, *args[1:], **kwargs)
         return self_

@@ -14,7 +14,7 @@ from .. import ops
 from ..trace import OpRecord, user_frame
 from .device import current_device
 from .meta import DATA_DEPENDENT, Meta, is_user_error, meta_outputs
-from .tensor import SimTensor, access, adopt, new_storage, snapshot_host, unwrap, unwrap_call
+from .tensor import SimTensor, access, adopt, kernel_arg, new_storage, unwrap_call
 
 
 def _is_sim(t: torch.Tensor) -> bool:
@@ -84,12 +84,15 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
     new = []
     outs = _alloc_outputs(dev, meta, args, kwargs, op.effects, frame, new)
     _name_storages(dev, new, name, frame, writes)
-    bargs = unwrap(snapshot_host(args))
-    bkwargs = unwrap(snapshot_host(kwargs))
+    bargs = kernel_arg(args)
+    bkwargs = kernel_arg(kwargs)
     out_bufs = [o._buf for o in new]
+    run = func._op  # (``OpOverload.__call__``'s own call)
 
     def kernel() -> None:
-        res = func(*bargs, **bkwargs)
+        res = run(*bargs, **bkwargs)
+        if not out_bufs:  # in-place, or no returns: it wrote its arguments
+            return
         fresh = [r for r in _flat(res) if r is not None and not _aliases_arg(r, bargs, bkwargs)]
         for dst, src in zip(out_bufs, fresh):
             dst.copy_(src)
