@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .schema import OpEffects, arg_value, effects, iter_tensors
+from .schema import OpEffects, effects
 from .trace import COPY_D2H, COPY_D2H_ITEM, COPY_H2D
 
 aten = torch.ops.aten
@@ -186,9 +186,10 @@ def syncs_host(op: OpInfo, args: tuple, kwargs: dict) -> bool:
         return False
     if rule is SyncRule.ALWAYS:
         return True
-    if rule is SyncRule.BOOL_INDEX:
-        for t in iter_tensors(arg_value(args, kwargs, 1)):
-            if t.dtype in _MASK_DTYPES:
+    if rule is SyncRule.BOOL_INDEX:  # (indices: positional, a tensor list)
+        indices = args[1] if len(args) > 1 else None
+        for t in indices if isinstance(indices, (list, tuple)) else (indices,):
+            if isinstance(t, torch.Tensor) and t.dtype in _MASK_DTYPES:
                 return True
         return False
     return kwargs.get("output_size") is None

@@ -164,8 +164,8 @@ def relaid(t: SimTensor) -> None:
 def unwrap(v: Any) -> Any:
     if type(v) is SimTensor:
         return v._buf
-    if isinstance(v, (list, tuple)):
-        return type(v)(unwrap(x) for x in v)
+    if isinstance(v, (list, tuple)):  # (a tensor list: the one level aten nests)
+        return type(v)([x._buf if type(x) is SimTensor else unwrap(x) for x in v])
     if isinstance(v, torch.device) and v.type == "sim":
         return torch.device("cpu")
     if isinstance(v, dict):
