@@ -110,3 +110,21 @@ def test_the_fit_is_the_smallest_cached_block_last_freed_first():
             else:
                 assert all(t._owner.block.bid != c[1] for c in cache)
             live.append(t)
+
+
+def test_a_session_sets_the_older_objects_aside_from_the_collector_and_back():
+    import gc
+    assert gc.get_freeze_count() == 0
+    with sim_runtime(parse_policy("eager")):
+        assert gc.get_freeze_count() > 0
+        with sim_runtime(parse_policy("lazy")):
+            pass
+        assert gc.get_freeze_count() > 0  # a nested session left them set aside
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # the program's own freeze is the program's: a session leaves it alone
+    try:
+        with sim_runtime(parse_policy("eager")):
+            pass
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
