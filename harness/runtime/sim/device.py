@@ -318,20 +318,22 @@ class SimDevice:
                            f"complete")
 
     # --- host side --------------------------------------------------------------------
-    def host_sync(self, waits: List[Position], label: str) -> None:
+    def host_sync(self, waits: List[Position], label: str, frame: Any = None) -> None:
+        """``frame``: the user frame, when the caller (an op's dispatch) has it already."""
         if self.capture is not None:
             self.capture.refuse(label, waits)  # no host syncs inside a graph capture
         for sid, seq in waits:
             self.drain(sid, seq)
             self.host_clock = max(self.host_clock, self.streams[sid].ends[seq])
-        self.trace.add(SyncRecord(label, list(waits), user_frame(3), self.host_clock))
+        frame = frame if frame is not None else user_frame(3)
+        self.trace.add(SyncRecord(label, list(waits), frame, self.host_clock))
         self.policy.on_point(self, None)
         if self.error is not None:
             raise self.error
 
-    def sync_current(self, label: str) -> None:
+    def sync_current(self, label: str, frame: Any = None) -> None:
         s = self.current
-        self.host_sync([(s.sid, s.enq)], label)
+        self.host_sync([(s.sid, s.enq)], label, frame)
 
     def synchronize_all(self) -> None:
         self.host_sync([(s.sid, s.enq) for s in self.streams], "device.synchronize")

@@ -249,7 +249,7 @@ def _copy(dev, call: ops.TransferCall, reads: list, writes: list, kernel: Any,
     dev.enqueue(OpRecord(dev.current.sid, call.op_name, reads, writes, frame,
                          kind=OpKind.COPY, fn=kernel))
     if call.host_waits(pinned_host):
-        dev.sync_current(call.sync_label)
+        dev.sync_current(call.sync_label, frame)
 
 
 def _h2d(dev, call: ops.TransferCall, dst: SimTensor, src: torch.Tensor, frame) -> None:

@@ -45,7 +45,7 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         if syncs or meta is DATA_DEPENDENT:
             # CUDA syncs the host here (nonzero, boolean masks, .equal); so do we, and run
             # the op at once: its output's size is known only then.
-            dev.host_sync([(stream.sid, stream.enq)], ops.implicit_sync_label(name))
+            dev.host_sync([(stream.sid, stream.enq)], ops.implicit_sync_label(name), frame)
             idle, meta = True, None
 
     if idle:
