@@ -38,13 +38,19 @@ def watching() -> bool:
     return bool(current().pinned)
 
 
+# Where is ``t``, asked of a ``PinnedHostTensor`` without a trip through its
+# ``__torch_function__`` per question (its device, storage, offset, sizes, strides...).
+_METADATA_ONLY = torch._C.DisableTorchFunctionSubclass
+
+
 def register(t: torch.Tensor, name: str = "") -> "PinnedHostTensor":
     """Mark ``t`` (a CPU tensor standing for pinned memory) as watched; return it wrapped."""
     native.ensure_wrapped(note_host)  # native code writing pinned memory reports it now on
     pinned = current().pinned
-    ptr = t.untyped_storage().data_ptr()
-    if ptr not in pinned:
-        pinned[ptr] = (new_sid(), name or f"pinned {str(t.dtype)[6:]}{list(t.shape)}", t)
+    with _METADATA_ONLY():
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in pinned:
+            pinned[ptr] = (new_sid(), name or f"pinned {str(t.dtype)[6:]}{list(t.shape)}", t)
     if type(t) is PinnedHostTensor:
         return t
     return t.as_subclass(PinnedHostTensor)
@@ -53,9 +59,12 @@ def register(t: torch.Tensor, name: str = "") -> "PinnedHostTensor":
 def lookup(t: torch.Tensor) -> Optional[Tuple[int, str]]:
     """(sid, name) when ``t`` lives in watched pinned memory, else None."""
     pinned = current().pinned
-    if not pinned or t.device.type != "cpu":
+    if not pinned:
         return None
-    hit = pinned.get(t.untyped_storage().data_ptr())
+    with _METADATA_ONLY():
+        if t.device.type != "cpu":
+            return None
+        hit = pinned.get(t.untyped_storage().data_ptr())
     return None if hit is None else (hit[0], hit[1])
 
 
@@ -63,7 +72,8 @@ def access_of(t: torch.Tensor) -> Optional[Tuple[Tuple[int, int, int], str]]:
     hit = lookup(t)
     if hit is None:
         return None
-    lo, hi = tensor_range(t)
+    with _METADATA_ONLY():
+        lo, hi = tensor_range(t)
     return (hit[0], lo, hi), hit[1]
 
 

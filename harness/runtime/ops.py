@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .schema import OpEffects, arg_value, effects, iter_tensors
+from .schema import OpEffects, effects
 from .trace import COPY_D2H, COPY_D2H_ITEM, COPY_H2D
 
 aten = torch.ops.aten
@@ -118,7 +118,7 @@ class OpInfo:
     """What the ladder knows about one overload (immutable once built)."""
 
     __slots__ = ("func", "name", "route", "special", "effects", "metadata_reads",
-                 "touches_data", "sync")
+                 "touches_data", "sync", "accesses")
 
     def __init__(self, func: Any) -> None:
         self.func = func
@@ -151,6 +151,12 @@ class OpInfo:
             SyncRule.ALWAYS if func in _SYNC_OPS else
             SyncRule.BOOL_INDEX if func in _BOOL_INDEX_OPS else
             SyncRule.NO_OUTPUT_SIZE if func in _REPEAT_INTERLEAVE else None)
+        # The read/write rule, per tensor argument: (key, read, write). In-place arguments
+        # are read and written (``copy_``'s only written); inputs are read unless a
+        # ``*_like`` / ``new_*`` factory uses their metadata only.
+        self.accesses: Tuple[Tuple[Any, bool, bool], ...] = tuple(
+            (key, func is not COPY if write else not self.metadata_reads, write)
+            for key, write in eff.tensor_args)
 
     @staticmethod
     def _is_query(func: Any, eff: OpEffects) -> bool:
@@ -180,10 +186,16 @@ def syncs_host(op: OpInfo, args: tuple, kwargs: dict) -> bool:
         return False
     if rule is SyncRule.ALWAYS:
         return True
-    if rule is SyncRule.BOOL_INDEX:
-        indices = arg_value(args, kwargs, 1)
-        return any(t.dtype in (torch.bool, torch.uint8) for t in iter_tensors(indices))
+    if rule is SyncRule.BOOL_INDEX:  # (indices: positional, a tensor list)
+        indices = args[1] if len(args) > 1 else None
+        for t in indices if isinstance(indices, (list, tuple)) else (indices,):
+            if isinstance(t, torch.Tensor) and t.dtype in _MASK_DTYPES:
+                return True
+        return False
     return kwargs.get("output_size") is None
+
+
+_MASK_DTYPES = (torch.bool, torch.uint8)
 
 
 def data_accesses(op: OpInfo, args: tuple, kwargs: dict,
@@ -191,24 +203,26 @@ def data_accesses(op: OpInfo, args: tuple, kwargs: dict,
                   access: Callable[[torch.Tensor], Any],
                   other: Optional[Callable[[torch.Tensor, OpInfo], None]] = None
                   ) -> Tuple[List[Any], List[Any]]:
-    """(reads, writes) of a kernel's device-tensor arguments, by the rule above;
-    ``other(t, op)`` sees every argument tensor that is not device memory."""
+    """(reads, writes) of a kernel's device-tensor arguments, by the rule above
+    (``OpInfo.accesses``); ``other(t, op)`` sees every argument tensor that is not device
+    memory."""
     reads: List[Any] = []
     writes: List[Any] = []
-    read_inplace = op.func is not COPY  # in-place ops read what they overwrite; copy_ not
-    read_inputs = not op.metadata_reads
-    for key, is_write in op.effects.tensor_args:
-        v = (args[key] if key < len(args) else None) if type(key) is int else kwargs.get(key)
-        if v is None:
+    nargs = len(args)
+    for key, read, write in op.accesses:
+        v = (args[key] if key < nargs else None) if type(key) is int else kwargs.get(key)
+        if isinstance(v, torch.Tensor):
+            ts: Any = (v,)
+        elif isinstance(v, (list, tuple)):  # Tensor[] / Tensor?[]
+            ts = [t for t in v if isinstance(t, torch.Tensor)]
+        else:  # None, or a number passed for a Tensor argument (``x + 1``)
             continue
-        for t in (v,) if isinstance(v, torch.Tensor) else iter_tensors(v):
+        for t in ts:
             if is_dev(t):
                 a = access(t)
-                if is_write:
+                if write:
                     writes.append(a)
-                    if read_inplace:
-                        reads.append(a)
-                elif read_inputs:
+                if read:
                     reads.append(a)
             elif other is not None:
                 other(t, op)
@@ -313,7 +327,7 @@ class Backend:
     kind, called as ``effect(op, call, args, kwargs)``.
     """
 
-    _handlers: Dict[Any, Tuple[OpInfo, Any, Any]]
+    _handlers: Dict[int, Tuple[OpInfo, Any, Any]]
     dev_type: str  # the device type a ``device=`` argument names for this backend
 
     def is_dev(self, t: torch.Tensor) -> bool:
@@ -327,9 +341,11 @@ class Backend:
         raise NotImplementedError
 
     def dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
-        entry = self._handlers.get(func)
+        # Keyed by ``id``: an overload's ``__hash__`` is Python code, asked for every op.
+        # The entry holds ``func`` itself, so no other object can take its id meanwhile.
+        entry = self._handlers.get(id(func))
         if entry is None:
-            entry = self._handlers[func] = self._entry(func)
+            entry = self._handlers[id(func)] = self._entry(func)
         op, special, routed = entry
         if special is not None:
             return special(self, op, args, kwargs)

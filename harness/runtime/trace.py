@@ -34,7 +34,7 @@ import enum
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, List, Optional, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Tuple, Union
 
 from harness.paths import REPO_ROOT
 
@@ -258,13 +258,35 @@ _RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP_PREFIXES = (_TORCH_DIR, _RUNTIME_DIR, os.path.dirname(os.__file__))
 
 
+# Asked two or three times per simulated op, so both answers are cached per code object:
+# whether it is user code, and each call site's ``Frame`` by instruction offset (a frame's
+# ``f_lineno`` decodes the line table at every read; ``f_lasti`` is a plain field). Keyed
+# by ``id(code)``, since hashing a code object hashes its bytecode; the entry holds the
+# code itself, so the id cannot be reused while cached. Bounded: code compiled at run
+# time (source patches) would otherwise be kept forever.
+_CODES: Dict[int, Tuple[Any, bool, Dict[int, Frame]]] = {}
+_CODES_MAX = 1 << 14
+
+
 def user_frame(depth: int = 2) -> Optional[Frame]:
     """The innermost caller outside torch, the stdlib and the runtime package."""
     f = sys._getframe(depth)
+    codes = _CODES
     while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_SKIP_PREFIXES) and not fn.startswith("<"):
-            return (fn, f.f_lineno, f.f_code.co_name)
+        code = f.f_code
+        entry = codes.get(id(code))
+        if entry is None or entry[0] is not code:
+            if len(codes) >= _CODES_MAX:
+                codes.clear()
+            fn = code.co_filename
+            entry = codes[id(code)] = (code, fn.startswith(_SKIP_PREFIXES)
+                                       or fn.startswith("<"), {})
+        if not entry[1]:
+            sites = entry[2]
+            site = sites.get(f.f_lasti)
+            if site is None:
+                site = sites[f.f_lasti] = (code.co_filename, f.f_lineno, code.co_name)
+            return site
         f = f.f_back
     return None
 

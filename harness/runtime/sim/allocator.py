@@ -83,10 +83,18 @@ if _gc_phase not in gc.callbacks:
 class Block:
     __slots__ = ("bid", "size", "mem", "typed", "home", "owner", "graph")
 
-    def __init__(self, bid: int, size: int, home: int, graph: bool = False) -> None:
+    def __init__(self, bid: int, size: int, home: int, graph: bool = False,
+                 written: int = 0) -> None:
         self.bid = bid
         self.size = size
-        self.mem = torch.full((size,), _POISON_BYTE, dtype=torch.uint8)
+        # poison, but for the first ``written`` bytes, which the caller overwrites at once
+        # (a fresh output moved in: filling them first would only cost a second pass)
+        if written:
+            self.mem = torch.empty((size,), dtype=torch.uint8)
+            if written < size:
+                self.mem[written:].fill_(_POISON_BYTE)
+        else:
+            self.mem = torch.full((size,), _POISON_BYTE, dtype=torch.uint8)
         self.typed: Dict[torch.dtype, torch.Tensor] = {}  # mem viewed as each dtype asked
         self.home = home  # stream id
         self.owner: Optional[int] = None  # sid of the storage that holds (or last held) it
@@ -140,11 +148,12 @@ class SimAllocator:
 
     # --- allocation -----------------------------------------------------------------
     def storage(self, shape, stride, dtype: torch.dtype, frame: Optional[Frame],
-                offset: int = 0, poison: bool = True, n: Optional[int] = None
-                ) -> Tuple[torch.Tensor, Optional[Storage]]:
+                offset: int = 0, poison: bool = True, n: Optional[int] = None,
+                dense: bool = False) -> Tuple[torch.Tensor, Optional[Storage]]:
         """A tensor of this layout in a block of the current stream's pool, and its
         storage handle (None for an empty tensor: no block, as PyTorch's nullptr).
-        ``n``: the elements the layout reaches, when the caller knows them."""
+        ``n``: the elements the layout reaches, when the caller knows them; ``dense``: the
+        layout is contiguous from offset 0 and the caller writes all of it at once."""
         if n is None:
             n = _extent(shape, stride, offset)
         item = dtype.itemsize
@@ -152,14 +161,16 @@ class SimAllocator:
         if nbytes == 0:
             return torch.empty_strided(shape, stride, dtype=dtype), None
         home = self.dev.current.sid
+        size = -(-nbytes // ROUND) * ROUND
+        written = nbytes if dense else 0
         capture = self.dev.capture
         if capture is not None and capture.takes(home):
             # A captured op's output lives in the graph's private pool (as CUDA's graph
             # pools): fresh, and never handed to an ordinary allocation after a free.
             self.blocks += 1
-            block, reused = Block(self.blocks, -(-nbytes // ROUND) * ROUND, home, True), False
+            block, reused = Block(self.blocks, size, home, True, written), False
         else:
-            block, reused = self._take(home, -(-nbytes // ROUND) * ROUND)
+            block, reused = self._take(home, size, written)
         typed = block.typed.get(dtype)
         if typed is None:  # a block is reused mostly for the same dtype: view it once
             typed = block.typed[dtype] = block.mem.view(dtype)
@@ -175,14 +186,9 @@ class SimAllocator:
 
     def adopt(self, result: torch.Tensor, frame: Optional[Frame]
               ) -> Tuple[torch.Tensor, Optional[Storage]]:
-        """A kernel's result (computed in fresh CPU memory) moved into a block."""
+        """A kernel's result (computed in fresh CPU memory) moved into a block. (The
+        common contiguous result takes ``tensor.adopt``'s shorter way to ``storage``.)"""
         offset = result.storage_offset()
-        if offset == 0 and result.is_contiguous():  # most results: no layout walk
-            buf, st = self.storage(result.shape, result.stride(), result.dtype, frame,
-                                   poison=False, n=result.numel())
-            if st is not None:
-                buf.copy_(result)
-            return buf, st
         stride = result.stride()
         if result.numel() > 1 and 0 in stride:  # an expanded layout cannot be written to
             result = result.contiguous()
@@ -194,28 +200,26 @@ class SimAllocator:
             buf.copy_(result)
         return buf, st
 
-    def _take(self, home: int, size: int) -> Tuple[Block, bool]:
+    def _take(self, home: int, size: int, written: int) -> Tuple[Block, bool]:
         if self.deferred:
             self._process_deferred()
         pool = self.pools.get(home)
         if pool is not None:
             sizes, stacks = pool
             stack = stacks.get(size)
-            if stack is not None:  # an exact fit is the smallest fit: no search
-                block = stack.pop()
-                if not stack:
-                    del stacks[size]
-                    sizes.remove(size)
-                return block, True
+            if stack:  # an exact fit is the smallest fit: no search
+                return stack.pop(), True
+            # The smallest cached size that fits. A size class a take empties stays listed
+            # (the next free of that size mostly refills it: no list surgery per op); the
+            # search drops the empty ones it meets.
             i = bisect.bisect_left(sizes, size)
-            if i < len(sizes):
+            while i < len(sizes):
                 stack = stacks[sizes[i]]
-                block = stack.pop()
-                if not stack:
-                    del stacks[sizes.pop(i)]
-                return block, True
+                if stack:
+                    return stack.pop(), True
+                del stacks[sizes.pop(i)]
         self.blocks += 1
-        return Block(self.blocks, size, home), False
+        return Block(self.blocks, size, home, written=written), False
 
     def _process_deferred(self) -> None:
         streams = self.dev.streams

@@ -93,7 +93,6 @@ class Stream:
 
     @property
     def device(self) -> Any:
-        import torch
         return torch.device("sim", 0)
 
     def __eq__(self, other: object) -> bool:
@@ -185,6 +184,7 @@ class SimDevice:
         self.current = self.default_stream
         self.host_clock = 0.0
         self.last_start = 0.0
+        self.queued = 0  # ops enqueued on any stream and not yet executed
         self.error: Optional[BaseException] = None
         self._eids = itertools.count(1)  # event ids, per session
         self.allocator = SimAllocator(self)
@@ -230,6 +230,7 @@ class SimDevice:
         op.enq = self.host_clock
         self.trace.add(op)
         s.pending.append(op)
+        self.queued += 1
         self.policy.on_point(self, s)
         return op
 
@@ -247,6 +248,24 @@ class SimDevice:
     def run_head(self, s: Stream) -> None:
         """Execute the head of ``s`` (the caller checked it may run)."""
         op = s.pending.popleft()
+        self.queued -= 1
+        fn = op.fn
+        self.clock_op(s, op)
+        if fn is not None and self.error is None:
+            try:
+                # Kernels compute on plain CPU buffers: keep them out of our own dispatch
+                # (and out of the pinned-memory host-access accounting).
+                with _NoDispatch(), _NoSubclassFunction():
+                    fn()
+            except Exception as exc:  # the sticky device error; raised at the next sync
+                where = f" ({op.frame[0]}:{op.frame[1]})" if op.frame else ""
+                self.error = SimDeviceError(
+                    f"device-side error in {op.name} on {self.trace.stream_name(s.sid)}"
+                    f"{where}: {type(exc).__name__}: {exc}")
+        self.trace.executed.append(op)
+
+    def clock_op(self, s: Stream, op: OpRecord) -> None:
+        """Time ``op`` as the next op of ``s`` to execute, on the virtual clock."""
         dep = 0.0
         if op.kind == _WAIT:
             ws, wseq = op.wait_for
@@ -261,20 +280,7 @@ class SimDevice:
         s.clock = op.end
         s.done += 1
         s.ends.append(op.end)
-        fn = op.fn
-        op.fn = None
-        if fn is not None and self.error is None:
-            try:
-                # Kernels compute on plain CPU buffers: keep them out of our own dispatch
-                # (and out of the pinned-memory host-access accounting).
-                with _NoDispatch(), _NoSubclassFunction():
-                    fn()
-            except Exception as exc:  # the sticky device error; raised at the next sync
-                where = f" ({op.frame[0]}:{op.frame[1]})" if op.frame else ""
-                self.error = SimDeviceError(
-                    f"device-side error in {op.name} on {self.trace.stream_name(s.sid)}"
-                    f"{where}: {type(exc).__name__}: {exc}")
-        self.trace.executed.append(op)
+        op.fn = None  # (the closure holds device memory: let it go once run)
 
     def drain(self, sid: int, seq: int) -> None:
         """Execute stream ``sid`` up to ``seq``, and exactly what that needs from others.
@@ -312,20 +318,22 @@ class SimDevice:
                            f"complete")
 
     # --- host side --------------------------------------------------------------------
-    def host_sync(self, waits: List[Position], label: str) -> None:
+    def host_sync(self, waits: List[Position], label: str, frame: Any = None) -> None:
+        """``frame``: the user frame, when the caller (an op's dispatch) has it already."""
         if self.capture is not None:
             self.capture.refuse(label, waits)  # no host syncs inside a graph capture
         for sid, seq in waits:
             self.drain(sid, seq)
             self.host_clock = max(self.host_clock, self.streams[sid].ends[seq])
-        self.trace.add(SyncRecord(label, list(waits), user_frame(3), self.host_clock))
+        frame = frame if frame is not None else user_frame(3)
+        self.trace.add(SyncRecord(label, list(waits), frame, self.host_clock))
         self.policy.on_point(self, None)
         if self.error is not None:
             raise self.error
 
-    def sync_current(self, label: str) -> None:
+    def sync_current(self, label: str, frame: Any = None) -> None:
         s = self.current
-        self.host_sync([(s.sid, s.enq)], label)
+        self.host_sync([(s.sid, s.enq)], label, frame)
 
     def synchronize_all(self) -> None:
         self.host_sync([(s.sid, s.enq) for s in self.streams], "device.synchronize")
@@ -376,13 +384,7 @@ class SimDevice:
         return self.streams[sid].ends[seq]
 
     def pending_ops(self) -> int:
-        return sum(len(s.pending) for s in self.streams)
-
-    def any_pending(self) -> bool:
-        for s in self.streams:
-            if s.pending:
-                return True
-        return False
+        return self.queued
 
 
 def current_device() -> SimDevice:

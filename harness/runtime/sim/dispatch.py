@@ -30,7 +30,7 @@ from .allocator import poison_fill
 from .device import current_device
 from .launch import launch
 from .tensor import (SimTensor, access, alias, new_storage, note_record_stream,
-                     poisoned_empty, unwrap)
+                     poisoned_empty, relaid, unwrap, unwrap_call)
 
 aten = torch.ops.aten
 _CPU = torch.device("cpu")
@@ -79,13 +79,14 @@ class SimBackend(ops.Backend):
         buf = buf.as_strided(buf.size(), buf.stride(), buf.storage_offset())
         op.func(buf, *unwrap(args[1:]), **unwrap(kwargs))
         self_._buf = buf
-        self_.__dict__.pop("_acc", None)
+        relaid(self_)
         with torch._C._DisableTorchDispatch():
             op.func(self_, *args[1:], **kwargs)
         return self_
 
     def view(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
-        out = op.func(*unwrap(args), **unwrap(kwargs))
+        bargs, bkwargs = unwrap_call(args, kwargs)
+        out = op.func._op(*bargs, **bkwargs)  # (``OpOverload.__call__``'s own call)
         owner = op.effects.return_alias
         base = (args[owner[0]] if type(owner[0]) is int else kwargs.get(owner[0])) \
             if owner and owner[0] is not None else None
@@ -248,7 +249,7 @@ def _copy(dev, call: ops.TransferCall, reads: list, writes: list, kernel: Any,
     dev.enqueue(OpRecord(dev.current.sid, call.op_name, reads, writes, frame,
                          kind=OpKind.COPY, fn=kernel))
     if call.host_waits(pinned_host):
-        dev.sync_current(call.sync_label)
+        dev.sync_current(call.sync_label, frame)
 
 
 def _h2d(dev, call: ops.TransferCall, dst: SimTensor, src: torch.Tensor, frame) -> None:

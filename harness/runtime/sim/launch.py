@@ -14,7 +14,7 @@ from .. import ops
 from ..trace import OpRecord, user_frame
 from .device import current_device
 from .meta import DATA_DEPENDENT, Meta, is_user_error, meta_outputs
-from .tensor import SimTensor, access, adopt, new_storage, snapshot_host, unwrap, unwrap_call
+from .tensor import SimTensor, access, adopt, kernel_arg, new_storage, unwrap_call
 
 
 def _is_sim(t: torch.Tensor) -> bool:
@@ -45,7 +45,7 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         if syncs or meta is DATA_DEPENDENT:
             # CUDA syncs the host here (nonzero, boolean masks, .equal); so do we, and run
             # the op at once: its output's size is known only then.
-            dev.host_sync([(stream.sid, stream.enq)], ops.implicit_sync_label(name))
+            dev.host_sync([(stream.sid, stream.enq)], ops.implicit_sync_label(name), frame)
             idle, meta = True, None
 
     if idle:
@@ -53,7 +53,8 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         # exactly as a queued one would be.
         try:
             bargs, bkwargs = unwrap_call(args, kwargs)
-            result = func(*bargs, **bkwargs)
+            # ``func._op`` is what ``OpOverload.__call__`` calls: one Python frame less
+            result = func._op(*bargs, **bkwargs)
         except Exception as exc:
             # A kernel failing on its *data* (an out-of-range gather index) is a device-side
             # error: CUDA reports it at the next sync, not at the launch, on every schedule.
@@ -66,21 +67,32 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
                 raise
             idle = False
         if idle:
-            new: List[SimTensor] = []
-            outs = _wrap_outputs(dev, result, args, kwargs, op.effects, frame, new)
-            _name_storages(dev, new, name, frame, writes)
-            _enqueue_executed(dev, OpRecord(stream.sid, name, reads, writes, frame))
+            alias_of = op.effects.return_alias
+            if type(result) is torch.Tensor and (not alias_of or alias_of[0] is None):
+                # one fresh output, most kernels: ``_wrap_outputs`` and ``_name_storages``
+                # for that case alone
+                outs = adopt(dev, result, frame)
+                dev.trace.storage_sites[outs._sid] = (name, result.dtype, result.shape, frame)
+                writes.append(access(outs))
+            else:
+                new: List[SimTensor] = []
+                outs = _wrap_outputs(dev, result, args, kwargs, op.effects, frame, new)
+                _name_storages(dev, new, name, frame, writes)
+            _enqueue_executed(dev, stream, OpRecord(stream.sid, name, reads, writes, frame))
             return outs
 
     new = []
     outs = _alloc_outputs(dev, meta, args, kwargs, op.effects, frame, new)
     _name_storages(dev, new, name, frame, writes)
-    bargs = unwrap(snapshot_host(args))
-    bkwargs = unwrap(snapshot_host(kwargs))
+    bargs = kernel_arg(args)
+    bkwargs = kernel_arg(kwargs)
     out_bufs = [o._buf for o in new]
+    run = func._op  # (``OpOverload.__call__``'s own call)
 
     def kernel() -> None:
-        res = func(*bargs, **bkwargs)
+        res = run(*bargs, **bkwargs)
+        if not out_bufs:  # in-place, or no returns: it wrote its arguments
+            return
         fresh = [r for r in _flat(res) if r is not None and not _aliases_arg(r, bargs, bkwargs)]
         for dst, src in zip(out_bufs, fresh):
             dst.copy_(src)
@@ -97,18 +109,17 @@ def _name_storages(dev, new, op_name: str, frame, writes: list) -> None:
         writes.append(access(o))
 
 
-def _enqueue_executed(dev, op: OpRecord) -> None:
-    """Enqueue an op whose effect already happened (the idle-stream fast path)."""
-    s = dev.streams[op.stream]
-    # The op ran at enqueue; book it in as enqueued-then-executed without re-running it.
+def _enqueue_executed(dev, s, op: OpRecord) -> None:
+    """Enqueue an op whose effect already happened on the idle stream ``s`` (the fast
+    path): booked in as enqueued, then executed, without running anything."""
     s.enq += 1
     op.seq = s.enq
     dev.host_clock += 1.0
     op.enq = dev.host_clock
     dev.trace.add(op)
-    s.pending.append(op)
-    dev.run_head(s)
-    if dev.any_pending():  # else nothing is queued anywhere: nothing for the policy to decide
+    dev.clock_op(s, op)
+    dev.trace.executed.append(op)
+    if dev.queued:  # else nothing is queued anywhere: nothing for the policy to decide
         dev.policy.on_point(dev, s)
 
 

@@ -11,8 +11,13 @@ from typing import Any, Dict, NamedTuple
 
 import torch
 
+from .tensor import SimTensor, layout_key
+
+# (``func._op``, the arguments' keys) -> outputs. ``_op`` rather than ``func``: the
+# overload's hash is Python code, its ``_op``'s is not (and it is what that hash hashes).
 _META_CACHE: Dict[Any, Any] = {}
 DATA_DEPENDENT = object()
+_MISS = object()
 
 
 class Meta(NamedTuple):
@@ -22,6 +27,8 @@ class Meta(NamedTuple):
 
 
 def _meta_key(v: Any) -> Any:
+    if type(v) is SimTensor:
+        return layout_key(v)
     if isinstance(v, torch.Tensor):  # a host tensor (cpu) is a different argument
         return (v.shape, v.stride(), v.dtype, v.is_cpu)
     if isinstance(v, (list, tuple)):
@@ -45,13 +52,13 @@ def meta_outputs(func, args: tuple, kwargs: dict) -> Any:
     """``Meta`` (or a sequence of optional ``Meta``) for the op's outputs, or
     ``DATA_DEPENDENT``; a user error (shapes, dtypes) raises here, on the host."""
     try:
-        key = (func, tuple(_meta_key(a) for a in args),
+        key = (func._op, tuple([_meta_key(a) for a in args]),
                tuple(sorted((k, _meta_key(v)) for k, v in kwargs.items())) if kwargs else ())
-        hash(key)
-    except TypeError:
-        key = None
-    if key is not None and key in _META_CACHE:
-        return _META_CACHE[key]
+        out = _META_CACHE.get(key, _MISS)  # (hashed once)
+    except TypeError:  # an unhashable argument: not cached
+        key, out = None, _MISS
+    if out is not _MISS:
+        return out
     if not func._schema.returns:  # writes its arguments only (a fused kernel's shape)
         return ()
     margs = tuple(_to_meta(a) for a in args)

@@ -46,7 +46,7 @@ class Scheduler:
         names = dev.trace.stream_names
         record = dev.trace.choices.append  # the value is ``trace.schedule``
         last = None
-        while True:
+        while dev.queued:  # (nothing queued anywhere: no head to run, nothing to ask)
             runnable = runnable_ids(dev)
             if not runnable:
                 return

@@ -26,6 +26,12 @@ def poisoned_empty(shape, stride, dtype) -> torch.Tensor:
     return poison_fill(torch.empty_strided(shape, stride, dtype=dtype))
 
 
+# (cls, size, strides, storage_offset, memory_format, dtype, layout, device): positional,
+# as torch's argument parser takes them fastest -- a wrapper is made for every op.
+_wrapper = torch.Tensor._make_wrapper_subclass
+_STRIDED = torch.strided
+
+
 class SimTensor(torch.Tensor):
     """A tensor on the simulated device. ``_buf`` is its (CPU) device memory."""
 
@@ -35,9 +41,8 @@ class SimTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, buf: torch.Tensor, sid: int):
-        r = torch.Tensor._make_wrapper_subclass(
-            cls, buf.size(), strides=buf.stride(), storage_offset=buf.storage_offset(),
-            dtype=buf.dtype, device=SIM, requires_grad=False)
+        r = _wrapper(cls, buf.size(), buf.stride(), buf.storage_offset(), None, buf.dtype,
+                     _STRIDED, SIM)
         r._buf = buf
         r._sid = sid
         return r
@@ -77,10 +82,24 @@ def _owned(buf: torch.Tensor, owner) -> SimTensor:
     return t
 
 
+def _placed(buf: torch.Tensor, owner, shape, stride, dtype) -> SimTensor:
+    """``_owned`` for a storage the allocator just placed with this layout (offset 0):
+    the wrapper is made from the layout the caller already has, not asked of ``buf``."""
+    if owner is None:
+        return _owned(buf, None)
+    t = _wrapper(SimTensor, shape, stride, 0, None, dtype, _STRIDED, SIM)
+    t._buf = buf
+    t._sid = owner.sid
+    t._acc = owner.access
+    t._owner = owner
+    return t
+
+
 def new_storage(dev, shape, stride, dtype, frame, op: Optional[str] = None) -> SimTensor:
     """A fresh device tensor (uninitialised: poison, or a reused block's old data).
     ``op`` names it in reports (kernel outputs are named by the backend)."""
-    t = _owned(*dev.allocator.storage(shape, stride, dtype, frame))
+    buf, owner = dev.allocator.storage(shape, stride, dtype, frame)
+    t = _placed(buf, owner, shape, stride, dtype)
     if op is not None:
         dev.trace.storage_sites[t._sid] = (op, dtype, t.shape, frame)
     return t
@@ -88,6 +107,14 @@ def new_storage(dev, shape, stride, dtype, frame, op: Optional[str] = None) -> S
 
 def adopt(dev, result: torch.Tensor, frame) -> SimTensor:
     """A kernel result computed at once (the idle-stream fast path), moved into a block."""
+    if result.storage_offset() == 0 and result.is_contiguous():
+        # most results: the block's layout is the result's own
+        shape, stride, dtype = result.shape, result.stride(), result.dtype
+        buf, owner = dev.allocator.storage(shape, stride, dtype, frame, poison=False,
+                                           n=result.numel(), dense=True)
+        if owner is not None:
+            buf.copy_(result)
+        return _placed(buf, owner, shape, stride, dtype)
     return _owned(*dev.allocator.adopt(result, frame))
 
 
@@ -108,7 +135,7 @@ def note_record_stream(t: SimTensor, stream, frame) -> None:
 
 def access(t: SimTensor) -> Tuple[int, int, int]:
     """(sid, lo, hi) of ``t``; cached, since a tensor's layout only changes through an
-    in-place view op (which drops the cache)."""
+    in-place view op (which drops the cache: ``relaid``)."""
     acc = t.__dict__.get("_acc")
     if acc is None:
         lo, hi = tensor_range(t._buf)
@@ -116,13 +143,29 @@ def access(t: SimTensor) -> Tuple[int, int, int]:
     return acc
 
 
+def layout_key(t: SimTensor) -> tuple:
+    """(shape, stride, dtype, is_cpu) of ``t``, the meta cache's key for it (``meta.py``);
+    cached as ``access`` is."""
+    key = t.__dict__.get("_mk")
+    if key is None:
+        key = t._mk = (t.shape, t.stride(), t.dtype, False)
+    return key
+
+
+def relaid(t: SimTensor) -> None:
+    """``t``'s layout changed (an in-place view op): forget what was cached from it."""
+    d = t.__dict__
+    d.pop("_acc", None)
+    d.pop("_mk", None)
+
+
 # Argument plumbing (one level deep is all aten needs; pytree was 30% of the spike's time)
 
 def unwrap(v: Any) -> Any:
     if type(v) is SimTensor:
         return v._buf
-    if isinstance(v, (list, tuple)):
-        return type(v)(unwrap(x) for x in v)
+    if isinstance(v, (list, tuple)):  # (a tensor list: the one level aten nests)
+        return type(v)([x._buf if type(x) is SimTensor else unwrap(x) for x in v])
     if isinstance(v, torch.device) and v.type == "sim":
         return torch.device("cpu")
     if isinstance(v, dict):
@@ -147,12 +190,17 @@ def unwrap_call(args: tuple, kwargs: dict) -> Tuple[tuple, dict]:
     return tuple(out), ({k: unwrap(v) for k, v in kwargs.items()} if kwargs else kwargs)
 
 
-def snapshot_host(v: Any) -> Any:
-    """Host tensors captured by a queued kernel are its launch arguments: copy them now."""
-    if isinstance(v, torch.Tensor) and type(v) is not SimTensor:
+def kernel_arg(v: Any) -> Any:
+    """An argument as a queued kernel keeps it: device memory for a device tensor, and a
+    copy, taken now, of a host tensor (a launch argument: a later host write is not seen)."""
+    if type(v) is SimTensor:
+        return v._buf
+    if isinstance(v, torch.Tensor):
         return v.clone()
     if isinstance(v, (list, tuple)):
-        return type(v)(snapshot_host(x) for x in v)
+        return type(v)(kernel_arg(x) for x in v)
+    if isinstance(v, torch.device) and v.type == "sim":
+        return torch.device("cpu")
     if isinstance(v, dict):
-        return {k: snapshot_host(x) for k, x in v.items()}
+        return {k: kernel_arg(x) for k, x in v.items()}
     return v

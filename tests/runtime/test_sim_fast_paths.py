@@ -1,0 +1,130 @@
+"""The simulator's per-op shortcuts give what the long way gives.
+
+Each shortcut (a cached answer, a counter kept instead of recounted, a layout passed on
+instead of asked for again) is checked here against the value it stands for."""
+from __future__ import annotations
+
+import random
+import sys
+
+import pytest
+import torch
+
+from harness.policies import parse_policy
+from harness.runtime.sim.allocator import ROUND
+from harness.runtime.sim.runtime import sim_runtime
+from harness.runtime.trace import user_frame
+
+
+def _pending(dev) -> int:
+    return sum(len(s.pending) for s in dev.streams)
+
+
+@pytest.mark.parametrize("policy", ["eager", "lazy", "stall(forward)", "random(3)",
+                                    "pct(2,3)"])
+def test_the_queued_count_is_the_ops_pending_on_every_stream(policy):
+    with sim_runtime(parse_policy(policy)) as rt:
+        m = rt.module
+        fwd, side = m.Stream(), m.Stream()
+        rt.label(fwd, "forward")
+        x = torch.zeros(64, device=rt.device)
+        for i in range(12):
+            here, there = (fwd, side) if i % 2 else (side, fwd)
+            here.wait_stream(there if i else m.current_stream())  # ordered: no race
+            with m.stream(here):
+                x = x + 1
+                assert rt.dev.queued == _pending(rt.dev)
+            if i % 5 == 4:
+                fwd.query()
+                assert rt.dev.queued == _pending(rt.dev)
+        fwd.synchronize()
+        assert rt.dev.queued == _pending(rt.dev)
+        assert x._buf.tolist() == [12.0] * 64
+        rt.synchronize()
+        assert rt.dev.queued == 0 == _pending(rt.dev)
+
+
+def _walk(depth: int):
+    """``user_frame`` without its caches: what it must answer."""
+    f = sys._getframe(depth)
+    frame = user_frame(depth + 1)
+    return frame, (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
+
+
+def test_user_frame_caches_each_call_site_apart():
+    seen = set()
+    for _ in range(3):  # the second and third rounds are answered from the caches
+        a, want_a = _walk(1)
+        b, want_b = _walk(1)
+        assert a == want_a and b == want_b and a[1] != b[1]
+        seen.add((a, b))
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize("make", [
+    lambda d: torch.arange(6, device=d) * 2,  # contiguous
+    lambda d: torch.arange(6, device=d).view(3, 2).t() * 2,  # a kernel keeps the layout
+    lambda d: torch.arange(6, device=d).view(6, 1).expand(6, 3) + 0,
+    lambda d: torch.arange(3, device=d).view(3, 1, 1).permute(1, 2, 0) + 0,  # size-1 dims
+    lambda d: torch.ones(0, 3, device=d) + 1,  # empty: no block
+])
+def test_a_wrapper_has_its_buffers_layout(make):
+    for policy in ("eager", "lazy"):
+        with sim_runtime(parse_policy(policy)) as rt:
+            t = make(rt.device)
+            assert (t.shape, t.stride(), t.storage_offset(), t.dtype) == (
+                t._buf.shape, t._buf.stride(), t._buf.storage_offset(), t._buf.dtype)
+            assert t.requires_grad is False and t.device.type == "sim"
+
+
+def test_a_fresh_block_under_a_small_result_is_poison_past_it():
+    with sim_runtime(parse_policy("eager")) as rt:
+        x = torch.arange(3, dtype=torch.int32, device=rt.device)  # 12 bytes of 512
+        del x
+        y = torch.empty(ROUND // 4, dtype=torch.int32, device=rt.device)  # the same block
+        assert y.tolist() == [0, 1, 2] + [0x5A5A5A5A] * (ROUND // 4 - 3)
+
+
+def test_the_fit_is_the_smallest_cached_block_last_freed_first():
+    """Random frees and allocations against a plain model of the rule: of the cached
+    blocks large enough, the smallest; of those, the one freed last."""
+    rng = random.Random(7)
+    with sim_runtime(parse_policy("eager")) as rt:
+        live, cache = [], []  # cache: (size, block id) in order of freeing
+        for _ in range(400):
+            if live and rng.random() < 0.45:
+                t = live.pop(rng.randrange(len(live)))
+                cache.append((t._owner.block.size, t._owner.block.bid))
+                del t
+                continue
+            n = rng.choice([1, 100, 128, 129, 300, 512, 700, 1024])
+            fits = [c for c in cache if c[0] >= -(-n * 4 // ROUND) * ROUND]
+            want = None
+            if fits:
+                smallest = min(c[0] for c in fits)
+                want = [c for c in fits if c[0] == smallest][-1]
+                cache.remove(want)
+            t = torch.empty(n, dtype=torch.int32, device=rt.device)
+            if want is not None:
+                assert t._owner.block.bid == want[1]
+            else:
+                assert all(t._owner.block.bid != c[1] for c in cache)
+            live.append(t)
+
+
+def test_a_session_sets_the_older_objects_aside_from_the_collector_and_back():
+    import gc
+    assert gc.get_freeze_count() == 0
+    with sim_runtime(parse_policy("eager")):
+        assert gc.get_freeze_count() > 0
+        with sim_runtime(parse_policy("lazy")):
+            pass
+        assert gc.get_freeze_count() > 0  # a nested session left them set aside
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # the program's own freeze is the program's: a session leaves it alone
+    try:
+        with sim_runtime(parse_policy("eager")):
+            pass
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
