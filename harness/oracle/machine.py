@@ -216,5 +216,13 @@ class SmallPoolEngineMachine(EngineMachine):
 
 
 class PrefixEngineMachine(EngineMachine):
-    """The pre-#35198 relay under the fine fence: the machine should find the seed race."""
+    """The pre-#35198 relay under the fine fence: the machine should find the seed race.
+    The KV pools play no part in it: the server's default pool, full layout (two fewer
+    arguments to draw and to shrink)."""
     relay = "spec_info"
+
+    @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
+                pool=st.sampled_from(POOL_SIZES))
+    def start(self, policy: str, draft: int, pool: int, kv: int = KV_POOL_SIZES[0],
+              layout: str = "full") -> None:
+        super().start(policy, draft, pool, kv, layout)

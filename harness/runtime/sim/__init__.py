@@ -166,11 +166,25 @@ def _gc_frozen() -> Iterator[None]:
     wall time went to three of them. Frozen, a full collection walks the session's own
     objects. Only *when* the collector runs changes, never what it finds of the session's
     (and what it finds is never reused: ``allocator.py``)."""
-    if gc.get_freeze_count():  # an outer session (or the program) froze them already
-        yield
+    global _FROZEN_DEPTH
+    # An outer session froze them already: nothing to do -- and no gc.get_freeze_count(),
+    # which counts the frozen objects one by one (a nested session per reference run made
+    # it most of the test suite's time). At the outermost session the count is of the
+    # program's own freeze, if any, which a session leaves alone.
+    if _FROZEN_DEPTH or gc.get_freeze_count():
+        _FROZEN_DEPTH += 1
+        try:
+            yield
+        finally:
+            _FROZEN_DEPTH -= 1
         return
     gc.freeze()
+    _FROZEN_DEPTH = 1
     try:
         yield
     finally:
+        _FROZEN_DEPTH = 0
         gc.unfreeze()
+
+
+_FROZEN_DEPTH = 0  # sessions open inside the one that froze the older objects
