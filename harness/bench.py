@@ -133,7 +133,7 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
     ``target`` is sglang, or is None and sglang is installed -- the upstream target's
     engine on the simulator next to impl's (plain CPU cannot run upstream's code: it
     pins host memory, which CPU-only torch cannot)."""
-    from harness.engine.drive import drive, server_args
+    from harness.trials.drive import drive, server_args
     from harness.policies import Eager, parse_policy
     from harness.policies.faultplan import FaultPlan
     from harness.runtime.sim.runtime import sim_runtime
@@ -207,7 +207,7 @@ STALL_SWEEP_MS = (0.0, 0.05, 0.1, 0.5, 1.0)
 
 
 def bench_cuda(trials: int = 50, soak_iterations: int = 10_000) -> Dict[str, object]:
-    from harness.engine.repro import ReproConfig, run_repro
+    from harness.trials.repro import ReproConfig, run_repro
     from scenarios.registry import get
     sc = get("ngram-filter-race")
     out: Dict[str, object] = {"gpu": torch.cuda.get_device_name(0)}
@@ -274,7 +274,7 @@ def bench_grammar_overlap(trials: int = 4) -> Dict[str, object]:
     of the traversal (``grammar.before_mask_upload``): launch + ``resolve()`` + traversal,
     per verify step of the device-drafted path. Device side: the verify forward for the
     same batch shape, timed with events."""
-    from harness.engine.drive import drive, server_args
+    from harness.trials.drive import drive, server_args
     from harness.policies.faultplan import FaultPlan
     from harness.runtime import open_runtime
     from impl.model import ToyTargetModel

@@ -228,7 +228,7 @@ def _check_repro_args(args, scenario, target: str) -> None:
 
 
 def cmd_repro(args) -> int:
-    from harness.engine.repro import ReproConfig, run_repro
+    from harness.trials.repro import ReproConfig, run_repro
     from harness.runtime import resolve_backend
     from harness.runtime.limits import gpu_watchdog
     from scenarios.registry import get

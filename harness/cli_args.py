@@ -32,12 +32,12 @@ def int_in(lo: int, hi: int):
 
 
 def trials(text: str) -> int:
-    from harness.engine.repro import MAX_TRIALS
+    from harness.trials.repro import MAX_TRIALS
     return int_in(1, MAX_TRIALS)(text)
 
 
 def seed(text: str) -> int:
-    from harness.engine.repro import MAX_SEED
+    from harness.trials.repro import MAX_SEED
     return int_in(0, MAX_SEED)(text)
 
 

@@ -11,8 +11,8 @@ def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
     """The fixed code stalled for >= N iterations: after every shared-read-done record on
     long random workloads, or -- ``scenario`` -- that scenario's workloads and stalls
     (its released variant), seed after seed."""
-    from harness.engine.drive import server_args
-    from harness.engine.trial import run_trial
+    from harness.trials.drive import server_args
+    from harness.trials.trial import run_trial
     from harness.oracle.workload import random_workload
     from harness.policies.faultplan import StallAt
     iterations, stale, trials, seed = 0, 0, 0, 1000

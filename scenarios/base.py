@@ -1,6 +1,6 @@
 """What a scenario is: a workload generator, a fault plan, variants, expected verdicts.
 
-Scenario files stay short and declarative; ``harness.engine`` runs them.
+Scenario files stay short and declarative; ``harness.trials`` runs them.
 """
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ def run_two_ranks(policy: str = "eager", seed: int = 0, stall_rank: Optional[int
     the first step where they differ (None: the ranks agreed throughout)."""
     import targets
     from harness import faults
-    from harness.engine.drive import server_args
+    from harness.trials.drive import server_args
     from harness.policies import parse_policy
     from harness.runtime import open_runtime
     from targets.sglang.loop import UpstreamLoop

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
-from harness.engine.drive import server_args
-from harness.engine.trial import run_trial
+from harness.trials.drive import server_args
+from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from harness.runtime.limits import gpu_watchdog, watchdog_seconds
 

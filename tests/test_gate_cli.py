@@ -131,7 +131,7 @@ def test_replay_of_the_report_is_identical(report):
 
 
 def test_a_report_may_not_ask_for_more_trials_than_repro_allows(report, tmp_path):
-    from harness.engine.repro import MAX_TRIALS
+    from harness.trials.repro import MAX_TRIALS
     from harness.report.replay import load_report
     from harness.report.schema import REPORT_SCHEMA
     assert REPORT_SCHEMA["properties"]["trials"]["maximum"] == MAX_TRIALS
@@ -300,7 +300,7 @@ def test_a_crash_of_the_reference_run_is_a_finding_with_a_report(tmp_path, monke
     monkeypatch.setattr(S.Scheduler, "step", crashing)
     # a reference an earlier test on this worker computed from the intact code would not
     # crash (the crash would be the trial's, and replay compares where it happened)
-    from harness.engine import reference
+    from harness.trials import reference
     monkeypatch.setattr(reference, "_REFERENCE_CACHE", type(reference._REFERENCE_CACHE)())
     verdict = replay_report(str(path))
     assert verdict["same"], verdict["summary"]

@@ -25,7 +25,7 @@ from harness.report.replay import replay_report
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
     """A real simulator report of the seed race (2 trials) and its folder."""
-    from harness.engine.repro import ReproConfig, run_repro
+    from harness.trials.repro import ReproConfig, run_repro
     from harness.report import write_reports
     from scenarios.registry import get
     out = tmp_path_factory.mktemp("hostile")

@@ -91,8 +91,8 @@ def test_without_the_policy_a_deferred_signal_meets_the_handler_it_would_have():
 def _old_set(folder, trials):
     """A set (no trace, nothing run) under the name that ``specrace repro
     ngram-filter-race --backend sim --trials N`` writes."""
-    from harness.engine.repro import ReproConfig
-    from harness.engine.results import ReproResult
+    from harness.trials.repro import ReproConfig
+    from harness.trials.results import ReproResult
     from harness.report import write_reports
     from scenarios.registry import get
     sc = get("ngram-filter-race")

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import scenarios.matrix as mx
-from harness.engine import reference
+from harness.trials import reference
 from scenarios.mutations import BY_NAME
 
 GOOD = "copy-done-not-recorded"

@@ -18,7 +18,7 @@ EVIL = "bad \ud800 bidi \u202e c1 \x85 esc \x1b[2J math $\\frac{$"
 SETUP = r'''
 import os
 from harness.detect.hb import AccessInfo, Race
-from harness.engine.results import ReproResult
+from harness.trials.results import ReproResult
 from harness.oracle.divergence import Divergence
 from harness.runtime.trace import HOST_READ, HostAccess, OpRecord, Trace
 
@@ -283,7 +283,7 @@ def test_every_renderer_survives_unprintable_report_fields(tmp_path):
 # --- the reference cache is bounded --------------------------------------------------------
 
 def test_the_reference_cache_keeps_only_the_most_recent(monkeypatch):
-    from harness.engine import reference as room
+    from harness.trials import reference as room
     from harness.oracle.workload import RequestSpec, Workload
     from impl.scheduler import ServerArgs
     monkeypatch.setattr(room, "REFERENCE_CACHE_SIZE", 2)

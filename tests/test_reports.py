@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 
 from harness.detect.hb import AccessInfo, Race
-from harness.engine.repro import ReproConfig, run_repro
-from harness.engine.results import ReproResult
+from harness.trials.repro import ReproConfig, run_repro
+from harness.trials.results import ReproResult
 from harness.report import Report, report_name, write_reports
 from harness.report.chrome import chrome_trace
 from harness.report.replay import MAX_BYTES, replay_report
@@ -62,7 +62,7 @@ def test_four_files_in_one_set_folder(written):
 
 
 def test_the_name_carries_every_setting_of_the_run():
-    from harness.engine.repro import ReproConfig
+    from harness.trials.repro import ReproConfig
     from harness.policies import parse_policy
     sc = get("ngram-filter-race")
     base = ReproConfig(sc.name, variant="pre-fix", backend="sim")
@@ -98,7 +98,7 @@ def test_json_report_validates_and_round_trips(written):
               "trials", "reproduced", "races", "first_divergence"):
         assert doc[k] == json.loads(json.dumps(outcome.to_json()[k], default=str))
     # ... and reads back as the same typed result (the one reader of the keys)
-    from harness.engine.results import ReproResult
+    from harness.trials.results import ReproResult
     again = ReproResult.from_json(doc)
     assert again.first_divergence == outcome.first_divergence
     assert [r.summary() for r in again.races] == [r.summary() for r in outcome.races]

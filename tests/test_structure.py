@@ -1,5 +1,5 @@
 """The shape of the tree: no import cycles, small harness modules, impl/ behind its one
-door, and the harness layers (runtime -> detect -> policies -> oracle/engine -> report) with no
+door, and the harness layers (runtime -> detect -> policies -> oracle/trials -> report) with no
 back edges. Static (the import graph of ``tools/import_cycles.py``): nothing is imported."""
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_MODULE_LINES = 400
 
 # Lower floors first: a layer may import the ones before it, never the ones after. The
-# judges (oracle/) and the engine room that runs trials and calls them (engine/) are one
-# floor: the engine imports the judges; the state machine (oracle/machine.py) drives the
-# engine; the file-cycle test keeps the two from importing each other in a circle.
-LAYERS = ("runtime", "detect", "policies", ("oracle", "engine"), "report")
+# judges (oracle/) and the room that runs trials and calls them (trials/) are one floor:
+# the trials import the judges; the state machine (oracle/machine.py) drives trials; the
+# file-cycle test keeps the two from importing each other in a circle.
+LAYERS = ("runtime", "detect", "policies", ("oracle", "trials"), "report")
 
 # The only harness names impl/ may import: the fault-point / observe hooks.
 IMPL_DOOR = "harness.faults"

@@ -22,7 +22,7 @@ try:
             prog.body(rt, True)
             torch.cuda.synchronize()
     else:
-        from harness.engine.drive import drive, server_args
+        from harness.trials.drive import drive, server_args
         from harness.policies.faultplan import FaultPlan
         from scenarios.registry import get
         sc = get("ngram-filter-race"); variant, barrier = name.split(":")

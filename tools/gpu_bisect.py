@@ -21,8 +21,8 @@ sys.path.insert(0, ".")
 import harness.runtime.cuda as C
 from harness.runtime import hostmem
 {patch}
-from harness.engine.drive import server_args
-from harness.engine.trial import run_trial
+from harness.trials.drive import server_args
+from harness.trials.trial import run_trial
 from scenarios.registry import get
 sc = get("ngram-filter-race")
 for i in range(3):

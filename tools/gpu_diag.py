@@ -4,9 +4,9 @@ import gc
 import sys
 
 faulthandler.enable(all_threads=True)
-from harness.engine.drive import server_args  # noqa: E402
-from harness.engine.reference import reference
-from harness.engine.trial import run_trial
+from harness.trials.drive import server_args  # noqa: E402
+from harness.trials.reference import reference
+from harness.trials.trial import run_trial
 from scenarios.registry import get  # noqa: E402
 
 sc = get("ngram-filter-race")

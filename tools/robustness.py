@@ -148,7 +148,7 @@ def _writer(folder: str, tag: str, rounds: int, barrier, result_json: str) -> No
 
 def writers(rounds: int) -> dict:
     import pickle
-    from harness.engine.repro import ReproConfig, run_repro
+    from harness.trials.repro import ReproConfig, run_repro
     from scenarios.registry import get
     sc = get("ngram-filter-race")
     result = run_repro(ReproConfig(sc.name, backend="sim", trials=1), sc)

@@ -32,7 +32,7 @@ from scenarios.sglang_relay import POLICIES  # noqa: E402
 
 def audit_scenarios(seeds: int) -> list:
     import targets
-    from harness.engine.repro import ReproConfig, run_repro
+    from harness.trials.repro import ReproConfig, run_repro
     from harness.policies import parse_policy
     from scenarios.registry import get
     rows = []

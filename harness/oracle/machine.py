@@ -27,8 +27,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import targets
 from harness import faults
 from harness.detect import HBDetector
-from harness.engine.drive import grammar_backend
-from harness.engine.reference import reference
+from harness.trials.drive import grammar_backend
+from harness.trials.reference import reference
 from harness.policies import parse_policy
 from harness.policies.faultplan import FaultPlan
 from harness.runtime import open_runtime, resolve_backend

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-from harness.engine.results import ReproResult
+from harness.trials.results import ReproResult
 
 REPORT_FORMAT = 1
 

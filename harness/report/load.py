@@ -39,7 +39,7 @@ class LoadedReport:
     keys: frozenset = frozenset()  # the document's top-level keys (older reports lack some)
 
     @property
-    def result(self) -> Any:  # harness.engine.results.ReproResult
+    def result(self) -> Any:  # harness.trials.results.ReproResult
         return self.report.result
 
 

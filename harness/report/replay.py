@@ -134,7 +134,7 @@ def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
     loaded = source if isinstance(source, LoadedReport) else load_report(source)
     from_ = replay_source(loaded, from_)
     check_bounds(loaded, max_trials)
-    from harness.engine.repro import ReproConfig, run_repro
+    from harness.trials.repro import ReproConfig, run_repro
     from harness.runtime import cuda_available
     from scenarios.registry import SCENARIOS
 

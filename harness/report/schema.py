@@ -10,7 +10,7 @@ than ``repro`` itself allows and every report ``repro`` writes replays.
 """
 from __future__ import annotations
 
-from harness.engine.repro import MAX_RACE_SITES, MAX_SEED, MAX_TRIALS
+from harness.trials.repro import MAX_RACE_SITES, MAX_SEED, MAX_TRIALS
 from harness.oracle.divergence import KINDS
 from harness.policies import MAX_POLICY_CHARS
 from harness.runtime.policy import MAX_SCHEDULE_CHARS

@@ -215,8 +215,8 @@ def _normalised(trace) -> list:
 @pytest.mark.parametrize("policy", ["eager", "random(4)"])
 def test_engine_runs_are_deterministic_with_reuse(policy):
     """Same seed, same schedule: the same allocations, frees and reuses, record by record."""
-    from harness.engine.drive import server_args
-    from harness.engine.trial import run_trial
+    from harness.trials.drive import server_args
+    from harness.trials.trial import run_trial
     from scenarios.registry import get
     sc = get("ngram-filter-race")
     wl = sc.workload(1)

@@ -879,8 +879,8 @@ def test_gpu_traced_engine_runs_back_to_back_in_one_process():
     """The second traced engine run in a process used to segfault CPython on the H200
     (per-run class patching of the stream/event API): three traced trials of the seed race,
     each reported, in this one process."""
-    from harness.engine.drive import server_args
-    from harness.engine.trial import run_trial
+    from harness.trials.drive import server_args
+    from harness.trials.trial import run_trial
     from scenarios.registry import get
     sc = get("ngram-filter-race")
     for seed in range(3):

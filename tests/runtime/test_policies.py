@@ -14,7 +14,7 @@ from harness.report.chrome import chrome_trace
 from harness.runtime.policy import HOST, Chooser, Policy, Schedule
 from harness.runtime.sim import SimDeviceError
 from harness.runtime.sim.runtime import sim_runtime
-from harness.runtime.sim.scheduler import runnable_ids
+from harness.runtime.sim.arbiter import runnable_ids
 from harness.runtime.trace import SyncRecord
 from scenarios.litmus import overlap_streams
 

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from harness.engine.drive import server_args
-from harness.engine.trial import run_trial
+from harness.trials.drive import server_args
+from harness.trials.trial import run_trial
 from harness.report.chrome import chrome_trace
 from harness.runtime.sim import SimDeviceError
 from harness.runtime.sim.device import current_device

@@ -7,7 +7,7 @@ configuration orders it."""
 import pytest
 
 import targets
-from harness.engine.drive import drive, server_args
+from harness.trials.drive import drive, server_args
 from harness.policies import parse_policy
 from harness.policies.faultplan import FaultPlan
 from harness.runtime import open_runtime
@@ -75,7 +75,7 @@ def test_prefill_batches_between_decodes_do_not_open_the_ring_race():
     prefill forward scatters no confidence, and the next decode's resolve synchronizes the
     D2H stream before its own scatter. Arrivals spread over 14 iterations put prefills
     between decodes."""
-    from harness.engine.trial import run_trial
+    from harness.trials.trial import run_trial
     from harness.oracle.workload import random_workload
     sc = get("dspark-confidence-ring")
     for seed in range(3):

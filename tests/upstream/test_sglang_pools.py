@@ -8,13 +8,13 @@ import inspect
 
 import pytest
 
-from harness.engine.drive import server_args
-from harness.engine.trial import run_trial
+from harness.trials.drive import server_args
+from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from scenarios.matrix import PROBES, run_probe
 from scenarios.mutations.catalogue import get as get_mutation
 from scenarios.registry import get
-from tests.engine.test_kv_pools import POOL_MUTATIONS, watch_pools
+from tests.impl.test_kv_pools import POOL_MUTATIONS, watch_pools
 
 
 def test_the_pools_are_upstreams():

@@ -10,7 +10,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 import targets
 from harness.oracle.machine import EngineMachine, SmallPoolEngineMachine
-from harness.engine.drive import server_args
+from harness.trials.drive import server_args
 from harness.oracle.workload import slot_reuse_workload
 from harness.runtime import open_runtime
 from scenarios.matrix import PROBES, run_probe

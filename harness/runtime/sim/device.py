@@ -6,7 +6,7 @@ Semantics (CUDA's, see SPEC §1):
    (a wait is itself a queued marker op) and, for a timed stall, once the host clock has
    passed its end.
 2. Enqueueing never blocks the host; *when* runnable heads execute is the policy's choice,
-   asked at each scheduling point and recorded (``Scheduler``, ``runtime/policy.py``).
+   asked at each scheduling point and recorded (``Arbiter``, ``runtime/policy.py``).
 3. A host sync waits for the positions it names only, plus what they transitively wait on:
    ``drain`` executes exactly those ops and nothing else, which is how stale data reaches
    the host under a lazy or stalled schedule.
@@ -30,7 +30,7 @@ from typing import Any, Deque, List, Optional
 from ...context import current
 from ..policy import Policy, RunAll
 from .allocator import SimAllocator
-from .scheduler import Scheduler
+from .arbiter import Arbiter
 from ..trace import (WAIT_EVENT, EventRecord, HostAccess, OpKind, OpRecord, Position,
                      QueryRecord, SyncRecord, Trace, user_frame)
 from .errors import SimDeadlock, SimDeviceError, check_session  # noqa: F401 (re-exported)
@@ -194,11 +194,11 @@ class SimDevice:
         self.capture: Any = None
         self.graph_stream: Optional[Stream] = None
         self.graph_ids = itertools.count(1)
-        self.policy = Scheduler(policy or RunAll())
+        self.policy = Arbiter(policy or RunAll())
 
     # --- setup ------------------------------------------------------------------------
     def set_policy(self, policy: Policy) -> None:
-        self.policy = Scheduler(policy)
+        self.policy = Arbiter(policy)
 
     def new_stream(self, name: Optional[str] = None, priority: int = 0) -> Stream:
         s = Stream(priority=priority, _sim=self)

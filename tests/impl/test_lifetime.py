@@ -6,8 +6,8 @@ usually shows no wrong value; the detector must still name the race.
 """
 import pytest
 
-from harness.engine.drive import server_args
-from harness.engine.trial import run_trial
+from harness.trials.drive import server_args
+from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from harness.runtime.trace import COPY_H2D
 from scenarios.mutations import BY_NAME

@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 import torch
 
-from harness.engine.drive import server_args
-from harness.engine.trial import run_trial
+from harness.trials.drive import server_args
+from harness.trials.trial import run_trial
 from harness.oracle.stale import Reference, StaleValueOracle
 from harness.policies import Eager, parse_policy
 from harness.runtime import open_runtime

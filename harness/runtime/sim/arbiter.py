@@ -1,6 +1,6 @@
 """Between the simulated device and a policy's chooser (the protocol: ``runtime/policy.py``).
 
-At a scheduling point the ``Scheduler`` turns the device's state into the chooser's plain
+At a scheduling point the ``Arbiter`` turns the device's state into the chooser's plain
 data (the runnable stream ids, the stream the last answer ran, the labels), runs what the
 chooser names, asks again until the answer is the host, and records every answer in
 ``trace.schedule`` -- the schedule that ran, which a ``Recorded`` policy replays.
@@ -13,7 +13,7 @@ from ..policy import Policy
 from ..trace import HOST
 from .errors import SimDeviceError
 
-__all__ = ["Scheduler", "runnable_ids"]
+__all__ = ["Arbiter", "runnable_ids"]
 
 # ``dev`` below is a ``device.SimDevice`` (not imported: the device imports this module)
 
@@ -24,7 +24,7 @@ def runnable_ids(dev: Any) -> List[int]:
     return [s.sid for s in dev.streams if s.pending and runnable(s)]
 
 
-class Scheduler:
+class Arbiter:
     """The device's scheduling hook, ``dev.policy``: the dispatch asks it whether an op
     enqueued on an idle stream runs at once (``runs_at_enqueue``, the per-op fast path)
     and calls ``on_point`` at every scheduling point. It turns the device's state into the

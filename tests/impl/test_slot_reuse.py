@@ -10,7 +10,7 @@ from collections import defaultdict
 import pytest
 
 import targets
-from harness.engine.drive import server_args
+from harness.trials.drive import server_args
 from harness.oracle.workload import slot_reuse_workload
 from harness.policies import Eager
 from harness.runtime import open_runtime

@@ -7,9 +7,9 @@ import json
 import jsonschema
 import pytest
 
-from harness.engine.drive import server_args
-from harness.engine.reference import reference
-from harness.engine.trial import run_trial
+from harness.trials.drive import server_args
+from harness.trials.reference import reference
+from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from impl.vocab import EOS_ID, decode
 from scenarios.registry import get

@@ -3,8 +3,8 @@ at draft prep AND the detector's schedule-gather vs forward-write pair), the coa
 hides it, the FutureMap relay removes it -- under every policy."""
 import pytest
 
-from harness.engine.drive import server_args
-from harness.engine.trial import run_trial
+from harness.trials.drive import server_args
+from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from scenarios.registry import get
 
@@ -58,7 +58,7 @@ def test_fixed_relay_is_clean(policy, seed):
 
 
 def test_fixed_outputs_equal_reference_token_for_token():
-    from harness.engine.reference import reference
+    from harness.trials.reference import reference
     wl = SC.workload(4)
     args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
     res = run_trial("sim", parse_policy("lazy"), wl, args, SC.stalls(None))

@@ -6,10 +6,10 @@ import dataclasses
 import pytest
 import torch
 
-import harness.engine.reference as reference
-import harness.engine.trial as trial
-from harness.engine.drive import server_args
-from harness.engine.trial import run_trial
+import harness.trials.reference as reference
+import harness.trials.trial as trial
+from harness.trials.drive import server_args
+from harness.trials.trial import run_trial
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import ReplayedOp
 from harness.policies import parse_policy
