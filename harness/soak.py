@@ -15,20 +15,25 @@ def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
     from harness.trials.trial import run_trial
     from harness.oracle.workload import random_workload
     from harness.policies.faultplan import StallAt
+    if scenario:
+        from scenarios.registry import get
+        sc = get(scenario)
+        variant = {**sc.variants[sc.default_variant], "war_barrier": "fine"}
+
+        def setup(seed: int):
+            wl = sc.workload(seed)
+            return wl, sc.stalls(stall_ms), server_args(wl, variant)
+    else:
+        def setup(seed: int):
+            wl = random_workload(seed, n_requests=24, max_arrive=60, min_tokens=20,
+                                 max_tokens=60)
+            return (wl, [StallAt("forward.after_read_done", stall_ms)],
+                    server_args(wl, {"relay": "future_map", "war_barrier": "fine"}))
     iterations, stale, trials, seed = 0, 0, 0, 1000
     kinds: Dict[str, int] = {}
     t0 = time.perf_counter()
     while iterations < min_iterations:
-        if scenario:
-            from scenarios.registry import get
-            sc = get(scenario)
-            wl, stalls = sc.workload(seed), sc.stalls(stall_ms)
-            args = server_args(wl, {**sc.variants[sc.default_variant], "war_barrier": "fine"})
-        else:
-            wl = random_workload(seed, n_requests=24, max_arrive=60, min_tokens=20,
-                                 max_tokens=60)
-            stalls = [StallAt("forward.after_read_done", stall_ms)]
-            args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
+        wl, stalls, args = setup(seed)
         res = run_trial("cuda", None, wl, args, stalls, detect_races=False, target=target)
         if res.divergence is not None:
             stale += 1

@@ -139,8 +139,13 @@ class ToyPagedAttention:
                                          meta.kv_indices, upto, out)
         return out
 
-    def finish_prefill(self, meta: ForwardMetadata, lens: torch.Tensor) -> None:
-        self.kv.kv_lens[meta.rows] = lens
+    def attend_prefill(self, meta: ForwardMetadata, prompt_ids: torch.Tensor,
+                       prompt_lens: torch.Tensor) -> torch.Tensor:
+        """A prefill: the prompt's KV written, the prompt attended to, and each row's KV
+        length set to its prompt's."""
+        out = self.attend(meta, prompt_ids, prompt_lens, prompt_lens)
+        self.kv.kv_lens[meta.rows] = prompt_lens
+        return out
 
     def commit_accepted(self, meta: ForwardMetadata, accept_index: torch.Tensor,
                         accept_lens: torch.Tensor) -> None:

@@ -105,6 +105,25 @@ class ToyKVPool:
         self.full_to_swa = full_to_swa
 
 
+def mirror_allocator(layout: str, size: int, device):
+    """specrace's allocator for a KV layout: "full" (page size 1) or "swa" (full slots
+    paired with as many SWA slots)."""
+    if layout == "swa":
+        return SWATokenToKVPoolAllocator(size, size, device)
+    return TokenToKVPoolAllocator(size, device)
+
+
+def finish_pools(req_to_token_pool, allocator, args, device):
+    """What every server's pools get around the rows and the allocator: the KV data (in
+    SWA slots where the allocator pairs them), the scheduler's bookkeeping -- and a sync:
+    they were made on the loading stream, and every stream uses them from now on (as the
+    weights). ``(KVCacheManager, ToyKVPool)``."""
+    kv = ToyKVPool(args.kv_pool_size, args.req_pool_size, device,
+                   getattr(allocator, "full_to_swa_index_mapping", None))
+    torch.get_device_module(device).synchronize()
+    return KVCacheManager(req_to_token_pool, allocator, args.draft_token_num), kv
+
+
 # --- the schedule stream's write: one kernel, as upstream's ``assign_req_to_token_pool``
 
 def _assign_kernel(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,

@@ -14,8 +14,8 @@ from typing import Any, Deque, List, Optional, Tuple
 
 import torch
 
-from .mem_cache import (KVCacheManager, ReqToTokenPool, SWATokenToKVPoolAllocator,
-                        TokenToKVPoolAllocator, ToyKVPool)
+from .mem_cache import (KVCacheManager, ReqToTokenPool, ToyKVPool, finish_pools,
+                        mirror_allocator)
 from .memory import staged
 from .spec_info import NgramVerifyInput
 from .vocab import EOS_ID
@@ -63,16 +63,8 @@ def build_kv_cache(args: "ServerArgs", device) -> Tuple[KVCacheManager, ToyKVPoo
     where its release has them): ``kv_layout`` "full", or "swa" (slots paired with SWA
     slots through a mapping, as a hybrid sliding-window model's)."""
     pool = ReqToTokenPool(args.req_pool_size, args.context_len, device)
-    if args.kv_layout == "swa":
-        allocator = SWATokenToKVPoolAllocator(args.kv_pool_size, args.kv_pool_size, device)
-        kv_pool = ToyKVPool(args.kv_pool_size, args.req_pool_size, device,
-                            allocator.full_to_swa_index_mapping)
-    else:
-        allocator = TokenToKVPoolAllocator(args.kv_pool_size, device)
-        kv_pool = ToyKVPool(args.kv_pool_size, args.req_pool_size, device)
-    # made on the loading stream: every stream uses them from now on (as the weights)
-    torch.get_device_module(device).synchronize()
-    return KVCacheManager(pool, allocator, args.draft_token_num), kv_pool
+    return finish_pools(pool, mirror_allocator(args.kv_layout, args.kv_pool_size, device),
+                        args, device)
 
 
 def accept_tokens(req, tokens: List[int]) -> bool:

@@ -86,9 +86,7 @@ class NgramWorker:
         meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
                                                batch.prompt_ids.shape[1], prefill=True)
         read_done = self._record_shared_read_done()
-        kv_check = self.attn.attend(meta, batch.prompt_ids, batch.prompt_lens,
-                                    batch.prompt_lens)
-        self.attn.finish_prefill(meta, batch.prompt_lens)
+        kv_check = self.attn.attend_prefill(meta, batch.prompt_ids, batch.prompt_lens)
         logits = self.model.forward(input_ids)
         if batch.has_grammar:
             self._apply_extend_grammar(batch, logits)

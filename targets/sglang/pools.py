@@ -38,8 +38,7 @@ def _upstream_pools(args, device) -> Tuple[Any, Any]:
     if args.kv_layout == "swa":
         # upstream's SWA allocator needs DSV4/GPT-OSS's SWA KV pool and its GPU kernels:
         # specrace's mirror of it, over upstream's rows
-        allocator = mem_cache.SWATokenToKVPoolAllocator(args.kv_pool_size, args.kv_pool_size,
-                                                        device)
+        allocator = mem_cache.mirror_allocator("swa", args.kv_pool_size, device)
     else:
         allocator = TokenToKVPoolAllocator(args.kv_pool_size, torch.int64, str(device), None,
                                            need_sort=False)
@@ -79,14 +78,7 @@ def build_pools(args, device) -> Pools:
     except (ImportError, AttributeError, TypeError):
         pool = mem_cache.ReqToTokenPool(args.req_pool_size, args.context_len, dev)
         pool.req_generation = torch.zeros((args.req_pool_size,), dtype=torch.int64)
-        allocator = (mem_cache.SWATokenToKVPoolAllocator(args.kv_pool_size, args.kv_pool_size,
-                                                         dev)
-                     if args.kv_layout == "swa"
-                     else mem_cache.TokenToKVPoolAllocator(args.kv_pool_size, dev))
+        allocator = mem_cache.mirror_allocator(args.kv_layout, args.kv_pool_size, dev)
         origin = "specrace"
-    kv = mem_cache.ToyKVPool(args.kv_pool_size, args.req_pool_size, dev,
-                             getattr(allocator, "full_to_swa_index_mapping", None))
-    # made on the loading stream: every stream uses them from now on
-    torch.get_device_module(dev).synchronize()
-    return Pools(pool, allocator, mem_cache.KVCacheManager(pool, allocator,
-                                                           args.draft_token_num), kv, origin)
+    manager, kv = mem_cache.finish_pools(pool, allocator, args, dev)
+    return Pools(pool, allocator, manager, kv, origin)

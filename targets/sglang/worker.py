@@ -195,8 +195,7 @@ class ToyNgramWorker(SharedReadRunner):
             meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
                                                    prompt_ids.shape[1], prefill=True)
             self._record_shared_read_done()
-            kv_check = self.attn.attend(meta, prompt_ids, prompt_lens, prompt_lens)
-            self.attn.finish_prefill(meta, prompt_lens)
+            kv_check = self.attn.attend_prefill(meta, prompt_ids, prompt_lens)
             hidden, logits = self.model.forward_with_hidden(batch.input_ids)
             if batch.has_grammar:
                 self._apply_extend_grammar(batch, logits)
