@@ -114,6 +114,10 @@ def test_the_fit_is_the_smallest_cached_block_last_freed_first():
 
 def test_a_session_sets_the_older_objects_aside_from_the_collector_and_back():
     import gc
+    # Start from an unfrozen process: earlier code in this worker may have frozen objects
+    # and left them so (seen on the H200 image, 375 objects, after the CUDA tests; which
+    # library does it is not this test's subject -- the program's own freeze is tested below).
+    gc.unfreeze()
     assert gc.get_freeze_count() == 0
     with sim_runtime(parse_policy("eager")):
         assert gc.get_freeze_count() > 0
