@@ -1,0 +1,192 @@
+"""The EAGLE kernel stand-ins (``targets/sglang/eagle_kernels.py``) against brute-force
+references written from the kernels' contracts: loops over requests and nodes, the way
+the Triton/CUDA kernels walk them, on generated inputs."""
+import torch
+from hypothesis import given, settings, strategies as st
+
+from targets.sglang import eagle_kernels as ek
+
+
+class QLEN_ONLY:  # the tree-mask mode, by name (upstream's enum member is named so)
+    name = "QLEN_ONLY"
+
+
+@st.composite
+def drafts(draw):
+    """A draft's parent lists and selected scores as upstream's draft organises them:
+    ``parent_list (bs, P)`` of flat draft positions (-1: the root), ``top_scores_index
+    (bs, N-1)`` sorted distinct draft indices with ``index // topk < P``."""
+    bs = draw(st.integers(1, 3))
+    topk = draw(st.integers(1, 3))
+    steps = draw(st.integers(1, 4))
+    P = 1 + (steps - 1) * topk
+    space = P * topk
+    N = draw(st.integers(2, min(space, 7) + 1))
+    parent, sel = [], []
+    for _ in range(bs):
+        # block j's parent is a draft of an earlier block (its index below j * topk):
+        # parents come before children, as in every draft (a cycle would hang the kernel)
+        parent.append([-1] + [draw(st.integers(-1, j * topk - 1)) for j in range(1, P)])
+        sel.append(sorted(draw(st.sets(st.integers(0, space - 1), min_size=N - 1,
+                                       max_size=N - 1))))
+    seq = draw(st.lists(st.integers(0, 40), min_size=bs, max_size=bs))
+    return (torch.tensor(parent, dtype=torch.int64), torch.tensor(sel, dtype=torch.int64),
+            torch.tensor(seq, dtype=torch.int64), topk, N)
+
+
+def reference_tree(parent_list, sel, seq_lens, topk, N):
+    """The tree kernel's walk: links in reverse node order, the mask row and the depth
+    by climbing the parents; an unfound parent leaves the node unlinked."""
+    bs = sel.shape[0]
+    ri = torch.full((bs, N), -1, dtype=torch.int64)
+    nt, ns = ri.clone(), ri.clone()
+    mask = torch.zeros(bs * N * N, dtype=torch.bool)
+    pos = torch.empty(bs * N, dtype=torch.int64)
+    for b in range(bs):
+        s, par = sel[b].tolist(), parent_list[b].tolist()
+
+        def parent_pos(i):
+            block = s[i - 1] // topk
+            if block == 0:
+                return 0
+            return s.index(par[block]) + 1 if par[block] in s[:N - 1] else None
+        for i in range(N - 1, 0, -1):
+            ri[b, i] = b * N + i
+            pp = parent_pos(i)
+            if pp is not None:
+                if nt[b, pp] != -1:
+                    ns[b, i] = nt[b, pp]
+                nt[b, pp] = i
+        ri[b, 0] = b * N
+        for x in range(N):
+            base = N * N * b + N * x
+            mask[base] = True
+            depth, cur = 0, x
+            while cur > 0:
+                mask[base + cur] = True
+                depth += 1
+                pp = parent_pos(cur)
+                if pp is None:
+                    break
+                cur = pp
+            pos[b * N + x] = int(seq_lens[b]) + depth
+    return mask, pos, ri, nt, ns
+
+
+@settings(max_examples=150, deadline=None)
+@given(drafts())
+def test_tree_build_matches_the_kernels_walk(d):
+    parent_list, sel, seq_lens, topk, N = d
+    bs = sel.shape[0]
+    mask = torch.zeros(bs * N * N, dtype=torch.bool)
+    pos = torch.empty(bs * N, dtype=torch.int64)
+    ri, nt, ns = (torch.full((bs, N), -1, dtype=torch.int64) for _ in range(3))
+    ek.build_tree_kernel_efficient_func(parent_list, sel, seq_lens, mask, pos, ri, nt, ns,
+                                        topk, None, N, QLEN_ONLY)
+    want = reference_tree(parent_list, sel, seq_lens, topk, N)
+    for got, exp in zip((mask, pos, ri, nt, ns), want):
+        assert torch.equal(got, exp)
+
+
+def reference_verify(candidates, ri, nt, ns, target_predict, depth):
+    """The greedy kernel: from the root, at each level take the first child (in sibling
+    order) whose draft is the target's prediction at the current node."""
+    bs, N = candidates.shape
+    tp = target_predict.reshape(-1)
+    predicts = torch.zeros(bs * N, dtype=torch.int32)
+    accept = torch.full((bs, depth), -1, dtype=torch.int32)
+    num = torch.zeros(bs, dtype=torch.int32)
+    for b in range(bs):
+        last = int(ri[b, 0])
+        accept[b, 0] = last
+        cur = 0
+        for _ in range(1, depth):
+            cur = int(nt[b, cur])
+            target = int(tp[last])
+            while cur != -1 and int(candidates[b, cur]) != target:
+                cur = int(ns[b, cur])
+            if cur == -1:
+                break
+            predicts[last] = target
+            num[b] += 1
+            accept[b, num[b]] = int(ri[b, cur])
+            last = int(ri[b, cur])
+        predicts[last] = int(tp[last])
+    return predicts, accept, num
+
+
+@settings(max_examples=150, deadline=None)
+@given(drafts(), st.data())
+def test_greedy_verify_matches_the_kernels_walk(d, data):
+    parent_list, sel, seq_lens, topk, N = d
+    bs = sel.shape[0]
+    mask = torch.zeros(bs * N * N, dtype=torch.bool)
+    pos = torch.empty(bs * N, dtype=torch.int64)
+    ri, nt, ns = (torch.full((bs, N), -1, dtype=torch.int64) for _ in range(3))
+    ek.build_tree_kernel_efficient_func(parent_list, sel, seq_lens, mask, pos, ri, nt, ns,
+                                        topk, None, N, QLEN_ONLY)
+    V = 4  # a small vocabulary: many matches, and siblings that compete
+    candidates = torch.tensor(data.draw(st.lists(st.integers(0, V - 1), min_size=bs * N,
+                                                 max_size=bs * N))).view(bs, N)
+    target = torch.tensor(data.draw(st.lists(st.integers(0, V - 1), min_size=bs * N,
+                                             max_size=bs * N))).view(bs, N)
+    # the accept width is the draft's steps + 1: never fewer levels than the tree has
+    levels = int((pos.view(bs, N) - seq_lens.view(-1, 1)).max()) + 1
+    depth = levels + data.draw(st.integers(0, 1))
+    predicts = torch.zeros(bs * N, dtype=torch.int32)
+    accept = torch.full((bs, depth), -1, dtype=torch.int32)
+    num = torch.empty(bs, dtype=torch.int32)
+    ek.verify_tree_greedy_func(predicts, accept, num, candidates, ri, nt, ns, target)
+    want = reference_verify(candidates, ri, nt, ns, target, depth)
+    assert torch.equal(predicts, want[0])
+    assert torch.equal(accept, want[1])
+    assert torch.equal(num, want[2])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 4), st.integers(1, 3), st.data())
+def test_draft_cache_locs_and_bonus_and_gather(bs, topk, cols, data):
+    rows = 6
+    r2t = torch.tensor(data.draw(st.lists(st.integers(0, 999), min_size=rows * 32,
+                                          max_size=rows * 32))).view(rows, 32)
+    rpi = torch.tensor(data.draw(st.lists(st.integers(0, rows - 1), min_size=bs,
+                                          max_size=bs)))
+    seq = torch.tensor(data.draw(st.lists(st.integers(0, 32 - topk * cols), min_size=bs,
+                                          max_size=bs)))
+    out = torch.empty(bs * topk * cols, dtype=torch.int64)
+    positions = torch.empty(bs * topk, dtype=torch.int64)
+    ek.assign_draft_cache_locs_contiguous_func(rpi, r2t, seq, out, topk, cols, positions)
+    for b in range(bs):
+        for k in range(topk * cols):
+            assert out[b * topk * cols + k] == r2t[rpi[b], seq[b] + k]
+        for t in range(topk):
+            assert positions[b * topk + t] == seq[b]
+    stride = data.draw(st.integers(1, 4))
+    tokens = torch.tensor(data.draw(st.lists(st.integers(0, 99), min_size=bs * stride,
+                                             max_size=bs * stride)))
+    lens = torch.tensor(data.draw(st.lists(st.integers(1, stride), min_size=bs,
+                                           max_size=bs)), dtype=torch.int32)
+    bonus = torch.empty(bs, dtype=torch.int32)
+    ek.fill_bonus_tokens_func(tokens, lens, bonus, stride, bs)
+    assert bonus.tolist() == [int(tokens[b * stride + lens[b] - 1]) for b in range(bs)]
+    bufs = [torch.rand(rows, topk), torch.randint(0, 9, (rows, topk)),
+            torch.randint(0, 9, (rows,)), torch.rand(rows, 3)]
+    for hidden in (bufs[3], None):
+        got = ek.gather_spec_extras(rpi, bufs[0], bufs[1], bufs[2], hidden)
+        for g, buf in zip(got, bufs[:3] + [hidden]):
+            if buf is None:
+                assert g is None
+                continue
+            assert torch.equal(g, torch.stack([buf[int(i)] for i in rpi]))
+    empty = ek.gather_spec_extras(rpi[:0], *bufs)
+    assert [tuple(t.shape) for t in empty] == [(0, topk), (0, topk), (0,), (0, 3)]
+
+
+def test_unmodelled_modes_refuse_loudly():
+    import pytest
+    z = torch.zeros(1, dtype=torch.int64)
+    with pytest.raises(NotImplementedError, match="QLEN_ONLY"):
+        ek.build_tree_kernel_efficient_func(z, z.view(1, 1), z, z, z, z, z, z, 1, 1, 2,
+                                            "FULL_MASK")
+    with pytest.raises(NotImplementedError, match="mrope"):
+        ek.assign_draft_cache_locs_contiguous_func(z, z.view(1, 1), z, z, 1, 1, None, z)
