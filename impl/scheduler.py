@@ -40,8 +40,9 @@ from .spec_info import RELAY_MODES, NgramVerifyInput
 from .worker import GenerationBatchResult, NgramWorker
 
 WAR_BARRIERS = ("fine", "coarse")
-# "eagle": a device drafter builds the tree; "dspark": the sglang target only
-SPEC_ALGORITHMS = ("ngram", "eagle", "dspark")
+# "eagle": a device drafter builds the tree; "dspark" and "eagle-v2" (upstream's EAGLE
+# worker): the sglang target only
+SPEC_ALGORITHMS = ("ngram", "eagle", "dspark", "eagle-v2")
 RAGGED_VERIFY_MODES = ("static", "compact", "cap-accept")
 KV_LAYOUTS = ("full", "swa")
 
@@ -76,6 +77,11 @@ class ServerArgs:
     kv_pool_size: int = 4096
     context_len: int = 256
     kv_layout: str = "full"  # "swa": KV slots paired with SWA slots by a device mapping
+    # The sglang target's EAGLE v2 slice (spec_algorithm "eagle-v2"): the draft's topk
+    # (--speculative-eagle-topk; draft_token_num - 1 steps) and the plan stream
+    # (SGLANG_ENABLE_OVERLAP_PLAN_STREAM: verify and draft-extend prep on side streams)
+    eagle_topk: int = 1
+    plan_stream: bool = False
 
     def validate(self) -> None:
         if self.relay not in RELAY_MODES:
@@ -96,6 +102,8 @@ class ServerArgs:
             raise ValueError("kv_pool_size must be in 1..1048576")
         if not 8 <= self.context_len <= 4096:
             raise ValueError("context_len must be in 8..4096")
+        if not 1 <= self.eagle_topk <= 8:
+            raise ValueError("eagle_topk must be in 1..8")
         if self.kv_layout not in KV_LAYOUTS:
             raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}")
 
@@ -104,8 +112,9 @@ class Scheduler:
     def __init__(self, args: ServerArgs, device, grammar_backend: Any = None,
                  model: Optional[ToyTargetModel] = None) -> None:
         args.validate()
-        if args.spec_algorithm == "dspark":
-            raise ValueError("impl/ has no DSpark worker: run DSpark with --target sglang")
+        if args.spec_algorithm in ("dspark", "eagle-v2"):
+            raise ValueError(f"impl/ has no {args.spec_algorithm} worker: run it with "
+                             f"--target sglang")
         self.args = args
         self.device = torch.device(device)
         self.mod = torch.get_device_module(self.device)

@@ -21,6 +21,9 @@ The engine reports host-visible values through ``harness.faults.observe``:
 """
 from __future__ import annotations
 
+import os
+import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -185,6 +188,8 @@ class StaleValueOracle:
         ``reference`` run (then the bug is in both). A host sync that can never return is
         kind ``deadlock``, any other exception kind ``crash``."""
         from harness.runtime import DeadlockError
+        if os.environ.get("SPECRACE_TRACEBACK"):  # README: where did the engine raise?
+            traceback.print_exception(exc, file=sys.stderr)
         kind = "deadlock" if isinstance(exc, DeadlockError) else "crash"
         run = "the synchronous reference run" if where == "reference" else "the trial run"
         what = "deadlocked" if kind == "deadlock" else "crashed"

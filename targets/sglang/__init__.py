@@ -19,7 +19,7 @@ from . import contract, static
 # xgrammar backend)
 SCENARIOS = ("ngram-filter-race", "mixed-overlap", "dp-idle", "grammar-ngram", "kv-row-reuse",
              "grammar-tree-staging", "slot-reuse", "dspark-confidence-ring",
-             "dspark-result-readback", "ngram-hidden-readback")
+             "dspark-result-readback", "ngram-hidden-readback", "eagle-v2")
 
 
 # The first release whose runner publishes read-done for an NGRAM verify (read from
@@ -81,9 +81,9 @@ class SglangTarget(Target):
 
     @contextlib.contextmanager
     def variant(self, args) -> Iterator[None]:
-        from .dspark import server_context
+        from . import dspark, eagle
         from .patches import variant_patches
-        with variant_patches(args), server_context(args):
+        with variant_patches(args), dspark.server_context(args), eagle.server_context(args):
             yield
 
     def patch_problem(self, target: str, edits) -> str:

@@ -262,3 +262,8 @@ def install() -> None:
         m = importlib.import_module(module)
         for name in names:
             setattr(m, name, globals()[name])
+    # the draft's later-step top-k selection is torch.compile'd (an optimisation: the
+    # function is plain torch); inductor has no simulator backend, so it runs as written
+    spec_utils = importlib.import_module("sglang.srt.speculative.spec_utils")
+    later = spec_utils._select_top_k_tokens_later
+    spec_utils._select_top_k_tokens_later = getattr(later, "_torchdynamo_orig_callable", later)

@@ -125,7 +125,9 @@ class Intake:
         reqs, steps, stride = launch
         result.copy_done.synchronize()
         tokens = result.next_token_ids.tolist()
-        lens = result.accept_lens.tolist()
+        # an EAGLE prefill's result has no accept lengths: one token each
+        lens = result.accept_lens.tolist() if result.accept_lens is not None \
+            else [1] * len(reqs)
         hidden = (result.logits_output.hidden_states
                   if result.logits_output is not None else None)
         kv_checks = result.specrace_kv_check.tolist() if result.specrace_kv_check is not None \
@@ -270,7 +272,8 @@ class UpstreamLoop:
 
     def _init_batch(self, reqs: List[Any], forward_mode):
         batch = upstream.ScheduleBatch.init_new(
-            reqs, self.sched.req_to_token_pool, None, None, self.sched.model_config,
+            reqs, self.sched.req_to_token_pool, self.sched.token_to_kv_pool_allocator, None,
+            self.sched.model_config,
             enable_overlap=True, spec_algorithm=self.sched.spec_algorithm)
         batch.forward_mode = forward_mode
         batch.sampling_info = SamplingInfo(self.vocab_size)
@@ -300,8 +303,15 @@ class UpstreamLoop:
         # the toy prefill forwards each request's last prompt token only (its hidden row);
         # its attention writes and reads the whole prompt's KV
         batch.extend_lens = [1] * len(reqs)
+        batch.prefix_lens = [n - 1 for n in lens]
+        batch.extend_logprob_start_lens = [0] * len(reqs)
         batch.specrace_prompt_ids, batch.specrace_prompt_lens = stage_prompts(reqs, self.device)
         self.kv_cache.alloc_for_launch(reqs, batch.req_pool_indices)
+        if self.args.spec_algorithm == "eagle-v2":
+            # the slot the extended token writes (prepare_for_extend's out_cache_loc; the
+            # toy workers of the other slices write the prompt's KV themselves)
+            batch.out_cache_loc = self.sched.req_to_token_pool.req_to_token[
+                batch.req_pool_indices, batch.seq_lens - 1].to(torch.int64)
         return batch
 
     def idle_batch(self):

@@ -95,6 +95,11 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
         s._confidence_budget_prepare = planner.confidence_budget_prepare()
         s.model_worker = dspark.ToyDSparkWorker(model, dev, args, planner)
         dspark.install_probes(s, s.model_worker)
+    elif args.spec_algorithm == "eagle-v2":
+        from . import eagle
+        s.spec_algorithm = upstream.SpeculativeAlgorithm.EAGLE
+        s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)
+        s.model_worker = eagle.build_worker(args, dev, model, pools)
     else:
         s.spec_algorithm = upstream.SpeculativeAlgorithm.NGRAM
         s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)
@@ -107,7 +112,11 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     # the fine fence engages only where the forward publishes read-done; the coarse one
     # is upstream's own fallback for a forward that does not (and its switch, where the
     # release has it: targets.sglang.patches)
-    s.model_worker.publish_read_done = args.war_barrier == "fine"
+    publish = getattr(s.model_worker, "set_publish_read_done", None)
+    if publish is not None:  # the EAGLE slice: upstream's worker, our runners publish
+        publish(args.war_barrier == "fine")
+    else:
+        s.model_worker.publish_read_done = args.war_barrier == "fine"
     s.model_config = types.SimpleNamespace(is_encoder_decoder=False,
                                            vocab_size=model.vocab_size)
     # upstream's own decision (Scheduler.run_event_loop): the barrier is on under CUDA, or

@@ -49,6 +49,18 @@ class Req:
     is_prefill_only: bool = False
     return_hidden_states: bool = False  # releases before 0.5.17 read it (later: the mode)
 
+    # read by ForwardBatch.init_new (the EAGLE slice): the prefill is never chunked
+    lora_id: Any = None
+    token_type_ids: Any = None
+
+    @property
+    def full_untruncated_fill_ids(self) -> List[int]:
+        return self.prompt
+
+    @property
+    def extend_end(self) -> int:
+        return len(self.prompt)
+
     @property
     def return_hidden_states_mode(self):
         mode = upstream.CaptureHiddenMode
@@ -67,6 +79,11 @@ class Req:
 class SamplingInfo:
     """The sampling state filter/merge carry along (none of it is under test here)."""
 
+    # what EAGLE's sampling reads: greedy, no penalties, bias or watermark
+    is_all_greedy = True
+    acc_additive_penalties = acc_scaling_penalties = logit_bias = sampling_seed = None
+    has_watermark_candidates = False
+
     def __init__(self, vocab_size: int) -> None:
         self.vocab_size = vocab_size
         self.grammar_mask = None
@@ -82,7 +99,8 @@ class SamplingInfo:
         return self
 
 
-def finish_result(result, batch, draft_token_num: int, kv_check=None):
+def finish_result(result, batch, draft_token_num: int, kv_check=None,
+                  decode: Optional[bool] = None):
     """What both toy workers add to a launch's ``GenerationBatchResult``: what the commit
     needs of the launch (ours: upstream keys on the batch) -- its requests, their steps and
     the row stride of its tokens -- what the toy attention read (``kv_check``, copied to
@@ -91,7 +109,9 @@ def finish_result(result, batch, draft_token_num: int, kv_check=None):
     ``copy_to_cpu``, unchanged; a stall there is a copy engine busy with an earlier
     transfer)."""
     if batch.reqs:
-        stride = draft_token_num if batch.forward_mode.is_decode() else 1
+        if decode is None:  # the launch's mode (a worker that changes it passes it)
+            decode = batch.forward_mode.is_decode()
+        stride = draft_token_num if decode else 1
         result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
                                   stride)
     result.specrace_kv_check = kv_check

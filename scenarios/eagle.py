@@ -1,0 +1,42 @@
+"""Upstream's EAGLE v2 overlap path on the sglang target (``spec_algorithm="eagle-v2"``,
+``targets/sglang/eagle.py``): ``EAGLEWorkerV2`` (draft, verify, publish, draft extend),
+the FutureMap's EAGLE relay and ``EagleDraftInput``'s filter/merge, under upstream's loop,
+with the pools of the slot-reuse workload (rows and KV slots handed from finished requests
+to waiting ones).
+
+* ``eagle-v2``: the forward stream is stalled before the verify (the draft has read the
+  relayed state and the rows; the verify and the draft extend are late), and again after
+  each runner's read-done -- the schedule stream's next filter/merge, relay stash and row
+  rewrites must wait only for what upstream orders them after. Variant ``plan-stream``
+  runs verify and draft-extend preparation on upstream's plan streams
+  (``SGLANG_ENABLE_OVERLAP_PLAN_STREAM``).
+"""
+import dataclasses
+
+from harness.oracle.workload import slot_reuse_workload
+from harness.policies.faultplan import StallAt
+
+from .base import AS_INSTALLED, Scenario
+
+_EAGLE = {"spec_algorithm": "eagle-v2"}
+
+
+def eagle_workload(seed: int):
+    return dataclasses.replace(slot_reuse_workload(seed), kv_pool_size=128)
+
+
+EAGLE_V2 = Scenario(
+    name="eagle-v2",
+    summary="upstream's EAGLE v2 worker (draft, verify, publish, draft extend) and its "
+            "relay under upstream's loop, rows reused; forward stalled before the verify "
+            "and after read-done",
+    workload=eagle_workload,
+    stalls=lambda ms: [StallAt("forward.before_verify", ms),
+                       StallAt("forward.after_read_done", ms)],
+    # "fixed" is the release's code as it is (no seeded bug; "as-installed" copies it)
+    variants={"fixed": dict(_EAGLE),
+              "plan-stream": {**_EAGLE, "plan_stream": True}},
+    default_variant=AS_INSTALLED,
+    expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean"},
+    sim_trials=6,
+)

@@ -1,0 +1,79 @@
+"""The EAGLE v2 slice on the sglang target (``targets/sglang/eagle.py``,
+``scenarios/eagle.py``): upstream's ``EAGLEWorkerV2`` under upstream's loop, on the
+simulator. It runs the release's own draft / verify / draft-extend code (not ours), the
+draft misses as the toy means it to (acceptance varies, the output never does), the
+release is clean under every policy with and without the plan stream, and each seeded
+bug in upstream's EAGLE code is caught (the mutation matrix holds the full list)."""
+import collections
+
+import pytest
+
+import targets
+from harness.policies import parse_policy
+from harness.policies.faultplan import FaultPlan
+from harness.runtime import open_runtime
+from harness.trials.drive import drive, server_args
+from scenarios.eagle import EAGLE_V2
+from scenarios.registry import run_scenario
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sglang():
+    targets.get("sglang")
+
+
+def _run(variant="fixed"):
+    wl = EAGLE_V2.workload(0)
+    args = server_args(wl, EAGLE_V2.variants[variant])
+    seen = collections.Counter()
+    plan = FaultPlan(observer=lambda name, v: seen.update(
+        [("accept", v["accept_len"])] if name == "result" else []))
+    with open_runtime("sim", parse_policy("eager")) as rt:
+        out = drive(rt, wl, args, plan, target="sglang")
+    return wl, out, seen
+
+
+def test_upstreams_eagle_worker_drafts_verifies_and_extends():
+    wl, out, seen = _run()
+    assert set(out) == {r.rid for r in wl.requests}
+    assert all(len(out[r.rid]) == r.max_new_tokens for r in wl.requests)
+    accepts = {n for (kind, n), c in seen.items() if kind == "accept"}
+    D = wl.draft_token_num
+    # prefill commits 1; decode steps accept whole drafts and stop at the draft's misses
+    assert D in accepts and any(1 < n < D for n in accepts), accepts
+    from sglang.srt.speculative import eagle_utils, eagle_worker_common
+    from targets.sglang import eagle_kernels
+    # the kernels are ours, bound where upstream imported them; the rest is upstream's
+    assert eagle_utils.verify_tree_greedy_func is eagle_kernels.verify_tree_greedy_func
+    assert eagle_worker_common.run_eagle_verify.__module__ == \
+        "sglang.srt.speculative.eagle_worker_common"
+
+
+def test_the_output_is_the_target_models_greedy_output():
+    """Lossless: the same tokens with and without the plan stream, and as NGRAM's
+    worker (a different drafter over the same target model) produces."""
+    wl, out, _ = _run()
+    _, planned, _ = _run("plan-stream")
+    assert planned == out
+    args = server_args(wl, {})
+    with open_runtime("sim", parse_policy("eager")) as rt:
+        ngram = drive(rt, wl, args, FaultPlan(), target="sglang")
+    assert ngram == out
+
+
+@pytest.mark.parametrize("variant", ["as-installed", "plan-stream"])
+@pytest.mark.parametrize("policy", ["eager", "lazy", "random(3)"])
+def test_the_release_is_clean(variant, policy):
+    r = run_scenario("eagle-v2", variant=variant, war_barrier="fine", backend="sim",
+                     policy=parse_policy(policy), trials=2, target="sglang")
+    assert r["outcome"] == "clean", (r["first_divergence"], r["races"][:2])
+    assert r["traced_trials"] == 2
+
+
+def test_unmodelled_shapes_refuse_by_name():
+    from targets.sglang.eagle import build_worker
+    import dataclasses
+    args = dataclasses.replace(server_args(EAGLE_V2.workload(0), EAGLE_V2.variants["fixed"]),
+                               eagle_topk=2)
+    with pytest.raises(ValueError, match="topk 1 only"):
+        build_worker(args, "cpu", None, None)
