@@ -44,6 +44,7 @@ class SourcePatch:
             raise PatchError(f"{self.label or 'patch'}: cannot find {self.target}: "
                              f"{type(exc).__name__}: {exc}") from None
         func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
+        func = func.fget if isinstance(func, property) else func  # its source re-makes it
         module = inspect.getmodule(func)
         namespace = dict(module.__dict__)
         try:

@@ -67,6 +67,12 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     # the ring as the candidate fix leaves it, on a backend without CPU seq lens: there
     # the copy_done poll is what keeps the host off a slot still being copied
     Probe("dspark-ring-fixed", "dspark-confidence-ring", "fixed", "eager", seeds=(0, 1)),
+    # the EAGLE v2 slice (sglang target): upstream's worker as released, without and with
+    # the plan streams
+    Probe("eagle-v2", "eagle-v2", "fixed", "eager"),
+    Probe("eagle-v2-lazy", "eagle-v2", "fixed", "lazy"),
+    Probe("eagle-v2-plan", "eagle-v2", "plan-stream", "eager"),
+    Probe("eagle-v2-plan-lazy", "eagle-v2", "plan-stream", "lazy"),
 )}
 
 

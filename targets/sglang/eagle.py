@@ -21,8 +21,11 @@ the target worker's two calls (prefill, verify), and the GPU kernels without a t
 runners do; the draft runner is the step's last shared reader
 (``EAGLEWorkerV2.last_shared_read_runner``, upstream's).
 
-Not modelled yet (README "EAGLE v2"): topk > 1 (the tree path's KV move), CUDA graphs for
-the draft and verify forwards, grammar, non-greedy sampling, EAGLE3's multi-layer draft.
+The target's verify runs as CUDA graph replays where the device captures graphs
+(``ToyVerifyGraphs``: upstream's ``eagle_prepare_for_verify`` loads them, on the plan
+stream when there is one). Not modelled yet (README "EAGLE v2"): topk > 1 (the tree
+path's KV move), graphs for the draft and the draft extend (so not the
+``draft_probs.clone()`` reuse), grammar, non-greedy sampling, EAGLE3's multi-layer draft.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from typing import Any, Iterator
 import torch
 
 from harness.faults import fault_point
+from impl.graph_runner import graphs_supported
 
 from . import eagle_kernels, upstream
 from .worker import SharedReadRunner, finish_result
@@ -154,8 +158,12 @@ class ToyModelRunner(SharedReadRunner):
         target's except at its misses (a drafted token that ``% 5 == 0`` is followed by a
         wrong guess): acceptance varies, the output never does."""
         rows = fb.req_pool_indices.to(torch.int64)
-        self.req_to_token[rows].sum()  # the metadata's gather of the rows
+        # the attention metadata: the rows' slots up to each sequence's length (a real
+        # backend's gather; what the plan stream prepares, the forward reads here)
+        self.req_to_token[rows].sum()
+        fb.seq_lens.sum()
         self._record_shared_read_done()
+        fb.positions.sum()  # the rotary embedding's read of the positions
         ids = fb.input_ids.to(torch.int64)
         hidden, logits = self.model.forward_with_hidden(ids)
         if self.is_draft_worker:
@@ -164,6 +172,41 @@ class ToyModelRunner(SharedReadRunner):
             logits = logits + miss * torch.nn.functional.one_hot((ids + 2) % V, V).to(
                 logits.dtype) * 1e4
         return hidden, logits
+
+
+class ToyVerifyGraphs:
+    """The target's decode graph runner for the verify (``decode_cuda_graph_runner``): one
+    captured toy forward per batch-size bucket. ``load_batch`` -- which upstream's
+    ``eagle_prepare_for_verify`` calls on the plan stream when there is one -- copies the
+    verify's input ids into the bucket's static buffer and gathers the rows' metadata;
+    ``replay`` (the verify forward, on the forward stream) runs the graph and hands out
+    views of its static outputs."""
+
+    def __init__(self, model, device, D: int, max_bs: int, req_to_token) -> None:
+        from impl.graph_runner import VerifyGraphRunner
+        self.graphs = VerifyGraphRunner(model, device, D, max_bs,
+                                        forward=model.forward_with_hidden)
+        self.D = D
+        self.req_to_token = req_to_token
+        self.bs = None  # the loaded bucket (upstream's runner exposes it)
+        self.loaded = None  # the forward batch last loaded
+
+    def can_run_graph(self, forward_batch) -> bool:
+        return self.graphs.can_run(forward_batch.batch_size)
+
+    def load_batch(self, forward_batch) -> None:
+        fb = forward_batch
+        n = fb.input_ids.shape[0]
+        self.bs = next(b for b in self.graphs.capture_bs if b * self.D >= n)
+        self.graphs.input_ids[self.bs][:n].copy_(fb.input_ids)
+        self.req_to_token[fb.req_pool_indices.to(torch.int64)].sum()  # the metadata
+        self.loaded = fb
+
+    def replay(self, forward_batch):
+        n = forward_batch.input_ids.shape[0]
+        self.graphs.graphs[self.bs].replay()
+        hidden, logits = self.graphs.logits[self.bs]
+        return hidden[:n], logits[:n]
 
 
 class ToyTargetWorker:
@@ -179,7 +222,14 @@ class ToyTargetWorker:
                                  return_kv_loc_plan=False, **kw):
         if is_verify:
             fault_point("forward.before_verify")
-            out = self.model_runner.forward(forward_batch)
+            graphs = self.model_runner.decode_cuda_graph_runner
+            if graphs is not None and graphs.loaded is forward_batch:
+                self.model_runner._record_shared_read_done()  # load_batch read the rows
+                hidden, logits = graphs.replay(forward_batch)
+                out = types.SimpleNamespace(logits_output=upstream.LogitsProcessorOutput(
+                    next_token_logits=logits, hidden_states=hidden))
+            else:
+                out = self.model_runner.forward(forward_batch)
             out.routed_experts_output = out.indexer_topk_output = None
             return out
         fb = modules()["forward_batch"].ForwardBatch.init_new(
@@ -209,6 +259,9 @@ def build_worker(args, device, model, pools):
     spec_utils = upstream.spec_utils
     target_runner = ToyModelRunner(model, device, pools.req_to_token_pool, args, draft=False)
     draft_runner = ToyModelRunner(model, device, pools.req_to_token_pool, args, draft=True)
+    if args.cuda_graph and graphs_supported(device):
+        target_runner.decode_cuda_graph_runner = ToyVerifyGraphs(
+            model, device, D, args.cuda_graph_max_bs, pools.req_to_token_pool.req_to_token)
     target = ToyTargetWorker(target_runner)
     dw = V2.EagleDraftWorker.__new__(V2.EagleDraftWorker)
     dw.plan_stream, dw.plan_stream_ctx = spec_utils.get_plan_stream(dev)

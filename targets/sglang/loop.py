@@ -140,7 +140,9 @@ class Intake:
                 continue  # it ran one step past its finish under overlap; drop that step
             accepted = tokens[i * stride: i * stride + lens[i]]
             observe("result", req=req, step=steps[i], accept_len=lens[i], tokens=accepted)
-            if hidden is not None:  # the host copy (pinned, after copy_done)
+            # the host copy (pinned, after copy_done), for a request that asked for them
+            # (an EAGLE result always carries the verify's hidden states, on the device)
+            if hidden is not None and req.return_hidden_states:
                 rows = hidden[i * stride: i * stride + lens[i]]
                 observe("hidden_states", req=req, step=steps[i],
                         rows=[round(float(x), 5) for x in rows.sum(dim=1)])
