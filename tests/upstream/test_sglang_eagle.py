@@ -22,19 +22,19 @@ def sglang():
     targets.get("sglang")
 
 
-def _run(variant="fixed"):
+def _run(backend, variant="fixed"):
     wl = EAGLE_V2.workload(0)
     args = server_args(wl, EAGLE_V2.variants[variant])
     seen = collections.Counter()
     plan = FaultPlan(observer=lambda name, v: seen.update(
         [("accept", v["accept_len"])] if name == "result" else []))
-    with open_runtime("sim", parse_policy("eager")) as rt:
+    with open_runtime(backend, parse_policy("eager")) as rt:
         out = drive(rt, wl, args, plan, target="sglang")
     return wl, out, seen
 
 
-def test_upstreams_eagle_worker_drafts_verifies_and_extends():
-    wl, out, seen = _run()
+def test_upstreams_eagle_worker_drafts_verifies_and_extends(specrace_backend):
+    wl, out, seen = _run(specrace_backend)
     assert set(out) == {r.rid for r in wl.requests}
     assert all(len(out[r.rid]) == r.max_new_tokens for r in wl.requests)
     accepts = {n for (kind, n), c in seen.items() if kind == "accept"}
@@ -49,23 +49,26 @@ def test_upstreams_eagle_worker_drafts_verifies_and_extends():
         "sglang.srt.speculative.eagle_worker_common"
 
 
-def test_the_output_is_the_target_models_greedy_output():
+def test_the_output_is_the_target_models_greedy_output(specrace_backend):
     """Lossless: the same tokens with and without the plan stream, and as NGRAM's
     worker (a different drafter over the same target model) produces."""
-    wl, out, _ = _run()
-    _, planned, _ = _run("plan-stream")
+    wl, out, _ = _run(specrace_backend)
+    _, planned, _ = _run(specrace_backend, "plan-stream")
     assert planned == out
     args = server_args(wl, {})
-    with open_runtime("sim", parse_policy("eager")) as rt:
+    with open_runtime(specrace_backend, parse_policy("eager")) as rt:
         ngram = drive(rt, wl, args, FaultPlan(), target="sglang")
     assert ngram == out
 
 
 @pytest.mark.parametrize("variant", ["as-installed", "plan-stream"])
 @pytest.mark.parametrize("policy", ["eager", "lazy", "random(3)"])
-def test_the_release_is_clean(variant, policy):
-    r = run_scenario("eagle-v2", variant=variant, war_barrier="fine", backend="sim",
-                     policy=parse_policy(policy), trials=2, target="sglang")
+def test_the_release_is_clean(variant, policy, specrace_backend):
+    if specrace_backend != "sim" and policy != "eager":
+        pytest.skip("schedule policies are the simulator's")
+    r = run_scenario("eagle-v2", variant=variant, war_barrier="fine",
+                     backend=specrace_backend, policy=parse_policy(policy), trials=2,
+                     target="sglang")
     assert r["outcome"] == "clean", (r["first_divergence"], r["races"][:2])
     assert r["traced_trials"] == 2
 
