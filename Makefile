@@ -56,6 +56,7 @@ upstream-gate: upstream
 	$(VENV)/bin/specrace repro dspark-confidence-ring --target sglang --variant fixed --trials 5 --expect clean --no-report
 	$(VENV)/bin/specrace repro dspark-result-readback --target sglang --trials 5 --expect race --no-report
 	$(VENV)/bin/specrace repro dspark-result-readback --target sglang --variant fixed --trials 5 --expect clean --no-report
+	$(VENV)/bin/specrace repro eagle-v2 --target sglang --variant plan-stream --trials 3 --expect clean --no-report
 	$(VENV)/bin/specrace matrix --target sglang
 
 # The release gate: each release as shipped (its own fence) is clean; the seed race is
@@ -66,6 +67,7 @@ releases: setup
 	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine --release 0.5.17 --trials 5 --expect race
 	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine --release 0.5.18 --release 0.5.23 --trials 5 --expect clean
 	$(VENV)/bin/specrace releases dspark-result-readback --trials 3 --expect race
+	$(VENV)/bin/specrace releases eagle-v2 --trials 2 --expect clean
 
 litmus: setup
 	$(VENV)/bin/specrace litmus

@@ -103,11 +103,13 @@ class SglangTarget(Target):
         if overrides.get("fix"):
             from scenarios.mutations.fixes import get_fix
             patches.append(get_fix(self.name, overrides["fix"]))
-        if overrides.get("spec_algorithm") == "dspark":
+        slices = {"dspark": ("dspark", "DSpark"), "eagle-v2": ("eagle_v2", "EAGLE v2")}
+        if overrides.get("spec_algorithm") in slices:
+            feature, name = slices[overrides["spec_algorithm"]]
             root = static.package_root()
-            missing = contract.missing_code(root, "dspark") if root else "its source"
+            missing = contract.missing_code(root, feature) if root else "its source"
             if missing:
-                return (f"the DSpark slice needs {missing}, which sglang {self.version} "
+                return (f"the {name} slice needs {missing}, which sglang {self.version} "
                         f"does not have")
         for p in patches:
             problem = self.patch_problem(p.target, p.edits)

@@ -88,6 +88,12 @@ FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
                f"{_OU}:ConfidenceRelay.issue_ring_copy",
                "sglang.srt.speculative.draft_worker_common:make_draft_input_v2",
                "sglang.srt.runtime_context:use_context"),
+    # the EAGLE v2 slice (targets/sglang/eagle.py): the shared verify step and the draft
+    # worker's decode extend of the v2 worker, and the runtime-context API (0.5.22) it
+    # builds EAGLE's config with (earlier releases resolve a whole ServerArgs instead)
+    "eagle_v2": ("sglang.srt.speculative.eagle_worker_common:run_eagle_verify",
+                 "sglang.srt.speculative.eagle_worker_v2:EagleDraftWorker._draft_extend_for_decode",
+                 "sglang.srt.runtime_context:use_context"),
 }
 
 RESULT_CLASS = "sglang.srt.managers.utils:GenerationBatchResult"
