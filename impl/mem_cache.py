@@ -104,6 +104,11 @@ class ToyKVPool:
         self.kv_lens = torch.zeros((rows,), dtype=torch.int64, device=device)
         self.full_to_swa = full_to_swa
 
+    def move_kv_cache(self, tgt_loc: torch.Tensor, src_loc: torch.Tensor) -> None:
+        """The KV pool's move (upstream's ``move_kv_cache``): an EAGLE tree draft's
+        accepted path to the front of its window, on the current stream."""
+        self.kv_buffer[tgt_loc] = self.kv_buffer[src_loc]
+
 
 def mirror_allocator(layout: str, size: int, device):
     """specrace's allocator for a KV layout: "full" (page size 1) or "swa" (full slots
@@ -121,7 +126,10 @@ def finish_pools(req_to_token_pool, allocator, args, device):
     kv = ToyKVPool(args.kv_pool_size, args.req_pool_size, device,
                    getattr(allocator, "full_to_swa_index_mapping", None))
     torch.get_device_module(device).synchronize()
-    return KVCacheManager(req_to_token_pool, allocator, args.draft_token_num), kv
+    # the columns one step writes past its sequence: its D verify positions, or a tree
+    # draft's topk x steps (the sglang target's EAGLE v2 slice with topk > 1)
+    step = max(args.draft_token_num, args.eagle_topk * (args.draft_token_num - 1))
+    return KVCacheManager(req_to_token_pool, allocator, step), kv
 
 
 # --- the schedule stream's write: one kernel, as upstream's ``assign_req_to_token_pool``

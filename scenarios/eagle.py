@@ -35,8 +35,13 @@ EAGLE_V2 = Scenario(
                        StallAt("forward.after_read_done", ms)],
     # "fixed" is the release's code as it is (no seeded bug; "as-installed" copies it)
     variants={"fixed": dict(_EAGLE),
-              "plan-stream": {**_EAGLE, "plan_stream": True}},
+              "plan-stream": {**_EAGLE, "plan_stream": True},
+              # a tree draft: topk 2 over 3 steps, 4 verify nodes (the accepted path's
+              # KV moved to the window's front, move_accept_tokens_to_target_kvcache)
+              "topk2": {**_EAGLE, "eagle_topk": 2},
+              "topk2-plan-stream": {**_EAGLE, "eagle_topk": 2, "plan_stream": True}},
     default_variant=AS_INSTALLED,
-    expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean"},
+    expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean",
+            ("topk2", None): "clean", ("topk2-plan-stream", None): "clean"},
     sim_trials=6,
 )

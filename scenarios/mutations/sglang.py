@@ -31,8 +31,10 @@ KV_REUSE_SWA = ("kv-reuse-swa", "kv-reuse-swa-lazy")
 DSPARK_RING = ("dspark-ring", "dspark-ring-lazy", "dspark-ring-random", "dspark-ring-fixed")
 DSPARK_RELAY = ("dspark-readback", "dspark-ring")
 # the EAGLE v2 slice: the release as it is, and with upstream's plan streams
-EAGLE = ("eagle-v2", "eagle-v2-lazy", "eagle-v2-plan", "eagle-v2-plan-lazy")
-EAGLE_PLAN = ("eagle-v2-plan", "eagle-v2-plan-lazy")
+EAGLE = ("eagle-v2", "eagle-v2-lazy", "eagle-v2-plan", "eagle-v2-plan-lazy",
+         "eagle-v2-topk2", "eagle-v2-topk2-plan-lazy")
+EAGLE_PLAN = ("eagle-v2-plan", "eagle-v2-plan-lazy", "eagle-v2-topk2-plan-lazy")
+EAGLE_TREE = ("eagle-v2-topk2", "eagle-v2-topk2-plan-lazy")
 _EAGLE_INFO = "sglang.srt.speculative.eagle_info:EagleDraftInput"
 _EAGLE_V2 = "sglang.srt.speculative.eagle_worker_v2"
 _EAGLE_COMMON = "sglang.srt.speculative.eagle_worker_common"
@@ -373,6 +375,14 @@ MUTATIONS: List[Mutation] = [
       [("        return self._draft_worker.draft_runner\n",
         "        return self._target_worker.model_runner\n")],
       EAGLE),
+    M("eagle-tree-path-not-compacted",
+      "run_eagle_verify skips _finalize_accept_tree_path for a tree draft: the accepted "
+      "path stays scattered over the tree, where the commit and the draft extend read a "
+      "chain (and its KV is not moved to the window's front)",
+      "topk > 1 (eagle_worker_common)", f"{_EAGLE_COMMON}:run_eagle_verify",
+      [("    if finalize_tree_path and not batch.forward_mode.is_idle() and topk > 1:\n",
+        "    if False:\n")],
+      EAGLE_TREE),
     # Not yet visible, and so not in the catalogue: the decode's on_publish dropped
     # (EAGLEWorkerV2.forward_batch_generation). The next resolve then reads seq lens the
     # verify never published -- wrong positions and cache locations, which the toy model

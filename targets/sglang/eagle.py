@@ -23,8 +23,8 @@ runners do; the draft runner is the step's last shared reader
 
 The target's verify runs as CUDA graph replays where the device captures graphs
 (``ToyVerifyGraphs``: upstream's ``eagle_prepare_for_verify`` loads them, on the plan
-stream when there is one). Not modelled yet (README "EAGLE v2"): topk > 1 (the tree
-path's KV move), graphs for the draft and the draft extend (so not the
+stream when there is one). Not modelled yet (README "EAGLE v2"): graphs for the draft
+and the draft extend (so not the
 ``draft_probs.clone()`` reuse), grammar, non-greedy sampling, EAGLE3's multi-layer draft.
 """
 from __future__ import annotations
@@ -155,8 +155,8 @@ class ToyModelRunner(SharedReadRunner):
 
     def forward_all(self, fb):
         """``(hidden, logits)`` of every input row. The draft's logits follow the
-        target's except at its misses (a drafted token that ``% 5 == 0`` is followed by a
-        wrong guess): acceptance varies, the output never does."""
+        target's except at its misses (after a token that ``% 5 == 0`` it ranks a wrong
+        guess first): acceptance varies, the output never does."""
         rows = fb.req_pool_indices.to(torch.int64)
         # the attention metadata: the rows' slots up to each sequence's length (a real
         # backend's gather; what the plan stream prepares, the forward reads here)
@@ -167,10 +167,14 @@ class ToyModelRunner(SharedReadRunner):
         ids = fb.input_ids.to(torch.int64)
         hidden, logits = self.model.forward_with_hidden(ids)
         if self.is_draft_worker:
+            # a miss ranks a wrong token just above the right one: a chain draft takes
+            # the wrong one, a tree draft keeps both (and its accepted path leaves the
+            # front of the tree when the right one is the second child)
             V = logits.shape[1]
-            miss = (ids % 5 == 0).to(logits.dtype).unsqueeze(1)
-            logits = logits + miss * torch.nn.functional.one_hot((ids + 2) % V, V).to(
-                logits.dtype) * 1e4
+            wrong = torch.nn.functional.one_hot((ids + 2) % V, V).to(torch.bool)
+            lift = logits.max(dim=1, keepdim=True).values + 0.05
+            miss = (ids % 5 == 0).unsqueeze(1) & wrong
+            logits = torch.where(miss, lift, logits)
         return hidden, logits
 
 
@@ -247,14 +251,11 @@ def build_worker(args, device, model, pools):
     """``EAGLEWorkerV2`` and its ``EagleDraftWorker``, built with ``__new__`` plus the
     attributes their methods read; upstream's plan streams (one each, as their
     constructors make them); the stand-in kernels bound into upstream's modules."""
-    if args.eagle_topk != 1:
-        raise ValueError("the EAGLE v2 slice models topk 1 only (the tree path's KV move "
-                         "for topk > 1 is not built yet)")
     eagle_kernels.install()
     m = modules()
     V2 = m["v2"]
     dev = str(torch.device(device))
-    steps, D = args.draft_token_num - 1, args.draft_token_num
+    steps, D, topk = args.draft_token_num - 1, args.draft_token_num, args.eagle_topk
     EAGLE = upstream.SpeculativeAlgorithm.EAGLE
     spec_utils = upstream.spec_utils
     target_runner = ToyModelRunner(model, device, pools.req_to_token_pool, args, draft=False)
@@ -266,7 +267,7 @@ def build_worker(args, device, model, pools):
     dw = V2.EagleDraftWorker.__new__(V2.EagleDraftWorker)
     dw.plan_stream, dw.plan_stream_ctx = spec_utils.get_plan_stream(dev)
     dw.__dict__.update(
-        device=dev, topk=1, speculative_num_steps=steps, speculative_num_draft_tokens=D,
+        device=dev, topk=topk, speculative_num_steps=steps, speculative_num_draft_tokens=D,
         speculative_algorithm=EAGLE, target_worker=target, draft_runner=draft_runner,
         req_to_token_pool=pools.req_to_token_pool, cuda_graph_runner=None,
         cuda_graph_runner_for_draft_extend=None, hot_token_id=None,
@@ -277,14 +278,19 @@ def build_worker(args, device, model, pools):
             attn_backends=[draft_runner.attn_backend] * max(steps, 1),
             init_forward_metadata=draft_runner.attn_backend.init_forward_metadata),
         draft_extend_attn_backend=draft_runner.attn_backend)
-    rows = args.req_pool_size
     dev_t = torch.device(device)
-    dw._topk1_parents_prealloc = torch.arange(-1, steps - 1, device=dev_t).repeat(rows, 1)
-    dw._topk1_score_indices_prealloc = torch.arange(steps, device=dev_t).repeat(rows, 1)
+    if topk == 1:  # the chain's parent lists, preallocated (its constructor's buffers)
+        rows = args.req_pool_size
+        dw._topk1_parents_prealloc = torch.arange(-1, steps - 1, device=dev_t).repeat(rows, 1)
+        dw._topk1_score_indices_prealloc = torch.arange(steps, device=dev_t).repeat(rows, 1)
+    if pools.allocator.get_kvcache() is None:
+        # the KV pool upstream's allocator is constructed with (ours: built after it):
+        # a tree draft's accepted path moves in it
+        pools.allocator._kvcache = pools.kv
     w = V2.EAGLEWorkerV2.__new__(V2.EAGLEWorkerV2)
     w.plan_stream, w.plan_stream_ctx = spec_utils.get_plan_stream(dev)
     w.__dict__.update(
-        topk=1, speculative_num_steps=steps, speculative_num_draft_tokens=D, device=dev,
+        topk=topk, speculative_num_steps=steps, speculative_num_draft_tokens=D, device=dev,
         _target_worker=target, _draft_worker=dw, speculative_algorithm=EAGLE,
         enable_dp_spec_prefill_coordination=False, adaptive_controller=None,
         req_to_token_pool=pools.req_to_token_pool,

@@ -25,6 +25,12 @@ What they model, and what not (README "EAGLE v2"):
   upstream's outputs: the accepted path's retrieve indices and the number of accepted
   drafts).
 * ``fill_bonus_tokens_func``: each request's last accepted token.
+* ``extend_cache_locs`` (the simulator platform's ``get_speculative_cache_locs_fn``,
+  upstream's seam for out-of-tree devices): the verify window's slots when the draft did
+  not plan them (topk > 1).
+* ``fill_front_out_cache_loc_func`` / ``fill_accept_out_cache_loc_func`` (topk > 1): the
+  KV slots the accepted tree path moves to (the front of each request's verify window,
+  packed) and from (its accepted nodes' slots, compacted in order).
 """
 from __future__ import annotations
 
@@ -51,6 +57,12 @@ _LIB.define("eagle_verify_tree_greedy(Tensor(a!) predicts, Tensor(b!) accept_ind
             "Tensor target_predict) -> ()")
 _LIB.define("fill_bonus_tokens(Tensor accept_tokens, Tensor accept_lens, "
             "Tensor(a!) bonus_tokens, int accept_stride) -> ()")
+_LIB.define("extend_cache_locs(Tensor req_pool_indices, Tensor req_to_token, "
+            "Tensor start_offset, Tensor end_offset, Tensor(a!) out_cache_loc) -> ()")
+_LIB.define("fill_front_out_cache_loc(Tensor num_front, Tensor out_cache_loc, "
+            "Tensor(a!) front_out_cache_loc) -> ()")
+_LIB.define("fill_accept_out_cache_loc(Tensor accept_index, Tensor out_cache_loc, "
+            "Tensor(a!) accept_out_cache_loc, int size) -> ()")
 
 
 def _gather_body(indices, topk_p_buf, topk_index_buf, tokens_buf, hidden_buf,
@@ -169,9 +181,47 @@ def _bonus_body(accept_tokens, accept_lens, bonus_tokens, accept_stride) -> None
     bonus_tokens.copy_(accept_tokens.reshape(-1)[at].to(bonus_tokens.dtype))
 
 
+def _front_body(num_front, out_cache_loc, front_out_cache_loc) -> None:
+    bs = num_front.numel()
+    window = out_cache_loc.view(bs, -1)
+    n = num_front.to(torch.int64).view(-1, 1)
+    col = torch.arange(window.shape[1], device=window.device).view(1, -1)
+    keep = col < n
+    # request i's slots land after the ones of the requests before it
+    offset = torch.cumsum(num_front.to(torch.int64), 0) - num_front.to(torch.int64)
+    dst = (offset.view(-1, 1) + col)[keep]
+    front_out_cache_loc.index_copy_(0, dst, window[keep].to(front_out_cache_loc.dtype))
+
+
+def _extend_locs_body(req_pool_indices, req_to_token, start_offset, end_offset,
+                      out_cache_loc) -> None:
+    start, end = start_offset.to(torch.int64), end_offset.to(torch.int64)
+    n = end - start
+    width = out_cache_loc.numel()  # at least the longest row's extension
+    col = torch.arange(width, device=start.device).view(1, -1)
+    keep = col < n.view(-1, 1)
+    offset = torch.cumsum(n, 0) - n
+    rows = req_pool_indices.to(torch.int64).view(-1, 1).expand(-1, width)
+    cols = (start.view(-1, 1) + col).clamp(max=req_to_token.shape[1] - 1)
+    dst = (offset.view(-1, 1) + col)[keep]
+    out_cache_loc.index_copy_(0, dst, req_to_token[rows[keep], cols[keep]].to(
+        out_cache_loc.dtype))
+
+
+def _accept_locs_body(accept_index, out_cache_loc, accept_out_cache_loc, size) -> None:
+    flat = accept_index.reshape(-1)[:size].to(torch.int64)
+    valid = flat != -1
+    # the k-th accepted entry (row-major) goes to slot k: a stable compaction
+    dst = torch.cumsum(valid.to(torch.int64), 0) - 1
+    accept_out_cache_loc.index_copy_(0, dst[valid], out_cache_loc[flat[valid]].to(
+        accept_out_cache_loc.dtype))
+
+
 _BODIES = {"gather_spec_extras": "_gather_body", "assign_draft_cache_locs": "_draft_locs_body",
            "build_tree_efficient": "_build_tree_body",
-           "eagle_verify_tree_greedy": "_verify_body", "fill_bonus_tokens": "_bonus_body"}
+           "eagle_verify_tree_greedy": "_verify_body", "fill_bonus_tokens": "_bonus_body",
+           "fill_front_out_cache_loc": "_front_body", "extend_cache_locs": "_extend_locs_body",
+           "fill_accept_out_cache_loc": "_accept_locs_body"}
 
 
 def _dispatch(name: str):
@@ -244,6 +294,27 @@ def fill_bonus_tokens_func(accept_tokens, accept_lens, bonus_tokens, accept_stri
                                          accept_stride)
 
 
+def extend_cache_locs(*, req_pool_indices, req_to_token, start_offset, end_offset,
+                      batch_size, draft_token_num, device) -> torch.Tensor:
+    """The platform seam's signature (``SRTPlatform.get_speculative_cache_locs_fn``):
+    each row's slots ``[start, end)`` from ``req_to_token``, packed in row order."""
+    out = torch.empty((batch_size * draft_token_num,), dtype=torch.int64, device=device)
+    torch.ops.specrace.extend_cache_locs(req_pool_indices, req_to_token, start_offset,
+                                         end_offset, out)
+    return out
+
+
+def fill_front_out_cache_loc_func(num_front, out_cache_loc, front_out_cache_loc) -> None:
+    torch.ops.specrace.fill_front_out_cache_loc(num_front, out_cache_loc,
+                                                front_out_cache_loc)
+
+
+def fill_accept_out_cache_loc_func(accept_index, out_cache_loc, accept_out_cache_loc,
+                                   size: int) -> None:
+    torch.ops.specrace.fill_accept_out_cache_loc(accept_index, out_cache_loc,
+                                                 accept_out_cache_loc, size)
+
+
 # where upstream's modules hold the kernels (imported by name): module -> names
 BINDINGS = {
     "sglang.srt.managers.overlap_utils": ("gather_spec_extras",),
@@ -251,6 +322,9 @@ BINDINGS = {
                                                    "fill_bonus_tokens_func"),
     "sglang.srt.speculative.eagle_utils": ("build_tree_kernel_efficient_func",
                                            "verify_tree_greedy_func"),
+    # topk > 1: the accepted tree path's KV move (move_accept_tokens_to_target_kvcache)
+    "sglang.srt.speculative.spec_utils": ("fill_front_out_cache_loc_func",
+                                          "fill_accept_out_cache_loc_func"),
 }
 
 

@@ -54,6 +54,12 @@ def _platform_class():
             import torch
             torch.get_device_module("sim").synchronize()
 
+        def get_speculative_cache_locs_fn(self):
+            # upstream's out-of-tree seam for the verify window's KV slots (its Triton
+            # kernel on a GPU): specrace's declared stand-in
+            from .eagle_kernels import extend_cache_locs
+            return extend_cache_locs
+
     SimSRTPlatform.__module__ = __name__
     SimSRTPlatform.__qualname__ = "SimSRTPlatform"
     return SimSRTPlatform

@@ -182,6 +182,43 @@ def test_draft_cache_locs_and_bonus_and_gather(bs, topk, cols, data):
     assert [tuple(t.shape) for t in empty] == [(0, topk), (0, topk), (0,), (0, 3)]
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 5), st.data())
+def test_the_tree_paths_kv_move_locations(bs, width, data):
+    window = torch.tensor(data.draw(st.lists(st.integers(0, 999), min_size=bs * width,
+                                             max_size=bs * width)))
+    front = torch.tensor(data.draw(st.lists(st.integers(0, width), min_size=bs,
+                                            max_size=bs)))
+    out = torch.full((bs * width,), -7, dtype=torch.int64)
+    ek.fill_front_out_cache_loc_func(front, window, out)
+    want = [int(window[i * width + j]) for i in range(bs) for j in range(int(front[i]))]
+    assert out.tolist() == want + [-7] * (bs * width - len(want))
+    depth = data.draw(st.integers(1, width))
+    accept = torch.tensor(data.draw(st.lists(st.integers(-1, bs * width - 1),
+                                             min_size=bs * depth, max_size=bs * depth))
+                          ).view(bs, depth)
+    size = bs * depth
+    got = torch.full((size,), -7, dtype=torch.int64)
+    ek.fill_accept_out_cache_loc_func(accept, window, got, size)
+    picked = [int(window[a]) for a in accept.reshape(-1).tolist() if a != -1]
+    assert got.tolist() == picked + [-7] * (size - len(picked))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.data())
+def test_the_verify_windows_slots(bs, D, data):
+    r2t = torch.tensor(data.draw(st.lists(st.integers(0, 999), min_size=5 * 16,
+                                          max_size=5 * 16))).view(5, 16)
+    rpi = torch.tensor(data.draw(st.lists(st.integers(0, 4), min_size=bs, max_size=bs)))
+    start = torch.tensor(data.draw(st.lists(st.integers(0, 16 - D), min_size=bs,
+                                            max_size=bs)))
+    out = ek.extend_cache_locs(req_pool_indices=rpi, req_to_token=r2t, start_offset=start,
+                               end_offset=start + D, batch_size=bs, draft_token_num=D,
+                               device="cpu")
+    assert out.tolist() == [int(r2t[rpi[b], start[b] + j]) for b in range(bs)
+                            for j in range(D)]
+
+
 def test_unmodelled_modes_refuse_loudly():
     import pytest
     z = torch.zeros(1, dtype=torch.int64)

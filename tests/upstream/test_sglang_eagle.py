@@ -61,7 +61,8 @@ def test_the_output_is_the_target_models_greedy_output(specrace_backend):
     assert ngram == out
 
 
-@pytest.mark.parametrize("variant", ["as-installed", "plan-stream"])
+@pytest.mark.parametrize("variant", ["as-installed", "plan-stream", "topk2",
+                                     "topk2-plan-stream"])
 @pytest.mark.parametrize("policy", ["eager", "lazy", "random(3)"])
 def test_the_release_is_clean(variant, policy, specrace_backend):
     if specrace_backend != "sim" and policy != "eager":
@@ -73,10 +74,18 @@ def test_the_release_is_clean(variant, policy, specrace_backend):
     assert r["traced_trials"] == 2
 
 
-def test_unmodelled_shapes_refuse_by_name():
-    from targets.sglang.eagle import build_worker
-    import dataclasses
-    args = dataclasses.replace(server_args(EAGLE_V2.workload(0), EAGLE_V2.variants["fixed"]),
-                               eagle_topk=2)
-    with pytest.raises(ValueError, match="topk 1 only"):
-        build_worker(args, "cpu", None, None)
+def test_a_tree_draft_moves_the_accepted_path(specrace_backend, monkeypatch):
+    """topk 2: upstream's tree path -- the verify window's slots from the platform seam,
+    the accepted path compacted and its KV moved to the window's front -- runs, and the
+    output is the chain's."""
+    from impl.mem_cache import ToyKVPool
+    moves = []
+    move = ToyKVPool.move_kv_cache
+    monkeypatch.setattr(ToyKVPool, "move_kv_cache",
+                        lambda self, dst, src: (moves.append(dst.numel()),
+                                                move(self, dst, src)))
+    _, chain, _ = _run(specrace_backend)
+    _, tree, seen = _run(specrace_backend, "topk2")
+    assert tree == chain
+    assert moves and sum(moves) > 0
+    assert any(n > 1 for (kind, n), c in seen.items() if kind == "accept")
