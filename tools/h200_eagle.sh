@@ -2,14 +2,19 @@
 # On the H200 (wheels as for tools/h200_pools.sh): the EAGLE v2 slice on CUDA -- its
 # tests, the release under the scenario's stalls with and without the plan stream, and
 # the sglang mutation matrix (the EAGLE mutations among them).
-# Usage: tools/h200_eagle.sh OUTDIR N
+# With SUITE=1, the whole GPU suite runs in the background first.
+# Usage: [SUITE=1] tools/h200_eagle.sh OUTDIR N
 set -u
 R=$1; N=${2:-50}; mkdir -p "$R" /tmp/eg
 . "$(dirname "$0")/h200_lib.sh"; h200_setup "$R/env.txt"
+if [ "${SUITE:-0}" = 1 ]; then
+  ( timeout 480 python3 -m pytest -n 10 -q -rs -p no:cacheprovider --specrace-backend cuda \
+      > "$R/pytest.log" 2>&1; echo "pytest rc $?" >> "$R/pytest.log" ) &
+fi
 timeout 240 python3 -m pytest -q -rs -p no:cacheprovider --specrace-backend cuda \
   tests/upstream/test_sglang_eagle.py tests/upstream/test_eagle_kernels.py > "$R/pytest_eagle.log" 2>&1
 echo "pytest eagle rc $?"; tail -3 "$R/pytest_eagle.log"
-for v in as-installed plan-stream; do
+for v in as-installed plan-stream topk2 topk2-plan-stream; do
   SPECRACE_TRACEBACK=1 timeout 200 python3 -m harness.cli repro eagle-v2 --target sglang --variant $v \
     --backend cuda --trials "$N" --json --report-dir /tmp/eg/r > "/tmp/eg/eagle_${v}.json" 2> "$R/eagle_${v}.err"
   echo "eagle-v2 $v rc $?"; tail -2 "$R/eagle_${v}.err"
@@ -17,4 +22,7 @@ done
 timeout 240 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" \
   matrix --target sglang --backend cuda --json > "$R/matrix_cuda_sglang.json" 2> "$R/matrix.err"
 echo "matrix rc $?"; tail -3 "$R/matrix.err"
-python3 tools/h200_runs_summary.py /tmp/eg > "$R/eagle.json"; cat "$R/eagle.json" | head -60
+python3 tools/h200_runs_summary.py /tmp/eg > "$R/eagle.json"
+python3 -c "import json; d=json.load(open('$R/eagle.json')); [print(k, v.get('outcome'), v.get('reproduced'), '/', v.get('trials'), v.get('median_trial_ms')) for k, v in d.items()]"
+wait
+[ -f "$R/pytest.log" ] && tail -4 "$R/pytest.log"

@@ -15,7 +15,8 @@ def mutations_for(target: str) -> List[Mutation]:
         return MUTATIONS
     if target == "sglang":
         from .sglang import MUTATIONS
-        return MUTATIONS
+        from .sglang_eagle import MUTATIONS as EAGLE
+        return MUTATIONS + EAGLE
     raise KeyError(f"unknown target {target!r}")
 
 

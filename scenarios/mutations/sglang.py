@@ -30,14 +30,6 @@ KV_REUSE_SWA = ("kv-reuse-swa", "kv-reuse-swa-lazy")
 # the DSpark slice, in the release's ordering configurations (clean as shipped)
 DSPARK_RING = ("dspark-ring", "dspark-ring-lazy", "dspark-ring-random", "dspark-ring-fixed")
 DSPARK_RELAY = ("dspark-readback", "dspark-ring")
-# the EAGLE v2 slice: the release as it is, and with upstream's plan streams
-EAGLE = ("eagle-v2", "eagle-v2-lazy", "eagle-v2-plan", "eagle-v2-plan-lazy",
-         "eagle-v2-topk2", "eagle-v2-topk2-plan-lazy")
-EAGLE_PLAN = ("eagle-v2-plan", "eagle-v2-plan-lazy", "eagle-v2-topk2-plan-lazy")
-EAGLE_TREE = ("eagle-v2-topk2", "eagle-v2-topk2-plan-lazy")
-_EAGLE_INFO = "sglang.srt.speculative.eagle_info:EagleDraftInput"
-_EAGLE_V2 = "sglang.srt.speculative.eagle_worker_v2"
-_EAGLE_COMMON = "sglang.srt.speculative.eagle_worker_common"
 _RING = "sglang.srt.managers.overlap_utils:ConfidenceRelay"
 _DFLASH = "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2"
 
@@ -284,7 +276,7 @@ MUTATIONS: List[Mutation] = [
         "        else:\n"
         "            self.schedule_stream.wait_stream(self.forward_stream)\n",
         "        pass\n")],
-      KV_REUSE + ("eagle-v2",)),
+      KV_REUSE + ("eagle-v2",)),  # and upstream's EAGLE worker (sglang_eagle.py)
     M("war-barrier-at-loop-top",
       "event_loop_overlap applies the WAR barrier at the loop's top, as before #31687: "
       "result processing after a launch -- a finished request's free clears its SWA "
@@ -321,76 +313,6 @@ MUTATIONS: List[Mutation] = [
     # both targets run: one definition serves both catalogues
     _IMPL["accept-moved-via-req-to-token"],
     _IMPL["kv-release-whole-row"],
-    # --- EAGLE v2 (issue 25): upstream's worker, relay and plan streams ---------------------
-    M("eagle-filter-keeps-future-indices",
-      "EagleDraftInput.filter_batch returns without slicing future_indices: the resolve "
-      "gathers the relayed bonus tokens and draft state of finished requests' rows",
-      "M10 (EAGLE)", f"{_EAGLE_INFO}.filter_batch",
-      [("            self.future_indices = self.future_indices[new_indices]\n"
-        "            return\n", "            return\n")],
-      EAGLE),
-    M("eagle-merge-order-swapped",
-      "EagleDraftInput.merge_batch concatenates the future indices in the other batch's "
-      "order: each request resolves another's relayed state",
-      "M4 (EAGLE)", f"{_EAGLE_INFO}.merge_batch",
-      [("                [self.future_indices, spec_info.future_indices]\n",
-        "                [spec_info.future_indices, self.future_indices]\n")],
-      EAGLE),
-    M("eagle-verify-plan-not-joined",
-      "run_eagle_verify launches the target verify without waiting for the plan stream's "
-      "verify preparation (input ids, cache locations, positions)",
-      "upstream PR #17033 (plan stream)", f"{_EAGLE_COMMON}:run_eagle_verify",
-      [("        torch.get_device_module(device).current_stream().wait_stream(plan_stream)\n",
-        "        pass\n")],
-      EAGLE_PLAN),
-    M("eagle-verify-plan-starts-early",
-      "the plan stream prepares the verify without waiting for the draft frontier: it "
-      "copies tree metadata the draft has not written yet",
-      "upstream PR #17033 (plan stream)", f"{_EAGLE_COMMON}:run_eagle_verify",
-      [("            plan_stream.wait_stream(fwd_stream)\n", "            pass\n")],
-      EAGLE_PLAN),
-    M("eagle-draft-extend-plan-not-joined",
-      "_draft_extend_for_decode runs the draft extend without waiting for the plan "
-      "stream's preparation of its inputs",
-      "upstream PR #17033 (plan stream)",
-      f"{_EAGLE_V2}:EagleDraftWorker._draft_extend_for_decode",
-      [("            torch.get_device_module(self.device).current_stream().wait_stream(\n"
-        "                self.plan_stream\n"
-        "            )\n", "            pass\n")],
-      EAGLE_PLAN),
-    M("eagle-draft-extend-plan-starts-early",
-      "the plan stream prepares the draft extend without waiting for the verify: it reads "
-      "accept lengths and tokens the verify has not written yet",
-      "upstream PR #17033 (plan stream)",
-      f"{_EAGLE_V2}:EagleDraftWorker._draft_extend_for_decode",
-      [("            self.plan_stream.wait_stream(\n"
-        "                torch.get_device_module(self.device).current_stream()\n"
-        "            )\n", "            pass\n")],
-      EAGLE_PLAN),
-    M("eagle-read-done-from-target-runner",
-      "EAGLEWorkerV2.last_shared_read_runner names the target runner: the WAR barrier "
-      "waits for the verify's reads, and the draft extend reads the rows after it unfenced",
-      "PR #34052 (last_shared_read_runner)",
-      f"{_EAGLE_V2}:EAGLEWorkerV2.last_shared_read_runner",
-      [("        return self._draft_worker.draft_runner\n",
-        "        return self._target_worker.model_runner\n")],
-      EAGLE),
-    M("eagle-tree-path-not-compacted",
-      "run_eagle_verify skips _finalize_accept_tree_path for a tree draft: the accepted "
-      "path stays scattered over the tree, where the commit and the draft extend read a "
-      "chain (and its KV is not moved to the window's front)",
-      "topk > 1 (eagle_worker_common)", f"{_EAGLE_COMMON}:run_eagle_verify",
-      [("    if finalize_tree_path and not batch.forward_mode.is_idle() and topk > 1:\n",
-        "    if False:\n")],
-      EAGLE_TREE),
-    # Not yet visible, and so not in the catalogue: the decode's on_publish dropped
-    # (EAGLEWorkerV2.forward_batch_generation). The next resolve then reads seq lens the
-    # verify never published -- wrong positions and cache locations, which the toy model
-    # (position-free) and the slice (no KV oracle yet) cannot see (README "EAGLE v2").
-    # Examined and left out: dropping the record_stream of the relayed future indices in
-    # FutureMap._resolve_spec_extras survives every EAGLE probe -- as upstream's own FIXME
-    # there says, the batch pins them two iterations (record_batch_in_overlap), so the
-    # allocator cannot hand their block out while the forward reads it (README "EAGLE v2").
     # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
     M("pool-edge-off-by-one",
       "FutureMap sizes its pool-indexed buffers without the padding row (one row short of "
