@@ -49,6 +49,7 @@ class Reference:
     outputs: Dict[int, List[int]]
     confidence: Dict[Key, List[float]] = field(default_factory=dict)
     hidden: Dict[Key, List[float]] = field(default_factory=dict)
+    seq_lens: Dict[Key, List[float]] = field(default_factory=dict)
 
 
 class Recorder:
@@ -59,10 +60,14 @@ class Recorder:
         self.results: Dict[Key, Tuple[int, List[int]]] = {}
         self.confidence: Dict[Key, List[float]] = {}
         self.hidden: Dict[Key, List[float]] = {}
+        self.seq_lens: Dict[Key, List[float]] = {}
 
     def __call__(self, name: str, ctx: dict) -> None:
         if name == "result":
             self.results[(ctx["req"].rid, ctx["step"])] = (ctx["accept_len"], list(ctx["tokens"]))
+        elif name == "seq_lens":
+            for req, step, n in zip(ctx["reqs"], ctx["steps"], ctx["lens"]):
+                self.seq_lens[(req.rid, step)] = [n]
         elif name == "hidden_states":
             self.hidden[(ctx["req"].rid, ctx["step"])] = list(ctx["rows"])
         elif name == "confidence_published":  # a host read: the reference run only
@@ -103,6 +108,10 @@ class StaleValueOracle:
         elif name == "hidden_states":
             self._check_rows("hidden_states", self.ref.hidden, ctx["req"].rid, ctx["step"],
                              ctx["rows"], "result processing (host, after copy_done)", "copy")
+        elif name == "seq_lens":
+            for req, step, n in zip(ctx["reqs"], ctx["steps"], ctx["lens"]):
+                self._check_rows("seq_lens", self.ref.seq_lens, req.rid, step, [n],
+                                 "the launch (host mirror of the published seq lens)", "d2h")
         elif name == "confidence_resolved":
             for label, row in zip(ctx["labels"], ctx["confidence"]):
                 if label is not None:

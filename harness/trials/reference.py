@@ -49,7 +49,8 @@ def reference(workload: Workload, args, backend: str, target: str = "impl") -> R
         except Exception as exc:
             quiesce(rt)
             raise ReferenceCrash(exc) from exc
-    ref = _REFERENCE_CACHE[key] = Reference(rec.results, outputs, rec.confidence, rec.hidden)
+    ref = _REFERENCE_CACHE[key] = Reference(rec.results, outputs, rec.confidence, rec.hidden,
+                                             rec.seq_lens)
     while len(_REFERENCE_CACHE) > REFERENCE_CACHE_SIZE:
         _REFERENCE_CACHE.popitem(last=False)
     return ref

@@ -81,10 +81,15 @@ MUTATIONS: List[Mutation] = [
       [("    if finalize_tree_path and not batch.forward_mode.is_idle() and topk > 1:\n",
         "    if False:\n")],
       EAGLE_TREE),
-    # Not yet visible, and so not in the catalogue: the decode's on_publish dropped
-    # (EAGLEWorkerV2.forward_batch_generation). The next resolve then reads seq lens the
-    # verify never published -- wrong positions and cache locations, which the toy model
-    # (position-free) and the slice (no KV oracle yet) cannot see (README "EAGLE v2").
+    M("eagle-publish-dropped",
+      "EAGLEWorkerV2.forward_batch_generation does not publish the verify's new seq lens: "
+      "the next launch plans with the lengths an earlier step published",
+      "PR #35198 (publish fence)", f"{_EAGLE_V2}:EAGLEWorkerV2.forward_batch_generation",
+      [("            # Publish before draft_extend so the fence is at verify-end.\n"
+        "            if on_publish is not None:\n"
+        "                on_publish(batch_output.new_seq_lens)\n",
+        "            # Publish before draft_extend so the fence is at verify-end.\n")],
+      EAGLE),
     # Examined and left out: dropping the record_stream of the relayed future indices in
     # FutureMap._resolve_spec_extras survives every EAGLE probe -- as upstream's own FIXME
     # there says, the batch pins them two iterations (record_batch_in_overlap), so the

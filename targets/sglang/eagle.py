@@ -35,7 +35,7 @@ from typing import Any, Iterator
 
 import torch
 
-from harness.faults import fault_point
+from harness.faults import fault_point, observe
 from impl.graph_runner import graphs_supported
 
 from . import eagle_kernels, upstream
@@ -309,6 +309,12 @@ def _install_result_shim(worker, D: int) -> None:
         # upstream leaves the batch in DRAFT_EXTEND_V2 (the loop's _forward_isolation
         # restores it): the launch's mode is the one it came with
         decode = batch.forward_mode.is_decode()
+        if decode and batch.reqs and batch.seq_lens_cpu is not None:
+            # the lengths the launch plans with: the host mirror resolve_seq_lens_cpu made
+            # of what the previous verify published (the oracle's "seq_lens")
+            observe("seq_lens", reqs=list(batch.reqs),
+                    steps=[r.launched - 1 for r in batch.reqs],
+                    lens=batch.seq_lens_cpu.tolist())
         return finish_result(forward(worker, batch, *a, **kw), batch, D, decode=decode)
     worker.forward_batch_generation = forward_batch_generation
 
