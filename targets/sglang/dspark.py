@@ -47,12 +47,11 @@ from .worker import SharedReadRunner, finish_result
 def modules() -> Dict[str, Any]:
     """DSpark's upstream modules, imported on first use (releases before 0.5.16 have no
     DSpark: ``contract.features``)."""
-    import importlib
-    names = {"planner": "sglang.srt.speculative.dspark_components.dspark_planner",
-             "sps": "sglang.srt.speculative.dspark_components.dspark_sps",
-             "ragged": "sglang.srt.speculative.ragged_verify",
-             "draft_common": "sglang.srt.speculative.draft_worker_common"}
-    return {k: importlib.import_module(v) for k, v in names.items()}
+    return upstream.import_named({
+        "planner": "sglang.srt.speculative.dspark_components.dspark_planner",
+        "sps": "sglang.srt.speculative.dspark_components.dspark_sps",
+        "ragged": "sglang.srt.speculative.ragged_verify",
+        "draft_common": "sglang.srt.speculative.draft_worker_common"})
 
 
 @contextlib.contextmanager

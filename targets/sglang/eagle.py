@@ -43,12 +43,11 @@ from .worker import SharedReadRunner, finish_result
 
 
 def modules():
-    import importlib
-    names = {"v2": "sglang.srt.speculative.eagle_worker_v2",
-             "utils": "sglang.srt.speculative.eagle_utils",
-             "translator": "sglang.srt.mem_cache.kv_index_translator",
-             "forward_batch": "sglang.srt.model_executor.forward_batch_info"}
-    return {k: importlib.import_module(v) for k, v in names.items()}
+    return upstream.import_named({
+        "v2": "sglang.srt.speculative.eagle_worker_v2",
+        "utils": "sglang.srt.speculative.eagle_utils",
+        "translator": "sglang.srt.mem_cache.kv_index_translator",
+        "forward_batch": "sglang.srt.model_executor.forward_batch_info"})
 
 
 @contextlib.contextmanager

@@ -55,3 +55,10 @@ def take_gpu_paths() -> None:
     exists: it is read when a FutureMap is built)."""
     overlap_utils._is_cuda = True
     process.note("sglang-gpu-paths")
+
+
+def import_named(names):
+    """``{key: module}`` for ``{key: dotted module name}``: a slice's upstream modules,
+    imported on first use (a release without the slice's code fails only when it runs)."""
+    import importlib
+    return {k: importlib.import_module(v) for k, v in names.items()}

@@ -73,9 +73,9 @@ def reference_tree(parent_list, sel, seq_lens, topk, N):
     return mask, pos, ri, nt, ns
 
 
-@settings(max_examples=150, deadline=None)
-@given(drafts())
-def test_tree_build_matches_the_kernels_walk(d):
+def built_tree(d):
+    """The stand-in's tree for a draft: ``(mask, positions, retrieve_index, next_token,
+    next_sibling)``, into buffers made as upstream's caller makes them."""
     parent_list, sel, seq_lens, topk, N = d
     bs = sel.shape[0]
     mask = torch.zeros(bs * N * N, dtype=torch.bool)
@@ -83,8 +83,13 @@ def test_tree_build_matches_the_kernels_walk(d):
     ri, nt, ns = (torch.full((bs, N), -1, dtype=torch.int64) for _ in range(3))
     ek.build_tree_kernel_efficient_func(parent_list, sel, seq_lens, mask, pos, ri, nt, ns,
                                         topk, None, N, QLEN_ONLY)
-    want = reference_tree(parent_list, sel, seq_lens, topk, N)
-    for got, exp in zip((mask, pos, ri, nt, ns), want):
+    return mask, pos, ri, nt, ns
+
+
+@settings(max_examples=150, deadline=None)
+@given(drafts())
+def test_tree_build_matches_the_kernels_walk(d):
+    for got, exp in zip(built_tree(d), reference_tree(*d)):
         assert torch.equal(got, exp)
 
 
@@ -120,11 +125,7 @@ def reference_verify(candidates, ri, nt, ns, target_predict, depth):
 def test_greedy_verify_matches_the_kernels_walk(d, data):
     parent_list, sel, seq_lens, topk, N = d
     bs = sel.shape[0]
-    mask = torch.zeros(bs * N * N, dtype=torch.bool)
-    pos = torch.empty(bs * N, dtype=torch.int64)
-    ri, nt, ns = (torch.full((bs, N), -1, dtype=torch.int64) for _ in range(3))
-    ek.build_tree_kernel_efficient_func(parent_list, sel, seq_lens, mask, pos, ri, nt, ns,
-                                        topk, None, N, QLEN_ONLY)
+    _, pos, ri, nt, ns = built_tree(d)
     V = 4  # a small vocabulary: many matches, and siblings that compete
     candidates = torch.tensor(data.draw(st.lists(st.integers(0, V - 1), min_size=bs * N,
                                                  max_size=bs * N))).view(bs, N)
