@@ -39,9 +39,13 @@ EAGLE_V2 = Scenario(
               # a tree draft: topk 2 over 3 steps, 4 verify nodes (the accepted path's
               # KV moved to the window's front, move_accept_tokens_to_target_kvcache)
               "topk2": {**_EAGLE, "eagle_topk": 2},
-              "topk2-plan-stream": {**_EAGLE, "eagle_topk": 2, "plan_stream": True}},
+              "topk2-plan-stream": {**_EAGLE, "eagle_topk": 2, "plan_stream": True},
+              # the WAR barrier removed: the next iteration's row writes may overtake the
+              # draft extend's (and a finished request's verify's) reads of the rows
+              "no-war-barrier": {**_EAGLE, "mutation": "war-barrier-removed"}},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean",
-            ("topk2", None): "clean", ("topk2-plan-stream", None): "clean"},
+            ("topk2", None): "clean", ("topk2-plan-stream", None): "clean",
+            ("no-war-barrier", None): "race"},
     sim_trials=6,
 )

@@ -30,6 +30,7 @@ and the draft extend (so not the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import types
 from typing import Any, Iterator
 
@@ -37,6 +38,7 @@ import torch
 
 from harness.faults import fault_point, observe
 from impl.graph_runner import graphs_supported
+from impl.memory import mark_used_on
 
 from . import eagle_kernels, upstream
 from .worker import SharedReadRunner, finish_result
@@ -214,29 +216,36 @@ class ToyVerifyGraphs:
 
 class ToyTargetWorker:
     """The target worker's two calls from the EAGLE worker: the prefill (with the full
-    hidden states the draft extends from) and the verify forward."""
+    hidden states the draft extends from) and the verify forward. Both attend through the
+    toy paged attention over the pools (``impl.attention``), as the NGRAM toy does: the
+    prefill writes the prompt's KV; the verify writes its ``D`` nodes' KV into the slots
+    upstream planned (``out_cache_loc``) and reads the context up to the length upstream
+    resolved (``seq_lens``) -- what it read is the KV oracle's (``kv_check``). A tree
+    draft's accepted path then moves in the same KV pool (upstream's
+    ``move_accept_tokens_to_target_kvcache``)."""
 
-    def __init__(self, runner: ToyModelRunner) -> None:
+    def __init__(self, runner: ToyModelRunner, attention) -> None:
         self.model_runner = runner
         self.model_config = runner.model_config
+        self.attn = attention
+        self.batch = None  # the launch's ScheduleBatch (the EAGLE worker's shim sets it)
+        self.kv_check = None  # what this launch's attention read, for the result
 
     def forward_batch_generation(self, batch=None, forward_batch=None, is_verify=False,
                                  pp_proxy_tensors=None, capture_hidden_mode=None,
                                  return_kv_loc_plan=False, **kw):
         if is_verify:
-            fault_point("forward.before_verify")
-            graphs = self.model_runner.decode_cuda_graph_runner
-            if graphs is not None and graphs.loaded is forward_batch:
-                self.model_runner._record_shared_read_done()  # load_batch read the rows
-                hidden, logits = graphs.replay(forward_batch)
-                out = types.SimpleNamespace(logits_output=upstream.LogitsProcessorOutput(
-                    next_token_logits=logits, hidden_states=hidden))
-            else:
-                out = self.model_runner.forward(forward_batch)
-            out.routed_experts_output = out.indexer_topk_output = None
-            return out
+            return self._verify(forward_batch)
         fb = modules()["forward_batch"].ForwardBatch.init_new(
             batch, self.model_runner, return_hidden_states_before_norm=False)
+        fwd = torch.get_device_module(torch.device(self.model_runner.device)).current_stream()
+        prompt_ids, prompt_lens = batch.specrace_prompt_ids, batch.specrace_prompt_lens
+        for t in (prompt_ids, prompt_lens):
+            mark_used_on(t, fwd)  # staged on the schedule stream, dropped below
+        batch.specrace_prompt_ids = batch.specrace_prompt_lens = None
+        meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
+                                               prompt_ids.shape[1], prefill=True)
+        self.kv_check = self.attn.attend_prefill(meta, prompt_ids, prompt_lens)
         hidden, logits = self.model_runner.forward_all(fb)
         last = torch.cumsum(fb.extend_seq_lens, 0) - 1
         next_token_ids = logits[last].argmax(dim=-1).to(torch.int32)
@@ -245,8 +254,29 @@ class ToyTargetWorker:
                                                          hidden_states=hidden),
             next_token_ids=next_token_ids, kv_loc_plan=None, can_run_cuda_graph=False)
 
+    def _verify(self, fb):
+        batch = self.batch
+        bs = fb.seq_lens.shape[0]
+        meta = self.attn.init_forward_metadata(fb.req_pool_indices.to(torch.int64),
+                                               batch.reqs, fb.input_ids.shape[0] // bs,
+                                               prefill=False)
+        meta = dataclasses.replace(meta, window=fb.out_cache_loc.to(torch.int64).view(bs, -1))
+        self.kv_check = self.attn.attend(meta, fb.input_ids.view(bs, -1), None,
+                                         fb.seq_lens.to(torch.int64))
+        fault_point("forward.before_verify")
+        graphs = self.model_runner.decode_cuda_graph_runner
+        if graphs is not None and graphs.loaded is fb:
+            self.model_runner._record_shared_read_done()  # load_batch read the rows
+            hidden, logits = graphs.replay(fb)
+            out = types.SimpleNamespace(logits_output=upstream.LogitsProcessorOutput(
+                next_token_logits=logits, hidden_states=hidden))
+        else:
+            out = self.model_runner.forward(fb)
+        out.routed_experts_output = out.indexer_topk_output = None
+        return out
 
-def build_worker(args, device, model, pools):
+
+def build_worker(args, device, model, pools, attention):
     """``EAGLEWorkerV2`` and its ``EagleDraftWorker``, built with ``__new__`` plus the
     attributes their methods read; upstream's plan streams (one each, as their
     constructors make them); the stand-in kernels bound into upstream's modules."""
@@ -262,7 +292,7 @@ def build_worker(args, device, model, pools):
     if args.cuda_graph and graphs_supported(device):
         target_runner.decode_cuda_graph_runner = ToyVerifyGraphs(
             model, device, D, args.cuda_graph_max_bs, pools.req_to_token_pool.req_to_token)
-    target = ToyTargetWorker(target_runner)
+    target = ToyTargetWorker(target_runner, attention)
     dw = V2.EagleDraftWorker.__new__(V2.EagleDraftWorker)
     dw.plan_stream, dw.plan_stream_ctx = spec_utils.get_plan_stream(dev)
     dw.__dict__.update(
@@ -295,11 +325,11 @@ def build_worker(args, device, model, pools):
         req_to_token_pool=pools.req_to_token_pool,
         token_to_kv_pool_allocator=pools.allocator, page_size=1)
     torch.get_device_module(dev_t).synchronize()  # the tables are part of "the checkpoint"
-    _install_result_shim(w, D)
+    _install_result_shim(w, target, D)
     return w
 
 
-def _install_result_shim(worker, D: int) -> None:
+def _install_result_shim(worker, target: ToyTargetWorker, D: int) -> None:
     """A probe shim on the instance, calling upstream's method unchanged: what the commit
     and the oracle need of the launch (``worker.finish_result``)."""
     forward = type(worker).forward_batch_generation
@@ -314,7 +344,10 @@ def _install_result_shim(worker, D: int) -> None:
             observe("seq_lens", reqs=list(batch.reqs),
                     steps=[r.launched - 1 for r in batch.reqs],
                     lens=batch.seq_lens_cpu.tolist())
-        return finish_result(forward(worker, batch, *a, **kw), batch, D, decode=decode)
+        target.batch, target.kv_check = batch, None
+        result = forward(worker, batch, *a, **kw)
+        kv_check, target.batch, target.kv_check = target.kv_check, None, None
+        return finish_result(result, batch, D, kv_check, decode=decode)
     worker.forward_batch_generation = forward_batch_generation
 
     # the fine fence's switch (``--war-barrier``) reaches both runners

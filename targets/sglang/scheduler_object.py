@@ -99,7 +99,7 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
         from . import eagle
         s.spec_algorithm = upstream.SpeculativeAlgorithm.EAGLE
         s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)
-        s.model_worker = eagle.build_worker(args, dev, model, pools)
+        s.model_worker = eagle.build_worker(args, dev, model, pools, attention)
     else:
         s.spec_algorithm = upstream.SpeculativeAlgorithm.NGRAM
         s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)

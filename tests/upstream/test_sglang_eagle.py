@@ -89,3 +89,31 @@ def test_a_tree_draft_moves_the_accepted_path(specrace_backend, monkeypatch):
     assert tree == chain
     assert moves and sum(moves) > 0
     assert any(n > 1 for (kind, n), c in seen.items() if kind == "accept")
+
+
+@pytest.mark.parametrize("variant", ["fixed", "topk2"])
+def test_the_kv_oracle_judges_every_eagle_launch(variant):
+    """The verify attends through the toy paged attention at the slots and lengths
+    upstream planned: every launch's context is judged against its request's history
+    (reference-free), and upstream's placement -- the tree path's KV move included --
+    passes."""
+    from harness.oracle.stale import Reference, StaleValueOracle
+    wl = EAGLE_V2.workload(0)
+    args = server_args(wl, EAGLE_V2.variants[variant])
+    oracle = StaleValueOracle(Reference({}, {}), stop_early=False)
+    seen = collections.Counter()
+
+    def observe(name, ctx):
+        seen[name] += 1
+        oracle(name, ctx)
+    with open_runtime("sim", parse_policy("eager")) as rt:
+        drive(rt, wl, args, FaultPlan(observer=observe), target="sglang")
+    assert seen["kv_context"] >= seen["result"] > 0
+    assert oracle.checked >= seen["kv_context"] and not oracle.divergences
+
+
+def test_without_the_war_barrier_the_row_writes_race_the_eagle_forward():
+    r = run_scenario("eagle-v2", variant="no-war-barrier", war_barrier="fine",
+                     backend="sim", policy=parse_policy("eager"), trials=2, target="sglang")
+    assert r["outcome"] == "race"
+    assert any("assign_req_to_token_pool" in x["summary"] for x in r["races"])
