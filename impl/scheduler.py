@@ -82,6 +82,7 @@ class ServerArgs:
     # (SGLANG_ENABLE_OVERLAP_PLAN_STREAM: verify and draft-extend prep on side streams)
     eagle_topk: int = 1
     plan_stream: bool = False
+    eagle3: bool = False  # EAGLE3: the draft reads three target layers' hidden states
 
     def validate(self) -> None:
         if self.relay not in RELAY_MODES:

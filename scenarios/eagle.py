@@ -40,12 +40,15 @@ EAGLE_V2 = Scenario(
               # KV moved to the window's front, move_accept_tokens_to_target_kvcache)
               "topk2": {**_EAGLE, "eagle_topk": 2},
               "topk2-plan-stream": {**_EAGLE, "eagle_topk": 2, "plan_stream": True},
+              # EAGLE3's shape: the target's aux hidden states (three layers) feed the
+              # draft, through the same v2 worker
+              "eagle3": {**_EAGLE, "eagle3": True},
               # the WAR barrier removed: the next iteration's row writes may overtake the
               # draft extend's (and a finished request's verify's) reads of the rows
               "no-war-barrier": {**_EAGLE, "mutation": "war-barrier-removed"}},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean",
             ("topk2", None): "clean", ("topk2-plan-stream", None): "clean",
-            ("no-war-barrier", None): "race"},
+            ("eagle3", None): "clean", ("no-war-barrier", None): "race"},
     sim_trials=6,
 )

@@ -25,7 +25,9 @@ The target's verify runs as CUDA graph replays where the device captures graphs
 (``ToyVerifyGraphs``: upstream's ``eagle_prepare_for_verify`` loads them, on the plan
 stream when there is one). Not modelled yet (README "EAGLE v2"): graphs for the draft
 and the draft extend (so not the
-``draft_probs.clone()`` reuse), grammar, non-greedy sampling, EAGLE3's multi-layer draft.
+``draft_probs.clone()`` reuse), grammar, non-greedy sampling. EAGLE3 (``eagle3``) is its
+aux-hidden-state shape: the target hands the draft three layers' hidden states; the toy
+draft reads them and ignores their values.
 """
 from __future__ import annotations
 
@@ -52,6 +54,13 @@ def modules():
         "forward_batch": "sglang.srt.model_executor.forward_batch_info"})
 
 
+def algorithm(args):
+    """EAGLE, or EAGLE3 (``eagle3``: the draft reads several target layers' hidden
+    states -- the aux-hidden-state shape -- through the same v2 worker)."""
+    A = upstream.SpeculativeAlgorithm
+    return A.EAGLE3 if args.eagle3 else A.EAGLE
+
+
 @contextlib.contextmanager
 def server_context(args) -> Iterator[None]:
     """What EAGLE's code reads of the server's config, for one run: upstream's runtime
@@ -65,7 +74,7 @@ def server_context(args) -> Iterator[None]:
     from sglang.srt.server_args import ServerArgs
     ctx = rc.RuntimeContext(parallel=rc.ParallelContext())
     ctx.set_server_args(ServerArgs(
-        model_path="specrace-toy", speculative_algorithm="EAGLE",
+        model_path="specrace-toy", speculative_algorithm=algorithm(args).name,
         speculative_eagle_topk=args.eagle_topk,
         speculative_num_steps=args.draft_token_num - 1,
         speculative_num_draft_tokens=args.draft_token_num))
@@ -90,6 +99,14 @@ class _HFConfig(types.SimpleNamespace):
 
     def get_text_config(self):
         return self
+
+
+def aux_hidden(hidden: torch.Tensor, layers: int) -> torch.Tensor:
+    """The hidden states the target hands the draft: with EAGLE3's aux layers, the toy's
+    "layers" side by side (the last one and scalings of it)."""
+    if layers == 1:
+        return hidden
+    return torch.cat([hidden * (1.0 + k) for k in range(layers)], dim=1)
 
 
 class ToyAttnBackend:
@@ -133,7 +150,9 @@ class ToyModelRunner(SharedReadRunner):
             token_to_kv_pool=object(), page_size=1, device=self.device)
         self.ngram_embedding_manager = types.SimpleNamespace(enabled=False)
         self.lora_manager = None
-        self.spec_algorithm = upstream.SpeculativeAlgorithm.EAGLE
+        self.spec_algorithm = algorithm(args)
+        # EAGLE3: the target hands the draft three layers' hidden states side by side
+        self.aux_layers = 3 if self.spec_algorithm.is_eagle3() and not draft else 1
         self.decode_cuda_graph_runner = None
         self.attn_backend = ToyAttnBackend(args.context_len)
         self.watermark_state = None
@@ -167,6 +186,7 @@ class ToyModelRunner(SharedReadRunner):
         fb.positions.sum()  # the rotary embedding's read of the positions
         ids = fb.input_ids.to(torch.int64)
         hidden, logits = self.model.forward_with_hidden(ids)
+        hidden = aux_hidden(hidden, self.aux_layers)
         if self.is_draft_worker:
             # a miss ranks a wrong token just above the right one: a chain draft takes
             # the wrong one, a tree draft keeps both (and its accepted path leaves the
@@ -187,10 +207,14 @@ class ToyVerifyGraphs:
     ``replay`` (the verify forward, on the forward stream) runs the graph and hands out
     views of its static outputs."""
 
-    def __init__(self, model, device, D: int, max_bs: int, req_to_token) -> None:
+    def __init__(self, model, device, D: int, max_bs: int, req_to_token,
+                 aux_layers: int = 1) -> None:
         from impl.graph_runner import VerifyGraphRunner
-        self.graphs = VerifyGraphRunner(model, device, D, max_bs,
-                                        forward=model.forward_with_hidden)
+
+        def forward(ids):
+            hidden, logits = model.forward_with_hidden(ids)
+            return aux_hidden(hidden, aux_layers), logits
+        self.graphs = VerifyGraphRunner(model, device, D, max_bs, forward=forward)
         self.D = D
         self.req_to_token = req_to_token
         self.bs = None  # the loaded bucket (upstream's runner exposes it)
@@ -285,13 +309,14 @@ def build_worker(args, device, model, pools, attention):
     V2 = m["v2"]
     dev = str(torch.device(device))
     steps, D, topk = args.draft_token_num - 1, args.draft_token_num, args.eagle_topk
-    EAGLE = upstream.SpeculativeAlgorithm.EAGLE
+    EAGLE = algorithm(args)
     spec_utils = upstream.spec_utils
     target_runner = ToyModelRunner(model, device, pools.req_to_token_pool, args, draft=False)
     draft_runner = ToyModelRunner(model, device, pools.req_to_token_pool, args, draft=True)
     if args.cuda_graph and graphs_supported(device):
         target_runner.decode_cuda_graph_runner = ToyVerifyGraphs(
-            model, device, D, args.cuda_graph_max_bs, pools.req_to_token_pool.req_to_token)
+            model, device, D, args.cuda_graph_max_bs, pools.req_to_token_pool.req_to_token,
+            target_runner.aux_layers)
     target = ToyTargetWorker(target_runner, attention)
     dw = V2.EagleDraftWorker.__new__(V2.EagleDraftWorker)
     dw.plan_stream, dw.plan_stream_ctx = spec_utils.get_plan_stream(dev)

@@ -97,7 +97,7 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
         dspark.install_probes(s, s.model_worker)
     elif args.spec_algorithm == "eagle-v2":
         from . import eagle
-        s.spec_algorithm = upstream.SpeculativeAlgorithm.EAGLE
+        s.spec_algorithm = eagle.algorithm(args)
         s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)
         s.model_worker = eagle.build_worker(args, dev, model, pools, attention)
     else:

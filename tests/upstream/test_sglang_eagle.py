@@ -55,6 +55,8 @@ def test_the_output_is_the_target_models_greedy_output(specrace_backend):
     wl, out, _ = _run(specrace_backend)
     _, planned, _ = _run(specrace_backend, "plan-stream")
     assert planned == out
+    _, eagle3, _ = _run(specrace_backend, "eagle3")
+    assert eagle3 == out
     args = server_args(wl, {})
     with open_runtime(specrace_backend, parse_policy("eager")) as rt:
         ngram = drive(rt, wl, args, FaultPlan(), target="sglang")
@@ -62,7 +64,7 @@ def test_the_output_is_the_target_models_greedy_output(specrace_backend):
 
 
 @pytest.mark.parametrize("variant", ["as-installed", "plan-stream", "topk2",
-                                     "topk2-plan-stream"])
+                                     "topk2-plan-stream", "eagle3"])
 @pytest.mark.parametrize("policy", ["eager", "lazy", "random(3)"])
 def test_the_release_is_clean(variant, policy, specrace_backend):
     if specrace_backend != "sim" and policy != "eager":
@@ -91,7 +93,7 @@ def test_a_tree_draft_moves_the_accepted_path(specrace_backend, monkeypatch):
     assert any(n > 1 for (kind, n), c in seen.items() if kind == "accept")
 
 
-@pytest.mark.parametrize("variant", ["fixed", "topk2"])
+@pytest.mark.parametrize("variant", ["fixed", "topk2", "eagle3"])
 def test_the_kv_oracle_judges_every_eagle_launch(variant):
     """The verify attends through the toy paged attention at the slots and lengths
     upstream planned: every launch's context is judged against its request's history
@@ -117,3 +119,23 @@ def test_without_the_war_barrier_the_row_writes_race_the_eagle_forward():
                      backend="sim", policy=parse_policy("eager"), trials=2, target="sglang")
     assert r["outcome"] == "race"
     assert any("assign_req_to_token_pool" in x["summary"] for x in r["races"])
+
+
+def test_eagle3_feeds_the_draft_three_target_layers(monkeypatch):
+    """The EAGLE3 shape: the draft extend reads the target's aux hidden states (three
+    layers side by side), and relays its own one-layer hidden states."""
+    from targets.sglang.eagle import ToyModelRunner
+    widths = collections.Counter()
+    forward_all = ToyModelRunner.forward_all
+
+    def spy(self, fb):
+        spec = getattr(fb, "spec_info", None)
+        hidden = getattr(spec, "hidden_states", None)
+        if self.is_draft_worker and hidden is not None and hidden.numel():
+            widths[(str(fb.forward_mode), hidden.shape[1])] += 1
+        return forward_all(self, fb)
+    monkeypatch.setattr(ToyModelRunner, "forward_all", spy)
+    _run("sim", "eagle3")
+    H = 128  # the toy model's hidden size
+    assert any(w == 3 * H for (_, w) in widths), widths  # the extends read the aux layers
+    assert any(w == H for (_, w) in widths), widths  # the draft steps read the relay
