@@ -67,12 +67,13 @@ def build_kv_cache(args: "ServerArgs", device) -> Tuple[KVCacheManager, ToyKVPoo
                         args, device)
 
 
-def accept_tokens(req, tokens: List[int]) -> bool:
-    """Commit a step's accepted tokens to ``req`` (advancing its grammar): True when it
-    finished on one of them (EOS or its budget) -- the rest of the step is dropped."""
+def accept_tokens(req, tokens: List[int], advance_grammar: bool = True) -> bool:
+    """Commit a step's accepted tokens to ``req`` (advancing its grammar, unless something
+    already did): True when it finished on one of them (EOS or its budget) -- the rest of
+    the step is dropped."""
     for tok in tokens:
         req.output_ids.append(tok)
-        if req.grammar is not None and not req.grammar.is_terminated():
+        if advance_grammar and req.grammar is not None and not req.grammar.is_terminated():
             req.grammar.accept_token(tok)
         if tok == EOS_ID or len(req.output_ids) >= req.max_new_tokens:
             return True

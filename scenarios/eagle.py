@@ -17,6 +17,7 @@ from harness.oracle.workload import slot_reuse_workload
 from harness.policies.faultplan import StallAt
 
 from .base import AS_INSTALLED, Scenario
+from .grammar import grammar_workload
 
 _EAGLE = {"spec_algorithm": "eagle-v2"}
 
@@ -50,5 +51,20 @@ EAGLE_V2 = Scenario(
     expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean",
             ("topk2", None): "clean", ("topk2-plan-stream", None): "clean",
             ("eagle3", None): "clean", ("no-war-barrier", None): "race"},
+    sim_trials=6,
+)
+
+EAGLE_V2_GRAMMAR = Scenario(
+    name="eagle-v2-grammar",
+    summary="upstream's EAGLE v2 worker on JSON-schema requests: the verify's GrammarTree "
+            "D2H and mask behind the scheduler's grammar barrier; forward stalled before "
+            "the verify and after read-done",
+    workload=grammar_workload,
+    stalls=EAGLE_V2.stalls,
+    variants={"fixed": dict(_EAGLE), "plan-stream": {**_EAGLE, "plan_stream": True},
+              "topk2": {**_EAGLE, "eagle_topk": 2}},
+    default_variant=AS_INSTALLED,
+    expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean",
+            ("topk2", None): "clean"},
     sim_trials=6,
 )

@@ -76,6 +76,7 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("eagle-v2-topk2", "eagle-v2", "topk2", "eager"),
     Probe("eagle-v2-topk2-plan-lazy", "eagle-v2", "topk2-plan-stream", "lazy"),
     Probe("eagle-v2-eagle3", "eagle-v2", "eagle3", "eager", seeds=(0, 1)),
+    Probe("eagle-v2-grammar", "eagle-v2-grammar", "fixed", "eager", seeds=(0, 1)),
 )}
 
 

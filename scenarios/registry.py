@@ -5,7 +5,7 @@ from typing import Dict
 
 from .base import Scenario
 from .dspark import DSPARK_CONFIDENCE_RING, DSPARK_RESULT_READBACK
-from .eagle import EAGLE_V2
+from .eagle import EAGLE_V2, EAGLE_V2_GRAMMAR
 from .hidden_states import NGRAM_HIDDEN_READBACK
 from .grammar import GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING
 from .host_order import DP_IDLE, MIXED_OVERLAP
@@ -17,7 +17,7 @@ SCENARIOS: Dict[str, Scenario] = {
     s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING,
                         MIXED_OVERLAP, DP_IDLE, SLOT_REUSE, DSPARK_CONFIDENCE_RING,
                         DSPARK_RESULT_READBACK, NGRAM_HIDDEN_READBACK, KV_ROW_REUSE,
-                        EAGLE_V2)}
+                        EAGLE_V2, EAGLE_V2_GRAMMAR)}
 
 
 def get(name: str) -> Scenario:

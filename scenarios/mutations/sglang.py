@@ -23,7 +23,7 @@ _RESULT = "sglang.srt.managers.utils:GenerationBatchResult"
 _SPEC = "sglang.srt.speculative.spec_utils"
 
 SEED = ("seed-eager", "seed-lazy", "seed-stall")
-GRAMMAR = ("grammar-ngram", "grammar-eagle")
+GRAMMAR = ("grammar-ngram", "grammar-eagle", "eagle-v2-grammar")
 SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
 KV_REUSE = ("kv-reuse", "kv-reuse-lazy")
 KV_REUSE_SWA = ("kv-reuse-swa", "kv-reuse-swa-lazy")
@@ -152,12 +152,12 @@ MUTATIONS: List[Mutation] = [
       "GrammarTree.from_device records no event: resolve() does not wait for the D2H copies",
       "seed 000 / M21", f"{_SPEC}:GrammarTree.from_device",
       [("        return cls(host, done)\n", "        return cls(host, None)\n")],
-      ("grammar-eagle",)),
+      ("grammar-eagle", "eagle-v2-grammar")),
     M("tree-read-before-resolve",
       "GrammarTree.resolve returns the host tree without waiting on the event",
       "seed 000 / M21", f"{_SPEC}:GrammarTree.resolve",
       [("            self._done.synchronize()\n", "            pass\n")],
-      ("grammar-eagle",)),
+      ("grammar-eagle", "eagle-v2-grammar")),
     M("stale-extend-mask",
       "build_grammar_vocab_mask does not clear the extend-stage sampling_info.grammar_mask",
       "seed 000 / M14", f"{_SPEC}:build_grammar_vocab_mask",

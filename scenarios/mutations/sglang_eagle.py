@@ -90,6 +90,14 @@ MUTATIONS: List[Mutation] = [
         "                on_publish(batch_output.new_seq_lens)\n",
         "            # Publish before draft_extend so the fence is at verify-end.\n")],
       EAGLE),
+    M("eagle-grammar-barrier-skipped",
+      "Scheduler._advance_pending_grammar advances nothing: the verify builds its grammar "
+      "mask from an FSM that has not seen the previous step's committed tokens",
+      "spec-v2 grammar barrier", "sglang.srt.managers.scheduler:Scheduler._advance_pending_grammar",
+      [("        for prev_batch, prev_result in self.result_queue:\n"
+        "            self.batch_result_processor.advance_grammar_fsm(prev_result, prev_batch)\n",
+        "        pass\n")],
+      ("eagle-v2-grammar",)),
     # Examined and left out: dropping the record_stream of the relayed future indices in
     # FutureMap._resolve_spec_extras survives every EAGLE probe -- as upstream's own FIXME
     # there says, the batch pins them two iterations (record_batch_in_overlap), so the

@@ -19,7 +19,8 @@ from . import contract, static
 # xgrammar backend)
 SCENARIOS = ("ngram-filter-race", "mixed-overlap", "dp-idle", "grammar-ngram", "kv-row-reuse",
              "grammar-tree-staging", "slot-reuse", "dspark-confidence-ring",
-             "dspark-result-readback", "ngram-hidden-readback", "eagle-v2")
+             "dspark-result-readback", "ngram-hidden-readback", "eagle-v2",
+             "eagle-v2-grammar")
 
 
 # The first release whose runner publishes read-done for an NGRAM verify (read from

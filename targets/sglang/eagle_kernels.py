@@ -336,6 +336,13 @@ def install() -> None:
         m = importlib.import_module(module)
         for name in names:
             setattr(m, name, globals()[name])
+    # the verify's grammar mask: xgrammar's bitmask kernel has no simulator path; impl's
+    # plain-torch apply, on the grammar classes that define it
+    from impl.grammar import apply_vocab_mask
+    xgb = importlib.import_module("sglang.srt.constrained.xgrammar_backend")
+    for cls in vars(xgb).values():
+        if isinstance(cls, type) and "apply_vocab_mask" in vars(cls):
+            cls.apply_vocab_mask = staticmethod(apply_vocab_mask)
     # the draft's later-step top-k selection is torch.compile'd (an optimisation: the
     # function is plain torch); inductor has no simulator backend, so it runs as written
     spec_utils = importlib.import_module("sglang.srt.speculative.spec_utils")

@@ -148,7 +148,9 @@ class Intake:
                         rows=[round(float(x), 5) for x in rows.sum(dim=1)])
             req.committed_step = steps[i]
             self.loop.kv_cache.on_commit(req, steps[i], lens[i])
-            self.loop.commit(req, accepted)
+            # the EAGLE grammar barrier may have advanced the grammar over it already
+            self.loop.commit(req, accepted,
+                             advance_grammar=not getattr(result, "grammar_advanced", False))
 
     def on_idle(self) -> None:
         pass
@@ -325,8 +327,11 @@ class UpstreamLoop:
         batch.input_ids = torch.empty((0,), dtype=torch.int64, device=self.device)
         return batch
 
-    def commit(self, req, tokens: List[int]) -> None:
-        if accept_tokens(req, tokens):
+    def commit(self, req, tokens: List[int], advance_grammar: bool = True) -> None:
+        done = accept_tokens(req, tokens, advance_grammar)
+        if advance_grammar:
+            req.grammar_seen = len(req.output_ids)
+        if done:
             req.done = True
             self.kv_cache.release(req)  # release_kv_cache: slots first, then the row
             self.free_slots.append(req.pool_idx)

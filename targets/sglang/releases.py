@@ -19,7 +19,7 @@ from . import contract, envs
 # scenario -> the feature (contract.FEATURES) its code needs
 NEEDS: Dict[str, str] = {"grammar-ngram": "grammar_tree", "grammar-tree-staging": "grammar_tree",
                          "dspark-confidence-ring": "dspark", "dspark-result-readback": "dspark",
-                         "eagle-v2": "eagle_v2"}
+                         "eagle-v2": "eagle_v2", "eagle-v2-grammar": "eagle_v2"}
 CHILD_TIMEOUT_S = 1800  # a release's run that has not answered by then is a harness error
 
 

@@ -157,6 +157,9 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s.server_args = _ServerArgsView()
     for name in NOT_MODELLED:
         setattr(s, name, NotModelled(name))
+    if args.spec_algorithm == "eagle-v2":  # EAGLE's grammar barrier advances through it
+        from .eagle import GrammarAdvance
+        s.batch_result_processor = GrammarAdvance()
     s.beam_coordinator = _idle_beam_coordinator(s)
     return s, pools
 

@@ -49,6 +49,7 @@ class Req:
     is_prefill_only: bool = False
     return_hidden_states: bool = False  # releases before 0.5.17 read it (later: the mode)
 
+    grammar_seen: int = 0  # tokens its grammar has accepted (the EAGLE grammar barrier)
     # read by ForwardBatch.init_new (the EAGLE slice): the prefill is never chunked
     lora_id: Any = None
     token_type_ids: Any = None
@@ -136,6 +137,20 @@ def finish_result(result, batch, draft_token_num: int, kv_check=None,
     return result
 
 
+def apply_extend_grammar(batch, logits, device) -> None:
+    """The extend stage's mask (both toy workers): one row per request, left on
+    ``sampling_info`` (the verify's ``build_grammar_vocab_mask`` must clear it)."""
+    reqs = batch.reqs
+    first = next(r.grammar for r in reqs if r.grammar is not None)
+    mask = first.allocate_vocab_mask(batch.sampling_info.vocab_size, len(reqs), device)
+    for i, r in enumerate(reqs):
+        if r.grammar is not None and not r.grammar.is_terminated():
+            r.grammar.fill_vocab_mask(mask, i)
+    mask = first.move_vocab_mask(mask, device)
+    apply_vocab_mask(logits, mask)
+    batch.sampling_info.grammar_mask = upstream.GrammarMask(first, mask)
+
+
 class SharedReadRunner:
     """The runner whose shared-read-done event upstream's ``_apply_war_barrier`` waits on
     (and clears): ``last_shared_read_runner.shared_read_done_event`` since 0.5.18,
@@ -218,7 +233,7 @@ class ToyNgramWorker(SharedReadRunner):
             kv_check = self.attn.attend_prefill(meta, prompt_ids, prompt_lens)
             hidden, logits = self.model.forward_with_hidden(batch.input_ids)
             if batch.has_grammar:
-                self._apply_extend_grammar(batch, logits)
+                apply_extend_grammar(batch, logits, self.device)
             predict = logits.argmax(dim=-1)
             new_seq_lens = batch.seq_lens.clone()
             accept_tokens = torch.zeros((bs, D), dtype=torch.int32, device=self.device)
@@ -308,20 +323,6 @@ class ToyNgramWorker(SharedReadRunner):
             tree = upstream.GrammarTree.from_device(next_token, next_sibling,
                                                     drafts.view(len(batch.reqs), self.D))
         return drafts, next_token, next_sibling, tree
-
-    def _apply_extend_grammar(self, batch, logits) -> None:
-        """The extend stage's mask: one row per request, left on ``sampling_info`` (the
-        verify's ``build_grammar_vocab_mask`` must clear it)."""
-        reqs = batch.reqs
-        first = next(r.grammar for r in reqs if r.grammar is not None)
-        mask = first.allocate_vocab_mask(batch.sampling_info.vocab_size, len(reqs),
-                                         self.device)
-        for i, r in enumerate(reqs):
-            if r.grammar is not None and not r.grammar.is_terminated():
-                r.grammar.fill_vocab_mask(mask, i)
-        mask = first.move_vocab_mask(mask, self.device)
-        apply_vocab_mask(logits, mask)
-        batch.sampling_info.grammar_mask = upstream.GrammarMask(first, mask)
 
     def _sample_masks(self, batch, logits, tree) -> None:
         """Upstream's verify mask first (it clears the stale extend-stage mask), then

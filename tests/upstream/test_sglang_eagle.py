@@ -124,7 +124,7 @@ def test_without_the_war_barrier_the_row_writes_race_the_eagle_forward():
 def test_eagle3_feeds_the_draft_three_target_layers(monkeypatch):
     """The EAGLE3 shape: the draft extend reads the target's aux hidden states (three
     layers side by side), and relays its own one-layer hidden states."""
-    from targets.sglang.eagle import ToyModelRunner
+    from targets.sglang.eagle_runners import ToyModelRunner
     widths = collections.Counter()
     forward_all = ToyModelRunner.forward_all
 
@@ -139,3 +139,40 @@ def test_eagle3_feeds_the_draft_three_target_layers(monkeypatch):
     H = 128  # the toy model's hidden size
     assert any(w == 3 * H for (_, w) in widths), widths  # the extends read the aux layers
     assert any(w == H for (_, w) in widths), widths  # the draft steps read the relay
+
+
+def test_grammar_runs_behind_upstreams_barrier_and_matches_ngram(monkeypatch):
+    """JSON-schema requests on the EAGLE path: the verify's GrammarTree and mask are
+    upstream's, the FSM advances through the scheduler's grammar barrier for results
+    still in the queue, and the constrained output is NGRAM's (whose grammar batches run
+    synchronously)."""
+    from scenarios.eagle import EAGLE_V2_GRAMMAR
+    from targets.sglang import eagle
+    advanced = collections.Counter()
+    advance = eagle.GrammarAdvance.advance_grammar_fsm
+
+    def spy(self, result, batch):
+        if batch.has_grammar and not getattr(result, "grammar_advanced", False):
+            advanced["results"] += 1
+        return advance(self, result, batch)
+    monkeypatch.setattr(eagle.GrammarAdvance, "advance_grammar_fsm", spy)
+    wl = EAGLE_V2_GRAMMAR.workload(0)
+    assert any(r.schema for r in wl.requests)
+    outs = {}
+    for name, overrides in (("eagle", EAGLE_V2_GRAMMAR.variants["fixed"]), ("ngram", {})):
+        with open_runtime("sim", parse_policy("eager")) as rt:
+            outs[name] = drive(rt, wl, server_args(wl, overrides), FaultPlan(),
+                               target="sglang")
+    assert outs["eagle"] == outs["ngram"]
+    assert advanced["results"] > 0
+
+
+@pytest.mark.parametrize("variant", ["as-installed", "plan-stream", "topk2"])
+@pytest.mark.parametrize("policy", ["eager", "lazy"])
+def test_the_release_is_clean_with_grammar(variant, policy, specrace_backend):
+    if specrace_backend != "sim" and policy != "eager":
+        pytest.skip("schedule policies are the simulator's")
+    r = run_scenario("eagle-v2-grammar", variant=variant, war_barrier="fine",
+                     backend=specrace_backend, policy=parse_policy(policy), trials=2,
+                     target="sglang")
+    assert r["outcome"] == "clean", (r["first_divergence"], r["races"][:2])
