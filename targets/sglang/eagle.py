@@ -44,7 +44,7 @@ from impl.graph_runner import graphs_supported
 
 from . import eagle_kernels, upstream
 from .eagle_runners import ToyModelRunner, ToyTargetWorker, ToyVerifyGraphs
-from .worker import finish_result
+from .worker import finish_result, launch_rows
 
 
 def modules():
@@ -98,15 +98,10 @@ class GrammarAdvance:
         if getattr(result, "grammar_advanced", False) or launch is None \
                 or not batch.has_grammar:
             return
-        reqs, _, stride = launch
-        result.copy_done.synchronize()
-        tokens = result.next_token_ids.tolist()
-        lens = result.accept_lens.tolist() if result.accept_lens is not None \
-            else [1] * len(reqs)
-        for i, req in enumerate(reqs):
+        for _, req, _, _, accepted in launch_rows(result)[1]:
             if req.grammar is None or req.done:
                 continue
-            for tok in tokens[i * stride: i * stride + lens[i]]:
+            for tok in accepted:
                 # what the commit will keep: up to EOS or the budget
                 if req.grammar.is_terminated() or req.grammar_seen >= req.max_new_tokens:
                     break

@@ -45,7 +45,7 @@ from impl.schedule_batch import accept_tokens, admit_waiting, stage_prompts
 
 from . import upstream
 from .scheduler_object import build_scheduler
-from .worker import SamplingInfo
+from .worker import SamplingInfo, launch_rows
 
 
 _UNSET = object()
@@ -122,32 +122,26 @@ class Intake:
         launch = getattr(result, "specrace_launch", None)
         if launch is None:  # an idle (DP) batch: nothing to commit
             return
-        reqs, steps, stride = launch
-        result.copy_done.synchronize()
-        tokens = result.next_token_ids.tolist()
-        # an EAGLE prefill's result has no accept lengths: one token each
-        lens = result.accept_lens.tolist() if result.accept_lens is not None \
-            else [1] * len(reqs)
+        stride, rows = launch_rows(result)
         hidden = (result.logits_output.hidden_states
                   if result.logits_output is not None else None)
         kv_checks = result.specrace_kv_check.tolist() if result.specrace_kv_check is not None \
             else None
-        for i, req in enumerate(reqs):
+        for i, req, step, n, accepted in rows:
             if kv_checks is not None and not result.specrace_released[i]:
-                observe("kv_context", req=req, step=steps[i], n=kv_checks[i][0],
+                observe("kv_context", req=req, step=step, n=kv_checks[i][0],
                         checksum=kv_checks[i][1], past_finish=req.done)
             if req.done:
                 continue  # it ran one step past its finish under overlap; drop that step
-            accepted = tokens[i * stride: i * stride + lens[i]]
-            observe("result", req=req, step=steps[i], accept_len=lens[i], tokens=accepted)
+            observe("result", req=req, step=step, accept_len=n, tokens=accepted)
             # the host copy (pinned, after copy_done), for a request that asked for them
             # (an EAGLE result always carries the verify's hidden states, on the device)
             if hidden is not None and req.return_hidden_states:
-                rows = hidden[i * stride: i * stride + lens[i]]
-                observe("hidden_states", req=req, step=steps[i],
-                        rows=[round(float(x), 5) for x in rows.sum(dim=1)])
-            req.committed_step = steps[i]
-            self.loop.kv_cache.on_commit(req, steps[i], lens[i])
+                hrows = hidden[i * stride: i * stride + n]
+                observe("hidden_states", req=req, step=step,
+                        rows=[round(float(x), 5) for x in hrows.sum(dim=1)])
+            req.committed_step = step
+            self.loop.kv_cache.on_commit(req, step, n)
             # the EAGLE grammar barrier may have advanced the grammar over it already
             self.loop.commit(req, accepted,
                              advance_grammar=not getattr(result, "grammar_advanced", False))

@@ -137,6 +137,19 @@ def finish_result(result, batch, draft_token_num: int, kv_check=None,
     return result
 
 
+def launch_rows(result):
+    """What a launch's result hands the host (after ``copy_done``): ``(stride, rows)``,
+    a row ``(index, request, step, accept length, accepted tokens)`` per request of the
+    launch (an EAGLE prefill's result has no accept lengths: one token each)."""
+    reqs, steps, stride = result.specrace_launch
+    result.copy_done.synchronize()
+    tokens = result.next_token_ids.tolist()
+    lens = result.accept_lens.tolist() if result.accept_lens is not None \
+        else [1] * len(reqs)
+    return stride, [(i, req, steps[i], lens[i], tokens[i * stride: i * stride + lens[i]])
+                    for i, req in enumerate(reqs)]
+
+
 def apply_extend_grammar(batch, logits, device) -> None:
     """The extend stage's mask (both toy workers): one row per request, left on
     ``sampling_info`` (the verify's ``build_grammar_vocab_mask`` must clear it)."""
