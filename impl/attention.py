@@ -38,6 +38,8 @@ import torch
 
 from harness.faults import fault_point
 
+from .kernel_op import declare_kernel
+
 
 @dataclass
 class ForwardMetadata:
@@ -92,20 +94,16 @@ def _commit_kernel(kv_buffer, kv_lens, rows, window, targets, n, accept_index, a
     kv_lens[rows] = n + accept_lens.to(kv_lens.dtype)
 
 
-_LIB = torch.library.Library("specrace", "FRAGMENT")
-_LIB.define("attn_metadata(Tensor req_to_token, Tensor? full_to_swa, Tensor kv_lens, "
-            "Tensor rows, bool prefill, "
-            "Tensor(a!) kv_indices, Tensor(b!) n, Tensor(c!) window) -> ()")
-_LIB.define("toy_attention(Tensor(a!) kv_buffer, Tensor window, Tensor tokens, Tensor? lens, "
-            "Tensor kv_indices, Tensor upto, Tensor(b!) out) -> ()")
-_LIB.define("commit_accepted(Tensor(a!) kv_buffer, Tensor(b!) kv_lens, Tensor rows, "
-            "Tensor window, Tensor targets, Tensor n, Tensor accept_index, "
-            "Tensor accept_lens) -> ()")
-for _name, _body in (("attn_metadata", lambda *a: _metadata_kernel(*a)),
-                     ("toy_attention", lambda *a: _attention_kernel(*a)),
-                     ("commit_accepted", lambda *a: _commit_kernel(*a))):
-    _LIB.impl(_name, _body, "CompositeExplicitAutograd")
-    _LIB.impl(_name, lambda *a: None, "Meta")  # writes its arguments only
+declare_kernel("attn_metadata(Tensor req_to_token, Tensor? full_to_swa, Tensor kv_lens, "
+               "Tensor rows, bool prefill, "
+               "Tensor(a!) kv_indices, Tensor(b!) n, Tensor(c!) window) -> ()",
+               lambda *a: _metadata_kernel(*a))
+declare_kernel("toy_attention(Tensor(a!) kv_buffer, Tensor window, Tensor tokens, "
+               "Tensor? lens, Tensor kv_indices, Tensor upto, Tensor(b!) out) -> ()",
+               lambda *a: _attention_kernel(*a))
+declare_kernel("commit_accepted(Tensor(a!) kv_buffer, Tensor(b!) kv_lens, Tensor rows, "
+               "Tensor window, Tensor targets, Tensor n, Tensor accept_index, "
+               "Tensor accept_lens) -> ()", lambda *a: _commit_kernel(*a))
 
 
 class ToyPagedAttention:

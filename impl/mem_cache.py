@@ -24,6 +24,7 @@ from typing import List, Sequence
 
 import torch
 
+from .kernel_op import declare_kernel
 from .memory import staged
 
 
@@ -150,12 +151,9 @@ def _assign_kernel(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,
     req_to_token[req_pool_indices] = torch.where(inside, vals.to(req_to_token.dtype), rows)
 
 
-_LIB = torch.library.Library("specrace", "FRAGMENT")
-_LIB.define("assign_req_to_token_pool(Tensor req_pool_indices, Tensor(a!) req_to_token, "
-            "Tensor start, Tensor end, Tensor out_cache_loc) -> ()")
-_LIB.impl("assign_req_to_token_pool", lambda *a: _assign_kernel(*a),
-          "CompositeExplicitAutograd")
-_LIB.impl("assign_req_to_token_pool", lambda *a: None, "Meta")
+declare_kernel("assign_req_to_token_pool(Tensor req_pool_indices, Tensor(a!) req_to_token, "
+               "Tensor start, Tensor end, Tensor out_cache_loc) -> ()",
+               lambda *a: _assign_kernel(*a))
 
 
 def assign_req_to_token_pool(req_pool_indices: torch.Tensor, req_to_token: torch.Tensor,

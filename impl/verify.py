@@ -27,6 +27,8 @@ from typing import Tuple
 
 import torch
 
+from .kernel_op import declare_kernel
+
 
 def _parents(next_token: torch.Tensor, next_sibling: torch.Tensor) -> torch.Tensor:
     """Parent of each node (root: 0) from first-child / next-sibling links."""
@@ -71,26 +73,10 @@ def _verify_kernel(target_predict: torch.Tensor, draft_token: torch.Tensor,
     predict.copy_(torch.where(accepted, target_predict, 0).flatten())
 
 
-# The op, declared to the dispatcher like a native kernel: its schema says what it writes
-# (``Tensor(a!)``), which is all a dispatch-level tracer needs. (``torch.library.custom_op``
-# would add Python autograd and version-counter hops, ~100 us a call.) FRAGMENT: a second
-# import of this module must not fail the definition.
-_LIB = torch.library.Library("specrace", "FRAGMENT")
-_LIB.define("verify_tree_greedy(Tensor target_predict, Tensor draft_token, "
-            "Tensor next_token, Tensor next_sibling, Tensor(a!) predict, "
-            "Tensor(b!) accept_index, Tensor(c!) accept_lens) -> ()")
-
-
-def _verify_op(*args) -> None:
-    _verify_kernel(*args)  # looked up when the op runs: a patched body (a mutation) runs
-
-
-def _verify_op_meta(*args) -> None:
-    return None  # writes its arguments only: nothing to compute on meta tensors
-
-
-_LIB.impl("verify_tree_greedy", _verify_op, "CompositeExplicitAutograd")
-_LIB.impl("verify_tree_greedy", _verify_op_meta, "Meta")
+declare_kernel("verify_tree_greedy(Tensor target_predict, Tensor draft_token, "
+               "Tensor next_token, Tensor next_sibling, Tensor(a!) predict, "
+               "Tensor(b!) accept_index, Tensor(c!) accept_lens) -> ()",
+               lambda *a: _verify_kernel(*a))
 
 
 def verify_tree_greedy(target_predict: torch.Tensor, draft_token: torch.Tensor,

@@ -1,11 +1,11 @@
 """Declared stand-ins for the GPU kernels on upstream's EAGLE v2 path.
 
-Each is one ``torch.library`` op whose schema says what it writes (``Tensor(a!)``), as
-``specrace::verify_tree_greedy`` is: the race detector sees one read/write set at one
-point of one stream, as for the fused kernel's single launch. Each body is plain
+Each is one ``specrace::`` op declared as impl's kernels are (``impl.kernel_op``: its
+schema says what it writes): the race detector sees one read/write set at one point of
+one stream, as for the fused kernel's single launch. Each body is plain
 vectorised torch on the device -- no host synchronisation, which would drain the stream
 and hide the very races under test -- and each has a brute-force reference in the tests
-(``tests/sglang/test_eagle_kernels.py``). ``install()`` binds them where upstream's
+(``tests/upstream/test_eagle_kernels.py``). ``install()`` binds them where upstream's
 modules imported the kernel functions by name. The other kernels on the path take
 upstream's own torch branch off CUDA (``prepare_verify_commit_outputs``,
 ``prepare_draft_extend_inputs``, the topk-1 draft postprocess) and are upstream's real
@@ -38,32 +38,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from impl.kernel_op import declare_kernel
 from impl.verify import _verify_kernel
-
-_LIB = torch.library.Library("specrace", "FRAGMENT")
-_LIB.define("gather_spec_extras(Tensor indices, Tensor topk_p_buf, Tensor topk_index_buf, "
-            "Tensor tokens_buf, Tensor? hidden_buf, Tensor(a!) topk_p, Tensor(b!) topk_index, "
-            "Tensor(c!) tokens, Tensor(d!)? hidden) -> ()")
-_LIB.define("assign_draft_cache_locs(Tensor req_pool_indices, Tensor req_to_token, "
-            "Tensor seq_lens, Tensor(a!) out_cache_loc, int topk, int num_cols, "
-            "Tensor(b!)? positions) -> ()")
-_LIB.define("build_tree_efficient(Tensor parent_list, Tensor top_scores_index, "
-            "Tensor seq_lens, Tensor(a!) tree_mask, Tensor(b!) positions, "
-            "Tensor(c!) retrieve_index, Tensor(d!) retrieve_next_token, "
-            "Tensor(e!) retrieve_next_sibling, int topk, int num_verify_tokens) -> ()")
-_LIB.define("eagle_verify_tree_greedy(Tensor(a!) predicts, Tensor(b!) accept_index, "
-            "Tensor(c!) accept_token_num, Tensor candidates, Tensor retrieve_index, "
-            "Tensor retrieve_next_token, Tensor retrieve_next_sibling, "
-            "Tensor target_predict) -> ()")
-_LIB.define("fill_bonus_tokens(Tensor accept_tokens, Tensor accept_lens, "
-            "Tensor(a!) bonus_tokens, int accept_stride) -> ()")
-_LIB.define("extend_cache_locs(Tensor req_pool_indices, Tensor req_to_token, "
-            "Tensor start_offset, Tensor end_offset, Tensor(a!) out_cache_loc) -> ()")
-_LIB.define("fill_front_out_cache_loc(Tensor num_front, Tensor out_cache_loc, "
-            "Tensor(a!) front_out_cache_loc) -> ()")
-_LIB.define("fill_accept_out_cache_loc(Tensor accept_index, Tensor out_cache_loc, "
-            "Tensor(a!) accept_out_cache_loc, int size) -> ()")
-
 
 def _gather_body(indices, topk_p_buf, topk_index_buf, tokens_buf, hidden_buf,
                  topk_p, topk_index, tokens, hidden) -> None:
@@ -217,22 +193,33 @@ def _accept_locs_body(accept_index, out_cache_loc, accept_out_cache_loc, size) -
         accept_out_cache_loc.dtype))
 
 
-_BODIES = {"gather_spec_extras": "_gather_body", "assign_draft_cache_locs": "_draft_locs_body",
-           "build_tree_efficient": "_build_tree_body",
-           "eagle_verify_tree_greedy": "_verify_body", "fill_bonus_tokens": "_bonus_body",
-           "fill_front_out_cache_loc": "_front_body", "extend_cache_locs": "_extend_locs_body",
-           "fill_accept_out_cache_loc": "_accept_locs_body"}
-
-
-def _dispatch(name: str):
-    def run(*args) -> None:
-        globals()[name](*args)  # looked up per call: a patched body (a mutation) runs
-    return run
-
-
-for _op, _body in _BODIES.items():
-    _LIB.impl(_op, _dispatch(_body), "CompositeExplicitAutograd")
-    _LIB.impl(_op, lambda *a: None, "Meta")  # writes its arguments only
+declare_kernel("gather_spec_extras(Tensor indices, Tensor topk_p_buf, Tensor topk_index_buf, "
+               "Tensor tokens_buf, Tensor? hidden_buf, Tensor(a!) topk_p, "
+               "Tensor(b!) topk_index, Tensor(c!) tokens, Tensor(d!)? hidden) -> ()",
+               lambda *a: _gather_body(*a))
+declare_kernel("assign_draft_cache_locs(Tensor req_pool_indices, Tensor req_to_token, "
+               "Tensor seq_lens, Tensor(a!) out_cache_loc, int topk, int num_cols, "
+               "Tensor(b!)? positions) -> ()", lambda *a: _draft_locs_body(*a))
+declare_kernel("build_tree_efficient(Tensor parent_list, Tensor top_scores_index, "
+               "Tensor seq_lens, Tensor(a!) tree_mask, Tensor(b!) positions, "
+               "Tensor(c!) retrieve_index, Tensor(d!) retrieve_next_token, "
+               "Tensor(e!) retrieve_next_sibling, int topk, int num_verify_tokens) -> ()",
+               lambda *a: _build_tree_body(*a))
+declare_kernel("eagle_verify_tree_greedy(Tensor(a!) predicts, Tensor(b!) accept_index, "
+               "Tensor(c!) accept_token_num, Tensor candidates, Tensor retrieve_index, "
+               "Tensor retrieve_next_token, Tensor retrieve_next_sibling, "
+               "Tensor target_predict) -> ()", lambda *a: _verify_body(*a))
+declare_kernel("fill_bonus_tokens(Tensor accept_tokens, Tensor accept_lens, "
+               "Tensor(a!) bonus_tokens, int accept_stride) -> ()",
+               lambda *a: _bonus_body(*a))
+declare_kernel("extend_cache_locs(Tensor req_pool_indices, Tensor req_to_token, "
+               "Tensor start_offset, Tensor end_offset, Tensor(a!) out_cache_loc) -> ()",
+               lambda *a: _extend_locs_body(*a))
+declare_kernel("fill_front_out_cache_loc(Tensor num_front, Tensor out_cache_loc, "
+               "Tensor(a!) front_out_cache_loc) -> ()", lambda *a: _front_body(*a))
+declare_kernel("fill_accept_out_cache_loc(Tensor accept_index, Tensor out_cache_loc, "
+               "Tensor(a!) accept_out_cache_loc, int size) -> ()",
+               lambda *a: _accept_locs_body(*a))
 
 
 # --- upstream's signatures ------------------------------------------------------------
