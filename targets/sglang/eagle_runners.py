@@ -12,10 +12,9 @@ import types
 import torch
 
 from harness.faults import fault_point
-from impl.memory import mark_used_on
 
 from . import upstream
-from .worker import SharedReadRunner, apply_extend_grammar
+from .worker import SharedReadRunner, apply_extend_grammar, take_staged_prompts
 
 
 def _modules():
@@ -201,10 +200,7 @@ class ToyTargetWorker:
         fb = _modules()["forward_batch"].ForwardBatch.init_new(
             batch, self.model_runner, return_hidden_states_before_norm=False)
         fwd = torch.get_device_module(torch.device(self.model_runner.device)).current_stream()
-        prompt_ids, prompt_lens = batch.specrace_prompt_ids, batch.specrace_prompt_lens
-        for t in (prompt_ids, prompt_lens):
-            mark_used_on(t, fwd)  # staged on the schedule stream, dropped below
-        batch.specrace_prompt_ids = batch.specrace_prompt_lens = None
+        prompt_ids, prompt_lens = take_staged_prompts(batch, fwd)
         meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
                                                prompt_ids.shape[1], prefill=True)
         self.kv_check = self.attn.attend_prefill(meta, prompt_ids, prompt_lens)

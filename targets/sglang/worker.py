@@ -150,6 +150,17 @@ def launch_rows(result):
                     for i, req in enumerate(reqs)]
 
 
+def take_staged_prompts(batch, stream):
+    """The prompts the loop staged for a prefill's attention (``stage_prompts``, on the
+    schedule stream): ``(ids, lens)``, marked used on ``stream`` (the forward) and taken
+    off the batch, which drops them after this launch."""
+    prompt_ids, prompt_lens = batch.specrace_prompt_ids, batch.specrace_prompt_lens
+    for t in (prompt_ids, prompt_lens):
+        mark_used_on(t, stream)
+    batch.specrace_prompt_ids = batch.specrace_prompt_lens = None
+    return prompt_ids, prompt_lens
+
+
 def apply_extend_grammar(batch, logits, device) -> None:
     """The extend stage's mask (both toy workers): one row per request, left on
     ``sampling_info`` (the verify's ``build_grammar_vocab_mask`` must clear it)."""
@@ -236,10 +247,7 @@ class ToyNgramWorker(SharedReadRunner):
         bs, D = len(batch.reqs), self.D
         kv_check = None
         if batch.forward_mode.is_extend():
-            prompt_ids, prompt_lens = batch.specrace_prompt_ids, batch.specrace_prompt_lens
-            for t in (prompt_ids, prompt_lens):
-                mark_used_on(t, fwd)  # made on the schedule stream, dropped below
-            batch.specrace_prompt_ids = batch.specrace_prompt_lens = None
+            prompt_ids, prompt_lens = take_staged_prompts(batch, fwd)
             meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
                                                    prompt_ids.shape[1], prefill=True)
             self._record_shared_read_done()

@@ -63,13 +63,19 @@ def test_the_output_is_the_target_models_greedy_output(specrace_backend):
     assert ngram == out
 
 
-@pytest.mark.parametrize("variant", ["as-installed", "plan-stream", "topk2",
-                                     "topk2-plan-stream", "eagle3"])
-@pytest.mark.parametrize("policy", ["eager", "lazy", "random(3)"])
-def test_the_release_is_clean(variant, policy, specrace_backend):
+CLEAN_CASES = (
+    [("eagle-v2", v, p) for v in ("as-installed", "plan-stream", "topk2",
+                                  "topk2-plan-stream", "eagle3")
+     for p in ("eager", "lazy", "random(3)")]
+    + [("eagle-v2-grammar", v, p) for v in ("as-installed", "plan-stream", "topk2")
+       for p in ("eager", "lazy")])
+
+
+@pytest.mark.parametrize("scenario,variant,policy", CLEAN_CASES)
+def test_the_release_is_clean(scenario, variant, policy, specrace_backend):
     if specrace_backend != "sim" and policy != "eager":
         pytest.skip("schedule policies are the simulator's")
-    r = run_scenario("eagle-v2", variant=variant, war_barrier="fine",
+    r = run_scenario(scenario, variant=variant, war_barrier="fine",
                      backend=specrace_backend, policy=parse_policy(policy), trials=2,
                      target="sglang")
     assert r["outcome"] == "clean", (r["first_divergence"], r["races"][:2])
@@ -165,14 +171,3 @@ def test_grammar_runs_behind_upstreams_barrier_and_matches_ngram(monkeypatch):
                                target="sglang")
     assert outs["eagle"] == outs["ngram"]
     assert advanced["results"] > 0
-
-
-@pytest.mark.parametrize("variant", ["as-installed", "plan-stream", "topk2"])
-@pytest.mark.parametrize("policy", ["eager", "lazy"])
-def test_the_release_is_clean_with_grammar(variant, policy, specrace_backend):
-    if specrace_backend != "sim" and policy != "eager":
-        pytest.skip("schedule policies are the simulator's")
-    r = run_scenario("eagle-v2-grammar", variant=variant, war_barrier="fine",
-                     backend=specrace_backend, policy=parse_policy(policy), trials=2,
-                     target="sglang")
-    assert r["outcome"] == "clean", (r["first_divergence"], r["races"][:2])
