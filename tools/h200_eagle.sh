@@ -14,7 +14,7 @@ if [ "${SUITE:-0}" = 1 ]; then
       > "$R/pytest.log" 2>&1; echo "pytest rc $?" >> "$R/pytest.log" ) &
 fi
 timeout 240 python3 -m pytest -q -rs -p no:cacheprovider --specrace-backend cuda \
-  tests/upstream/test_sglang_eagle.py tests/upstream/test_eagle_kernels.py > "$R/pytest_eagle.log" 2>&1
+  tests/upstream/test_sglang_eagle.py tests/upstream/test_eagle_kernels.py tests/upstream/test_eagle_graphs.py > "$R/pytest_eagle.log" 2>&1
 echo "pytest eagle rc $?"; tail -3 "$R/pytest_eagle.log"
 # scenario:variant:expect -- the release clean in every shape, the barrier removed a race
 for sv in eagle-v2:as-installed:clean eagle-v2:plan-stream:clean eagle-v2:topk2:clean \

@@ -21,11 +21,10 @@ the target worker's two calls (prefill, verify), and the GPU kernels without a t
 runners do; the draft runner is the step's last shared reader
 (``EAGLEWorkerV2.last_shared_read_runner``, upstream's).
 
-The target's verify runs as CUDA graph replays where the device captures graphs
-(``ToyVerifyGraphs``: upstream's ``eagle_prepare_for_verify`` loads them, on the plan
-stream when there is one). Not modelled yet (README "EAGLE v2"): graphs for the draft
-and the draft extend (so not the
-``draft_probs.clone()`` reuse), non-greedy sampling. Grammar runs upstream's
+The verify, the draft (upstream's ``draft_forward`` captured) and the draft extend run
+as CUDA graph replays where the device captures graphs (``eagle_graphs``). Not modelled
+(README "EAGLE v2"): non-greedy sampling, so not the ``draft_probs.clone()`` after the
+draft replay. Grammar runs upstream's
 ``GrammarTree`` / ``build_grammar_vocab_mask`` behind the scheduler's grammar barrier,
 which advances through ``GrammarAdvance`` (ours). EAGLE3 (``eagle3``) is its
 aux-hidden-state shape: the target hands the draft three layers' hidden states; the toy
@@ -43,7 +42,8 @@ from harness.faults import observe
 from impl.graph_runner import graphs_supported
 
 from . import eagle_kernels, upstream
-from .eagle_runners import ToyModelRunner, ToyTargetWorker, ToyVerifyGraphs
+from .eagle_graphs import ToyDraftExtendGraphs, ToyDraftGraphs, ToyVerifyGraphs
+from .eagle_runners import ToyModelRunner, ToyTargetWorker
 from .worker import finish_result, launch_rows
 
 
@@ -123,7 +123,8 @@ def build_worker(args, device, model, pools, attention):
     spec_utils = upstream.spec_utils
     target_runner = ToyModelRunner(model, device, pools.req_to_token_pool, args, False, EAGLE)
     draft_runner = ToyModelRunner(model, device, pools.req_to_token_pool, args, True, EAGLE)
-    if args.cuda_graph and graphs_supported(device):
+    graphs = args.cuda_graph and graphs_supported(device)
+    if graphs:
         target_runner.decode_cuda_graph_runner = ToyVerifyGraphs(
             model, device, D, args.cuda_graph_max_bs, pools.req_to_token_pool.req_to_token,
             target_runner.aux_layers)
@@ -147,6 +148,11 @@ def build_worker(args, device, model, pools, attention):
         rows = args.req_pool_size
         dw._topk1_parents_prealloc = torch.arange(-1, steps - 1, device=dev_t).repeat(rows, 1)
         dw._topk1_score_indices_prealloc = torch.arange(steps, device=dev_t).repeat(rows, 1)
+    if graphs:  # captured once the worker is whole: the draft graph is its draft_forward
+        dw.cuda_graph_runner = ToyDraftGraphs(dw, args.cuda_graph_max_bs)
+        dw.cuda_graph_runner_for_draft_extend = ToyDraftExtendGraphs(
+            draft_runner, D, target_runner.model_config.spec_hidden_size
+            * target_runner.aux_layers, args.cuda_graph_max_bs)
     if pools.allocator.get_kvcache() is None:
         # the KV pool upstream's allocator is constructed with (ours: built after it):
         # a tree draft's accepted path moves in it

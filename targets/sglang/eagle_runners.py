@@ -1,7 +1,7 @@
 """Ours, for the EAGLE v2 slice (``targets/sglang/eagle.py``): the model runners the
 two workers call (the toy model: embedding and projection; the draft follows the target
-except at deterministic misses), the target worker's prefill and verify, and the verify
-as CUDA graph replays. Each runner's forward reads its rows of ``req_to_token`` (its
+except at deterministic misses) and the target worker's prefill and verify (the graphs:
+``eagle_graphs``). Each runner's forward reads its rows of ``req_to_token`` (its
 attention metadata) and then publishes read-done, as upstream's runners do.
 """
 from __future__ import annotations
@@ -95,6 +95,7 @@ class ToyModelRunner(SharedReadRunner):
         self.watermark_state = None
         self.prefill_attention_backend_str = "specrace-toy"
         self.canary_manager = None
+        self.in_capture = False  # a graph runner is capturing this runner's forward
         self._init_shared_read()
         self.last_shared_read_runner = None  # a runner is not a worker
 
@@ -119,8 +120,12 @@ class ToyModelRunner(SharedReadRunner):
         # backend's gather; what the plan stream prepares, the forward reads here)
         self.req_to_token[rows].sum()
         fb.seq_lens.sum()
-        self._record_shared_read_done()
+        if not self.in_capture:  # a graph runner publishes after its replay
+            self._record_shared_read_done()
         fb.positions.sum()  # the rotary embedding's read of the positions
+        spec = getattr(fb, "spec_info", None)
+        if self.is_draft_worker and getattr(spec, "hidden_states", None) is not None:
+            spec.hidden_states.sum()  # the draft's input: the hidden states it extends
         ids = fb.input_ids.to(torch.int64)
         hidden, logits = self.model.forward_with_hidden(ids)
         hidden = aux_hidden(hidden, self.aux_layers)
@@ -134,45 +139,6 @@ class ToyModelRunner(SharedReadRunner):
             miss = (ids % 5 == 0).unsqueeze(1) & wrong
             logits = torch.where(miss, lift, logits)
         return hidden, logits
-
-
-class ToyVerifyGraphs:
-    """The target's decode graph runner for the verify (``decode_cuda_graph_runner``): one
-    captured toy forward per batch-size bucket. ``load_batch`` -- which upstream's
-    ``eagle_prepare_for_verify`` calls on the plan stream when there is one -- copies the
-    verify's input ids into the bucket's static buffer and gathers the rows' metadata;
-    ``replay`` (the verify forward, on the forward stream) runs the graph and hands out
-    views of its static outputs."""
-
-    def __init__(self, model, device, D: int, max_bs: int, req_to_token,
-                 aux_layers: int = 1) -> None:
-        from impl.graph_runner import VerifyGraphRunner
-
-        def forward(ids):
-            hidden, logits = model.forward_with_hidden(ids)
-            return aux_hidden(hidden, aux_layers), logits
-        self.graphs = VerifyGraphRunner(model, device, D, max_bs, forward=forward)
-        self.D = D
-        self.req_to_token = req_to_token
-        self.bs = None  # the loaded bucket (upstream's runner exposes it)
-        self.loaded = None  # the forward batch last loaded
-
-    def can_run_graph(self, forward_batch) -> bool:
-        return self.graphs.can_run(forward_batch.batch_size)
-
-    def load_batch(self, forward_batch) -> None:
-        fb = forward_batch
-        n = fb.input_ids.shape[0]
-        self.bs = next(b for b in self.graphs.capture_bs if b * self.D >= n)
-        self.graphs.input_ids[self.bs][:n].copy_(fb.input_ids)
-        self.req_to_token[fb.req_pool_indices.to(torch.int64)].sum()  # the metadata
-        self.loaded = fb
-
-    def replay(self, forward_batch):
-        n = forward_batch.input_ids.shape[0]
-        self.graphs.graphs[self.bs].replay()
-        hidden, logits = self.graphs.logits[self.bs]
-        return hidden[:n], logits[:n]
 
 
 class ToyTargetWorker:
