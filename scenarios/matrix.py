@@ -93,7 +93,7 @@ def oracle_of(result) -> str:
         return {"accept_lens": "stale-value", "accept_tokens": "stale-value",
                 "confidence": "stale-value", "hidden_states": "stale-value",
                 "kv_context": "stale-value",
-                "output": "output", "grammar": "grammar", "crash": "crash"}.get(kind, kind)
+                "output": "output", "model": "model", "grammar": "grammar", "crash": "crash"}.get(kind, kind)
     return "happens-before"
 
 

@@ -13,10 +13,11 @@ from typing import Any, Dict, Literal, Optional, Tuple, get_args
 
 # What diverged: a stale accept length / accept token row / relayed confidence row /
 # returned hidden-state row / resolved sequence length seen by the host, a forward's
-# attention that read KV other than its request's own context, a final output, a
+# attention that read KV other than its request's own context, a final output (against
+# the reference run's; ``model``: against the target model's greedy continuation), a
 # constrained output its grammar rejects, or the engine crashed / deadlocked.
 DivergenceKind = Literal["accept_lens", "accept_tokens", "confidence", "hidden_states",
-                         "seq_lens", "kv_context", "output", "grammar", "crash",
+                         "seq_lens", "kv_context", "output", "model", "grammar", "crash",
                          "deadlock"]
 KINDS: Tuple[str, ...] = get_args(DivergenceKind)
 # a stale value on the host
@@ -44,7 +45,7 @@ class Divergence:
         out = {"kind": self.kind, "rid": self.rid, "step": self.step, "where": self.where,
                "stream": self.stream, "expected": _plain(self.expected),
                "observed": _plain(self.observed), "message": self.message}
-        if self.kind in ("output", "grammar"):
+        if self.kind in ("output", "model", "grammar"):
             out["position"] = self.position
         return out
 

@@ -187,6 +187,15 @@ class StaleValueOracle:
                               stop=False)
                 return
 
+    def diverge_model(self, rid: int, expected: List[int], observed: List[int]) -> None:
+        k = next((i for i, (a, b) in enumerate(zip(expected, observed)) if a != b),
+                 min(len(expected), len(observed)))
+        self._diverge(Divergence("model", f"output of request {rid} is not the target "
+                                          f"model's greedy continuation from token {k}: "
+                                          f"expected {expected}, observed {observed}",
+                                 rid, None, "final output", "host", expected, observed, k),
+                      stop=False)
+
     def diverge_grammar(self, rid: int, position, message: str) -> None:
         self._diverge(Divergence("grammar", f"request {rid}: {message}", rid, None,
                                  "final output", "host", "schema-valid", message, position),

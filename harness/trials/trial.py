@@ -2,8 +2,9 @@
 
 ``run_trial`` = build the engine, install the plan, drive the workload, then apply the
 oracles: stale values against the synchronous reference (same workload, same backend,
-no overlap, eager device), outputs token for token, the grammar oracle for constrained
-requests, and the happens-before detector over the trace.
+no overlap, eager device), outputs token for token, the model oracle (each unconstrained
+output is the target model's greedy continuation: reference-free), the grammar oracle
+for constrained requests, and the happens-before detector over the trace.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any, Dict, List, Optional
 from harness.detect import Race, detect
 from harness.oracle.divergence import Divergence
 from harness.oracle.grammar import check_constrained_outputs
+from harness.oracle.model import check_model_outputs
 from harness.oracle.stale import Reference, StaleValue, StaleValueOracle
 from harness.oracle.workload import Workload
 from harness.policies import SchedulePolicy
@@ -69,6 +71,7 @@ def run_trial(backend: str, policy: Optional[SchedulePolicy], workload: Workload
         try:
             outputs = drive(rt, workload, args, plan, target, stats)
             oracle.check_outputs(outputs)
+            check_model_outputs(workload, outputs, oracle)
             if any(r.schema for r in workload.requests):
                 check_constrained_outputs(workload, outputs, oracle, grammar_backend(target))
         except StaleValue:
