@@ -58,3 +58,18 @@ def test_one_set_up_release_prints_its_row(capsys, tmp_path):
                      "--expect", "clean", "--report-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert v in out and "clean" in out and "report.md" in out
+
+
+@pytest.mark.parametrize("first, races, says", [
+    ({"kind": "crash", "where": "reference"}, [], "crash (reference)"),
+    ({"kind": "crash", "where": "trial"}, [], "crash"),
+    ({"kind": "deadlock", "where": "trial"}, [], "deadlock"),
+    ({"kind": "crash", "where": "trial"}, [{"summary": "WAR"}], "race"),
+    ({"kind": "accept_lens", "where": "draft prep"}, [], "race"),
+])
+def test_a_crash_is_not_labelled_a_race(first, races, says):
+    """A release whose run (or reference run) only crashed says so: a crash is not the
+    race a gate may expect, and a row must not pass for one."""
+    from targets.sglang.releases import _outcome
+    assert _outcome({"outcome": "race", "first_divergence": first, "races": races}) == says
+    assert _outcome({"outcome": "clean", "first_divergence": None, "races": []}) == "clean"

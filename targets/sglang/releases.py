@@ -56,12 +56,24 @@ def run_release(version: str, scenario: str, options: List[str], report_dir: str
         row.update(outcome="error", note=(err[-1] if err else f"exit {proc.returncode}")[:200])
         return row
     files = res.get("report_files") or {}
-    row.update(outcome=res["outcome"], trials=res["trials"], reproduced=res["reproduced"],
+    row.update(outcome=_outcome(res), trials=res["trials"], reproduced=res["reproduced"],
                race_sites=len(res.get("races") or ()), war_barrier=res.get("war_barrier"),
                variant=res.get("variant"), report=files.get("markdown"),
                tier=(res.get("target_info") or {}).get("sglang_tier"),
                first_divergence=(res.get("first_divergence") or {}).get("message"))
     return row
+
+
+def _outcome(res: Dict) -> str:
+    """The repro's outcome, except that a run whose only finding is the engine crashing
+    (or deadlocking) says so -- ``crash``, or ``crash (reference)`` when the synchronous
+    reference run itself failed: neither is a race, and a gate expecting one must not
+    take it for one."""
+    first = res.get("first_divergence") or {}
+    kind = first.get("kind")
+    if res["outcome"] == "race" and kind in ("crash", "deadlock") and not res.get("races"):
+        return f"{kind} (reference)" if first.get("where") == "reference" else kind
+    return res["outcome"]
 
 
 def repro_options(scenario, args) -> List[str]:
