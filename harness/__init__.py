@@ -1,1 +1,2 @@
-"""specrace harness: runtime -> detect -> policies -> oracle -> report (no back edges)."""
+"""specrace harness: runtime -> detect -> policies -> oracle/trials -> machines -> report
+(no back edges); faults/ (the hook impl/ imports, and the fault plan) below them all."""

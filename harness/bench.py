@@ -135,7 +135,7 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
     pins host memory, which CPU-only torch cannot)."""
     from harness.trials.drive import drive, server_args
     from harness.policies import Eager, parse_policy
-    from harness.policies.faultplan import FaultPlan
+    from harness.faults.plan import FaultPlan
     from harness.runtime.sim.runtime import sim_runtime
     from scenarios.registry import get
     sc = get("ngram-filter-race")
@@ -190,7 +190,7 @@ def _sglang_loadable(required: bool) -> bool:
 
 
 def bench_matrix(target: Optional[str] = None) -> Dict[str, float]:
-    from scenarios.matrix import run_matrix
+    from matrix.run import run_matrix
     t = time.perf_counter()
     res = run_matrix("sim", target=target or "impl")
     wall = time.perf_counter() - t
@@ -275,7 +275,7 @@ def bench_grammar_overlap(trials: int = 4) -> Dict[str, object]:
     per verify step of the device-drafted path. Device side: the verify forward for the
     same batch shape, timed with events."""
     from harness.trials.drive import drive, server_args
-    from harness.policies.faultplan import FaultPlan
+    from harness.faults.plan import FaultPlan
     from harness.runtime import open_runtime
     from impl.model import ToyTargetModel
     from scenarios.registry import get

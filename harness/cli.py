@@ -194,7 +194,7 @@ def _dispatch(args) -> int:
 # --- commands -------------------------------------------------------------------------
 
 def cmd_list(args) -> int:
-    from scenarios.mutations.catalogue import mutations_for
+    from matrix.mutations.catalogue import mutations_for
     from scenarios.registry import SCENARIOS
     target = _load_target(args.target)
     info = target.describe()
@@ -205,7 +205,7 @@ def cmd_list(args) -> int:
         if target.supports(s.name):
             variants = ", ".join(s.variants)
             print(f"  {s.name:<24} {s.summary}  [variants: {variants}]")
-    from scenarios.litmus import PROGRAMS
+    from litmus.programs import PROGRAMS
     print(f"litmus programs: {len(PROGRAMS)} (specrace litmus)")
     print("mutations:")
     for mu in mutations_for(target.name):
@@ -220,7 +220,7 @@ def _check_repro_args(args, scenario, target: str) -> None:
     if problem:
         raise UsageError(f"variant {variant!r} is disabled here: {problem}")
     if scenario.mutation(variant, target) is not None:
-        from scenarios.mutations import MutationError
+        from matrix.mutations import MutationError
         try:
             scenario.mutation(variant, target).check()
         except MutationError as exc:
@@ -319,7 +319,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_litmus(args) -> int:
-    from scenarios.litmus_run import run_litmus
+    from litmus.run import run_litmus
     from harness.runtime import resolve_backend
     res = run_litmus(backend=resolve_backend(args.backend))
     if args.json:
@@ -335,7 +335,7 @@ def cmd_litmus(args) -> int:
 
 def cmd_matrix(args) -> int:
     from harness.runtime import resolve_backend
-    from scenarios.matrix import format_matrix, matrix_ok, problem_line, run_matrix
+    from matrix.run import format_matrix, matrix_ok, problem_line, run_matrix
     target = _load_target(args.target)
     backend = resolve_backend(args.backend)
     res = A.with_progress(lambda prog: run_matrix(backend, prog, target=target.name), None,

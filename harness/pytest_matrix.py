@@ -1,7 +1,7 @@
 """The mutation matrix and the state-machine soak as pytest items, so pytest-xdist spreads
 them over cores, GPUs (one per worker: ``harness.pytest_plugin`` pins them) and hosts.
 
-``pytest --specrace-matrix`` collects one item per matrix cell -- ``scenarios.matrix.
+``pytest --specrace-matrix`` collects one item per matrix cell -- ``matrix.run.
 matrix_cells``, the cells ``specrace matrix`` runs -- for ``--specrace-target`` on
 ``--specrace-backend``; ``--specrace-soak N`` collects N seeded runs of each state machine.
 Either replaces the test suite's collection. A cell item fails under the CLI's rule (a
@@ -43,8 +43,8 @@ class MatrixItem(pytest.Item):
         self.cell, self.order, self.backend, self.target = cell, order, backend, target
 
     def runtest(self) -> None:
-        from scenarios.matrix import run_cell, run_isolated
-        from scenarios.matrix_table import cell_failed
+        from matrix.run import run_cell, run_isolated
+        from matrix.table import cell_failed
         if self.backend == "cuda":  # a killed mutation may poison the process's CUDA context
             row = run_isolated([self.cell], self.backend, self.target)[0]
         else:
@@ -80,7 +80,7 @@ SOAK_STEPS = 25  # rules per program
 def soak_machines() -> Dict[str, type]:
     """The state machines a soak runs: the engine with the pool sizes of ``POOL_SIZES``,
     with pools that always wrap around, and with constrained (grammar) requests."""
-    from harness.oracle.machine import EngineMachine, SmallPoolEngineMachine
+    from harness.machines import EngineMachine, SmallPoolEngineMachine
     from scenarios.grammar import SCHEMAS
 
     class GrammarSoakMachine(EngineMachine):
@@ -151,7 +151,7 @@ def make_items(session: pytest.Session, target: str) -> List[pytest.Item]:
         raise pytest.UsageError(str(exc)) from None
     items: List[pytest.Item] = []
     if config.getoption("--specrace-matrix"):
-        from scenarios.matrix import matrix_cells
+        from matrix.run import matrix_cells
         for order, (kind, name) in enumerate(matrix_cells(target)):
             items.append(MatrixItem.from_parent(
                 session, name=f"matrix[{target}-{backend}]::{kind}:{name}",
@@ -187,7 +187,7 @@ class MatrixSession:
         """The matrix result over the cells that ran, in table order (None: none ran)."""
         if not self.rows:
             return None
-        from scenarios.matrix_table import assemble  # no torch in this process
+        from matrix.table import assemble  # no torch in this process
         rows = sorted(self.rows, key=lambda m: m["order"])  # table order, as collected
         return assemble(rows[0]["backend"], self.target,
                         [(m["cell"][0], m["cell"][1]) for m in rows],
@@ -201,7 +201,7 @@ def summary(config: pytest.Config, terminalreporter, res: Optional[dict]) -> Non
     """The kill table (and the one-line problem summary) at the end of the session."""
     if res is None:
         return
-    from scenarios.matrix_table import format_matrix, problem_line
+    from matrix.table import format_matrix, problem_line
     from .report.text import printable
     terminalreporter.write_sep("=", "specrace mutation matrix")
     terminalreporter.write_line(printable(format_matrix(res), keep_newlines=True))

@@ -14,7 +14,7 @@ def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
     from harness.trials.drive import server_args
     from harness.trials.trial import run_trial
     from harness.oracle.workload import random_workload
-    from harness.policies.faultplan import StallAt
+    from harness.faults.plan import StallAt
     if scenario:
         from scenarios.registry import get
         sc = get(scenario)

@@ -1,6 +1,6 @@
 """Run-time source patches: a function's source, edited, compiled and swapped in for a block.
 
-Seeded bugs (``scenarios/mutations``) and the sglang target's variants (the pre-#35198
+Seeded bugs (``matrix/mutations``) and the sglang target's variants (the pre-#35198
 relay patched into the installed classes) are both this: a function or method named
 ``"module:qualname"``, a list of ``(snippet, replacement)`` edits of its source, each
 snippet occurring exactly once -- so a change to the code it targets breaks the patch

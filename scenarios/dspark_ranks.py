@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any, Dict, List, Optional
 
 from harness.oracle.workload import random_workload
-from harness.policies.faultplan import FaultPlan, StallAt
+from harness.faults.plan import FaultPlan, StallAt
 
 RING_POINT = "d2h.before_ring_copy"
 MAX_ROUNDS = 400

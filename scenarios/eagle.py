@@ -14,7 +14,7 @@ to waiting ones).
 import dataclasses
 
 from harness.oracle.workload import slot_reuse_workload
-from harness.policies.faultplan import StallAt
+from harness.faults.plan import StallAt
 
 from .base import AS_INSTALLED, Scenario
 from .grammar import grammar_workload

@@ -89,7 +89,7 @@ def test_repro_exit_codes_follow_expect(tmp_path):
 
 def test_list_names_every_scenario_and_mutation():
     import targets
-    from scenarios.mutations import MUTATIONS
+    from matrix.mutations import MUTATIONS
     from scenarios.registry import SCENARIOS
     proc = specrace("list")
     assert proc.returncode == 0

@@ -310,9 +310,9 @@ def test_a_crash_of_the_reference_run_is_a_finding_with_a_report(tmp_path, monke
 
 STALE_MUTATION = """
     import dataclasses
-    import scenarios.matrix as mx
-    import scenarios.mutations as mutations
-    from scenarios.mutations import BY_NAME
+    import matrix.run as mx
+    import matrix.mutations as mutations
+    from matrix.mutations import BY_NAME
     good = BY_NAME["copy-done-not-recorded"]
     stale = dataclasses.replace(BY_NAME["stash-drops-accept-lens"],
                                 edits=(("a line a local change removed", "pass"),))

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-import scenarios.matrix as mx
+import matrix.run as mx
 from harness.trials import reference
-from scenarios.mutations import BY_NAME
+from matrix.mutations import BY_NAME
 
 GOOD = "copy-done-not-recorded"
 STALE = dataclasses.replace(BY_NAME["stash-drops-accept-lens"],
@@ -166,7 +166,7 @@ def test_a_cell_that_poisons_cuda_ends_its_child_and_the_rest_go_on(fake_probes,
 
 def test_a_real_child_runs_its_cells_in_one_process():
     import subprocess
-    p = subprocess.run([sys.executable, "-m", "scenarios.matrix", "sim", "impl",
+    p = subprocess.run([sys.executable, "-m", "matrix.run", "sim", "impl",
                         "mutation:copy-done-not-recorded", "mutation:merge-order-swapped"],
                        capture_output=True, text=True, timeout=300)
     rows = [json.loads(ln) for ln in p.stdout.splitlines()]

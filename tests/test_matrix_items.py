@@ -15,10 +15,10 @@ import pytest
 from hypothesis import Phase
 from hypothesis.database import InMemoryExampleDatabase
 
-import scenarios.matrix as mx
-from harness.oracle.machine import EngineMachine
+import matrix.run as mx
+from harness.machines import EngineMachine
 from harness.pytest_matrix import example_database, run_soak, soak_machines
-from scenarios.mutations import BY_NAME
+from matrix.mutations import BY_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "plugin_fixtures"

@@ -5,8 +5,8 @@ import inspect
 
 import pytest
 
-from scenarios.matrix import PROBES
-from scenarios.mutations import MUTATIONS, resolve
+from matrix.run import PROBES
+from matrix.mutations import MUTATIONS, resolve
 
 
 def test_at_least_twenty_mutations_each_with_known_probes():

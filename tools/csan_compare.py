@@ -16,14 +16,14 @@ from harness.runtime import open_runtime
 kind, name = sys.argv[1], sys.argv[2]
 try:
     if kind == "litmus":
-        from scenarios.litmus import PROGRAMS
+        from litmus.programs import PROGRAMS
         prog = next(p for p in PROGRAMS if p.name == name)
         with open_runtime("cuda", trace=False) as rt:
             prog.body(rt, True)
             torch.cuda.synchronize()
     else:
         from harness.trials.drive import drive, server_args
-        from harness.policies.faultplan import FaultPlan
+        from harness.faults.plan import FaultPlan
         from scenarios.registry import get
         sc = get("ngram-filter-race"); variant, barrier = name.split(":")
         wl = sc.workload(0)
@@ -48,7 +48,7 @@ def run(cell):
 
 
 def main():
-    from scenarios.litmus import PROGRAMS
+    from litmus.programs import PROGRAMS
     cells = [("litmus", p.name) for p in PROGRAMS] + \
             [("scenario", v) for v in ("pre-fix:fine", "pre-fix:coarse", "fixed:fine")]
     with concurrent.futures.ThreadPoolExecutor(8) as pool:

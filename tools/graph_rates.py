@@ -10,8 +10,8 @@ import sys
 
 sys.path.insert(0, ".")
 
-from scenarios.litmus import GRAPH_PROGRAMS  # noqa: E402
-from scenarios.litmus_run import run_one_cuda  # noqa: E402
+from litmus.programs import GRAPH_PROGRAMS  # noqa: E402
+from litmus.run import run_one_cuda  # noqa: E402
 
 
 def main() -> None:

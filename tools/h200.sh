@@ -41,8 +41,8 @@ rates)
   # stalled-trial rates of the allocator and graph litmus programs, capture vs CSAN per op
   timeout 100 python3 - > "$R/alloc_rates.json" <<'PY'
 import json
-from scenarios.litmus import get
-from scenarios.litmus_run import run_one_cuda
+from litmus.programs import get
+from litmus.run import run_one_cuda
 print(json.dumps({p: sum(run_one_cuda(get(p), "cuda+stall")["observed"].startswith("stale")
                          for _ in range(50))
                   for p in ("reuse_stale_read", "reuse_record_stream")}))
@@ -85,9 +85,9 @@ alloc)
   progs="reuse_stale_read reuse_stale_write reuse_record_stream reuse_same_stream reuse_after_sync reuse_after_wait"
   timeout 120 python3 - $progs > "$R/litmus_alloc_cuda.json" <<'PY'
 import json, sys
-from scenarios.litmus_run import run_litmus
-from scenarios.litmus import get
-from scenarios.litmus_run import run_one_cuda
+from litmus.run import run_litmus
+from litmus.programs import get
+from litmus.run import run_one_cuda
 rep = run_litmus("cuda", programs=sys.argv[1:])
 # the H200 measurement behind issue 12, repeated under the capture: stale in every stalled
 # trial without record_stream, in none with it
@@ -102,7 +102,7 @@ PY
   echo "litmus alloc cuda rc $?"
   timeout 60 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cuda_backend.py -k "capture or reuse or record_stream" > "$R/pytest_alloc.log" 2>&1; echo "capture tests rc $?"; tail -1 "$R/pytest_alloc.log"
   for cell in "probe seed-eager" "mutation forward-inputs-not-recorded" "mutation result-sources-freed-early" "probe grammar-lazy" "mutation extend-mask-upload-before-fill"; do
-    timeout 120 python3 -m scenarios.matrix cuda impl "${cell/ /:}" >> "$R/matrix_alloc_cuda.jsonl"; echo "matrix cell $cell rc $?"
+    timeout 120 python3 -m matrix.run cuda impl "${cell/ /:}" >> "$R/matrix_alloc_cuda.jsonl"; echo "matrix cell $cell rc $?"
   done
   ;;
 graphs)
@@ -113,10 +113,10 @@ graphs)
   timeout 90 python3 -m harness.cli litmus --backend cuda --json > "$R/litmus_cuda.json"; echo "litmus cuda rc $?"
   timeout 120 python3 tools/graph_rates.py 50 > "$R/graph_rates.json"; echo "graph rates rc $?"
   for m in graph-input-on-side-stream graph-replay-on-side-stream graph-replay-before-fill; do
-    timeout 60 python3 -m scenarios.matrix cuda impl "mutation:$m" > "$R/matrix_cuda_$m.json"; echo "mutation $m rc $?"; tail -c 300 "$R/matrix_cuda_$m.json"; echo
+    timeout 60 python3 -m matrix.run cuda impl "mutation:$m" > "$R/matrix_cuda_$m.json"; echo "mutation $m rc $?"; tail -c 300 "$R/matrix_cuda_$m.json"; echo
   done
   for p in seed-eager grammar-ngram grammar-eagle; do
-    timeout 60 python3 -m scenarios.matrix cuda impl "probe:$p" > "$R/matrix_cuda_probe_$p.json"; echo "probe $p rc $?"; tail -c 200 "$R/matrix_cuda_probe_$p.json"; echo
+    timeout 60 python3 -m matrix.run cuda impl "probe:$p" > "$R/matrix_cuda_probe_$p.json"; echo "probe $p rc $?"; tail -c 200 "$R/matrix_cuda_probe_$p.json"; echo
   done
   timeout 80 python3 -m harness.cli repro ngram-filter-race --variant fixed --backend cuda --trials 50 --json --no-report > "$R/repro_fixed_graphs.json"; echo "fixed (graphs) rc $?"
   timeout 80 python3 -m harness.cli repro ngram-filter-race --variant pre-fix --backend cuda --trials 50 --expect race --json --no-report > "$R/repro_prefix_graphs.json"; echo "pre-fix (graphs) rc $?"

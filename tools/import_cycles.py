@@ -7,7 +7,7 @@ import ast
 import os
 import sys
 
-PACKAGES = ("harness", "scenarios", "impl", "targets")
+PACKAGES = ("harness", "scenarios", "litmus", "matrix", "impl", "targets")
 
 
 def modules(root):

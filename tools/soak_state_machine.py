@@ -11,7 +11,7 @@ import time
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.oracle.machine import EngineMachine, SmallPoolEngineMachine
+from harness.machines import EngineMachine, SmallPoolEngineMachine
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 kind = sys.argv[2] if len(sys.argv) > 2 else "engine"

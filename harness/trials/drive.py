@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 import targets
 from harness import faults
 from harness.oracle.workload import Workload
-from harness.policies.faultplan import FaultPlan
+from harness.faults.plan import FaultPlan
 
 MAX_ITERATIONS = 400  # a run that does not finish by then is a finding, not a hang
 

@@ -9,7 +9,7 @@ import json
 from harness.oracle.stale import Recorder, Reference
 from harness.oracle.workload import Workload
 from harness.policies import Eager
-from harness.policies.faultplan import FaultPlan
+from harness.faults.plan import FaultPlan
 from harness.runtime import open_runtime
 
 from .drive import drive

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional
 import targets
 from harness.detect import Race
 from harness.policies import SchedulePolicy
-from harness.policies.faultplan import StallAt
+from harness.faults.plan import StallAt
 from harness.runtime import resolve_backend
 from harness.runtime.policy import Schedule
 

@@ -20,7 +20,7 @@ from harness.oracle.model import check_model_outputs
 from harness.oracle.stale import Reference, StaleValue, StaleValueOracle
 from harness.oracle.workload import Workload
 from harness.policies import SchedulePolicy
-from harness.policies.faultplan import FaultPlan, StallAt
+from harness.faults.plan import FaultPlan, StallAt
 from harness.runtime import open_runtime
 from harness.runtime.policy import Schedule
 
@@ -51,7 +51,7 @@ def run_trial(backend: str, policy: Optional[SchedulePolicy], workload: Workload
               answers: Optional[Dict[str, Any]] = None,
               target: str = "impl") -> TrialResult:
     """One run; ``policy`` is the simulator's (ignored on CUDA, whose schedule is the
-    GPU's). ``mutation`` (a ``scenarios.mutations.Mutation``) is applied around the run
+    GPU's). ``mutation`` (a ``matrix.mutations.Mutation``) is applied around the run
     only -- never around the reference. A crash of the engine, in the run or in the
     reference, is a finding (divergence kind ``crash``/``deadlock``), never an exception."""
     try:

@@ -102,7 +102,7 @@ class SglangTarget(Target):
         from .patches import relay_patches
         patches = list(relay_patches(overrides.get("relay", "future_map")))
         if overrides.get("fix"):
-            from scenarios.mutations.fixes import get_fix
+            from matrix.mutations.fixes import get_fix
             patches.append(get_fix(self.name, overrides["fix"]))
         slices = {"dspark": ("dspark", "DSpark"), "eagle-v2": ("eagle_v2", "EAGLE v2")}
         if overrides.get("spec_algorithm") in slices:

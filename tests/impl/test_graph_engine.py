@@ -15,8 +15,8 @@ from harness.runtime.trace import ReplayedOp
 from harness.policies import parse_policy
 from impl.graph_runner import VerifyGraphRunner, graphs_supported
 from impl.scheduler import Scheduler, ServerArgs
-from scenarios.matrix import PROBES, run_probe
-from scenarios.mutations import BY_NAME
+from matrix.run import PROBES, run_probe
+from matrix.mutations import BY_NAME
 from scenarios.registry import get
 
 SC = get("ngram-filter-race")

@@ -17,8 +17,8 @@ from harness.runtime import open_runtime
 from impl import mem_cache
 from impl.attention import checksum
 from impl.schedule_batch import Req
-from scenarios.matrix import PROBES, run_probe
-from scenarios.mutations import BY_NAME
+from matrix.run import PROBES, run_probe
+from matrix.mutations import BY_NAME
 from scenarios.registry import get
 
 POOL_MUTATIONS = ("war-barrier-removed", "war-barrier-at-loop-top",

@@ -14,8 +14,8 @@ from harness.trials.drive import server_args
 from harness.oracle.workload import slot_reuse_workload
 from harness.policies import Eager
 from harness.runtime import open_runtime
-from scenarios.matrix import PROBES, run_probe
-from scenarios.mutations import BY_NAME, SLOT_REUSE
+from matrix.run import PROBES, run_probe
+from matrix.mutations import BY_NAME, SLOT_REUSE
 
 
 def _watch(workload, target="impl"):

@@ -1,5 +1,5 @@
 """Hypothesis state machines over arrivals / steps / stalls / drains (see
-harness/oracle/machine.py). The fixed engine must survive every generated program; the
+harness/machines/). The fixed engine must survive every generated program; the
 pre-fix relay must be caught, and the counterexample shrinks to a handful of steps; with
 small request pools the seeded slot-reuse bugs are found."""
 
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.oracle.machine import (TEST_SETTINGS, EngineMachine, PrefixEngineMachine,
+from harness.machines import (TEST_SETTINGS, EngineMachine, PrefixEngineMachine,
                                     SmallPoolEngineMachine)
 from scenarios.grammar import SCHEMAS
-from scenarios.mutations import BY_NAME
+from matrix.mutations import BY_NAME
 
 FAST = TEST_SETTINGS
 

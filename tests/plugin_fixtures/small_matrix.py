@@ -5,8 +5,8 @@ its xdist workers too -- and applied in-process for the CLI's side, so both side
 same cells."""
 import dataclasses
 
-import scenarios.matrix as mx
-from scenarios.mutations import BY_NAME, Mutation
+import matrix.run as mx
+from matrix.mutations import BY_NAME, Mutation
 
 HARMLESS = Mutation(
     "finish-flag-spelled-differently", "the same flag, written another way (changes nothing)",

@@ -18,7 +18,7 @@ from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import (COPY_D2H, COPY_H2D, HOST_READ, WAIT_EVENT, AllocRecord,
                                    FreeRecord, HostAccess, OpKind, OpRecord, QueryRecord,
                                    SyncRecord, Trace)
-from scenarios.litmus import PROGRAMS
+from litmus.programs import PROGRAMS
 
 F, S, T = 1, 2, 3  # stream ids: forward, schedule, a third
 X, Y = 100, 200  # storage ids

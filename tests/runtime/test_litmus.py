@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scenarios.litmus_run import run_litmus
-from scenarios.litmus_run import DEFAULT_SIM_POLICIES, run_one_sim, sim_policy_spec
-from scenarios.litmus import KINDS, PROGRAMS, Litmus, get
+from litmus.run import run_litmus
+from litmus.run import DEFAULT_SIM_POLICIES, run_one_sim, sim_policy_spec
+from litmus.programs import KINDS, PROGRAMS, Litmus, get
 
 # The default set, plus eager with the injected stall: virtual-time stalls on a
 # synchronous device must expose what a real stall exposes on CUDA (``cuda_stall``).

@@ -16,7 +16,7 @@ from harness.runtime.sim import SimDeviceError
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.sim.arbiter import runnable_ids
 from harness.runtime.trace import SyncRecord
-from scenarios.litmus import overlap_streams
+from litmus.programs import overlap_streams
 
 
 @pytest.mark.parametrize("spec,cls,name", [

@@ -13,8 +13,8 @@ from harness.runtime.sim import graphs as G
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.sim.tensor import SimTensor, poison_fill
 from harness.runtime.trace import OpKind, OpRecord, ReplayedOp
-from scenarios.litmus import GRAPH_PROGRAMS
-from scenarios.litmus_run import DEFAULT_SIM_POLICIES, run_one_sim
+from litmus.programs import GRAPH_PROGRAMS
+from litmus.run import DEFAULT_SIM_POLICIES, run_one_sim
 
 POLICIES = ["eager", "lazy", "stall(forward)", "random(3)", "pct(4,3)"]
 POISON_I32 = poison_fill(torch.empty(1, dtype=torch.int32)).item()
@@ -268,7 +268,7 @@ def test_replay_race_reports_capture_and_replay_sites():
 def test_replays_are_deterministic():
     def run():
         with sim_runtime(parse_policy("random(5)")) as rt:
-            from scenarios.litmus import get
+            from litmus.programs import get
             stale = get("graph_refill_inflight").run(rt, stall=True)
             return stale, [(o.stream, o.name, o.seq, o.start, o.end) for o in rt.trace.executed]
     assert run() == run()

@@ -10,7 +10,7 @@ import pytest
 
 import targets
 from harness.policies import parse_policy
-from harness.policies.faultplan import FaultPlan
+from harness.faults.plan import FaultPlan
 from harness.runtime import open_runtime
 from harness.trials.drive import drive, server_args
 from scenarios.eagle import EAGLE_V2

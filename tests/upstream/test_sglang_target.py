@@ -57,7 +57,7 @@ def test_variant_patches_are_reverted_after_the_run(sglang):
 
 
 def test_every_upstream_mutation_applies_and_reverts(sglang):
-    from scenarios.mutations.catalogue import mutations_for
+    from matrix.mutations.catalogue import mutations_for
     muts = mutations_for("sglang")
     assert len(muts) >= 12
     for m in muts:
@@ -188,9 +188,9 @@ def test_cli_bad_target_is_one_line_exit_2(argv, needle):
 def test_a_mutation_whose_patch_does_not_fit_the_release_is_disabled_named(sglang):
     """On sglang a release that moved the code disables the mutation (named, not
     counted), where on impl/ a patch that does not fit is a harness error."""
-    from scenarios.matrix import mutation_row
-    from scenarios.matrix_table import assemble
-    from scenarios.mutations import Mutation
+    from matrix.run import mutation_row
+    from matrix.table import assemble
+    from matrix.mutations import Mutation
     m = Mutation("moved", "a snippet this release does not have", "test",
                  "sglang.srt.managers.overlap_utils:FutureMap.stash",
                  (("this line is not in upstream\n", ""),), ("seed-eager",))
@@ -224,8 +224,8 @@ def test_the_loop_is_upstreams_a_mutation_inside_event_loop_overlap_is_killed(sg
     """The target's sequencing is upstream's: a seeded bug inside the installed
     ``Scheduler.event_loop_overlap`` (the just-launched batch's result processed instead
     of the previous one) changes what the harness sees, and the oracle catches it."""
-    from scenarios.matrix import PROBES, run_probe
-    from scenarios.mutations.catalogue import get
+    from matrix.run import PROBES, run_probe
+    from matrix.mutations.catalogue import get
     m = get("sglang", "loop-processes-current-result")
     assert m.target.endswith("Scheduler.event_loop_overlap")
     killed, oracle, _ = run_probe(PROBES["seed-eager"], "sim", m, "sglang")

@@ -1,5 +1,5 @@
-"""The seeded bugs per target: ``impl`` (``scenarios.mutations``) and ``sglang``
-(``scenarios.mutations.sglang``, patches of the installed package). A scenario variant
+"""The seeded bugs per target: ``impl`` (``matrix.mutations``) and ``sglang``
+(``matrix.mutations.sglang``, patches of the installed package). A scenario variant
 names a seeded bug; the same name may exist for both targets (e.g. ``tree-copy-no-event``)
 so one scenario serves both."""
 from __future__ import annotations

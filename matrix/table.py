@@ -1,6 +1,6 @@
 """The mutation matrix's result and its kill table: pure functions over the cells' rows,
 no torch -- so the process that only reports (pytest-xdist's controller) does not load the
-engine. ``scenarios.matrix`` runs the cells and re-exports these."""
+engine. ``matrix.run`` runs the cells and re-exports these."""
 from __future__ import annotations
 
 from typing import List, Optional, Tuple

@@ -30,7 +30,7 @@ class Mutation:
     source: str  # where the bug class comes from (seed / digest M-number)
     target: str  # "module:qualname", e.g. "impl.spec_info:NgramVerifyInput.filter_batch"
     edits: Tuple[Tuple[str, str], ...]  # (snippet, replacement), each snippet unique
-    probes: Tuple[str, ...]  # probe names (scenarios.matrix.PROBES), tried in order
+    probes: Tuple[str, ...]  # probe names (matrix.run.PROBES), tried in order
 
     @property
     def patch(self) -> SourcePatch:

@@ -30,11 +30,11 @@ from harness.detect import HBDetector
 from harness.trials.drive import grammar_backend
 from harness.trials.reference import reference
 from harness.policies import parse_policy
-from harness.policies.faultplan import FaultPlan
+from harness.faults.plan import FaultPlan
 from harness.runtime import open_runtime, resolve_backend
 
-from .stale import Reference, StaleValueOracle
-from .workload import RequestSpec, Workload
+from harness.oracle.stale import Reference, StaleValueOracle
+from harness.oracle.workload import RequestSpec, Workload
 
 # Settings for running these machines as tests: one bug reported (the shrunk one), not a
 # group; no deadline (an example is an engine run plus its reference runs); no explain
@@ -68,7 +68,7 @@ class EngineMachine(RuleBasedStateMachine):
     war_barrier = "fine"
     schemas = ()  # JSON schemas requests may carry
     target = None  # the code under test; None: $SPECRACE_TARGET (pytest --specrace-target)
-    # a seeded bug (``scenarios.mutations.Mutation``) applied around the engine's own work
+    # a seeded bug (``matrix.mutations.Mutation``) applied around the engine's own work
     # -- building it, stepping, draining -- and never around the solo references
     mutation = None
 
@@ -179,7 +179,7 @@ class EngineMachine(RuleBasedStateMachine):
             self.rt.synchronize()
         outputs = {rid: r.output_ids for rid, r in self.reqs.items()}
         self.oracle.check_outputs(outputs)
-        from .grammar import check_constrained_outputs
+        from harness.oracle.grammar import check_constrained_outputs
         if self.gb is not None:
             check_constrained_outputs(Workload(list(self.specs.values())), outputs,
                                       self.oracle, self.gb)

@@ -21,11 +21,11 @@ from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from harness.runtime.limits import gpu_watchdog, watchdog_seconds
 
-from .matrix_table import (Cell, assemble, cell_failed, format_matrix,  # noqa: F401
+from .table import (Cell, assemble, cell_failed, format_matrix,  # noqa: F401
                            matrix_ok, problem_line)
 from .mutations import Mutation, MutationError
 from .mutations.catalogue import by_name, mutations_for
-from .registry import get
+from scenarios.registry import get
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,7 @@ def cell_trials(kind: str, name: str, target: str = "impl") -> int:
 
 def _cell_command(cells: List[Tuple[str, str]], backend: str,
                   target: str = "impl") -> List[str]:
-    return [sys.executable, "-m", "scenarios.matrix", backend, target,
+    return [sys.executable, "-m", "matrix.run", backend, target,
             *(f"{kind}:{name}" for kind, name in cells)]
 
 
@@ -351,7 +351,7 @@ def _child(backend: str, target: str, cells: List[Tuple[str, str]]) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m scenarios.matrix BACKEND TARGET KIND:NAME...
+if __name__ == "__main__":  # python -m matrix.run BACKEND TARGET KIND:NAME...
     _rc = _child(sys.argv[1], sys.argv[2],
                  [tuple(c.split(":", 1)) for c in sys.argv[3:]])  # type: ignore[misc]
     sys.stdout.flush()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from .context import current, field_set
+from harness.context import current, field_set
 
 # Every named place where a plan may stall the current stream, the one list of them: a
 # stall asked for elsewhere is an error when the plan is made (``StallAt``), and a point
