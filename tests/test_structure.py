@@ -1,6 +1,6 @@
 """The shape of the tree: no import cycles, small harness modules, impl/ behind its one
 door, and the harness layers (runtime -> detect -> policies -> oracle/trials -> machines ->
-report) with no back edges. Static (the import graph of ``tools/import_cycles.py``):
+report) with no back edges. Static (the import graph of ``tests/import_graph.py``):
 nothing is imported."""
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ IMPL_DOOR = "harness.faults"
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("import_cycles",
-                                                  ROOT / "tools" / "import_cycles.py")
+    spec = importlib.util.spec_from_file_location("import_graph",
+                                                  ROOT / "tests" / "import_graph.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

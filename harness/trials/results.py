@@ -4,7 +4,7 @@ These are the data every reader uses -- the report files, the console, ``replay`
 pytest fixture -- and their formatters (``verdict_line``). ``to_json`` is the one place
 their JSON keys are written and ``from_json`` the one place they are read back (from a
 report ``harness.report.schema`` has validated); the keys are stable, so scripts that read
-report files (``tools/h200_summary.py``, ``tools/upstream_audit.py``) keep working.
+report files (``tools/reports/h200_summary.py``, ``tools/reports/upstream_audit.py``) keep working.
 Divergences are ``harness.oracle.divergence.Divergence`` and races the detector's own
 ``harness.detect.Race`` (aggregated over the trials, with counts).
 """

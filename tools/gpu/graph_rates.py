@@ -3,7 +3,7 @@ a replay on forward read on schedule without a wait is stale in every stalled tr
 none with ``schedule.wait_stream(forward)``). Prints one JSON object: per program, how many
 trials were stale and how many traces the detector flagged, against the expectation.
 
-    python3 tools/graph_rates.py [TRIALS] > reports/h200/graph_rates.json
+    python3 tools/gpu/graph_rates.py [TRIALS] > reports/h200/graph_rates.json
 """
 import json
 import sys

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# On the H200 (wheels as for tools/h200_pools.sh): does a missing WAR barrier let a stale
+# On the H200 (wheels as for tools/gpu/h200_pools.sh): does a missing WAR barrier let a stale
 # row reach the attention, and at what stall? kv-row-reuse with the barrier removed at
 # longer stalls (the host must reach the next iteration's row write while the forward
 # waits before its gather), and the fixed code soaked at the same stall.
 # With SUITE=1, the whole GPU suite runs in the background and both mutation matrices
 # first (a re-check of the tree after changes to the runtime).
-# Usage: [SUITE=1] tools/h200_pools_sweep.sh OUTDIR N "MS..."
+# Usage: [SUITE=1] tools/gpu/h200_pools_sweep.sh OUTDIR N "MS..."
 set -u
 R=$1; N=$2; SWEEP=${3:-"10 25"}; mkdir -p "$R" /tmp/sw
 . "$(dirname "$0")/h200_lib.sh"; h200_setup "$R/env.txt"
@@ -28,7 +28,7 @@ for t in impl sglang; do
   timeout 150 python3 -c "import json; from harness.bench import soak_fixed; print(json.dumps(soak_fixed(1000, $ms, '$t', 'kv-row-reuse')))" > "/tmp/sw/soak_${t}_${ms}ms.json"
   echo "soak $t rc $?"; cat "/tmp/sw/soak_${t}_${ms}ms.json"
 done
-python3 tools/h200_runs_summary.py /tmp/sw > "$R/sweep.json"
+python3 tools/reports/h200_runs_summary.py /tmp/sw > "$R/sweep.json"
 cat "$R/sweep.json"
 tar czf "$R/sweep_runs.tgz" -C /tmp sw 2>/dev/null
 wait

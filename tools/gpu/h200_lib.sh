@@ -1,5 +1,5 @@
 # Sourced by the tools/h200_*.sh scripts: what every GPU call does first. The carried
-# wheels (.whl/, tools/gpu_wheels.sh) installed into /tmp/site -- afresh: a warm machine
+# wheels (.whl/, tools/gpu/gpu_wheels.sh) installed into /tmp/site -- afresh: a warm machine
 # keeps the last call's -- then the environment line of the run ($1: the file).
 h200_setup() {
   rm -rf /tmp/site

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates reports/h200/: run from the repo root on a CUDA machine, one section per call
 # (each fits the device tool's 10-minute limit):
-#   tools/h200.sh suite|matrix|repro|bench|grammar|alloc|graphs|upstream|rates|phase1|phase2  OUTDIR
+#   tools/gpu/h200.sh suite|matrix|repro|bench|grammar|alloc|graphs|upstream|rates|phase1|phase2  OUTDIR
 # phase1 / phase2 are the two calls that regenerate everything (sections run together).
 # Needs xgrammar & co. on PYTHONPATH (see README "Running on a GPU").
 set -u
@@ -48,7 +48,7 @@ print(json.dumps({p: sum(run_one_cuda(get(p), "cuda+stall")["observed"].startswi
                   for p in ("reuse_stale_read", "reuse_record_stream")}))
 PY
   echo "alloc rates rc $?"; cat "$R/alloc_rates.json"
-  timeout 100 python3 tools/graph_rates.py 50 > "$R/graph_rates.json"; echo "graph rates rc $?"
+  timeout 100 python3 tools/gpu/graph_rates.py 50 > "$R/graph_rates.json"; echo "graph rates rc $?"
   timeout 120 python3 -c "import json; from harness.bench import capture_vs_csan; print(json.dumps(capture_vs_csan()))" > "$R/capture_vs_csan.json"; echo "csan rc $?"; cat "$R/capture_vs_csan.json"
   ;;
 matrix)
@@ -111,7 +111,7 @@ graphs)
   # probes with the verify forward replayed from graphs, and the seed scenario end to end.
   timeout 60 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cuda_graphs.py tests/runtime/test_sim_graphs.py tests/impl/test_graph_engine.py > "$R/pytest_graphs.log" 2>&1; echo "pytest graphs rc $?"; tail -1 "$R/pytest_graphs.log"
   timeout 90 python3 -m harness.cli litmus --backend cuda --json > "$R/litmus_cuda.json"; echo "litmus cuda rc $?"
-  timeout 120 python3 tools/graph_rates.py 50 > "$R/graph_rates.json"; echo "graph rates rc $?"
+  timeout 120 python3 tools/gpu/graph_rates.py 50 > "$R/graph_rates.json"; echo "graph rates rc $?"
   for m in graph-input-on-side-stream graph-replay-on-side-stream graph-replay-before-fill; do
     timeout 60 python3 -m matrix.run cuda impl "mutation:$m" > "$R/matrix_cuda_$m.json"; echo "mutation $m rc $?"; tail -c 300 "$R/matrix_cuda_$m.json"; echo
   done

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# On the H200 (wheels as for tools/h200_pools.sh): the EAGLE v2 slice on CUDA -- its
+# On the H200 (wheels as for tools/gpu/h200_pools.sh): the EAGLE v2 slice on CUDA -- its
 # tests (xdist: a worker that dies is named, the others go on), the release under the
 # scenarios' stalls in each shape given, and the sglang mutation matrix (the EAGLE
 # mutations among them). Everything lands in one archive, OUTDIR/eagle.tgz, beside
 # env.txt and a summary: the device tool returns at most 8 files a call.
 # SUITE=1: the whole GPU suite runs in the background meanwhile. MATRIX=0: no matrix.
 # CASES: scenario:variant:expect triples (default: every shape, the barrier removed racing).
-# Usage: [SUITE=1] [MATRIX=0] [CASES="..."] tools/h200_eagle.sh OUTDIR N
+# Usage: [SUITE=1] [MATRIX=0] [CASES="..."] tools/gpu/h200_eagle.sh OUTDIR N
 set -u
 OUT=$1; N=${2:-50}; R=/tmp/eagle_results; rm -rf "$R" /tmp/eg; mkdir -p "$OUT" "$R" /tmp/eg
 . "$(dirname "$0")/h200_lib.sh"; h200_setup "$OUT/env.txt"
@@ -28,7 +28,7 @@ for sv in $CASES; do
     > "/tmp/eg/${s}_${v}.json" 2> "$R/${s}_${v}.err"
   echo "$s $v (expect $e) rc $?"; tail -2 "$R/${s}_${v}.err"
 done
-python3 tools/h200_runs_summary.py /tmp/eg > "$R/eagle.json"
+python3 tools/reports/h200_runs_summary.py /tmp/eg > "$R/eagle.json"
 python3 -c "import json; d=json.load(open('$R/eagle.json')); [print(k, v.get('outcome'), v.get('reproduced'), '/', v.get('trials'), v.get('median_trial_ms')) for k, v in d.items()]"
 if [ "${MATRIX:-1}" = 1 ]; then
   timeout 240 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" \

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# On the H200, with tools/gpu_wheels.sh 0.5.23's wheels carried in .whl/ (the image's
+# On the H200, with tools/gpu/gpu_wheels.sh 0.5.23's wheels carried in .whl/ (the image's
 # transformers serves 0.5.23: drop that wheel to stay under the call's 64 MiB): the whole
 # GPU suite in the background, and meanwhile the sglang mutation matrix on CUDA (the DSpark
 # relay mutations among its cells) and the NGRAM return_hidden_states readback -- stalled,
 # unstalled and with its candidate fix, N trials each, every trial traced.
-# Usage: tools/h200_upstream_matrix.sh OUTDIR N      (at most 8 files come back)
+# Usage: tools/gpu/h200_upstream_matrix.sh OUTDIR N      (at most 8 files come back)
 set -u
 R=$1; N=$2; mkdir -p "$R"
 . "$(dirname "$0")/h200_lib.sh"; h200_setup "$R/env.txt"

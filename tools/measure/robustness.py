@@ -11,7 +11,7 @@ B. ``--writers N``: N rounds of two writer processes that write a set of the sam
    each round the set must be whole (one run id) and no staging folder left.
 Finally one more write into each folder: no staging folder may remain after it.
 
-Usage: ``python tools/robustness.py --interrupts 200 --writers 200 > figures.md``
+Usage: ``python tools/measure/robustness.py --interrupts 200 --writers 200 > figures.md``
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 SPECRACE = os.path.join(os.path.dirname(sys.executable), "specrace")
 REPRO = ["repro", "ngram-filter-race", "--backend", "sim", "--trials", "3"]

@@ -15,7 +15,7 @@
    * ``FutureMap``'s private D2H stream and pinned seq-lens mirror are exercised by every
      engine step above (``resolve_seq_lens_cpu``).
 
-Usage: python tools/upstream_audit.py [--seeds N] [--out reports/upstream/audit.json]
+Usage: python tools/reports/upstream_audit.py [--seeds N] [--out reports/upstream/audit.json]
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from scenarios.sglang_relay import POLICIES  # noqa: E402
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On the H200, with tools/gpu_wheels.sh VERSION's wheels carried in .whl/: the sglang
+# On the H200, with tools/gpu/gpu_wheels.sh VERSION's wheels carried in .whl/: the sglang
 # release as shipped on real CUDA streams with a stalled forward. Usage:
-#   tools/h200_release.sh OUTDIR RACE_TRIALS CLEAN_TRIALS
+#   tools/gpu/h200_release.sh OUTDIR RACE_TRIALS CLEAN_TRIALS
 # writes OUTDIR/release_<v>_{as-installed,fine}.json and the reports of the fine run.
 set -u
 R=$1; NR=$2; NC=$3; mkdir -p "$R"

@@ -1,7 +1,7 @@
 """Soak: the fixed engine against N generated state-machine programs (a benchmark run,
 not a test; the suite runs a few dozen).
 
-Usage: python tools/soak_state_machine.py N [engine|small-pool]
+Usage: python tools/measure/soak_state_machine.py N [engine|small-pool]
 (``small-pool``: every program through 1-3 request-pool rows and a KV pool a few requests
 fill, so rows and KV slots are reused; the target is ``$SPECRACE_TARGET``, default impl)."""
 import os

@@ -1,4 +1,4 @@
-"""Write reports/h200/README.md from the JSON files tools/h200.sh and tools/csan_compare.py
+"""Write reports/h200/README.md from the JSON files tools/gpu/h200.sh and tools/gpu/csan_compare.py
 left in reports/h200/ (run anywhere: it only reads JSON)."""
 import json
 import os
@@ -20,11 +20,11 @@ def main():
     out += ["# specrace on an NVIDIA H200: fidelity, CSAN cross-check, benchmarks", "",
             "Environment (`env.txt`): " + "; ".join(env[1:]), "",
             "Regenerate (on a CUDA machine, the carried wheels on `PYTHONPATH`): "
-            "`tools/h200.sh phase1 DIR`, `tools/h200.sh phase2 DIR` (copy the files here), "
+            "`tools/gpu/h200.sh phase1 DIR`, `tools/gpu/h200.sh phase2 DIR` (copy the files here), "
             "`specrace litmus --json > reports/h200/litmus_sim.json`, then "
-            "`python3 tools/h200_summary.py`. `bench_cuda.json` (stall sweep, 10k soak), "
+            "`python3 tools/reports/h200_summary.py`. `bench_cuda.json` (stall sweep, 10k soak), "
             "`bench_grammar.json` and `csan_compare.json` are from the previous session's run "
-            "(`tools/h200.sh bench|grammar`, `tools/csan_compare.py`), not re-run here.", ""]
+            "(`tools/gpu/h200.sh bench|grammar`, `tools/gpu/csan_compare.py`), not re-run here.", ""]
     # --- litmus fidelity
     sim, cuda = load("litmus_sim.json"), load("litmus_cuda.json")
     rows = defaultdict(dict)

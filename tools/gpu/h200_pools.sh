@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# On the H200, with tools/gpu_wheels.sh 0.5.23's wheels carried in .whl/ (drop the
+# On the H200, with tools/gpu/gpu_wheels.sh 0.5.23's wheels carried in .whl/ (drop the
 # transformers wheel: the image's serves 0.5.23): the memory pools behind the WAR barrier
 # (issue 24) on both targets -- the barrier removed (kv-row-reuse, N trials, every trial
 # traced), the fixed code stalled for >= 1,000 iterations, both mutation matrices (the
 # pool mutations among their cells) -- with the whole GPU suite in the background.
-# Usage: tools/h200_pools.sh OUTDIR N        (at most 8 files come back)
+# Usage: tools/gpu/h200_pools.sh OUTDIR N        (at most 8 files come back)
 set -u
 R=$1; N=$2; mkdir -p "$R" /tmp/kv
 . "$(dirname "$0")/h200_lib.sh"; h200_setup "$R/env.txt"
@@ -26,7 +26,7 @@ for t in impl sglang; do
   timeout 150 python3 -c "import json; from harness.bench import soak_fixed; print(json.dumps(soak_fixed(1000, 1.0, '$t', 'kv-row-reuse')))" > "/tmp/kv/soak_$t.json"
   echo "soak $t rc $?"; cat "/tmp/kv/soak_$t.json"
 done
-python3 tools/h200_runs_summary.py /tmp/kv > "$R/kv.json"
+python3 tools/reports/h200_runs_summary.py /tmp/kv > "$R/kv.json"
 cat "$R/kv.json"
 cat /tmp/kv/matrix_impl.err /tmp/kv/matrix_sglang.err > "$R/matrix.err" 2>/dev/null
 tar czf "$R/kv_runs.tgz" -C /tmp kv 2>/dev/null

@@ -1,6 +1,6 @@
 """Module import graph of the project (static, top-level and function-level imports).
 
-``python tools/import_cycles.py [ROOT]`` prints the file cycles; ``import_graph`` and
+``python tests/import_graph.py [ROOT]`` prints the file cycles; ``import_graph`` and
 ``cycles`` serve ``tests/test_structure.py``.
 """
 import ast

@@ -1,6 +1,6 @@
 """One JSON object summarising the repro and soak results in a folder (the GPU scripts'
 runs): per file, the verdict, trials, stale values by divergence kind, race sites and the
-first divergence; a soak's result as it is. Usage: python3 tools/h200_runs_summary.py DIR"""
+first divergence; a soak's result as it is. Usage: python3 tools/reports/h200_runs_summary.py DIR"""
 import glob
 import json
 import os

@@ -2,7 +2,7 @@
 # The cp312 wheels an offline GPU machine (the H200 image: Python 3.12, torch 2.11,
 # transformers 5.17, triton 3.6) lacks for the sglang target on release VERSION, into .whl/
 # (git-ignored; carried with the device tool's `carry`). One release per call: a wheel
-# is 27-39 MB and a call carries 64 MiB.  Usage: tools/gpu_wheels.sh 0.5.17
+# is 27-39 MB and a call carries 64 MiB.  Usage: tools/gpu/gpu_wheels.sh 0.5.17
 set -euo pipefail
 v=$1; rm -rf .whl; mkdir -p .whl
 dl() { python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
