@@ -216,7 +216,8 @@ def _in_children(cells: List[Tuple[str, str]], backend: str, target: str,
     """Run cells in child processes: all in one (``batch``) or one each. A child stops
     when a cell leaves the GPU with a sticky error (a killed mutation's device-side assert
     makes even freeing memory abort the process); a child that dies in a cell has been
-    killed by the crash oracle, one past its watchdog is a ``timeout`` row -- and the
+    killed by the crash oracle -- confirmed alone in a fresh child when other cells ran
+    before it in the dying one -- one past its watchdog is a ``timeout`` row; the
     remaining cells go on in a fresh child."""
     from harness.runtime.cuda import WATCHDOG_EXIT
     by = by_name(target)
@@ -247,10 +248,17 @@ def _in_children(cells: List[Tuple[str, str]], backend: str, target: str,
                                                    "harness-error")
                 else:
                     rows[(kind, name)] = msg["row"]
+        done_here = sum(1 for c in group if c in rows)
         todo = [c for c in todo if c not in rows]
         if not todo or rc in (0, POISONED):
             continue
         kind, name = todo.pop(0)  # the cell the child was in when it stopped
+        if done_here and rc is not None and rc != WATCHDOG_EXIT:
+            # the child died after other cells ran in it: an earlier cell's device error
+            # can surface late (a destructor at a garbage collection aborts the process)
+            # -- the death is this cell's only if it dies alone in a fresh process too
+            rows[(kind, name)] = _in_children([(kind, name)], backend, target, batch=False)[0]
+            continue
         seconds = round(time.perf_counter() - t0, 3)
         if rc is None or rc == WATCHDOG_EXIT:
             cell_limit = watchdog_seconds(cell_trials(kind, name, target))

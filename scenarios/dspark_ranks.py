@@ -78,7 +78,8 @@ def run_two_ranks(policy: str = "eager", seed: int = 0, stall_rank: Optional[int
                             "folded_accept": False})
     plan = _RankPlan(stall_rank, stall_ms)
     logs: List[List[Dict[str, Any]]] = [[], []]
-    with open_runtime("sim", parse_policy(policy), trace=False) as rt, tgt.variant(args):
+    with open_runtime("sim", parse_policy(policy), trace=False) as rt, \
+            tgt.variant(args, rt.device):
         plan.runtime = rt
         ranks = [UpstreamLoop(dataclasses.replace(args), rt.device) for _ in range(2)]
         for rank, (loop, log) in enumerate(zip(ranks, logs)):

@@ -45,8 +45,9 @@ class Target:
         raise TargetError(f"the {self.name} target has no grammar backend")
 
     @contextlib.contextmanager
-    def variant(self, args) -> Iterator[None]:
-        """Run-time patches a run with these server args needs (none by default)."""
+    def variant(self, args, device=None) -> Iterator[None]:
+        """Run-time patches a run with these server args on ``device`` needs (none by
+        default)."""
         yield
 
     def describe(self) -> Dict[str, Any]:

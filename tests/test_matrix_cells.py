@@ -74,14 +74,16 @@ def test_a_stale_mutation_is_a_harness_error_row(small_matrix):
 # --- isolated cells (one process each, as on CUDA) ----------------------------------------
 
 def _fake_cells(monkeypatch, behaviour, commands=None):
-    """A child runs ``behaviour[name]`` (python code) for a cell instead of the cell; the
-    others report a clean probe / a killed mutation, in the children's line protocol."""
+    """A child runs ``behaviour[name]`` (python code; ``FIRST``: is it the child's first
+    cell?) for a cell instead of the cell; the others report a clean probe / a killed
+    mutation, in the children's line protocol."""
     def command(cells, backend, target="impl"):
         if commands is not None:
             commands.append([n for _, n in cells])
         code = ["import json, os, sys"]
-        for kind, name in cells:
+        for i, (kind, name) in enumerate(cells):
             if name in behaviour:
+                code.append(f"FIRST = {i == 0}")  # the child's first cell?
                 code.append(behaviour[name])
                 continue
             row = ({"probe": name, "finding": None, "oracle": None, "status": "clean"}
@@ -144,7 +146,30 @@ def test_cuda_cells_share_one_process_until_one_takes_it_down(fake_probes, monke
     assert rows["merge-order-swapped"]["caught_by"] == "crash"
     assert "device-side assert" in rows["merge-order-swapped"]["detail"]
     assert rows["stash-drops-accept-lens"]["status"] == rows[GOOD]["status"] == "killed"
-    assert commands == [names, [GOOD]]  # one child, then a fresh one for the rest
+    # one child; the death confirmed alone (cells ran before it in that child); then a
+    # fresh child for the rest
+    assert commands == [names, ["merge-order-swapped"], [GOOD]]
+
+
+def test_a_late_death_is_not_blamed_on_the_cell_it_happened_in(fake_probes, monkeypatch):
+    """An earlier cell's device error can abort the child later, in another cell (a
+    destructor at a garbage collection): a death after other cells ran in the child is
+    the cell's only if it dies alone too -- here it does not, and its own verdict (a
+    stale value) is the row."""
+    names = ["stash-drops-accept-lens", "merge-order-swapped", GOOD]
+    survived = json.dumps({"cell": ["mutation", "merge-order-swapped"],
+                           "row": {"name": "merge-order-swapped", "killed": False,
+                                   "status": "survived", "caught_by": None, "probe": None,
+                                   "detail": "", "seconds": 0.1, "summary": "",
+                                   "source": ""}})
+    _fake_cells(monkeypatch, {
+        "merge-order-swapped": f"print({json.dumps(survived)}, flush=True) if FIRST "
+                               f"else os.abort()"})
+    monkeypatch.setattr(mx, "probes_for", lambda target: {})
+    res = mx.run_matrix("cuda", mutations=[BY_NAME[n] for n in names])
+    rows = _rows(res)
+    assert rows["merge-order-swapped"]["status"] == "survived"  # not a crash kill
+    assert rows["stash-drops-accept-lens"]["status"] == rows[GOOD]["status"] == "killed"
 
 
 def test_a_cell_that_poisons_cuda_ends_its_child_and_the_rest_go_on(fake_probes, monkeypatch):

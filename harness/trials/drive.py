@@ -45,7 +45,7 @@ def drive(runtime, workload: Workload, args, plan: FaultPlan,
     needs_grammar = any(r.schema for r in workload.requests)
     gb = grammar_backend(target) if needs_grammar else None
     plan.runtime = runtime
-    with tgt.variant(args):
+    with tgt.variant(args, runtime.device):
         sched = tgt.scheduler(args, runtime.device, grammar_backend=gb)
         for name, stream in sched.streams.items():
             if stream is not None:

@@ -14,8 +14,9 @@ when no GPU is present; on a GPU machine sglang's own CUDA platform stays in cha
 """
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Optional
+from typing import Iterator, Optional
 
 PLUGIN_NAME = "specrace_sim"
 QUALNAME = "targets.sglang.platform.SimSRTPlatform"
@@ -26,6 +27,54 @@ def activate() -> Optional[str]:
     if os.environ.get("SGLANG_PLATFORM") == PLUGIN_NAME or not torch.cuda.is_available():
         return QUALNAME
     return None
+
+
+# The module flags sglang computes from the machine at import (``_is_cuda = is_cuda()``
+# and its kin) and reads at call time to choose a GPU kernel or its torch fallback.
+HOST_FLAGS = ("_is_cuda", "_is_hip", "_is_musa", "_is_xpu", "_is_npu", "_is_cpu")
+# ... except the one the harness sets on purpose (``upstream.take_gpu_paths``)
+KEPT_FLAGS = {("sglang.srt.managers.overlap_utils", "_is_cuda")}
+
+
+@contextlib.contextmanager
+def as_without_gpu(device) -> Iterator[None]:
+    """A simulator run on a machine that has a GPU sees what it sees on one without.
+
+    sglang's platform there is CUDA's, and its modules computed their flags from the GPU
+    at import: upstream would launch its Triton kernels (the draft's top-k postprocess,
+    ``compute_position``) with simulator tensors -- addresses that mean nothing to the
+    GPU, an illegal access that poisons the process's CUDA context for every run after
+    it. For the run, every loaded sglang module's host flags read as they do on a
+    machine without a GPU, and the platform supports no Triton: upstream takes its torch
+    fallbacks, the code paths CI runs, so a simulator verdict is the same on any
+    machine. Restored after the run. (A module first imported during the run keeps its
+    own flags: the slices import theirs when the engine is built, before this.)"""
+    import torch
+    if str(device).split(":")[0] != "sim" or not torch.cuda.is_available():
+        yield
+        return
+    import sys
+
+    import msgspec
+    from sglang.srt.platforms import current_platform
+    saved = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("sglang.") or module is None:
+            continue
+        values = vars(module)
+        for flag in HOST_FLAGS:
+            if values.get(flag) is True and (name, flag) not in KEPT_FLAGS:
+                saved.append((module, flag))
+                setattr(module, flag, False)
+    caps = current_platform.capabilities
+    current_platform.capabilities = msgspec.structs.replace(caps, supports_triton=False,
+                                                            graph_capture=False)
+    try:
+        yield
+    finally:
+        current_platform.capabilities = caps
+        for module, flag in saved:
+            setattr(module, flag, True)
 
 
 def _platform_class():
