@@ -44,37 +44,40 @@ def as_without_gpu(device) -> Iterator[None]:
     at import: upstream would launch its Triton kernels (the draft's top-k postprocess,
     ``compute_position``) with simulator tensors -- addresses that mean nothing to the
     GPU, an illegal access that poisons the process's CUDA context for every run after
-    it. For the run, every loaded sglang module's host flags read as they do on a
-    machine without a GPU, and the platform supports no Triton: upstream takes its torch
-    fallbacks, the code paths CI runs, so a simulator verdict is the same on any
-    machine. Restored after the run. (A module first imported during the run keeps its
-    own flags: the slices import theirs when the engine is built, before this.)"""
+    it (measured on the H200) -- and would not consult the simulator platform's seams
+    (the verify window's slots). For the run, specrace's platform is sglang's current
+    one (``_current_platform`` and every loaded module's ``current_platform`` name) and
+    every loaded sglang module's host flags read as on a machine without a GPU: upstream
+    takes the code paths CI runs, so a simulator verdict is the same on any machine.
+    Restored after the run. (A module first imported during the run keeps its own
+    flags: the slices import theirs when the engine is built, before this.)"""
     import torch
     if str(device).split(":")[0] != "sim" or not torch.cuda.is_available():
         yield
         return
     import sys
 
-    import msgspec
-    from sglang.srt.platforms import current_platform
-    saved = []
+    import sglang.srt.platforms as platforms
+    gpu_platform = platforms.current_platform
+    sim_platform = _platform_class()()
+    saved = [(platforms, "_current_platform", platforms._current_platform)]
+    platforms._current_platform = sim_platform
     for name, module in list(sys.modules.items()):
-        if not name.startswith("sglang.") or module is None:
+        if not name.startswith("sglang.") or module is None or module is platforms:
             continue
         values = vars(module)
+        if values.get("current_platform") is gpu_platform:
+            saved.append((module, "current_platform", gpu_platform))
+            module.current_platform = sim_platform
         for flag in HOST_FLAGS:
             if values.get(flag) is True and (name, flag) not in KEPT_FLAGS:
-                saved.append((module, flag))
+                saved.append((module, flag, True))
                 setattr(module, flag, False)
-    caps = current_platform.capabilities
-    current_platform.capabilities = msgspec.structs.replace(caps, supports_triton=False,
-                                                            graph_capture=False)
     try:
         yield
     finally:
-        current_platform.capabilities = caps
-        for module, flag in saved:
-            setattr(module, flag, True)
+        for module, attr, value in reversed(saved):
+            setattr(module, attr, value)
 
 
 def _platform_class():

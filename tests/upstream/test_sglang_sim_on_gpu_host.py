@@ -1,8 +1,9 @@
 """A simulator run on a machine with a GPU (``targets/sglang/platform.as_without_gpu``):
-upstream sees the flags and platform it sees on a machine without one, for the run only
+upstream sees the platform and flags it sees on a machine without one, for the run only
 -- otherwise it launches its Triton kernels with simulator tensors (an illegal access
-that poisons the real GPU's context; measured on the H200). Here the GPU is pretended:
-the machine's flags are set as a GPU machine's import would have set them."""
+that poisons the real GPU's context) and skips the simulator platform's seams (both
+measured on the H200). Here the GPU machine is pretended: a platform that is not ours
+is current, and a loaded module's flags are set as a GPU machine's import sets them."""
 import sys
 import types
 
@@ -20,32 +21,37 @@ def sglang():
 
 @pytest.fixture
 def gpu_host(monkeypatch):
-    """A loaded sglang module with GPU flags, a platform that supports Triton, and a
-    torch that says it has CUDA."""
-    import msgspec
-    from sglang.srt.platforms import current_platform
+    import sglang.srt.platforms as platforms
+    from sglang.srt.platforms.interface import SRTPlatform
+    gpu_platform = SRTPlatform()  # in-tree: no out-of-tree seams
     module = types.ModuleType("sglang.specrace_probe")
     module._is_cuda, module._is_hip, module._is_cpu = True, False, False
+    module.current_platform = gpu_platform
     monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(platforms, "_current_platform", gpu_platform)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(current_platform, "capabilities", msgspec.structs.replace(
-        current_platform.capabilities, supports_triton=True))
-    return module, current_platform
+    return module, gpu_platform
 
 
-def test_a_sim_run_sees_no_gpu_and_the_flags_come_back(gpu_host):
-    module, platform = gpu_host
+def test_a_sim_run_sees_no_gpu_and_all_comes_back(gpu_host):
+    module, gpu_platform = gpu_host
+    import sglang.srt.platforms as platforms
+    from sglang.kernels.ops.speculative.cache_locs import _get_oot_speculative_cache_locs_fn
     from sglang.srt.managers import overlap_utils
-    from sglang.srt.utils.common import support_triton
-    assert support_triton("triton")
+    from targets.sglang.eagle_kernels import extend_cache_locs
+    assert _get_oot_speculative_cache_locs_fn() is None
     with as_without_gpu("sim"):
         assert module._is_cuda is False
-        assert not support_triton("triton")  # compute_position takes its torch path
+        assert type(module.current_platform).__name__ == "SimSRTPlatform"
+        assert platforms.current_platform is module.current_platform
+        assert not platforms.current_platform.capabilities.supports_triton
+        assert _get_oot_speculative_cache_locs_fn() is extend_cache_locs  # the seam
         assert overlap_utils._is_cuda is True  # the harness's own choice stays
-    assert module._is_cuda is True and platform.capabilities.supports_triton
+    assert module._is_cuda is True and module.current_platform is gpu_platform
+    assert platforms.current_platform is gpu_platform
 
 
-def test_a_cuda_run_keeps_the_machines_flags(gpu_host):
-    module, platform = gpu_host
-    with as_without_gpu("cuda:0"):  # a CUDA run: nothing to mask
-        assert module._is_cuda is True and platform.capabilities.supports_triton
+def test_a_cuda_run_keeps_the_machines_platform_and_flags(gpu_host):
+    module, gpu_platform = gpu_host
+    with as_without_gpu("cuda:0"):
+        assert module._is_cuda is True and module.current_platform is gpu_platform
