@@ -13,7 +13,7 @@ def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
     (its released variant), seed after seed."""
     from harness.trials.drive import server_args
     from harness.trials.trial import run_trial
-    from harness.oracle.workload import random_workload
+    from scenarios.workloads import random_workload
     from harness.faults.plan import StallAt
     if scenario:
         from scenarios.registry import get

@@ -15,7 +15,7 @@ configuration that reaches it, the configurations that do not, and the candidate
   forward -- whose replay rewrites them -- never waits for. The copy stream is stalled
   before the readback. ``reports/upstream/findings/graph-result-readback.md``.
 """
-from harness.oracle.workload import random_workload
+from .workloads import random_workload
 
 from .base import AS_INSTALLED, Scenario, stall_at
 

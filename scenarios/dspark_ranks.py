@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional
 
-from harness.oracle.workload import random_workload
+from .workloads import random_workload
 from harness.faults.plan import FaultPlan, StallAt
 
 RING_POINT = "d2h.before_ring_copy"

@@ -13,7 +13,7 @@ to waiting ones).
 """
 import dataclasses
 
-from harness.oracle.workload import slot_reuse_workload
+from .workloads import slot_reuse_workload
 from harness.faults.plan import StallAt
 
 from .base import AS_INSTALLED, Scenario

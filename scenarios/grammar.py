@@ -7,7 +7,7 @@
 """
 import json
 
-from harness.oracle.workload import random_workload
+from .workloads import random_workload
 
 from .base import Scenario, stall_at
 

@@ -10,7 +10,7 @@
 """
 import dataclasses
 
-from harness.oracle.workload import random_workload
+from .workloads import random_workload
 
 from .base import Scenario, stall_at
 from .ngram_filter_race import SCENARIO as SEED

@@ -15,7 +15,7 @@ which the free of a finished request clears during result processing.
 """
 import dataclasses
 
-from harness.oracle.workload import slot_reuse_workload
+from .workloads import slot_reuse_workload
 from harness.faults.plan import StallAt
 
 from .base import Scenario

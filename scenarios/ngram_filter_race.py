@@ -5,7 +5,7 @@ the shared-read-done record. Pre-fix, ``filter_batch`` gathers ``accept_lens`` /
 uninitialised values reach the host at the next draft prep. The coarse fence hides it;
 the FutureMap relay removes it.
 """
-from harness.oracle.workload import random_workload
+from .workloads import random_workload
 
 from .base import Scenario, stall_at
 

@@ -11,7 +11,7 @@ import pytest
 
 import targets
 from harness.trials.drive import server_args
-from harness.oracle.workload import slot_reuse_workload
+from scenarios.workloads import slot_reuse_workload
 from harness.policies import Eager
 from harness.runtime import open_runtime
 from matrix.run import PROBES, run_probe

@@ -76,7 +76,7 @@ def test_prefill_batches_between_decodes_do_not_open_the_ring_race():
     D2H stream before its own scatter. Arrivals spread over 14 iterations put prefills
     between decodes."""
     from harness.trials.trial import run_trial
-    from harness.oracle.workload import random_workload
+    from scenarios.workloads import random_workload
     sc = get("dspark-confidence-ring")
     for seed in range(3):
         wl = random_workload(seed, n_requests=8, draft_token_num=4, max_arrive=14)

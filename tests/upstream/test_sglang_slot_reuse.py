@@ -11,7 +11,7 @@ from hypothesis.stateful import run_state_machine_as_test
 import targets
 from harness.machines import EngineMachine, SmallPoolEngineMachine
 from harness.trials.drive import server_args
-from harness.oracle.workload import slot_reuse_workload
+from scenarios.workloads import slot_reuse_workload
 from harness.runtime import open_runtime
 from matrix.run import PROBES, run_probe
 from matrix.mutations.catalogue import get
