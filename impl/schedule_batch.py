@@ -22,13 +22,14 @@ from .vocab import EOS_ID
 
 
 @dataclass
-class Req:
+class RequestState:
+    """What a toy engine keeps of a request: impl's ``Req``, and the base of the sglang
+    target's (which adds what upstream's batch code reads of sglang's ``Req``)."""
     rid: int
     prompt: List[int]
     max_new_tokens: int
     grammar: Any = None
     output_ids: List[int] = field(default_factory=list)
-    finished: bool = False
     pool_idx: int = -1
     launched: int = 0  # forward steps launched for this request (prefill = step 0)
     committed_step: int = -1  # last step whose result the host has committed
@@ -41,6 +42,11 @@ class Req:
 
     def context(self) -> List[int]:
         return self.prompt + self.output_ids
+
+
+@dataclass
+class Req(RequestState):
+    finished: bool = False
 
 
 def admit_waiting(waiting: Deque[Req], free_slots: List[int], limit: int,

@@ -143,12 +143,8 @@ class NgramWorker:
         kv_check = self.attn.attend(meta, drafts_dev.view(bs, D), None, meta.n)
         logits = self._verify_forward(drafts_dev, bs)
         self._apply_sampling_masks(batch, logits, tree)
-        target_predict = logits.argmax(dim=-1).view(bs, D)
-        fault_point("forward.before_verify")
-        predict, accept_index, accept_lens = verify_tree_greedy(
-            target_predict, drafts_dev.view(bs, D), nt_dev, ns_dev)
-        self.attn.commit_accepted(meta, accept_index, accept_lens)
-        accept_tokens = predict[accept_index].flatten().to(torch.int32)
+        accept_tokens, accept_lens = verify_and_accept(self.attn, meta, logits, drafts_dev,
+                                                       nt_dev, ns_dev, bs, D)
         return self._result(accept_tokens, accept_lens, read_done, kv_check)
 
     def _verify_forward(self, input_ids, bs: int):
@@ -218,3 +214,16 @@ class NgramWorker:
     def _idle_result(self) -> GenerationBatchResult:
         idle = NgramVerifyInput.create_idle_input(self.D, self.device, self.relay)
         return GenerationBatchResult(idle.accept_tokens, idle.accept_lens, idle, self.D)
+
+
+def verify_and_accept(attn, meta, logits, drafts, next_token, next_sibling, bs: int, D: int):
+    """A verify's tail, as every toy worker runs it (impl's and the sglang target's): the
+    target's greedy choice at every draft node, the tree walk (one fused kernel:
+    ``predict``, ``accept_index``, ``accept_lens``), the accepted path's KV moved in the
+    pool; the accepted tokens (flat, ``D`` a request) and the accept lengths."""
+    target_predict = logits.argmax(dim=-1).view(bs, D)
+    fault_point("forward.before_verify")
+    predict, accept_index, accept_lens = verify_tree_greedy(
+        target_predict, drafts.view(bs, D), next_token, next_sibling)
+    attn.commit_accepted(meta, accept_index, accept_lens)
+    return predict[accept_index].flatten().to(torch.int32), accept_lens

@@ -12,7 +12,7 @@ upstream's ``_apply_war_barrier`` waits on. What it calls of upstream:
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, List, Optional
 
 import torch
@@ -24,26 +24,18 @@ from impl.grammar import apply_vocab_mask
 from impl.memory import host_empty, mark_used_on
 from impl.model import ToyTargetModel
 from impl.ngram import NgramProposer, propose_host_trees
-from impl.verify import verify_tree_greedy
+from impl.schedule_batch import RequestState
+from impl.worker import verify_and_accept
 
 from . import upstream
 
 
 @dataclass
-class Req:
-    """A request, with the attributes upstream's batch code reads of sglang's ``Req``."""
+class Req(RequestState):
+    """A request, with the attributes upstream's batch code reads of sglang's ``Req``
+    (``finished`` is upstream's method there: the flag is ``done``)."""
 
-    rid: int
-    prompt: List[int]
-    max_new_tokens: int
-    grammar: Any = None
-    output_ids: List[int] = field(default_factory=list)
     done: bool = False
-    pool_idx: int = -1
-    launched: int = 0  # forward steps launched (prefill = step 0)
-    committed_step: int = -1
-    kv_allocated: int = 0  # req_to_token columns holding slots (impl.mem_cache)
-    kv_committed: int = 0  # positions whose KV the host knows is written
     # read by ScheduleBatch.init_new / filter_batch / merge_batch
     return_logprob: bool = False
     is_prefill_only: bool = False
@@ -69,12 +61,6 @@ class Req:
 
     def finished(self) -> bool:
         return self.done
-
-    def needs_splice(self) -> bool:
-        return self.committed_step < self.launched - 2
-
-    def context(self) -> List[int]:
-        return self.prompt + self.output_ids
 
 
 class SamplingInfo:
@@ -283,13 +269,9 @@ class ToyNgramWorker(SharedReadRunner):
             else:
                 hidden, logits = self.model.forward_with_hidden(drafts)
             self._sample_masks(batch, logits, tree)
-            target_predict = logits.argmax(dim=-1).view(bs, D)
-            fault_point("forward.before_verify")
-            predict, accept_index, accept_lens = verify_tree_greedy(
-                target_predict, drafts.view(bs, D), nt, ns)
-            self.attn.commit_accepted(meta, accept_index, accept_lens)
+            accept_tokens, accept_lens = verify_and_accept(self.attn, meta, logits, drafts,
+                                                           nt, ns, bs, D)
             new_seq_lens = batch.seq_lens + accept_lens
-            accept_tokens = predict[accept_index].flatten().to(torch.int32)
             next_token_ids = accept_tokens
         if on_publish is not None:
             on_publish(new_seq_lens)
