@@ -3,7 +3,7 @@ chooser it makes for a run (``harness/runtime/policy.py`` has the protocol).
 
 Choosers see plain data only -- runnable stream ids, the stream that ran last at this
 point, stream labels -- so each is tested without a simulator
-(``tests/runtime/test_choosers.py``).
+(``tests/harness/policies/test_choosers.py``).
 """
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ sys.stderr.write(f"allocator litmus on cuda: {rep['agree']}/{rep['total']} agree
 sys.exit(0 if rep["agree"] == rep["total"] else 1)
 PY
   echo "litmus alloc cuda rc $?"
-  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cuda_backend.py -k "capture or reuse or record_stream" > "$R/pytest_alloc.log" 2>&1; echo "capture tests rc $?"; tail -1 "$R/pytest_alloc.log"
+  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/harness/runtime/test_cuda_backend.py -k "capture or reuse or record_stream" > "$R/pytest_alloc.log" 2>&1; echo "capture tests rc $?"; tail -1 "$R/pytest_alloc.log"
   for cell in "probe seed-eager" "mutation forward-inputs-not-recorded" "mutation result-sources-freed-early" "probe grammar-lazy" "mutation extend-mask-upload-before-fill"; do
     timeout 120 python3 -m matrix.run cuda impl "${cell/ /:}" >> "$R/matrix_alloc_cuda.jsonl"; echo "matrix cell $cell rc $?"
   done
@@ -109,7 +109,7 @@ graphs)
   # CUDA graphs (issue 16): the graph litmus programs (agreement, then 50 stalled trials
   # each), the graph tests of the CUDA capture, the graph mutations and the fixed code's
   # probes with the verify forward replayed from graphs, and the seed scenario end to end.
-  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/runtime/test_cuda_graphs.py tests/runtime/test_sim_graphs.py tests/impl/test_graph_engine.py > "$R/pytest_graphs.log" 2>&1; echo "pytest graphs rc $?"; tail -1 "$R/pytest_graphs.log"
+  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/harness/runtime/test_cuda_graphs.py tests/harness/runtime/test_sim_graphs.py tests/impl/test_graph_engine.py > "$R/pytest_graphs.log" 2>&1; echo "pytest graphs rc $?"; tail -1 "$R/pytest_graphs.log"
   timeout 90 python3 -m harness.cli litmus --backend cuda --json > "$R/litmus_cuda.json"; echo "litmus cuda rc $?"
   timeout 120 python3 tools/gpu/graph_rates.py 50 > "$R/graph_rates.json"; echo "graph rates rc $?"
   for m in graph-input-on-side-stream graph-replay-on-side-stream graph-replay-before-fill; do

@@ -147,7 +147,7 @@ def test_a_report_may_not_ask_for_more_trials_than_repro_allows(report, tmp_path
 
 def test_repro_and_replay_arm_the_gpu_watchdog(report, monkeypatch, capsys):
     """The wiring (on the simulator it is a no-op; the watchdog itself is tested in
-    tests/runtime/test_cuda_backend.py)."""
+    tests/harness/runtime/test_cuda_backend.py)."""
     import contextlib
 
     from harness.cli import main

@@ -28,7 +28,7 @@ from harness.runtime.trace import (WAIT_EVENT, AllocRecord, EventRecord, FreeRec
                                    HostAccess, OpKind, OpRecord, QueryRecord,
                                    RecordStreamRecord, SyncRecord, Trace)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HAS_CUDA = torch.cuda.is_available()
 
 

@@ -79,8 +79,8 @@ def test_replay_then_read_on_another_stream_races_unless_waited():
         assert [(r.kind, r.first.actor, r.second.actor) for r in races] == [
             ("RAW", "forward", "schedule")]
         text = races[0].summary()
-        assert "captured at tests/runtime/test_cuda_graphs.py:" in text
-        assert "replayed at tests/runtime/test_cuda_graphs.py:" in text
+        assert "captured at tests/harness/runtime/test_cuda_graphs.py:" in text
+        assert "replayed at tests/harness/runtime/test_cuda_graphs.py:" in text
         assert races[0].to_json()["first"]["replayed_at"]["function"] == \
             "test_replay_then_read_on_another_stream_races_unless_waited"
 

@@ -257,7 +257,7 @@ def test_replay_race_reports_capture_and_replay_sites():
     assert len(races) == 1
     r = races[0]
     text = r.summary()
-    here = "tests/runtime/test_sim_graphs.py"
+    here = "tests/harness/runtime/test_sim_graphs.py"
     assert f"forward mul.Tensor [write] captured at {here}:" in text
     assert f", replayed at {here}:" in text and "is unordered with schedule clone" in text
     js = r.to_json()

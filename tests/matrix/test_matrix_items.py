@@ -20,8 +20,8 @@ from harness.machines import EngineMachine
 from harness.pytest_matrix import example_database, run_soak, soak_machines
 from matrix.mutations import BY_NAME
 
-ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).parent / "plugin_fixtures"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "plugin_fixtures"
 
 
 def _plugin_args() -> list:

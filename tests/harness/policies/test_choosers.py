@@ -185,7 +185,7 @@ def test_the_committed_reports_schedules_read_back_as_written():
     encodes back to the very same text."""
     import json
     from pathlib import Path
-    root = Path(__file__).resolve().parents[2] / "reports"
+    root = Path(__file__).resolve().parents[3] / "reports"
     texts = [t for p in sorted(root.rglob("*.json")) if "specrace_report" in p.read_text()
              for t in (json.loads(p.read_text()).get("schedules") or []) if t is not None]
     assert texts
