@@ -15,9 +15,9 @@ configuration that reaches it, the configurations that do not, and the candidate
   forward -- whose replay rewrites them -- never waits for. The copy stream is stalled
   before the readback. ``reports/upstream/findings/graph-result-readback.md``.
 """
-from .workloads import random_workload
 
 from .base import AS_INSTALLED, Scenario, stall_at
+from .workloads import random_workload
 
 _DSPARK = {"spec_algorithm": "dspark"}
 # Default stalls (``--stall-ms`` overrides), long enough to make the race value-visible on

@@ -23,8 +23,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional
 
-from .workloads import random_workload
 from harness.faults.plan import FaultPlan, StallAt
+
+from .workloads import random_workload
 
 RING_POINT = "d2h.before_ring_copy"
 MAX_ROUNDS = 400

@@ -13,11 +13,11 @@ to waiting ones).
 """
 import dataclasses
 
-from .workloads import slot_reuse_workload
 from harness.faults.plan import StallAt
 
 from .base import AS_INSTALLED, Scenario
 from .grammar import grammar_workload
+from .workloads import slot_reuse_workload
 
 _EAGLE = {"spec_algorithm": "eagle-v2"}
 

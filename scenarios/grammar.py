@@ -7,9 +7,8 @@
 """
 import json
 
-from .workloads import random_workload
-
 from .base import Scenario, stall_at
+from .workloads import random_workload
 
 SCHEMAS = [
     json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}},

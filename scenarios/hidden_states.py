@@ -6,10 +6,10 @@ rewrites them -- never waits for. The same shape as ``dspark-result-readback``, 
 algorithm; the copy stream is stalled before the readback. The hidden states each request
 gets back are judged against the synchronous reference's (``hidden_states`` rows).
 """
-from .workloads import random_workload
 
 from .base import AS_INSTALLED, Scenario, stall_at
 from .dspark import READBACK_STALL_MS
+from .workloads import random_workload
 
 _HIDDEN = {"return_hidden_states": True}
 

@@ -10,10 +10,9 @@
 """
 import dataclasses
 
-from .workloads import random_workload
-
 from .base import Scenario, stall_at
 from .ngram_filter_race import SCENARIO as SEED
+from .workloads import random_workload
 
 # The seed scenario, with every other decode step processed before its launch.
 MIXED_OVERLAP = dataclasses.replace(

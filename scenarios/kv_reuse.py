@@ -15,10 +15,10 @@ which the free of a finished request clears during result processing.
 """
 import dataclasses
 
-from .workloads import slot_reuse_workload
 from harness.faults.plan import StallAt
 
 from .base import Scenario
+from .workloads import slot_reuse_workload
 
 KV_POOL_SLOTS = 96  # the long request and two short ones at a time
 

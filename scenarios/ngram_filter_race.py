@@ -5,9 +5,9 @@ the shared-read-done record. Pre-fix, ``filter_batch`` gathers ``accept_lens`` /
 uninitialised values reach the host at the next draft prep. The coarse fence hides it;
 the FutureMap relay removes it.
 """
-from .workloads import random_workload
 
 from .base import Scenario, stall_at
+from .workloads import random_workload
 
 SCENARIO = Scenario(
     name="ngram-filter-race",

@@ -8,9 +8,9 @@ shared-read-done record, as in the seed scenario. Bugs in the pool's bookkeeping
 edge, releases, which requests a batch still holds) are unreachable while every request
 gets a fresh slot; here they hand one request another's relayed state.
 """
-from .workloads import slot_reuse_workload
 
 from .base import Scenario, stall_at
+from .workloads import slot_reuse_workload
 
 SLOT_REUSE = Scenario(
     name="slot-reuse",
