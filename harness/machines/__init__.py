@@ -9,7 +9,9 @@ point, the next step's host order is flipped (process before launch), everything
   accept lengths do not depend on its batch-mates, so each request is checked against a
   synchronous run of it alone, computed when it arrives);
 * happens-before: no unordered conflicting access in the trace so far;
-* grammar: once drained, every constrained output is a sentence of its grammar.
+* once drained, the outputs (``harness.oracle.outputs``): the solo references' token for
+  token, each unconstrained one the target model's greedy continuation, each constrained
+  one a sentence of its grammar.
 
 Runs on the simulator (deterministic, so Hypothesis can shrink) and, with
 ``SPECRACE_BACKEND=cuda``, the printed shrunk program replays on a GPU.
@@ -33,6 +35,7 @@ from harness.policies import parse_policy
 from harness.faults.plan import FaultPlan
 from harness.runtime import open_runtime, resolve_backend
 
+from harness.oracle.outputs import judge_outputs
 from harness.oracle.stale import Reference, StaleValueOracle
 from harness.oracle.workload import RequestSpec, Workload
 
@@ -178,11 +181,8 @@ class EngineMachine(RuleBasedStateMachine):
             self.sched.run_to_completion()
             self.rt.synchronize()
         outputs = {rid: r.output_ids for rid, r in self.reqs.items()}
-        self.oracle.check_outputs(outputs)
-        from harness.oracle.grammar import check_constrained_outputs
-        if self.gb is not None:
-            check_constrained_outputs(Workload(list(self.specs.values())), outputs,
-                                      self.oracle, self.gb)
+        judge_outputs(Workload(list(self.specs.values())), outputs, self.oracle,
+                      lambda: self.gb)
 
     @invariant()
     def no_stale_value(self) -> None:

@@ -76,6 +76,12 @@ class Recorder:
                 self.confidence[(req.rid, step)] = row
 
 
+def first_difference(expected: List[int], observed: List[int]) -> int:
+    """The index of the first token where two outputs differ (or where the shorter ends)."""
+    return next((i for i, (a, b) in enumerate(zip(expected, observed)) if a != b),
+                min(len(expected), len(observed)))
+
+
 class StaleValueOracle:
     def __init__(self, reference: Reference, stop_early: bool = True) -> None:
         self.ref = reference
@@ -179,8 +185,7 @@ class StaleValueOracle:
         for rid, exp in sorted(self.ref.outputs.items()):
             got = outputs.get(rid)
             if got != exp:
-                k = next((i for i, (a, b) in enumerate(zip(exp, got or [])) if a != b),
-                         min(len(exp), len(got or [])))
+                k = first_difference(exp, got or [])
                 self._diverge(Divergence("output", f"output of request {rid} diverges at "
                                                    f"token {k}: expected {exp}, observed {got}",
                                          rid, None, "final output", "host", exp, got, k),
@@ -188,8 +193,7 @@ class StaleValueOracle:
                 return
 
     def diverge_model(self, rid: int, expected: List[int], observed: List[int]) -> None:
-        k = next((i for i, (a, b) in enumerate(zip(expected, observed)) if a != b),
-                 min(len(expected), len(observed)))
+        k = first_difference(expected, observed)
         self._diverge(Divergence("model", f"output of request {rid} is not the target "
                                           f"model's greedy continuation from token {k}: "
                                           f"expected {expected}, observed {observed}",

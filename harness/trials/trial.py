@@ -15,8 +15,7 @@ from typing import Any, Dict, List, Optional
 
 from harness.detect import Race, detect
 from harness.oracle.divergence import Divergence
-from harness.oracle.grammar import check_constrained_outputs
-from harness.oracle.model import check_model_outputs
+from harness.oracle.outputs import judge_outputs
 from harness.oracle.stale import Reference, StaleValue, StaleValueOracle
 from harness.oracle.workload import Workload
 from harness.policies import SchedulePolicy
@@ -70,10 +69,7 @@ def run_trial(backend: str, policy: Optional[SchedulePolicy], workload: Workload
     with open_runtime(backend, pol, trace=detect_races) as rt, patch:
         try:
             outputs = drive(rt, workload, args, plan, target, stats)
-            oracle.check_outputs(outputs)
-            check_model_outputs(workload, outputs, oracle)
-            if any(r.schema for r in workload.requests):
-                check_constrained_outputs(workload, outputs, oracle, grammar_backend(target))
+            judge_outputs(workload, outputs, oracle, lambda: grammar_backend(target))
         except StaleValue:
             pass
         except Exception as exc:  # a crash of the engine is a finding, not a harness error
