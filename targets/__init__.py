@@ -45,7 +45,7 @@ class Target:
         raise TargetError(f"the {self.name} target has no grammar backend")
 
     @contextlib.contextmanager
-    def variant(self, args, device=None) -> Iterator[None]:
+    def variant(self, args, device) -> Iterator[None]:
         """Run-time patches a run with these server args on ``device`` needs (none by
         default)."""
         yield

@@ -94,7 +94,7 @@ class EngineMachine(RuleBasedStateMachine):
                                war_barrier=self.war_barrier, req_pool_size=pool,
                                kv_pool_size=kv, kv_layout=layout)
         self.gb = grammar_backend(self.target_name) if self.schemas else None
-        self.stack.enter_context(self.tgt.variant(self.args))
+        self.stack.enter_context(self.tgt.variant(self.args, self.rt.device))
         with self._engine():
             self.sched = self.tgt.scheduler(self.args, self.rt.device, grammar_backend=self.gb)
         for name, stream in self.sched.streams.items():

@@ -81,14 +81,14 @@ class SglangTarget(Target):
         return Req(rid, list(prompt), max_new_tokens, grammar)
 
     @contextlib.contextmanager
-    def variant(self, args, device=None) -> Iterator[None]:
+    def variant(self, args, device) -> Iterator[None]:
         from . import dspark, eagle
         from .patches import variant_patches
         from .platform import as_without_gpu
-        if device is not None and args.spec_algorithm == "eagle-v2":
+        if args.spec_algorithm == "eagle-v2":
             eagle.modules()  # imported with the machine's flags, then masked for the run
         with variant_patches(args), dspark.server_context(args), eagle.server_context(args), \
-                (as_without_gpu(device) if device is not None else contextlib.nullcontext()):
+                as_without_gpu(device):
             yield
 
     def patch_problem(self, target: str, edits) -> str:

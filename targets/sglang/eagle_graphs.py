@@ -127,6 +127,13 @@ class _BucketGraphs:
     def bucket(self, bs: int) -> int:
         return next(b for b in self.capture_bs if b >= bs)
 
+    def replay(self, bucket: int):
+        """Replay the bucket's graph, then publish read-done -- after the replay: the
+        runner's reads are inside it -- and hand out the graph's outputs."""
+        self.graphs[bucket].replay()
+        self.runner._record_shared_read_done()
+        return self.outputs[bucket]
+
     def zeros(self, *shape, dtype=torch.int64) -> torch.Tensor:
         return torch.zeros(shape, dtype=dtype, device=self.device)
 
@@ -177,9 +184,7 @@ class ToyDraftGraphs(_BucketGraphs):
         s["out_cache_loc"][:fb.out_cache_loc.shape[0]].copy_(fb.out_cache_loc)
         s["req_pool_indices"][:bs].copy_(fb.req_pool_indices)
         s["seq_lens"][:bs].copy_(fb.seq_lens)
-        self.graphs[b].replay()
-        self.runner._record_shared_read_done()  # after the replay: its reads are inside
-        return tuple(None if t is None else t[:bs] for t in self.outputs[b])
+        return tuple(None if t is None else t[:bs] for t in self.replay(b))
 
 
 class ToyDraftExtendGraphs(_BucketGraphs):
@@ -218,9 +223,7 @@ class ToyDraftExtendGraphs(_BucketGraphs):
         s["req_pool_indices"][:bs].copy_(fb.req_pool_indices)
         s["seq_lens"][:bs].copy_(fb.seq_lens)
         s["select_index"][:bs].copy_(select_index)
-        self.graphs[b].replay()
-        self.runner._record_shared_read_done()  # after the replay: its reads are inside
-        logits, hidden = self.outputs[b]
+        logits, hidden = self.replay(b)
         # the hidden states survive into the next step's draft: out of the graph's buffer
         return upstream.LogitsProcessorOutput(next_token_logits=logits[:bs],
                                               hidden_states=hidden[:bs].clone())

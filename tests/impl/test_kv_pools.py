@@ -79,7 +79,7 @@ def _watch_pools(seed: int, target: str = "impl"):
     tgt = targets.get(target)
     args = server_args(wl, {})
     slot_owners, row_owners = {}, {}
-    with open_runtime("sim", Eager(), trace=False) as rt, tgt.variant(args):
+    with open_runtime("sim", Eager(), trace=False) as rt, tgt.variant(args, rt.device):
         sched = tgt.scheduler(args, rt.device)
         kv = sched.kv_cache
         for s in wl.requests:

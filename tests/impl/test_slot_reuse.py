@@ -23,7 +23,7 @@ def _watch(workload, target="impl"):
     tgt = targets.get(target)
     args = server_args(workload, {})
     seen = {"owners": defaultdict(list), "reused_in_flight": [], "finish_and_join": []}
-    with open_runtime("sim", Eager(), trace=False) as rt, tgt.variant(args):
+    with open_runtime("sim", Eager(), trace=False) as rt, tgt.variant(args, rt.device):
         sched = tgt.scheduler(args, rt.device)
         reqs = [tgt.request(s.rid, s.prompt, s.max_new_tokens) for s in workload.requests]
         for r in reqs:
