@@ -43,6 +43,12 @@ CHANGES: Dict[str, Tuple[str, str]] = {
         "`overlap_utils._is_cuda = True`: the FutureMap's private D2H stream, pinned "
         "mirror and confidence ring exist only on CUDA, and the simulator stands for "
         "that GPU (set once, after the contract checked the attribute exists)"),
+    "sglang-kernel-seams": (
+        "targets/sglang/eagle_kernels.py: install; targets/sglang/kv_lifecycle.py: install",
+        "upstream modules' module-level names of Triton kernel launchers (EAGLE's tree "
+        "build and verify, the KV-column write `assign_req_to_token_pool_func`, ...) bound "
+        "to specrace's declared ops of the same effect: a Triton kernel has no simulator "
+        "path, and on CUDA its reads and writes would be outside the happens-before trace"),
 }
 
 _APPLIED: List[str] = []

@@ -34,6 +34,9 @@ class ReqToTokenPool:
         self.max_context_len = max_context_len
         self.req_to_token = torch.zeros((rows, max_context_len), dtype=torch.int32,
                                         device=device)
+        # bumped each time a row is handed out (host memory, as upstream's): readers of
+        # relayed per-row state (the DSpark confidence ring) tell row reuse by it
+        self.req_generation = torch.zeros((rows,), dtype=torch.int64)
 
 
 class TokenToKVPoolAllocator:
@@ -211,6 +214,12 @@ class KVCacheManager:
         self.D = draft_token_num
         self.capacity = allocator.available_size()
         self.reserved = 0
+        # the request pool's free rows (row 0 is the padding row), handed out in order
+        self._free_rows = list(range(1, req_to_token_pool.req_to_token.shape[0]))
+
+    @property
+    def free_rows(self) -> List[int]:
+        return self._free_rows
 
     @property
     def req_to_token(self) -> torch.Tensor:
@@ -229,10 +238,24 @@ class KVCacheManager:
                              f"pool ({self.capacity}) holds")
         return self.reserved + need <= self.capacity
 
+    def can_admit(self, req) -> bool:
+        """A free row, and room in the pool for ``req``'s whole lifetime."""
+        return bool(self.free_rows) and self.fits(req)
+
     def admit(self, req) -> None:
+        """``req`` gets a row (``req.pool_idx``) and its lifetime's reserve."""
+        req.pool_idx = self.take_row(req)
         self.reserved += self.lifetime(req)
         req.kv_allocated = 0
         req.kv_committed = len(req.prompt)  # the prefill writes the prompt's KV
+
+    def take_row(self, req) -> int:
+        row = self._free_rows.pop(0)
+        self.req_to_token_pool.req_generation[row] += 1
+        return row
+
+    def free_row(self, req) -> None:
+        self._free_rows.append(req.pool_idx)
 
     def alloc_for_launch(self, reqs, req_pool_indices: torch.Tensor) -> None:
         """Before a launch (prefill or decode): each row's columns up to its last
@@ -251,8 +274,10 @@ class KVCacheManager:
             req.kv_committed += accept_len
 
     def release(self, req) -> None:
-        """Its slots back to the allocator. ``kv_allocated`` keeps what the row held: a
+        """Its slots back to the allocator, then its row (``release_kv_cache``).
+        ``kv_allocated`` keeps what the row held: a
         step already formed -- the one a request runs past its finish -- still sizes its
         metadata from it."""
         release_kv(self.allocator, self.req_to_token, req.pool_idx, req.kv_allocated)
+        self.free_row(req)
         self.reserved -= self.lifetime(req)

@@ -49,17 +49,15 @@ class Req(RequestState):
     finished: bool = False
 
 
-def admit_waiting(waiting: Deque[Req], free_slots: List[int], limit: int,
-                  kv: KVCacheManager) -> List[Req]:
-    """The next prefill's requests: waiting ones, each given a free request-pool slot and
-    its KV reserve, in arrival order, at most ``limit`` (the sglang target forms its
-    batches the same way)."""
+def admit_waiting(waiting: Deque[Req], limit: int, kv: KVCacheManager) -> List[Req]:
+    """The next prefill's requests: waiting ones, each given a request-pool row and its
+    KV reserve (``kv.admit``), in arrival order, at most ``limit`` (the sglang target
+    forms its batches the same way)."""
     reqs = []
-    while waiting and free_slots and len(reqs) < limit and kv.fits(waiting[0]):
+    while waiting and len(reqs) < limit and kv.can_admit(waiting[0]):
         req = waiting.popleft()
-        req.pool_idx = free_slots.pop(0)
-        req.launched = 1
         kv.admit(req)
+        req.launched = 1
         reqs.append(req)
     return reqs
 

@@ -134,7 +134,6 @@ class Scheduler:
                                   grammar_backend, args.spec_algorithm, self.graph_runner,
                                   ToyPagedAttention(self.kv_cache.req_to_token_pool, kv_pool))
         self.future_map = FutureMap(args.req_pool_size, self.device)
-        self.free_slots = list(range(1, args.req_pool_size))  # slot 0: padding row
         self.waiting: Deque[Req] = collections.deque()
         self.running_batch: Optional[ScheduleBatch] = None
         self.last_batch: Optional[ScheduleBatch] = None
@@ -222,7 +221,7 @@ class Scheduler:
             self._filter_finished(self.running_batch)
             if not self.running_batch.reqs:
                 self.running_batch = None
-        if self.waiting and len(self.free_slots) > 0 and self.kv_cache.fits(self.waiting[0]):
+        if self.waiting and self.kv_cache.can_admit(self.waiting[0]):
             return self._new_prefill_batch()
         if self.running_batch is not None:
             self.running_batch.sync_processed = False
@@ -243,8 +242,7 @@ class Scheduler:
             batch.filter_batch(keep, self.device)
 
     def _new_prefill_batch(self) -> Optional[ScheduleBatch]:
-        reqs = admit_waiting(self.waiting, self.free_slots, self.args.max_prefill_reqs,
-                             self.kv_cache)
+        reqs = admit_waiting(self.waiting, self.args.max_prefill_reqs, self.kv_cache)
         if not reqs:
             return None  # the KV pool cannot take the next request yet
         indices = torch.tensor([r.pool_idx for r in reqs], dtype=torch.int64,
@@ -346,5 +344,4 @@ class Scheduler:
     def _finish(self, req: Req) -> None:
         req.finished = True
         self.kv_cache.release(req)  # release_kv_cache: slots first, then the row
-        self.free_slots.append(req.pool_idx)
         self.finished.append(req)

@@ -353,7 +353,7 @@ MUTATIONS += [
       "resolves the other's relayed accept state",
       "issue 13 (slot freed early)", "impl.scheduler:Scheduler._filter_finished",
       [("            batch.filter_batch(keep, self.device)\n",
-        "            self.free_slots += [r.pool_idx for r in batch.reqs if r.finished]\n"
+        "            self.kv_cache.free_rows.extend(r.pool_idx for r in batch.reqs if r.finished)\n"
         "            batch.filter_batch(keep, self.device)\n")],
       SLOT_REUSE),
     M("finished-kept-on-merge",

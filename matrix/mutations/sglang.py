@@ -312,7 +312,19 @@ MUTATIONS: List[Mutation] = [
     # the same patches of specrace's pools code (impl.attention, impl.mem_cache), which
     # both targets run: one definition serves both catalogues
     _IMPL["accept-moved-via-req-to-token"],
-    _IMPL["kv-release-whole-row"],
+    M("kv-release-whole-row",
+      "a finished request's release frees its whole req_to_token row, not the columns it "
+      "holds: slot ids a previous owner of the row left in its tail are freed again, and "
+      "two live requests get the same slots (impl's mutation of the same name, here in "
+      "upstream's release_kv_cache)",
+      "mem_cache/common.py release_kv_cache", "sglang.srt.mem_cache.common:release_kv_cache",
+      [("    tree_cache.free_kv_row(req.kv, [(req.kv.cache_protected_len, owned_kv_len)])\n",
+        "    tree_cache.free_kv_row(req.kv, [(0, tree_cache.req_to_token_pool.req_to_token"
+        ".shape[1])])\n"),
+       ("    _release_overallocated_kv_indices(\n"
+        "        req, owned_kv_len, req.kv.kv_allocated_len, tree_cache\n"
+        "    )\n", "")],
+      KV_REUSE),
     # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
     M("pool-edge-off-by-one",
       "FutureMap sizes its pool-indexed buffers without the padding row (one row short of "

@@ -82,13 +82,13 @@ class SglangTarget(Target):
 
     @contextlib.contextmanager
     def variant(self, args, device) -> Iterator[None]:
-        from . import dspark, eagle
+        from . import dspark, eagle, kv_lifecycle
         from .patches import variant_patches
         from .platform import as_without_gpu
         if args.spec_algorithm == "eagle-v2":
             eagle.modules()  # imported with the machine's flags, then masked for the run
         with variant_patches(args), dspark.server_context(args), eagle.server_context(args), \
-                as_without_gpu(device):
+                kv_lifecycle.server_context(args), as_without_gpu(device):
             yield
 
     def patch_problem(self, target: str, edits) -> str:
@@ -136,10 +136,14 @@ class SglangTarget(Target):
 
     def describe(self) -> Dict[str, Any]:
         from .bootstrap import stood_in
+        from . import kv_lifecycle
         from .pools import upstream_pools_fit
         v = self.verdict
         return {"target": self.name, "sglang_version": self.version,
                 "sglang_tier": v.tier if v else None,
                 "sglang_files_digest": v.digest if v else None,
                 "sglang_commit": v.commit if v else None, "stood_in": stood_in(),
-                "kv_pools": "upstream" if upstream_pools_fit() else "specrace"}
+                "kv_pools": "upstream" if upstream_pools_fit() else "specrace",
+                # whose functions allocate and release rows and slots (full layout)
+                "kv_lifecycle": "upstream" if upstream_pools_fit() and kv_lifecycle.fits()
+                else "specrace"}

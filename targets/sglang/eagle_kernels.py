@@ -38,6 +38,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from harness import process
 from impl.kernel_op import declare_kernel
 from impl.verify import _verify_kernel
 
@@ -335,3 +336,4 @@ def install() -> None:
     spec_utils = importlib.import_module("sglang.srt.speculative.spec_utils")
     later = spec_utils._select_top_k_tokens_later
     spec_utils._select_top_k_tokens_later = getattr(later, "_torchdynamo_orig_callable", later)
+    process.note("sglang-kernel-seams")

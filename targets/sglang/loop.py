@@ -105,7 +105,7 @@ class Intake:
             loop.filter_finished(running_batch)
             if not running_batch.reqs:
                 running_batch = None
-        if loop.waiting and loop.free_slots and loop.kv_cache.fits(loop.waiting[0]):
+        if loop.waiting and loop.kv_cache.can_admit(loop.waiting[0]):
             return _plan(running_batch, loop.new_prefill_batch())
         if running_batch is not None:
             for r in running_batch.reqs:
@@ -163,7 +163,6 @@ class UpstreamLoop:
         self.kv_cache = self.pools.manager
         self.future_map = self.sched.future_map
         self.vocab_size = self.sched.model_config.vocab_size
-        self.free_slots = list(range(1, args.req_pool_size))  # slot 0: padding row
         self.waiting: Deque[Any] = collections.deque()
         self.finished: List[Any] = []
         self.iteration = 0
@@ -282,14 +281,10 @@ class UpstreamLoop:
     def new_prefill_batch(self):
         """``prepare_for_extend``, as far as the relay needs it: indices, lengths and the
         prefill input ids staged in pinned host memory (resolved on the forward stream)."""
-        reqs = admit_waiting(self.waiting, self.free_slots, self.args.max_prefill_reqs,
-                             self.kv_cache)
+        reqs = admit_waiting(self.waiting, self.args.max_prefill_reqs, self.kv_cache)
         batch = self._init_batch(reqs, upstream.ForwardMode.EXTEND)
         pool = [r.pool_idx for r in reqs]
         lens = [len(r.prompt) for r in reqs]
-        # a row handed out again is a new generation (upstream's ReqToTokenPool.alloc):
-        # readers of relayed per-row state (the confidence ring) tell reuse by it
-        self.sched.req_to_token_pool.req_generation[pool] += 1
         batch.req_pool_indices = torch.tensor(pool, dtype=torch.int64, device=self.device)
         batch.req_pool_indices_cpu = torch.tensor(pool, dtype=torch.int64)
         batch.seq_lens = torch.tensor(lens, dtype=torch.int64, device=self.device)
@@ -328,6 +323,5 @@ class UpstreamLoop:
         if done:
             req.done = True
             self.kv_cache.release(req)  # release_kv_cache: slots first, then the row
-            self.free_slots.append(req.pool_idx)
             self.finished.append(req)
 

@@ -26,6 +26,8 @@ import torch
 
 from impl import mem_cache
 
+from . import kv_lifecycle
+
 
 def _upstream_pools(args, device) -> Tuple[Any, Any]:
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
@@ -52,6 +54,9 @@ class Pools:
     manager: mem_cache.KVCacheManager
     kv: mem_cache.ToyKVPool
     origin: str  # "upstream", or "specrace" where the release's constructors differ
+    # whose functions allocate, write and release a request's row and slots:
+    # "upstream" (targets.sglang.kv_lifecycle) or "specrace" (impl.mem_cache)
+    lifecycle: str = "specrace"
 
 
 def upstream_pools_fit() -> bool:
@@ -77,8 +82,10 @@ def build_pools(args, device) -> Pools:
         origin = "upstream"
     except (ImportError, AttributeError, TypeError):
         pool = mem_cache.ReqToTokenPool(args.req_pool_size, args.context_len, dev)
-        pool.req_generation = torch.zeros((args.req_pool_size,), dtype=torch.int64)
         allocator = mem_cache.mirror_allocator(args.kv_layout, args.kv_pool_size, dev)
         origin = "specrace"
     manager, kv = mem_cache.finish_pools(pool, allocator, args, dev)
+    if origin == "upstream" and args.kv_layout != "swa" and kv_lifecycle.fits():
+        manager = kv_lifecycle.UpstreamKVCache(pool, allocator, manager.D)
+        return Pools(pool, allocator, manager, kv, origin, lifecycle="upstream")
     return Pools(pool, allocator, manager, kv, origin)

@@ -34,7 +34,7 @@ def test_the_workloads_pool_size_reaches_upstreams_future_map(sglang):
         fm = sched.future_map
         assert fm.req_pool_size == wl.req_pool_size == 4
         assert fm.output_tokens_buf.shape[0] == wl.req_pool_size
-        assert sorted(sched.free_slots) == [1, 2, 3]
+        assert sorted(sched.kv_cache.free_rows) == [1, 2, 3]
 
 
 @pytest.mark.parametrize("probe", ["slot-reuse", "slot-reuse-stall"])

@@ -1,0 +1,162 @@
+"""A request's KV lifecycle through upstream's own functions, where the release has them.
+
+``UpstreamKVCache`` is the scheduler's side of the pools (``impl.mem_cache.KVCacheManager``:
+the admission reserve and the decode over-allocation stay ours -- upstream's
+``PrefillAdder`` needs the whole server) with every touch of the pools made by upstream:
+
+* the row: ``alloc_req_slots`` -> ``ReqToTokenPool.alloc`` binds ``req.kv`` (upstream's
+  ``ReqKvInfo``) to a row, bumps its generation, and hands rows back last-freed-first;
+* the slots of a launch (the prefill's prompt and reserve, each decode's reserve):
+  ``alloc_for_spec_decode`` -- ``alloc_token_slots`` on a disabled ``RadixCache`` (the
+  tree a server with ``--disable-radix-cache`` runs), then its ``assign_req_to_token_pool``
+  write of the new columns on the schedule stream (the WAR barrier's reason to exist);
+* the finish: ``release_kv_cache(req, tree_cache, checkpoint=True)``, as the decode result
+  processor calls it -- the committed range and the over-allocated tail read back from
+  the row (``free_kv_row``), the slots freed, the row given back, ``req.kv`` released.
+
+``owned_kv_len`` is upstream's ``Req`` method, run on our request. The prefill goes
+through ``alloc_for_spec_decode`` too (columns ``0 ->`` prompt + reserve): upstream's
+``alloc_for_extend`` lays out ``prefix_lens`` / ``extend_lens`` from a prefix match and the
+real prompt, which the toy prefill (last prompt token only) does not have.
+
+What the release must have for this: ``fits()`` (read off signatures and classes), and
+the run upstream's pools in the full layout (the SWA layout's allocator is specrace's
+mirror, which has not upstream's segment frees); otherwise ``KVCacheManager`` does the
+same on the pools (``Pools.lifecycle`` says which). Upstream's Triton ``assign_req_to_token_pool`` has no simulator
+path and is not in a CUDA trace: ``install()`` binds specrace's declared op of the same
+effect in its place (``impl.mem_cache``), as ``eagle_kernels`` does for EAGLE's kernels.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import types
+from typing import Iterator, List
+
+import torch
+
+from harness import process
+from impl.mem_cache import KVCacheManager
+from impl.memory import staged
+
+_ALLOC = "sglang.srt.mem_cache.allocation"
+
+
+def fits() -> bool:
+    """Has this release the lifecycle functions with 0.5.23's shapes?"""
+    try:
+        from sglang.srt.managers.schedule_batch import Req, ReqKvInfo  # noqa: F401
+        from sglang.srt.mem_cache.allocation import alloc_for_spec_decode, alloc_req_slots
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: F401
+        from sglang.srt.mem_cache.common import release_kv_cache
+        from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: F401
+        from sglang.srt import runtime_context  # noqa: F401
+        inspect.signature(release_kv_cache).bind(None, None, checkpoint=True)
+        inspect.signature(alloc_req_slots).bind(None, [], None)
+        inspect.signature(alloc_for_spec_decode).bind(
+            None, None, reqs=[], req_pool_indices=None, cur_kv_lens=None,
+            cur_kv_lens_cpu=None, nxt_kv_lens=None, nxt_kv_lens_cpu=None,
+            num_needed_tokens=0)
+        return hasattr(Req, "owned_kv_len")
+    except (ImportError, AttributeError, TypeError):
+        return False
+
+
+def assign_req_to_token_pool_func(req_pool_indices, req_to_token, start_offset, end_offset,
+                                  out_cache_loc, batch_size) -> None:
+    """Upstream's launcher's signature: rows' columns ``[start, end)`` <- the slots."""
+    torch.ops.specrace.assign_req_to_token_pool(req_pool_indices, req_to_token,
+                                                start_offset, end_offset, out_cache_loc)
+
+
+def install() -> None:
+    """Bind the declared write where ``alloc_for_spec_decode`` looks it up (idempotent)."""
+    import importlib
+    import impl.mem_cache  # noqa: F401  (declares torch.ops.specrace.assign_req_to_token_pool)
+    importlib.import_module(_ALLOC).assign_req_to_token_pool_func = \
+        assign_req_to_token_pool_func
+    process.note("sglang-kernel-seams")
+
+
+class UpstreamKVCache(KVCacheManager):
+    """``KVCacheManager`` whose pool operations are upstream's (module docstring)."""
+
+    origin = "upstream"
+
+    def __init__(self, req_to_token_pool, allocator, draft_token_num: int) -> None:
+        super().__init__(req_to_token_pool, allocator, draft_token_num)
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+        from sglang.srt.mem_cache.radix_cache import RadixCache
+        install()
+        self.tree_cache = RadixCache(CacheInitParams(
+            disable=True, req_to_token_pool=req_to_token_pool,
+            token_to_kv_pool_allocator=allocator, page_size=1))
+
+    @property
+    def free_rows(self) -> List[int]:
+        return self.req_to_token_pool.free_slots  # upstream's pool keeps them
+
+    def take_row(self, req) -> int:
+        from sglang.srt.managers.schedule_batch import Req, ReqKvInfo
+        from sglang.srt.mem_cache.allocation import alloc_req_slots
+        req.kv = ReqKvInfo()
+        # what upstream's Req methods read on the way to a release (the disabled tree's
+        # checkpoint returns before it reads any fill ids)
+        req.owned_kv_len = types.MethodType(Req.owned_kv_len, req)
+        req.finished_len, req.lock, req.skip_radix_cache_insert = None, None, False
+        req.origin_input_ids, req.reasoning_tokens = req.prompt, 0
+        req.refresh_fill_ids = lambda: None
+        (row,) = alloc_req_slots(self.req_to_token_pool, [req], self.tree_cache)
+        return row
+
+    def free_row(self, req) -> None:
+        pass  # release_kv_cache gave it back
+
+    def alloc_for_launch(self, reqs, req_pool_indices: torch.Tensor) -> None:
+        from sglang.srt.mem_cache.allocation import alloc_for_spec_decode
+        cur = [r.kv.kv_allocated_len for r in reqs]
+        nxt = [max(c, r.kv_committed + 2 * self.D) for c, r in zip(cur, reqs)]
+        need = sum(n - c for c, n in zip(cur, nxt))
+        if need > self.allocator.available_size():
+            raise RuntimeError("KV pool exhausted despite the admission reserve")
+        # the lengths on the device as upstream's callers have them: staged host copies,
+        # non_blocking (a blocking copy would sync the fenced schedule stream)
+        device = req_pool_indices.device
+        cur_cpu = staged(torch.tensor(cur, dtype=torch.int64), device)
+        nxt_cpu = staged(torch.tensor(nxt, dtype=torch.int64), device)
+        alloc_for_spec_decode(
+            self.tree_cache, self.req_to_token_pool, reqs=list(reqs),
+            req_pool_indices=req_pool_indices,
+            cur_kv_lens=cur_cpu.to(device, non_blocking=True), cur_kv_lens_cpu=cur_cpu,
+            nxt_kv_lens=nxt_cpu.to(device, non_blocking=True), nxt_kv_lens_cpu=nxt_cpu,
+            num_needed_tokens=need)
+        for r in reqs:
+            r.kv_allocated = r.kv.kv_allocated_len
+
+    def on_commit(self, req, step: int, accept_len: int) -> None:
+        super().on_commit(req, step, accept_len)
+        req.kv.kv_committed_len = req.kv_committed
+
+    def release(self, req) -> None:
+        from sglang.srt.mem_cache.common import release_kv_cache
+        req.kv.kv_committed_len = req.kv_committed
+        release_kv_cache(req, self.tree_cache, checkpoint=True)
+        self.reserved -= self.lifetime(req)
+
+
+@contextlib.contextmanager
+def server_context(args) -> Iterator[None]:
+    """What the release functions read of the server's config (the spec algorithm: an
+    over-allocated tail is freed only under speculative decoding), for an NGRAM run:
+    upstream's runtime context projected from ``ServerArgs(speculative_algorithm=
+    "NGRAM")``. The EAGLE and DSpark slices publish their own (``eagle``, ``dspark``)."""
+    if args.spec_algorithm in ("eagle-v2", "dspark") or not fits():
+        yield
+        return
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.server_args import ServerArgs
+    ctx = rc.RuntimeContext(parallel=rc.ParallelContext())
+    ctx.set_server_args(ServerArgs(model_path="specrace-toy", speculative_algorithm="NGRAM",
+                                   speculative_num_draft_tokens=args.draft_token_num))
+    with rc.use_context(ctx):
+        yield

@@ -1,0 +1,98 @@
+"""A request's row and slots through upstream's own functions on the sglang target
+(issue 24): ``alloc_req_slots``, ``alloc_for_spec_decode`` over a disabled ``RadixCache``,
+``release_kv_cache`` -- what they hand out and take back, under upstream's loop."""
+from __future__ import annotations
+
+import pytest
+
+from harness.runtime import open_runtime
+from harness.trials.drive import server_args
+from scenarios.registry import get
+
+
+@pytest.fixture(scope="module")
+def sglang():
+    import targets
+    return targets.get("sglang")
+
+
+def _pools(layout="full"):
+    from impl.scheduler import ServerArgs
+    from targets.sglang.pools import build_pools
+    return build_pools(ServerArgs(req_pool_size=4, kv_pool_size=64, draft_token_num=4,
+                                  kv_layout=layout), "cpu")
+
+
+def test_the_release_functions_run_where_the_release_has_them(sglang):
+    from sglang.srt.mem_cache.radix_cache import RadixCache
+    from targets.sglang import kv_lifecycle
+    pools = _pools()
+    assert kv_lifecycle.fits() and pools.lifecycle == "upstream"
+    assert type(pools.manager) is kv_lifecycle.UpstreamKVCache
+    tree = pools.manager.tree_cache
+    assert type(tree) is RadixCache and tree.disable
+    assert sglang.describe()["kv_lifecycle"] == "upstream"
+    # the SWA layout's allocator is specrace's mirror: the lifecycle stays specrace's
+    assert _pools("swa").lifecycle == "specrace"
+
+
+def test_rows_come_back_last_freed_first_and_slots_all_return(sglang):
+    """Upstream's ReqToTokenPool hands a freed row out again first (impl's mirror hands
+    rows out in order): a finished request's row goes to the very next admission."""
+    from targets.sglang.kv_lifecycle import server_context
+    from targets.sglang.worker import Req
+    from impl.scheduler import ServerArgs
+    pools = _pools()
+    kv = pools.manager
+    capacity = pools.allocator.available_size()
+    a, b, c = (Req(i, [5, 6, 7], 4) for i in range(3))
+    with server_context(ServerArgs(draft_token_num=4)):
+        for r in (a, b):
+            kv.admit(r)
+            kv.alloc_for_launch([r], _rows([r]))
+        assert a.kv.kv_allocated_len == 3 + 2 * 4 == a.kv_allocated
+        row = kv.req_to_token[a.pool_idx, :a.kv_allocated]
+        assert len(set(row.tolist())) == a.kv_allocated and 0 not in row.tolist()
+        kv.on_commit(a, 1, 2)  # a verify's accepted path: KV committed past the prompt
+        kv.release(a)
+        assert not a.kv.holds_kv and a.kv.is_kv_released
+        kv.admit(c)
+        assert c.pool_idx == a.pool_idx != b.pool_idx
+        kv.alloc_for_launch([c], _rows([c]))
+        for r in (b, c):
+            kv.release(r)
+    assert pools.allocator.available_size() == capacity  # committed and reserved tails
+    assert sorted(kv.free_rows) == [1, 2, 3] and kv.reserved == 0
+
+
+def _rows(reqs):
+    import torch
+    return torch.tensor([r.pool_idx for r in reqs], dtype=torch.int64)
+
+
+@pytest.mark.parametrize("policy", ["eager", "lazy"])
+def test_a_run_under_upstreams_loop_gives_every_row_and_slot_back(sglang, policy):
+    from harness.policies import parse_policy
+    sc = get("kv-row-reuse")
+    wl = sc.workload(0)
+    args = server_args(wl, {})
+    with open_runtime("sim", parse_policy(policy), trace=False) as rt, \
+            sglang.variant(args, rt.device):
+        sched = sglang.scheduler(args, rt.device)
+        kv = sched.kv_cache
+        assert kv.origin == "upstream"
+        capacity = kv.allocator.available_size()
+        reqs = [sglang.request(s.rid, s.prompt, s.max_new_tokens) for s in wl.requests]
+        for r in reqs:
+            sched.add_request(r)
+        rows = set()
+        while sched.has_work() and sched.iteration < 400:
+            sched.step()
+            rows.update(r.pool_idx for r in reqs if r.launched)
+        sched.close()
+        assert not sched.has_work()
+        assert all(r.kv.is_kv_released and not r.kv.holds_kv for r in reqs)
+        assert kv.allocator.available_size() == capacity and kv.reserved == 0
+        assert sorted(kv.free_rows) == list(range(1, wl.req_pool_size))
+    # more requests than rows: rows were reused within the run
+    assert len(reqs) > len(rows)
