@@ -267,6 +267,10 @@ class KVCacheManager:
         for r, e in zip(reqs, end):
             r.kv_allocated = e
 
+    def prepare_decode(self, batch) -> None:
+        """A decode launch's reserve (``prepare_for_decode``)."""
+        self.alloc_for_launch(batch.reqs, batch.req_pool_indices)
+
     def on_commit(self, req, step: int, accept_len: int) -> None:
         """A step's result reached the host: a verify's accepted path now has KV (a
         prefill's output token does not, until the next step writes it)."""

@@ -57,19 +57,13 @@ def modules() -> Dict[str, Any]:
 @contextlib.contextmanager
 def server_context(args) -> Iterator[None]:
     """What DSpark's code reads of the server's config, for one run: upstream's runtime
-    context projected from a ``ServerArgs(speculative_algorithm="DSPARK")`` (its
-    ``set_server_args``; the resolution pipeline, which loads the model's HF config, is
-    not run) and made current with upstream's ``use_context``, and
+    context for ``speculative_algorithm="DSPARK"`` (``upstream.server_config``), and
     ``SGLANG_RAGGED_VERIFY_MODE`` set to the run's mode (``envs...override``)."""
     if args.spec_algorithm != "dspark":
         yield
         return
-    from sglang.srt import runtime_context as rc
-    from sglang.srt.server_args import ServerArgs
-    ctx = rc.RuntimeContext(parallel=rc.ParallelContext())
-    ctx.set_server_args(ServerArgs(model_path="specrace-toy", speculative_algorithm="DSPARK"))
     with upstream.envs.SGLANG_RAGGED_VERIFY_MODE.override(args.ragged_verify_mode), \
-            rc.use_context(ctx):
+            upstream.server_config("DSPARK"):
         yield
 
 

@@ -63,22 +63,17 @@ def algorithm(args):
 @contextlib.contextmanager
 def server_context(args) -> Iterator[None]:
     """What EAGLE's code reads of the server's config, for one run: upstream's runtime
-    context projected from ``ServerArgs(speculative_algorithm="EAGLE", ...)`` and made
-    current with ``use_context``; the plan stream switch set to the run's
+    context for ``speculative_algorithm="EAGLE"`` and the run's draft shape
+    (``upstream.server_config``); the plan stream switch set to the run's
     (``envs...override``)."""
     if args.spec_algorithm != "eagle-v2":
         yield
         return
-    from sglang.srt import runtime_context as rc
-    from sglang.srt.server_args import ServerArgs
-    ctx = rc.RuntimeContext(parallel=rc.ParallelContext())
-    ctx.set_server_args(ServerArgs(
-        model_path="specrace-toy", speculative_algorithm=algorithm(args).name,
-        speculative_eagle_topk=args.eagle_topk,
-        speculative_num_steps=args.draft_token_num - 1,
-        speculative_num_draft_tokens=args.draft_token_num))
     with upstream.envs.SGLANG_ENABLE_OVERLAP_PLAN_STREAM.override(args.plan_stream), \
-            rc.use_context(ctx):
+            upstream.server_config(algorithm(args).name,
+                                   speculative_eagle_topk=args.eagle_topk,
+                                   speculative_num_steps=args.draft_token_num - 1,
+                                   speculative_num_draft_tokens=args.draft_token_num):
         # the MoE runtime flags the draft's contexts read, seeded as the scheduler's
         # init seeds them (the toy has no MoE: only the defaults are looked up)
         from sglang.srt.layers.moe.utils import initialize_moe_config

@@ -6,10 +6,11 @@ the admission reserve and the decode over-allocation stay ours -- upstream's
 
 * the row: ``alloc_req_slots`` -> ``ReqToTokenPool.alloc`` binds ``req.kv`` (upstream's
   ``ReqKvInfo``) to a row, bumps its generation, and hands rows back last-freed-first;
-* the slots of a launch (the prefill's prompt and reserve, each decode's reserve):
-  ``alloc_for_spec_decode`` -- ``alloc_token_slots`` on a disabled ``RadixCache`` (the
-  tree a server with ``--disable-radix-cache`` runs), then its ``assign_req_to_token_pool``
-  write of the new columns on the schedule stream (the WAR barrier's reason to exist);
+* each decode launch: ``ScheduleBatch.prepare_for_decode`` -> ``spec_prepare_for_decode``
+  -> ``eagle_prepare_for_decode`` (NGRAM and EAGLE share it) -> ``alloc_for_spec_decode``:
+  ``alloc_token_slots`` on a disabled ``RadixCache`` (the tree a server with
+  ``--disable-radix-cache`` runs), then the ``assign_req_to_token_pool`` write of the new
+  columns on the schedule stream (the WAR barrier's reason to exist);
 * the finish: ``release_kv_cache(req, tree_cache, checkpoint=True)``, as the decode result
   processor calls it -- the committed range and the over-allocated tail read back from
   the row (``free_kv_row``), the slots freed, the row given back, ``req.kv`` released.
@@ -133,6 +134,19 @@ class UpstreamKVCache(KVCacheManager):
         for r in reqs:
             r.kv_allocated = r.kv.kv_allocated_len
 
+    def prepare_decode(self, batch) -> None:
+        """Upstream's ``ScheduleBatch.prepare_for_decode`` on the decode batch: for NGRAM
+        and EAGLE it routes to ``eagle_prepare_for_decode`` (each row's columns up to its
+        committed length plus ``get_alloc_reserve_per_decode()``, through
+        ``alloc_for_spec_decode``). DSpark's route is its draft input's, which the toy
+        worker does not carry: there the same allocation is made directly."""
+        if batch.spec_algorithm.is_dflash_family():
+            return super().prepare_decode(batch)
+        batch.tree_cache = self.tree_cache
+        batch.prepare_for_decode()
+        for r in batch.reqs:
+            r.kv_allocated = r.kv.kv_allocated_len
+
     def on_commit(self, req, step: int, accept_len: int) -> None:
         super().on_commit(req, step, accept_len)
         req.kv.kv_committed_len = req.kv_committed
@@ -146,17 +160,13 @@ class UpstreamKVCache(KVCacheManager):
 
 @contextlib.contextmanager
 def server_context(args) -> Iterator[None]:
-    """What the release functions read of the server's config (the spec algorithm: an
-    over-allocated tail is freed only under speculative decoding), for an NGRAM run:
-    upstream's runtime context projected from ``ServerArgs(speculative_algorithm=
-    "NGRAM")``. The EAGLE and DSpark slices publish their own (``eagle``, ``dspark``)."""
+    """What the lifecycle functions read of the server's config (the decode reserve, the
+    page size; an over-allocated tail is freed only under speculative decoding), for an
+    NGRAM run: upstream's runtime context for ``speculative_algorithm="NGRAM"``
+    (``upstream.server_config``). The EAGLE and DSpark slices make their own current."""
     if args.spec_algorithm in ("eagle-v2", "dspark") or not fits():
         yield
         return
-    from sglang.srt import runtime_context as rc
-    from sglang.srt.server_args import ServerArgs
-    ctx = rc.RuntimeContext(parallel=rc.ParallelContext())
-    ctx.set_server_args(ServerArgs(model_path="specrace-toy", speculative_algorithm="NGRAM",
-                                   speculative_num_draft_tokens=args.draft_token_num))
-    with rc.use_context(ctx):
+    from . import upstream
+    with upstream.server_config("NGRAM", speculative_num_draft_tokens=args.draft_token_num):
         yield

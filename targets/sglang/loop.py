@@ -112,7 +112,7 @@ class Intake:
                 r.launched += 1
             running_batch.extend_num_tokens = 0
             # prepare_for_decode: the step's KV reserve, written into req_to_token here
-            loop.kv_cache.alloc_for_launch(running_batch.reqs, running_batch.req_pool_indices)
+            loop.kv_cache.prepare_decode(running_batch)
             return _plan(running_batch, running_batch)
         if loop.args.dp_attention:
             return _plan(None, loop.idle_batch())

@@ -4,6 +4,7 @@ imports sglang: only the sglang target does.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 from harness import process
@@ -62,3 +63,19 @@ def import_named(names):
     imported on first use (a release without the slice's code fails only when it runs)."""
     import importlib
     return {k: importlib.import_module(v) for k, v in names.items()}
+
+
+@contextlib.contextmanager
+def server_config(speculative_algorithm: str, **server_args):
+    """Upstream's runtime context for one run, projected from ``ServerArgs(...)`` by its
+    ``set_server_args`` (the resolution pipeline, which loads the model's HF config, is
+    not run: what it would resolve is given here -- page size 1, the toy's) and made
+    current with upstream's ``use_context``: what the slices' code reads of the server's
+    config (the spec algorithm and its draft shape, the page size)."""
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.server_args import ServerArgs
+    ctx = rc.RuntimeContext(parallel=rc.ParallelContext())
+    ctx.set_server_args(ServerArgs(model_path="specrace-toy", page_size=1,
+                                   speculative_algorithm=speculative_algorithm, **server_args))
+    with rc.use_context(ctx):
+        yield

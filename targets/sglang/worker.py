@@ -11,6 +11,7 @@ upstream's ``_apply_war_barrier`` waits on. What it calls of upstream:
 """
 from __future__ import annotations
 
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any, List, Optional
@@ -42,6 +43,7 @@ class Req(RequestState):
     return_hidden_states: bool = False  # releases before 0.5.17 read it (later: the mode)
 
     grammar_seen: int = 0  # tokens its grammar has accepted (the EAGLE grammar barrier)
+    decode_batch_idx: int = 0  # counted by upstream's prepare_for_decode
     # read by ForwardBatch.init_new (the EAGLE slice): the prefill is never chunked
     lora_id: Any = None
     token_type_ids: Any = None
@@ -70,6 +72,9 @@ class SamplingInfo:
     is_all_greedy = True
     acc_additive_penalties = acc_scaling_penalties = logit_bias = sampling_seed = None
     has_watermark_candidates = False
+
+    # prepare_for_decode accumulates penalties only where a penalizer is required
+    penalizer_orchestrator = types.SimpleNamespace(is_required=False)
 
     def __init__(self, vocab_size: int) -> None:
         self.vocab_size = vocab_size

@@ -82,6 +82,16 @@ def test_a_run_under_upstreams_loop_gives_every_row_and_slot_back(sglang, policy
         kv = sched.kv_cache
         assert kv.origin == "upstream"
         capacity = kv.allocator.available_size()
+        decodes = []
+        prepare = kv.prepare_decode
+
+        def prepare_decode(batch):  # upstream's reserve is the one the admission sized
+            before = [r.kv.kv_allocated_len for r in batch.reqs]
+            prepare(batch)
+            decodes.append(len(batch.reqs))
+            for r, b in zip(batch.reqs, before):
+                assert r.kv_allocated == max(b, r.kv_committed + 2 * kv.D), r.rid
+        kv.prepare_decode = prepare_decode
         reqs = [sglang.request(s.rid, s.prompt, s.max_new_tokens) for s in wl.requests]
         for r in reqs:
             sched.add_request(r)
@@ -95,4 +105,4 @@ def test_a_run_under_upstreams_loop_gives_every_row_and_slot_back(sglang, policy
         assert kv.allocator.available_size() == capacity and kv.reserved == 0
         assert sorted(kv.free_rows) == list(range(1, wl.req_pool_size))
     # more requests than rows: rows were reused within the run
-    assert len(reqs) > len(rows)
+    assert len(reqs) > len(rows) and len(decodes) > 10
