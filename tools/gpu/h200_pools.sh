@@ -4,9 +4,11 @@
 # (issue 24) on both targets -- the barrier removed (kv-row-reuse, N trials, every trial
 # traced), the fixed code stalled for >= 1,000 iterations, both mutation matrices (the
 # pool mutations among their cells) -- with the whole GPU suite in the background.
-# Usage: tools/gpu/h200_pools.sh OUTDIR N        (at most 8 files come back)
+# STALL_MS: the stall of the barrier-removed trials and the fixed soak (default 1; the
+# host reaches the next row write within a stall only at ~10 ms: README, Measured).
+# Usage: [STALL_MS=10] tools/gpu/h200_pools.sh OUTDIR N   (at most 8 files come back)
 set -u
-R=$1; N=$2; mkdir -p "$R" /tmp/kv
+R=$1; N=$2; S=${STALL_MS:-1}; mkdir -p "$R" /tmp/kv
 . "$(dirname "$0")/h200_lib.sh"; h200_setup "$R/env.txt"
 ( timeout 480 python3 -m pytest -n 12 -q -rs -p no:cacheprovider --specrace-backend cuda \
     > "$R/pytest.log" 2>&1; echo "pytest rc $?" >> "$R/pytest.log" ) &
@@ -18,12 +20,13 @@ timeout 200 python3 -X faulthandler -u -c "from harness.console import console_m
 echo "matrix sglang rc $?"
 for t in impl sglang; do
   timeout 150 python3 -m harness.cli repro kv-row-reuse --target $t --variant no-war-barrier \
-    --backend cuda --trials "$N" --json --report-dir /tmp/kv/r > "/tmp/kv/nobarrier_$t.json"
+    --backend cuda --trials "$N" --stall-ms "$S" --json --report-dir /tmp/kv/r \
+    > "/tmp/kv/nobarrier_$t.json"
   echo "no-war-barrier $t rc $?"
   timeout 100 python3 -m harness.cli repro kv-row-reuse --target $t --backend cuda \
     --trials 50 --json --report-dir /tmp/kv/r > "/tmp/kv/fixed_$t.json"
   echo "fixed $t rc $?"
-  timeout 150 python3 -c "import json; from harness.bench import soak_fixed; print(json.dumps(soak_fixed(1000, 1.0, '$t', 'kv-row-reuse')))" > "/tmp/kv/soak_$t.json"
+  timeout 150 python3 -c "import json; from harness.bench import soak_fixed; print(json.dumps(soak_fixed(1000, float('$S'), '$t', 'kv-row-reuse')))" > "/tmp/kv/soak_$t.json"
   echo "soak $t rc $?"; cat "/tmp/kv/soak_$t.json"
 done
 python3 tools/reports/h200_runs_summary.py /tmp/kv > "$R/kv.json"
