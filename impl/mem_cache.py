@@ -247,7 +247,7 @@ class KVCacheManager:
         req.pool_idx = self.take_row(req)
         self.reserved += self.lifetime(req)
         req.kv_allocated = 0
-        req.kv_committed = len(req.prompt)  # the prefill writes the prompt's KV
+        req.kv_committed = len(req.context())  # the prefill writes the prompt's KV
 
     def take_row(self, req) -> int:
         row = self._free_rows.pop(0)
@@ -276,6 +276,10 @@ class KVCacheManager:
         prefill's output token does not, until the next step writes it)."""
         if step > 0:
             req.kv_committed += accept_len
+
+    def retract(self, req) -> None:
+        """A retraction gives back what a finish does (``release_req``)."""
+        self.release(req)
 
     def release(self, req) -> None:
         """Its slots back to the allocator, then its row (``release_kv_cache``).

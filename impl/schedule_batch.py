@@ -35,12 +35,17 @@ class RequestState:
     committed_step: int = -1  # last step whose result the host has committed
     kv_allocated: int = 0  # req_to_token columns holding slots (impl.mem_cache)
     kv_committed: int = 0  # positions whose KV the host knows is written
+    # retracted (row and slots given back) and not yet prefilled again: a result of a
+    # step launched before the retraction is dropped (``retract``)
+    is_retracted: bool = False
+    retractions: int = 0
 
     def needs_splice(self) -> bool:
         """Is the previous step's result still in flight (relayed, not yet committed)?"""
         return self.committed_step < self.launched - 2
 
     def context(self) -> List[int]:
+        """What a prefill reads: the prompt, and after a retraction the tokens it had."""
         return self.prompt + self.output_ids
 
 
@@ -57,9 +62,31 @@ def admit_waiting(waiting: Deque[Req], limit: int, kv: KVCacheManager) -> List[R
     while waiting and len(reqs) < limit and kv.can_admit(waiting[0]):
         req = waiting.popleft()
         kv.admit(req)
-        req.launched = 1
+        req.launched += 1  # a retracted request's steps go on counting (``retract``)
+        req.is_retracted = False
         reqs.append(req)
     return reqs
+
+
+def due_for_retraction(reqs: List[Any], retract_at) -> List[Any]:
+    """The running requests ``ServerArgs.retract_at`` retracts now: ``(rid, n)`` -- once,
+    when ``rid`` holds ``n`` output tokens or more. Counted in committed tokens, it is the
+    same point in a trial and in its synchronous reference."""
+    at = dict(retract_at)
+    return [r for r in reqs if r.rid in at and r.retractions == 0
+            and len(r.output_ids) >= at[r.rid]]
+
+
+def retract(req, kv: KVCacheManager) -> None:
+    """Memory-pressure retraction (upstream's ``retract_decode`` -> ``release_req``): the
+    request's slots and row go back now, on the schedule stream, and it waits to be
+    prefilled again from its prompt and the tokens it has. A step launched before this
+    (under overlap, the one in flight) is dropped: its number is taken again by the
+    re-prefill, as in the synchronous run, where no step is in flight."""
+    kv.retract(req)
+    req.is_retracted = True
+    req.retractions += 1
+    req.launched = req.committed_step + 1
 
 
 def build_kv_cache(args: "ServerArgs", device) -> Tuple[KVCacheManager, ToyKVPool]:
@@ -85,12 +112,14 @@ def accept_tokens(req, tokens: List[int], advance_grammar: bool = True) -> bool:
 
 
 def stage_prompts(reqs: List[Any], device) -> Tuple[torch.Tensor, torch.Tensor]:
-    """A prefill's prompts, ``(bs, longest)`` zero-padded, and their lengths, on the
-    device (made on the schedule stream, as ``prepare_for_extend`` does)."""
-    width = max(len(r.prompt) for r in reqs)
-    rows = [list(r.prompt) + [0] * (width - len(r.prompt)) for r in reqs]
+    """A prefill's prompts (a retracted request's: with its tokens, ``context()``),
+    ``(bs, longest)`` zero-padded, and their lengths, on the device (made on the schedule
+    stream, as ``prepare_for_extend`` does)."""
+    fills = [r.context() for r in reqs]
+    width = max(len(f) for f in fills)
+    rows = [f + [0] * (width - len(f)) for f in fills]
     ids = staged(torch.tensor(rows, dtype=torch.int64), device).to(device, non_blocking=True)
-    lens = staged(torch.tensor([len(r.prompt) for r in reqs], dtype=torch.int64),
+    lens = staged(torch.tensor([len(f) for f in fills], dtype=torch.int64),
                   device).to(device, non_blocking=True)
     return ids, lens
 

@@ -35,7 +35,7 @@ from .model import ToyTargetModel
 from .ngram import NgramProposer
 from .overlap import FutureMap, RelayPayload
 from .schedule_batch import (Req, ScheduleBatch, accept_tokens, admit_waiting, build_kv_cache,
-                             stage_prompts)
+                             due_for_retraction, retract, stage_prompts)
 from .spec_info import RELAY_MODES, NgramVerifyInput
 from .worker import GenerationBatchResult, NgramWorker
 
@@ -83,6 +83,10 @@ class ServerArgs:
     eagle_topk: int = 1
     plan_stream: bool = False
     eagle3: bool = False  # EAGLE3: the draft reads three target layers' hidden states
+    # Retraction (upstream's retract_decode under memory pressure), at a point the same in
+    # a trial and its reference: ((rid, n), ...) retracts request rid once it holds n
+    # output tokens (impl.schedule_batch.retract)
+    retract_at: Tuple[Tuple[int, int], ...] = ()
 
     def validate(self) -> None:
         if self.relay not in RELAY_MODES:
@@ -221,8 +225,12 @@ class Scheduler:
             self._filter_finished(self.running_batch)
             if not self.running_batch.reqs:
                 self.running_batch = None
+        retracted = self._retract_due()
         if self.waiting and self.kv_cache.can_admit(self.waiting[0]):
-            return self._new_prefill_batch()
+            batch = self._new_prefill_batch()
+            self.waiting.extendleft(reversed(retracted))  # prefilled again next time
+            return batch
+        self.waiting.extendleft(reversed(retracted))
         if self.running_batch is not None:
             self.running_batch.sync_processed = False
             for r in self.running_batch.reqs:
@@ -234,6 +242,21 @@ class Scheduler:
         if self.args.dp_attention:
             return self._idle_batch()
         return None
+
+    def _retract_due(self) -> List[Req]:
+        """Retract the running requests ``retract_at`` names now. They wait at the queue's
+        front, but not for this scheduling point: the result of a step of theirs still in
+        flight is processed (and dropped) first."""
+        batch = self.running_batch
+        due = due_for_retraction(batch.reqs, self.args.retract_at) if batch else []
+        for req in due:
+            retract(req, self.kv_cache)
+        if due:
+            batch.filter_batch([i for i, r in enumerate(batch.reqs) if not r.is_retracted],
+                               self.device)
+            if not batch.reqs:
+                self.running_batch = None
+        return due
 
     def _filter_finished(self, batch: ScheduleBatch) -> None:
         keep = [i for i, r in enumerate(batch.reqs) if not r.finished]
@@ -277,6 +300,7 @@ class Scheduler:
             # in it with its KV already released (as upstream's loop launches it): what
             # its attention reads is no longer its own, and the KV oracle does not judge it
             result.released_at_launch = [r.finished for r in batch.reqs]
+            result.prefill = batch.forward_mode == "extend"
             result.copy_done = self.mod.Event()
             self.copy_stream.wait_stream(fwd)
             with self.mod.stream(self.copy_stream):
@@ -327,9 +351,10 @@ class Scheduler:
         for i, req in enumerate(reqs):
             if not result.released_at_launch[i]:  # (see run_batch)
                 observe("kv_context", req=req, step=steps[i], n=kv_checks[i][0],
-                        checksum=kv_checks[i][1], past_finish=req.finished)
-            if req.finished:
-                continue  # it ran one step past its finish under overlap; drop that step
+                        checksum=kv_checks[i][1], past_finish=req.finished,
+                        prefill=result.prefill)
+            if req.finished or req.is_retracted:
+                continue  # a step past its finish or before its retraction: dropped
             accepted = tokens[i * D: i * D + lens[i]]
             observe("result", req=req, step=steps[i], accept_len=lens[i],
                         tokens=accepted)

@@ -39,6 +39,7 @@ class GenerationBatchResult:
     keep_alive: List[torch.Tensor] = field(default_factory=list)
     kv_check: Optional[torch.Tensor] = None  # (bs, 2): what the attention read (n, checksum)
     released_at_launch: List[bool] = field(default_factory=list)  # per request (scheduler)
+    prefill: bool = False  # the launch's mode (scheduler): the KV oracle's context
 
     def copy_to_cpu(self) -> None:
         """On the copy stream, after it waited on the forward stream. As upstream, the

@@ -11,7 +11,10 @@ gather. It is stalled again after it records shared-read-done: a read of the poo
 after that point (read-done recorded too early, a later re-read of a row) is then late
 too. The KV oracle judges what every forward's attention read. Variant ``swa`` pairs the
 slots with SWA slots through a device mapping (a hybrid sliding-window model's pool),
-which the free of a finished request clears during result processing.
+which the free of a finished request clears during result processing. Variant
+``retract`` retracts three running requests at fixed points (``ServerArgs.retract_at``):
+their rows and slots go back while a step of theirs may be in flight, and they are
+prefilled again from their prompt and tokens.
 """
 import dataclasses
 
@@ -21,6 +24,8 @@ from .base import Scenario
 from .workloads import slot_reuse_workload
 
 KV_POOL_SLOTS = 96  # the long request and two short ones at a time
+# (rid, output tokens held): the long request mid-way, two short ones after one verify
+RETRACT_AT = ((0, 8), (3, 2), (6, 2))
 
 
 def kv_reuse_workload(seed: int):
@@ -44,8 +49,14 @@ KV_ROW_REUSE = Scenario(
               # publish read-done; the barrier must take the target's
               "eagle": {"spec_algorithm": "eagle"},
               "swa-barrier-at-loop-top": {"kv_layout": "swa",
-                                          "mutation": "war-barrier-at-loop-top"}},
+                                          "mutation": "war-barrier-at-loop-top"},
+              # retraction: the long request and two short ones give their rows and
+              # slots back mid-run (a step of theirs in flight) and are prefilled again
+              "retract": {"retract_at": RETRACT_AT},
+              "retract-no-war-barrier": {"retract_at": RETRACT_AT,
+                                         "mutation": "war-barrier-removed"}},
     default_variant="fixed",
     expect={("fixed", None): "clean", ("no-war-barrier", None): "race", ("swa", None): "clean", ("eagle", None): "clean",
-            ("swa-barrier-at-loop-top", None): "race"},
+            ("swa-barrier-at-loop-top", None): "race", ("retract", None): "clean",
+            ("retract-no-war-barrier", None): "race"},
 )

@@ -101,7 +101,7 @@ class StaleValueOracle:
             self._history(ctx["req"]).extend(ctx["tokens"])
         elif name == "kv_context":
             self._check_kv(ctx["req"], ctx["step"], ctx["n"], ctx["checksum"],
-                           ctx.get("past_finish", False))
+                           ctx.get("past_finish", False), ctx.get("prefill", ctx["step"] == 0))
         elif name == "draft_prep":
             D = ctx["stride"]
             lens, toks = ctx["accept_lens"], ctx["accept_tokens"]
@@ -131,11 +131,13 @@ class StaleValueOracle:
             h = self.history[req.rid] = list(req.prompt)
         return h
 
-    def _check_kv(self, req, step: int, n: int, got: int, past_finish: bool) -> None:
-        """A prefill attends to its prompt; a verify to every position before its draft
-        window: the history but its last token (whose KV this step writes)."""
+    def _check_kv(self, req, step: int, n: int, got: int, past_finish: bool,
+                  prefill: bool) -> None:
+        """A prefill attends to its prompt (a retracted request's: the whole history); a
+        verify to every position before its draft window: the history but its last token
+        (whose KV this step writes)."""
         history = self._history(req)
-        context = history if step == 0 else history[:-1]
+        context = history if prefill else history[:-1]
         self.checked += 1
         if n == len(context) and got == checksum(context):
             return

@@ -54,6 +54,7 @@ SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
 KV_REUSE = ("kv-reuse", "kv-reuse-lazy")
 KV_REUSE_SWA = ("kv-reuse-swa", "kv-reuse-swa-lazy")
 KV_REUSE_AFTER_READ_DONE = KV_REUSE
+KV_RETRACT = ("kv-retract", "kv-retract-lazy")
 
 MUTATIONS: List[Mutation] = [
     # --- the NGRAM relay and its streams (seed 002, digest §2.8, M1-M12) --------------
@@ -340,6 +341,14 @@ MUTATIONS += [
       "mem_cache/common.py release_kv_cache", "impl.mem_cache:KVCacheManager.release",
       [("req.pool_idx, req.kv_allocated)", "req.pool_idx, self.req_to_token.shape[1])")],
       KV_REUSE),
+    M("retracted-result-committed",
+      "the result of a step a retracted request had in flight is committed: the tokens "
+      "are committed again by its re-prefill and the steps after it, and the relay's "
+      "step numbering is off by one from then on",
+      "upstream's result processor skips req.is_retracted (overlap only)",
+      "impl.scheduler:Scheduler.pop_and_process",
+      [("            if req.finished or req.is_retracted:\n", "            if req.finished:\n")],
+      KV_RETRACT),
     M("pool-edge-off-by-one",
       "the FutureMap sizes its relay buffers without the padding row (req_pool_size - 1 "
       "rows): the stash for the pool's last slot indexes past them",

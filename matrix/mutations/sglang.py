@@ -27,6 +27,7 @@ GRAMMAR = ("grammar-ngram", "grammar-eagle", "eagle-v2-grammar")
 SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
 KV_REUSE = ("kv-reuse", "kv-reuse-lazy")
 KV_REUSE_SWA = ("kv-reuse-swa", "kv-reuse-swa-lazy")
+KV_RETRACT = ("kv-retract", "kv-retract-lazy")
 # the DSpark slice, in the release's ordering configurations (clean as shipped)
 DSPARK_RING = ("dspark-ring", "dspark-ring-lazy", "dspark-ring-random", "dspark-ring-fixed")
 DSPARK_RELAY = ("dspark-readback", "dspark-ring")
@@ -325,6 +326,14 @@ MUTATIONS: List[Mutation] = [
         "        req, owned_kv_len, req.kv.kv_allocated_len, tree_cache\n"
         "    )\n", "")],
       KV_REUSE),
+    M("retracted-result-committed",
+      "the result of a step a retracted request had in flight is committed: the tokens "
+      "are committed again by its re-prefill and the steps after it (impl's mutation of "
+      "the same name, in the sglang target's result processing)",
+      "upstream's result processor skips req.is_retracted (overlap only)",
+      "targets.sglang.loop:Intake.process_batch_result",
+      [("            if req.done or req.is_retracted:\n", "            if req.done:\n")],
+      KV_RETRACT),
     # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
     M("pool-edge-off-by-one",
       "FutureMap sizes its pool-indexed buffers without the padding row (one row short of "

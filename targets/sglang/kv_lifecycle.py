@@ -107,6 +107,9 @@ class UpstreamKVCache(KVCacheManager):
         req.finished_len, req.lock, req.skip_radix_cache_insert = None, None, False
         req.origin_input_ids, req.reasoning_tokens = req.prompt, 0
         req.refresh_fill_ids = lambda: None
+        req.reset_for_retract = types.MethodType(Req.reset_for_retract, req)
+        req.retraction_count = getattr(req, "retraction_count", 0)
+        req.input_embeds = None  # text prompts: a retraction keeps the tokens it had
         (row,) = alloc_req_slots(self.req_to_token_pool, [req], self.tree_cache)
         return row
 
@@ -150,6 +153,17 @@ class UpstreamKVCache(KVCacheManager):
     def on_commit(self, req, step: int, accept_len: int) -> None:
         super().on_commit(req, step, accept_len)
         req.kv.kv_committed_len = req.kv_committed
+
+    def retract(self, req) -> None:
+        """Upstream's ``release_req`` (what ``retract_decode`` calls per request): the row
+        and slots back through ``release_kv_cache(checkpoint=False)``, then upstream's
+        ``Req.reset_for_retract`` on the request."""
+        from sglang.srt.managers.schedule_batch import release_req
+        req.kv.kv_committed_len = req.kv_committed
+        release_req(req=req, remaing_req_count=0, req_to_token_pool=self.req_to_token_pool,
+                    token_to_kv_pool_allocator=self.allocator, tree_cache=self.tree_cache,
+                    hisparse_coordinator=None)
+        self.reserved -= self.lifetime(req)
 
     def release(self, req) -> None:
         from sglang.srt.mem_cache.common import release_kv_cache

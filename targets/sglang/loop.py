@@ -41,7 +41,8 @@ import torch
 
 from harness.faults import ask, fault_point, observe
 from impl.model import ToyTargetModel
-from impl.schedule_batch import accept_tokens, admit_waiting, stage_prompts
+from impl.schedule_batch import (accept_tokens, admit_waiting, due_for_retraction, retract,
+                                 stage_prompts)
 
 from . import upstream
 from .scheduler_object import build_scheduler
@@ -105,8 +106,12 @@ class Intake:
             loop.filter_finished(running_batch)
             if not running_batch.reqs:
                 running_batch = None
+        running_batch, retracted = loop.retract_due(running_batch)
         if loop.waiting and loop.kv_cache.can_admit(loop.waiting[0]):
-            return _plan(running_batch, loop.new_prefill_batch())
+            batch = loop.new_prefill_batch()
+            loop.waiting.extendleft(reversed(retracted))  # prefilled again next time
+            return _plan(running_batch, batch)
+        loop.waiting.extendleft(reversed(retracted))
         if running_batch is not None:
             for r in running_batch.reqs:
                 r.launched += 1
@@ -130,9 +135,10 @@ class Intake:
         for i, req, step, n, accepted in rows:
             if kv_checks is not None and not result.specrace_released[i]:
                 observe("kv_context", req=req, step=step, n=kv_checks[i][0],
-                        checksum=kv_checks[i][1], past_finish=req.done)
-            if req.done:
-                continue  # it ran one step past its finish under overlap; drop that step
+                        checksum=kv_checks[i][1], past_finish=req.done,
+                        prefill=result.specrace_prefill)
+            if req.done or req.is_retracted:
+                continue  # a step past its finish or before its retraction: dropped
             observe("result", req=req, step=step, accept_len=n, tokens=accepted)
             # the host copy (pinned, after copy_done), for a request that asked for them
             # (an EAGLE result always carries the verify's hidden states, on the device)
@@ -261,6 +267,20 @@ class UpstreamLoop:
         type(s)._relay_forward_payload(s, *args)
 
     # --- batch formation and commit (ours) ---------------------------------------------
+    def retract_due(self, batch):
+        """Retract the running requests ``retract_at`` names now (``impl.schedule_batch
+        .retract``; on 0.5.23 through upstream's ``release_req``) and filter them out with
+        upstream's ``filter_batch``: ``(batch or None, retracted)``. They go back to the
+        queue's front after this scheduling point (the result of a step of theirs still
+        in flight is processed, and dropped, first)."""
+        due = due_for_retraction(batch.reqs, self.args.retract_at) if batch else []
+        for req in due:
+            retract(req, self.kv_cache)
+        if due:
+            batch.filter_batch(keep_indices=[i for i, r in enumerate(batch.reqs)
+                                             if not r.is_retracted])
+        return (batch if batch is not None and batch.reqs else None), due
+
     def filter_finished(self, batch) -> None:
         keep = [i for i, r in enumerate(batch.reqs) if not r.finished()]
         if len(keep) < len(batch.reqs):
@@ -284,14 +304,16 @@ class UpstreamLoop:
         reqs = admit_waiting(self.waiting, self.args.max_prefill_reqs, self.kv_cache)
         batch = self._init_batch(reqs, upstream.ForwardMode.EXTEND)
         pool = [r.pool_idx for r in reqs]
-        lens = [len(r.prompt) for r in reqs]
+        lens = [len(r.context()) for r in reqs]  # a retracted request's tokens too
         batch.req_pool_indices = torch.tensor(pool, dtype=torch.int64, device=self.device)
         batch.req_pool_indices_cpu = torch.tensor(pool, dtype=torch.int64)
         batch.seq_lens = torch.tensor(lens, dtype=torch.int64, device=self.device)
         batch.orig_seq_lens = batch.seq_lens
         batch.seq_lens_cpu = torch.tensor(lens, dtype=torch.int64)
         batch.prefill_input_ids_cpu = torch.tensor(
-            [r.prompt[-1] for r in reqs], dtype=torch.int64, pin_memory=True)
+            [r.context()[-1] for r in reqs], dtype=torch.int64, pin_memory=True)
+        for r, n in zip(reqs, lens):
+            r.extend_end = n
         batch.extend_num_tokens = sum(lens)
         # the toy prefill forwards each request's last prompt token only (its hidden row);
         # its attention writes and reads the whole prompt's KV

@@ -48,13 +48,13 @@ class Req(RequestState):
     lora_id: Any = None
     token_type_ids: Any = None
 
-    @property
-    def full_untruncated_fill_ids(self) -> List[int]:
-        return self.prompt
+    # where its prefill's extend ends (set at each prefill: the loop's new_prefill_batch;
+    # upstream's reset_for_retract clears it)
+    extend_end: Optional[int] = None
 
     @property
-    def extend_end(self) -> int:
-        return len(self.prompt)
+    def full_untruncated_fill_ids(self) -> List[int]:
+        return self.context()
 
     @property
     def return_hidden_states_mode(self):
@@ -106,6 +106,7 @@ def finish_result(result, batch, draft_token_num: int, kv_check=None,
         stride = draft_token_num if decode else 1
         result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
                                   stride)
+        result.specrace_prefill = not decode  # the KV oracle's context
     result.specrace_kv_check = kv_check
     # a request whose finish a synchronous step processed before this launch rides in it
     # with its KV released: the KV oracle does not judge what its attention read

@@ -1,0 +1,128 @@
+"""Retraction (issue 24): running requests give their row and slots back mid-run -- a step
+of theirs possibly in flight -- and are prefilled again from their prompt and tokens
+(``impl.schedule_batch.retract``; variant ``retract`` of kv-row-reuse). The helpers take
+a target: ``tests/upstream/test_sglang_retraction.py`` runs them on upstream's
+``release_req``."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import impl.schedule_batch as schedule_batch
+from harness.oracle.model import greedy_continuation
+from harness.oracle.stale import StaleValueOracle, checksum
+from harness.policies import parse_policy
+from harness.trials.drive import server_args
+from harness.trials.trial import run_trial
+from matrix.mutations.catalogue import get as get_mutation
+from matrix.run import PROBES, run_probe
+from scenarios.kv_reuse import RETRACT_AT
+from scenarios.registry import get
+
+POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "pct(2,3)"]
+
+
+def run_retract(target: str, policy: str, seed: int = 0, variant: str = "retract"):
+    sc = get("kv-row-reuse")
+    wl = sc.workload(seed)
+    overrides = {k: v for k, v in sc.variants[variant].items() if k != "mutation"}
+    return run_trial("sim", parse_policy(policy), wl, server_args(wl, overrides),
+                     sc.stalls(None), target=target, mutation=sc.mutation(variant, target))
+
+
+def watch_retractions(monkeypatch, module, target: str, policy: str = "eager"):
+    """Each retraction the trial (and its reference) made: ``(rid, tokens held, a step in
+    flight?)``, and the trial's result."""
+    seen = []
+    real = schedule_batch.retract
+
+    def spy(req, kv):
+        seen.append((req.rid, len(req.output_ids), req.launched - 1 > req.committed_step))
+        real(req, kv)
+    monkeypatch.setattr(module, "retract", spy)
+    return seen, run_retract(target, policy)
+
+
+def check_retractions(seen, res) -> None:
+    assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
+    at = dict(RETRACT_AT)
+    # the long request is retracted (in the trial; the reference run may be cached), at
+    # the point retract_at names
+    assert any(rid == 0 for rid, _, _ in seen)
+    assert all(n >= at[rid] for rid, n, _ in seen)
+    # under overlap a step of a retracted request was in flight: the hazard was reached
+    assert any(in_flight for _, _, in_flight in seen)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_the_fixed_engine_is_clean_through_retractions(policy):
+    res = run_retract("impl", policy)
+    assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
+    assert res.checked > 50
+
+
+def test_retractions_happen_where_named_with_a_step_in_flight(monkeypatch):
+    import impl.scheduler
+    seen, res = watch_retractions(monkeypatch, impl.scheduler, "impl")
+    check_retractions(seen, res)
+
+
+def test_a_retracted_request_ends_with_the_models_continuation():
+    """Retraction re-prefills from the tokens a request has: its output is the one it
+    would have had (the model oracle and the reference judge it in every trial; here
+    directly, on the requests retract_at names)."""
+    from harness.runtime import open_runtime
+    import targets
+    sc = get("kv-row-reuse")
+    wl = sc.workload(0)
+    args = server_args(wl, dict(sc.variants["retract"]))
+    tgt = targets.get("impl")
+    with open_runtime("sim", trace=False) as rt, tgt.variant(args, rt.device):
+        sched = tgt.scheduler(args, rt.device)
+        reqs = {s.rid: tgt.request(s.rid, s.prompt, s.max_new_tokens) for s in wl.requests}
+        for r in reqs.values():
+            sched.add_request(r)
+        while sched.has_work() and sched.iteration < 400:
+            sched.step()
+        sched.close()
+    specs = {s.rid: s for s in wl.requests}
+    assert reqs[0].retractions == 1
+    for rid, r in reqs.items():
+        assert r.output_ids == greedy_continuation(specs[rid].prompt,
+                                                   specs[rid].max_new_tokens), rid
+
+
+def test_the_kv_oracle_judges_a_re_prefill_against_the_whole_history():
+    class Ref:
+        results, hidden, seq_lens, confidence, outputs = {}, {}, {}, {}, {}
+    oracle = StaleValueOracle(Ref(), stop_early=False)
+    req = schedule_batch.Req(3, [5, 6, 7], 4)
+    oracle("result", {"req": req, "step": 0, "accept_len": 1, "tokens": [8]})
+    # step 1 was retracted before its result; its number goes to the re-prefill, which
+    # attends to the prompt and the token the request had
+    oracle("kv_context", {"req": req, "step": 1, "n": 4, "checksum": checksum([5, 6, 7, 8]),
+                          "prefill": True})
+    assert oracle.first is None
+    oracle("kv_context", {"req": req, "step": 1, "n": 3, "checksum": checksum([5, 6, 7]),
+                          "prefill": True})
+    assert oracle.first is not None and oracle.first.kind == "kv_context"
+
+
+@pytest.mark.parametrize("name", ["retracted-result-committed", "war-barrier-removed"])
+def test_retraction_bugs_are_killed_on_every_seed(name, target="impl"):
+    m = get_mutation(target, name)
+    for probe in ("kv-retract", "kv-retract-lazy"):
+        for seed in PROBES[probe].seeds:
+            killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe],
+                                                                    seeds=(seed,)),
+                                               "sim", m, target=target)
+            assert killed, (name, probe, seed, detail)
+
+
+def test_removing_the_barrier_reads_a_retracted_row_rewritten(target="impl"):
+    """The retracted long request's in-flight step gathers its row after the schedule
+    stream handed the row on: a race, and a stale KV context on the simulator."""
+    res = run_retract(target, "eager", variant="retract-no-war-barrier")
+    assert res.races
+    assert res.divergence is not None and res.divergence.kind == "kv_context"

@@ -1,0 +1,46 @@
+"""Retraction on the sglang target (issue 24): upstream's ``release_req`` --
+``release_kv_cache(checkpoint=False)`` and ``Req.reset_for_retract`` -- under upstream's
+loop, the retracted requests filtered out with upstream's ``filter_batch`` and prefilled
+again. The same checks as impl's (``tests/impl/test_retraction.py``)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.impl import test_retraction as impl_tests
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sglang():
+    import targets
+    return targets.get("sglang")
+
+
+@pytest.mark.parametrize("policy", impl_tests.POLICIES)
+def test_the_release_is_clean_through_retractions(policy):
+    res = impl_tests.run_retract("sglang", policy)
+    assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
+    assert res.checked > 50
+
+
+def test_retractions_go_through_upstreams_release_req(monkeypatch):
+    import targets.sglang.loop
+    from sglang.srt.managers import schedule_batch as upstream_sb
+    released = []
+    real = upstream_sb.release_req
+
+    def spy(**kw):
+        released.append(kw["req"].rid)
+        return real(**kw)
+    monkeypatch.setattr(upstream_sb, "release_req", spy)
+    seen, res = impl_tests.watch_retractions(monkeypatch, targets.sglang.loop, "sglang")
+    impl_tests.check_retractions(seen, res)
+    assert released and released == [rid for rid, _, _ in seen]
+
+
+@pytest.mark.parametrize("name", ["retracted-result-committed", "war-barrier-removed"])
+def test_retraction_bugs_are_killed_on_every_seed(name):
+    impl_tests.test_retraction_bugs_are_killed_on_every_seed(name, target="sglang")
+
+
+def test_removing_the_barrier_reads_a_retracted_row_rewritten():
+    impl_tests.test_removing_the_barrier_reads_a_retracted_row_rewritten(target="sglang")
