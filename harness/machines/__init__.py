@@ -125,10 +125,14 @@ class EngineMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.sched is not None and len(self.specs) < MAX_REQUESTS)
     @rule(motif=st.lists(st.integers(1, 93), min_size=1, max_size=4),
-          length=st.integers(1, 10), budget=st.integers(1, 12), grammar=st.integers(0, 3))
-    def arrive(self, motif, length, budget, grammar) -> None:
+          length=st.integers(1, 10), budget=st.integers(1, 12), grammar=st.integers(0, 3),
+          retract=st.integers(0, 8))
+    def arrive(self, motif, length, budget, grammar, retract=0) -> None:
+        """A request; ``retract`` > 0 retracts it once it holds that many tokens
+        (``ServerArgs.retract_at``: its solo reference retracts at the same point)."""
         schema = self.schemas[grammar % len(self.schemas)] if self.schemas and grammar else None
-        self._add((motif * length)[:max(length, 1)], budget, schema)
+        self._add((motif * length)[:max(length, 1)], budget, schema,
+                  retract if 0 < retract < budget else 0)
 
     @precondition(lambda self: self.sched is not None and len(self.specs) < MAX_REQUESTS)
     @rule(motif=st.lists(st.integers(1, 93), min_size=1, max_size=4),
@@ -142,8 +146,10 @@ class EngineMachine(RuleBasedStateMachine):
         for i in range(min(count, MAX_REQUESTS - len(self.specs))):
             self._add([(t + 7 * i - 1) % 93 + 1 for t in motif * 3], 1 + i % 2, None)
 
-    def _add(self, prompt, budget: int, schema) -> None:
+    def _add(self, prompt, budget: int, schema, retract: int = 0) -> None:
         rid = len(self.specs)
+        if retract:  # the engine holds these args: the entry reaches it, as the reference
+            self.args.retract_at = self.args.retract_at + ((rid, retract),)
         spec = RequestSpec(rid, 0, prompt, budget, schema)
         solo = reference(Workload([spec], self.args.draft_token_num), self.args, self.backend,
                          self.target_name)

@@ -54,11 +54,12 @@ def test_fixed_engine_survives_small_pool_programs():
 
 
 @pytest.mark.parametrize("name", ["pool-edge-off-by-one", "slot-released-twice",
-                                  "finished-kept-on-merge"])
+                                  "finished-kept-on-merge", "retracted-result-committed"])
 def test_small_pool_programs_find_slot_reuse_bugs(name):
     """Each seeded slot-reuse bug is harmless until a slot is reused: the machine's small
     pools (the ``wave`` rule's short requests) reach it -- a crash counts, as an
-    ``AssertionError`` naming it."""
+    ``AssertionError`` naming it. The retraction bug needs a request the ``arrive`` rule
+    retracts with a step of it in flight."""
     machine = type(f"Mutated_{name.replace('-', '_')}", (EngineMachine,),
                    {"mutation": BY_NAME[name]})
     with pytest.raises(AssertionError) as info:
