@@ -101,15 +101,11 @@ class UpstreamKVCache(KVCacheManager):
         from sglang.srt.managers.schedule_batch import Req, ReqKvInfo
         from sglang.srt.mem_cache.allocation import alloc_req_slots
         req.kv = ReqKvInfo()
-        # what upstream's Req methods read on the way to a release (the disabled tree's
-        # checkpoint returns before it reads any fill ids)
+        # upstream's Req methods the release path calls, bound to our request here, not
+        # on its class: a mutation patches the method on upstream's class, and a binding
+        # made at class creation would keep the original (the data they read: worker.Req)
         req.owned_kv_len = types.MethodType(Req.owned_kv_len, req)
-        req.finished_len, req.lock, req.skip_radix_cache_insert = None, None, False
-        req.origin_input_ids, req.reasoning_tokens = req.prompt, 0
-        req.refresh_fill_ids = lambda: None
         req.reset_for_retract = types.MethodType(Req.reset_for_retract, req)
-        req.retraction_count = getattr(req, "retraction_count", 0)
-        req.input_embeds = None  # text prompts: a retraction keeps the tokens it had
         (row,) = alloc_req_slots(self.req_to_token_pool, [req], self.tree_cache)
         return row
 

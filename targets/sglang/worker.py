@@ -51,10 +51,28 @@ class Req(RequestState):
     # where its prefill's extend ends (set at each prefill: the loop's new_prefill_batch;
     # upstream's reset_for_retract clears it)
     extend_end: Optional[int] = None
+    # read by upstream's release_kv_cache / release_req / owned_kv_len / reset_for_retract
+    # (targets.sglang.kv_lifecycle): no stop string cut the output, no tree lock, no
+    # reasoning tokens, text prompts (a retraction keeps the tokens it had)
+    kv: Any = None  # upstream's ReqKvInfo, bound at admission
+    finished_len: Optional[int] = None
+    lock: Any = None
+    skip_radix_cache_insert: bool = False
+    reasoning_tokens: int = 0
+    input_embeds: Any = None
+    retraction_count: int = 0
+
+    @property
+    def origin_input_ids(self) -> List[int]:
+        return self.prompt
 
     @property
     def full_untruncated_fill_ids(self) -> List[int]:
         return self.context()
+
+    def refresh_fill_ids(self) -> None:
+        """Upstream's keeps the fill ids in step with the output; ours are computed
+        (``context()``), and the disabled tree's checkpoint reads none."""
 
     @property
     def return_hidden_states_mode(self):
