@@ -236,8 +236,7 @@ class Scheduler:
             for r in self.running_batch.reqs:
                 r.launched += 1
             # prepare_for_decode: the step's KV reserve, written into req_to_token here
-            self.kv_cache.alloc_for_launch(self.running_batch.reqs,
-                                           self.running_batch.req_pool_indices)
+            self.kv_cache.prepare_decode(self.running_batch)
             return self.running_batch
         if self.args.dp_attention:
             return self._idle_batch()
