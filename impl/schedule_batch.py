@@ -72,6 +72,8 @@ def due_for_retraction(reqs: List[Any], retract_at) -> List[Any]:
     """The running requests ``ServerArgs.retract_at`` retracts now: ``(rid, n)`` -- once,
     when ``rid`` holds ``n`` output tokens or more. Counted in committed tokens, it is the
     same point in a trial and in its synchronous reference."""
+    if not retract_at:
+        return []
     at = dict(retract_at)
     return [r for r in reqs if r.rid in at and r.retractions == 0
             and len(r.output_ids) >= at[r.rid]]
