@@ -44,13 +44,17 @@ EAGLE_V2 = Scenario(
               # EAGLE3's shape: the target's aux hidden states (three layers) feed the
               # draft, through the same v2 worker
               "eagle3": {**_EAGLE, "eagle3": True},
+              # retraction (upstream's release_req): the long request and two short ones
+              # give their rows back with a step in flight and are prefilled again
+              "retract": {**_EAGLE, "retract_at": ((0, 9), (3, 2), (6, 2))},
               # the WAR barrier removed: the next iteration's row writes may overtake the
               # draft extend's (and a finished request's verify's) reads of the rows
               "no-war-barrier": {**_EAGLE, "mutation": "war-barrier-removed"}},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean",
             ("topk2", None): "clean", ("topk2-plan-stream", None): "clean",
-            ("eagle3", None): "clean", ("no-war-barrier", None): "race"},
+            ("eagle3", None): "clean", ("retract", None): "clean",
+            ("no-war-barrier", None): "race"},
     sim_trials=6,
 )
 

@@ -44,3 +44,41 @@ def test_retraction_bugs_are_killed_on_every_seed(name):
 
 def test_removing_the_barrier_reads_a_retracted_row_rewritten():
     impl_tests.test_removing_the_barrier_reads_a_retracted_row_rewritten(target="sglang")
+
+
+@pytest.mark.parametrize("policy", ["eager", "lazy", "random(1)"])
+def test_upstreams_eagle_worker_is_clean_through_retractions(monkeypatch, policy):
+    """EAGLE v2: the retracted requests leave through upstream's filter_batch with their
+    EagleDraftInput, a step of theirs in flight; prefilled again, they draft on."""
+    import targets.sglang.loop
+    from harness.policies import parse_policy
+    from harness.trials.drive import server_args
+    from harness.trials.trial import run_trial
+    from scenarios.registry import get
+    seen = []
+    real = targets.sglang.loop.retract
+
+    def spy(req, kv):
+        seen.append(req.launched - 1 > req.committed_step)
+        real(req, kv)
+    monkeypatch.setattr(targets.sglang.loop, "retract", spy)
+    sc = get("eagle-v2")
+    for seed in (0, 1):
+        wl = sc.workload(seed)
+        res = run_trial("sim", parse_policy(policy), wl,
+                        server_args(wl, dict(sc.variants["retract"])), sc.stalls(None),
+                        target="sglang")
+        assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
+    assert any(seen)  # a step in flight at a retraction
+
+
+def test_the_retraction_bug_is_killed_on_the_eagle_probe():
+    import dataclasses
+    from matrix.mutations.catalogue import get as get_mutation
+    from matrix.run import PROBES, run_probe
+    m = get_mutation("sglang", "retracted-result-committed")
+    for seed in PROBES["eagle-v2-retract"].seeds:
+        killed, _, detail = run_probe(dataclasses.replace(PROBES["eagle-v2-retract"],
+                                                          seeds=(seed,)), "sim", m,
+                                      target="sglang")
+        assert killed, (seed, detail)
