@@ -20,7 +20,7 @@ private metadata before it records shared-read-done).
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 import torch
 
@@ -257,11 +257,14 @@ class KVCacheManager:
     def free_row(self, req) -> None:
         self._free_rows.append(req.pool_idx)
 
-    def alloc_for_launch(self, reqs, req_pool_indices: torch.Tensor) -> None:
-        """Before a launch (prefill or decode): each row's columns up to its last
-        committed KV length + ``2*D``."""
+    def launch_columns(self, reqs) -> Tuple[List[int], List[int]]:
+        """Before a launch (prefill or decode): each row's columns ``start -> end``, from
+        what it holds up to its last committed KV length + ``2*D``."""
         start = [r.kv_allocated for r in reqs]
-        end = [max(r.kv_allocated, r.kv_committed + 2 * self.D) for r in reqs]
+        return start, [max(s, r.kv_committed + 2 * self.D) for s, r in zip(start, reqs)]
+
+    def alloc_for_launch(self, reqs, req_pool_indices: torch.Tensor) -> None:
+        start, end = self.launch_columns(reqs)
         if not alloc_kv(self.allocator, self.req_to_token, req_pool_indices, start, end):
             raise RuntimeError("KV pool exhausted despite the admission reserve")
         for r, e in zip(reqs, end):

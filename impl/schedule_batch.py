@@ -79,6 +79,14 @@ def due_for_retraction(reqs: List[Any], retract_at) -> List[Any]:
             and len(r.output_ids) >= at[r.rid]]
 
 
+def retract_due(reqs: List[Any], retract_at, kv: KVCacheManager) -> List[Any]:
+    """Retract the requests ``retract_at`` names now (``due_for_retraction``): those."""
+    due = due_for_retraction(reqs, retract_at)
+    for req in due:
+        retract(req, kv)
+    return due
+
+
 def retract(req, kv: KVCacheManager) -> None:
     """Memory-pressure retraction (upstream's ``retract_decode`` -> ``release_req``): the
     request's slots and row go back now, on the schedule stream, and it waits to be

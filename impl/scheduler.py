@@ -35,7 +35,7 @@ from .model import ToyTargetModel
 from .ngram import NgramProposer
 from .overlap import FutureMap, RelayPayload
 from .schedule_batch import (Req, ScheduleBatch, accept_tokens, admit_waiting, build_kv_cache,
-                             due_for_retraction, retract, stage_prompts)
+                             retract_due, stage_prompts)
 from .spec_info import RELAY_MODES, NgramVerifyInput
 from .worker import GenerationBatchResult, NgramWorker
 
@@ -226,11 +226,11 @@ class Scheduler:
             if not self.running_batch.reqs:
                 self.running_batch = None
         retracted = self._retract_due()
-        if self.waiting and self.kv_cache.can_admit(self.waiting[0]):
-            batch = self._new_prefill_batch()
-            self.waiting.extendleft(reversed(retracted))  # prefilled again next time
+        prefill = bool(self.waiting) and self.kv_cache.can_admit(self.waiting[0])
+        batch = self._new_prefill_batch() if prefill else None
+        self.waiting.extendleft(reversed(retracted))  # prefilled again next time, not now
+        if prefill:
             return batch
-        self.waiting.extendleft(reversed(retracted))
         if self.running_batch is not None:
             self.running_batch.sync_processed = False
             for r in self.running_batch.reqs:
@@ -247,9 +247,7 @@ class Scheduler:
         front, but not for this scheduling point: the result of a step of theirs still in
         flight is processed (and dropped) first."""
         batch = self.running_batch
-        due = due_for_retraction(batch.reqs, self.args.retract_at) if batch else []
-        for req in due:
-            retract(req, self.kv_cache)
+        due = retract_due(batch.reqs, self.args.retract_at, self.kv_cache) if batch else []
         if due:
             batch.filter_batch([i for i, r in enumerate(batch.reqs) if not r.is_retracted],
                                self.device)

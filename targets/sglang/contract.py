@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple, Union
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from . import static
+from . import bootstrap, static
 
 SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
 
@@ -50,11 +50,7 @@ VERIFIED: Dict[str, str] = {
 # batch, loop and grammar staging; the memory pools and the KV lifecycle
 # (targets.sglang.pools, kv_lifecycle); the EAGLE v2 and DSpark slices. A module a
 # release does not have counts as missing.
-DRIVEN_MODULES = (
-    "sglang.srt.managers.overlap_utils", "sglang.srt.speculative.ngram_info",
-    "sglang.srt.managers.schedule_batch", "sglang.srt.managers.utils",
-    "sglang.srt.managers.scheduler", "sglang.srt.speculative.spec_utils",
-    "sglang.srt.constrained.xgrammar_backend",
+DRIVEN_MODULES = bootstrap.MODULES + (  # the ones loaded at start, then:
     "sglang.srt.mem_cache.memory_pool", "sglang.srt.mem_cache.allocator.token",
     "sglang.srt.mem_cache.allocation", "sglang.srt.mem_cache.allocation_sizing",
     "sglang.srt.mem_cache.common", "sglang.srt.mem_cache.radix_cache",

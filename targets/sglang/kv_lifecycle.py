@@ -82,8 +82,6 @@ def install() -> None:
 class UpstreamKVCache(KVCacheManager):
     """``KVCacheManager`` whose pool operations are upstream's (module docstring)."""
 
-    origin = "upstream"
-
     def __init__(self, req_to_token_pool, allocator, draft_token_num: int) -> None:
         super().__init__(req_to_token_pool, allocator, draft_token_num)
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
@@ -112,10 +110,13 @@ class UpstreamKVCache(KVCacheManager):
     def free_row(self, req) -> None:
         pass  # release_kv_cache gave it back
 
+    def admit(self, req) -> None:
+        super().admit(req)
+        req.kv.kv_committed_len = req.kv_committed  # the prefill writes the prompt's KV
+
     def alloc_for_launch(self, reqs, req_pool_indices: torch.Tensor) -> None:
         from sglang.srt.mem_cache.allocation import alloc_for_spec_decode
-        cur = [r.kv.kv_allocated_len for r in reqs]
-        nxt = [max(c, r.kv_committed + 2 * self.D) for c, r in zip(cur, reqs)]
+        cur, nxt = self.launch_columns(reqs)
         need = sum(n - c for c, n in zip(cur, nxt))
         if need > self.allocator.available_size():
             raise RuntimeError("KV pool exhausted despite the admission reserve")
@@ -148,14 +149,13 @@ class UpstreamKVCache(KVCacheManager):
 
     def on_commit(self, req, step: int, accept_len: int) -> None:
         super().on_commit(req, step, accept_len)
-        req.kv.kv_committed_len = req.kv_committed
+        req.kv.kv_committed_len = req.kv_committed  # upstream's record follows ours
 
     def retract(self, req) -> None:
         """Upstream's ``release_req`` (what ``retract_decode`` calls per request): the row
         and slots back through ``release_kv_cache(checkpoint=False)``, then upstream's
         ``Req.reset_for_retract`` on the request."""
         from sglang.srt.managers.schedule_batch import release_req
-        req.kv.kv_committed_len = req.kv_committed
         release_req(req=req, remaing_req_count=0, req_to_token_pool=self.req_to_token_pool,
                     token_to_kv_pool_allocator=self.allocator, tree_cache=self.tree_cache,
                     hisparse_coordinator=None)
@@ -163,7 +163,6 @@ class UpstreamKVCache(KVCacheManager):
 
     def release(self, req) -> None:
         from sglang.srt.mem_cache.common import release_kv_cache
-        req.kv.kv_committed_len = req.kv_committed
         release_kv_cache(req, self.tree_cache, checkpoint=True)
         self.reserved -= self.lifetime(req)
 

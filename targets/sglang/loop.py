@@ -41,8 +41,7 @@ import torch
 
 from harness.faults import ask, fault_point, observe
 from impl.model import ToyTargetModel
-from impl.schedule_batch import (accept_tokens, admit_waiting, due_for_retraction, retract,
-                                 stage_prompts)
+from impl.schedule_batch import accept_tokens, admit_waiting, retract_due, stage_prompts
 
 from . import upstream
 from .scheduler_object import build_scheduler
@@ -107,11 +106,11 @@ class Intake:
             if not running_batch.reqs:
                 running_batch = None
         running_batch, retracted = loop.retract_due(running_batch)
-        if loop.waiting and loop.kv_cache.can_admit(loop.waiting[0]):
-            batch = loop.new_prefill_batch()
-            loop.waiting.extendleft(reversed(retracted))  # prefilled again next time
+        prefill = bool(loop.waiting) and loop.kv_cache.can_admit(loop.waiting[0])
+        batch = loop.new_prefill_batch() if prefill else None
+        loop.waiting.extendleft(reversed(retracted))  # prefilled again next time, not now
+        if prefill:
             return _plan(running_batch, batch)
-        loop.waiting.extendleft(reversed(retracted))
         if running_batch is not None:
             for r in running_batch.reqs:
                 r.launched += 1
@@ -273,9 +272,7 @@ class UpstreamLoop:
         upstream's ``filter_batch``: ``(batch or None, retracted)``. They go back to the
         queue's front after this scheduling point (the result of a step of theirs still
         in flight is processed, and dropped, first)."""
-        due = due_for_retraction(batch.reqs, self.args.retract_at) if batch else []
-        for req in due:
-            retract(req, self.kv_cache)
+        due = retract_due(batch.reqs, self.args.retract_at, self.kv_cache) if batch else []
         if due:
             batch.filter_batch(keep_indices=[i for i, r in enumerate(batch.reqs)
                                              if not r.is_retracted])

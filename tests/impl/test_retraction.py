@@ -31,16 +31,17 @@ def run_retract(target: str, policy: str, seed: int = 0, variant: str = "retract
                      sc.stalls(None), target=target, mutation=sc.mutation(variant, target))
 
 
-def watch_retractions(monkeypatch, module, target: str, policy: str = "eager"):
+def watch_retractions(monkeypatch, target: str, policy: str = "eager"):
     """Each retraction the trial (and its reference) made: ``(rid, tokens held, a step in
-    flight?)``, and the trial's result."""
+    flight?)``, and the trial's result (both loops retract through
+    ``impl.schedule_batch.retract``)."""
     seen = []
     real = schedule_batch.retract
 
     def spy(req, kv):
         seen.append((req.rid, len(req.output_ids), req.launched - 1 > req.committed_step))
         real(req, kv)
-    monkeypatch.setattr(module, "retract", spy)
+    monkeypatch.setattr(schedule_batch, "retract", spy)
     return seen, run_retract(target, policy)
 
 
@@ -63,8 +64,7 @@ def test_the_fixed_engine_is_clean_through_retractions(policy):
 
 
 def test_retractions_happen_where_named_with_a_step_in_flight(monkeypatch):
-    import impl.scheduler
-    seen, res = watch_retractions(monkeypatch, impl.scheduler, "impl")
+    seen, res = watch_retractions(monkeypatch, "impl")
     check_retractions(seen, res)
 
 

@@ -73,6 +73,7 @@ def _rows(reqs):
 @pytest.mark.parametrize("policy", ["eager", "lazy"])
 def test_a_run_under_upstreams_loop_gives_every_row_and_slot_back(sglang, policy):
     from harness.policies import parse_policy
+    from targets.sglang import kv_lifecycle
     sc = get("kv-row-reuse")
     wl = sc.workload(0)
     args = server_args(wl, {})
@@ -80,7 +81,7 @@ def test_a_run_under_upstreams_loop_gives_every_row_and_slot_back(sglang, policy
             sglang.variant(args, rt.device):
         sched = sglang.scheduler(args, rt.device)
         kv = sched.kv_cache
-        assert kv.origin == "upstream"
+        assert isinstance(kv, kv_lifecycle.UpstreamKVCache)
         capacity = kv.allocator.available_size()
         decodes = []
         prepare = kv.prepare_decode

@@ -23,7 +23,6 @@ def test_the_release_is_clean_through_retractions(policy):
 
 
 def test_retractions_go_through_upstreams_release_req(monkeypatch):
-    import targets.sglang.loop
     from sglang.srt.managers import schedule_batch as upstream_sb
     released = []
     real = upstream_sb.release_req
@@ -32,7 +31,7 @@ def test_retractions_go_through_upstreams_release_req(monkeypatch):
         released.append(kw["req"].rid)
         return real(**kw)
     monkeypatch.setattr(upstream_sb, "release_req", spy)
-    seen, res = impl_tests.watch_retractions(monkeypatch, targets.sglang.loop, "sglang")
+    seen, res = impl_tests.watch_retractions(monkeypatch, "sglang")
     impl_tests.check_retractions(seen, res)
     assert released and released == [rid for rid, _, _ in seen]
 
@@ -50,18 +49,18 @@ def test_removing_the_barrier_reads_a_retracted_row_rewritten():
 def test_upstreams_eagle_worker_is_clean_through_retractions(monkeypatch, policy):
     """EAGLE v2: the retracted requests leave through upstream's filter_batch with their
     EagleDraftInput, a step of theirs in flight; prefilled again, they draft on."""
-    import targets.sglang.loop
+    import impl.schedule_batch
     from harness.policies import parse_policy
     from harness.trials.drive import server_args
     from harness.trials.trial import run_trial
     from scenarios.registry import get
     seen = []
-    real = targets.sglang.loop.retract
+    real = impl.schedule_batch.retract
 
     def spy(req, kv):
         seen.append(req.launched - 1 > req.committed_step)
         real(req, kv)
-    monkeypatch.setattr(targets.sglang.loop, "retract", spy)
+    monkeypatch.setattr(impl.schedule_batch, "retract", spy)
     sc = get("eagle-v2")
     for seed in (0, 1):
         wl = sc.workload(seed)
