@@ -232,3 +232,24 @@ def _alive(pid: int) -> bool:
     except OSError:  # exists, but not ours to signal
         return True
     return True
+
+
+def run_ids(folder: str) -> Dict[str, str]:
+    """``{file: run id}`` of a written set in ``folder``: what each of its files says it
+    belongs to (``report.json``, ``report.md``, and the trace and timeline where the set
+    has them) -- one id throughout, for a set written whole."""
+    import json
+    ids = {}
+    with open(os.path.join(folder, "report.json"), encoding="utf-8") as f:
+        ids["json"] = json.load(f)["run_id"]
+    with open(os.path.join(folder, "report.md"), encoding="utf-8") as f:
+        ids["md"] = f.read().split("run id `", 1)[1].split("`", 1)[0]
+    trace = os.path.join(folder, "trace.json")
+    if os.path.exists(trace):
+        with open(trace, encoding="utf-8") as f:
+            ids["trace"] = json.load(f)["otherData"]["run_id"]
+    png = os.path.join(folder, "timeline.png")
+    if os.path.exists(png):
+        from PIL import Image
+        ids["png"] = Image.open(png).text["Description"].split()[-1]
+    return ids

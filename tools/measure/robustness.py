@@ -29,27 +29,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+from harness.report.reportset import run_ids  # noqa: E402  (the tree on the path first)
+
 SPECRACE = os.path.join(os.path.dirname(sys.executable), "specrace")
 REPRO = ["repro", "ngram-filter-race", "--backend", "sim", "--trials", "3"]
 STAGING = ".specrace-tmp-"
-
-
-def set_ids(folder: str) -> dict:
-    """{file: run id} for the set folder ``folder``."""
-    ids = {}
-    with open(os.path.join(folder, "report.json"), encoding="utf-8") as f:
-        ids["json"] = json.load(f)["run_id"]
-    with open(os.path.join(folder, "report.md"), encoding="utf-8") as f:
-        ids["md"] = f.read().split("run id `", 1)[1].split("`", 1)[0]
-    tr = os.path.join(folder, "trace.json")
-    if os.path.exists(tr):
-        with open(tr, encoding="utf-8") as f:
-            ids["trace"] = json.load(f)["otherData"]["run_id"]
-    png = os.path.join(folder, "timeline.png")
-    if os.path.exists(png):
-        from PIL import Image
-        ids["png"] = Image.open(png).text["Description"].split()[-1]
-    return ids
 
 
 def check_dir(report_dir: str) -> tuple:
@@ -62,7 +46,7 @@ def check_dir(report_dir: str) -> tuple:
         elif os.path.isdir(path):
             sets += 1
             try:
-                ids = set_ids(path)
+                ids = run_ids(path)
                 mixed += len(set(ids.values())) != 1
             except (OSError, ValueError, KeyError, IndexError):
                 mixed += 1

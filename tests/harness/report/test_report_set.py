@@ -52,22 +52,8 @@ def _name():
 
 def _set_in(folder):
     """{file: run id carried by that file} for the set in ``folder``."""
-    d = os.path.join(folder, _name())
-    ids = {}
-    with open(os.path.join(d, "report.json"), encoding="utf-8") as f:
-        ids["json"] = json.load(f)["run_id"]
-    tr = os.path.join(d, "trace.json")
-    if os.path.exists(tr):
-        with open(tr, encoding="utf-8") as f:
-            ids["trace"] = json.load(f)["otherData"]["run_id"]
-    png = os.path.join(d, "timeline.png")
-    if os.path.exists(png):
-        from PIL import Image
-        ids["png"] = Image.open(png).text["Description"].split()[-1]
-    with open(os.path.join(d, "report.md"), encoding="utf-8") as f:
-        md = f.read()
-    ids["md"] = md.split("run id `", 1)[1].split("`", 1)[0]
-    return ids
+    from harness.report.reportset import run_ids
+    return run_ids(os.path.join(folder, _name()))
 
 
 def _leftovers(folder):
