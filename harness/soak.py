@@ -7,10 +7,11 @@ from typing import Dict
 
 
 def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
-               target: str = "impl", scenario: str = "") -> Dict[str, object]:
+               target: str = "impl", scenario: str = "",
+               variant: str = "") -> Dict[str, object]:
     """The fixed code stalled for >= N iterations: after every shared-read-done record on
     long random workloads, or -- ``scenario`` -- that scenario's workloads and stalls
-    (its released variant), seed after seed."""
+    (``variant``, by default its released one), seed after seed."""
     from harness.trials.drive import server_args
     from harness.trials.trial import run_trial
     from scenarios.workloads import random_workload
@@ -18,11 +19,13 @@ def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
     if scenario:
         from scenarios.registry import get
         sc = get(scenario)
-        variant = {**sc.variants[sc.default_variant], "war_barrier": "fine"}
+        overrides = {**sc.variants[variant or sc.default_variant], "war_barrier": "fine"}
+        if overrides.get("mutation"):
+            raise ValueError(f"variant {variant} seeds a bug: not the fixed code")
 
         def setup(seed: int):
             wl = sc.workload(seed)
-            return wl, sc.stalls(stall_ms), server_args(wl, variant)
+            return wl, sc.stalls(stall_ms), server_args(wl, overrides)
     else:
         def setup(seed: int):
             wl = random_workload(seed, n_requests=24, max_arrive=60, min_tokens=20,

@@ -32,7 +32,7 @@ through what the attention read.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 import torch
 
@@ -56,14 +56,14 @@ def checksum(tokens: List[int]) -> int:
 
 # --- the kernels' bodies (looked up when the op runs: a mutation of a body runs) --------
 
-def _metadata_kernel(req_to_token, full_to_swa, kv_lens, rows, prefill: bool, kv_indices, n,
-                     window):
+def _metadata_kernel(req_to_token, full_to_swa, kv_lens, rows, start, kv_indices, n, window):
     cols = kv_indices.shape[1]
     slots = req_to_token[rows, :cols]
     # a hybrid SWA pool: the KV lives in the SWA slot each full slot is paired with
     kv_indices.copy_(slots if full_to_swa is None else full_to_swa[slots.to(torch.int64)])
-    # a prefill's row is new: nothing written yet, whatever the row's last owner left
-    n.copy_(torch.zeros_like(n) if prefill else kv_lens[rows])
+    # a prefill's KV starts at its prefix (the schedule stream's count: 0 for a new row,
+    # whatever its last owner left; an earlier chunk's end for the next chunk)
+    n.copy_(kv_lens[rows] if start is None else start)
     at = (n[:, None] + torch.arange(window.shape[1], device=rows.device)[None, :])
     window.copy_(kv_indices.gather(1, at.clamp(max=cols - 1)))
 
@@ -95,7 +95,7 @@ def _commit_kernel(kv_buffer, kv_lens, rows, window, targets, n, accept_index, a
 
 
 declare_kernel("attn_metadata(Tensor req_to_token, Tensor? full_to_swa, Tensor kv_lens, "
-               "Tensor rows, bool prefill, "
+               "Tensor rows, Tensor? start, "
                "Tensor(a!) kv_indices, Tensor(b!) n, Tensor(c!) window) -> ()",
                lambda *a: _metadata_kernel(*a))
 declare_kernel("toy_attention(Tensor(a!) kv_buffer, Tensor window, Tensor tokens, "
@@ -111,11 +111,14 @@ class ToyPagedAttention:
         self.req_to_token = req_to_token_pool.req_to_token
         self.kv = kv_pool
 
-    def init_forward_metadata(self, rows: torch.Tensor, reqs, width: int,
-                              prefill: bool) -> ForwardMetadata:
+    def init_forward_metadata(self, rows: torch.Tensor, reqs, width: int, prefill: bool,
+                              prefix_lens: Optional[torch.Tensor] = None) -> ForwardMetadata:
         """The forward's only reads of the shared pools (before read-done): each row's
         columns up to the batch's largest allocation (host bookkeeping, as the server
-        sizes its metadata from host-side lengths), and the window of ``width``."""
+        sizes its metadata from host-side lengths), and the window of ``width`` -- from
+        a prefill's ``prefix_lens`` (``ExtendInputs``), else from the KV the row holds."""
+        if prefill and prefix_lens is None:
+            raise ValueError("a prefill's metadata needs its prefix lengths")
         fault_point("forward.before_attn_metadata")
         cols = max(max(r.kv_allocated for r in reqs), 1)
         bs, device = rows.shape[0], rows.device
@@ -123,7 +126,8 @@ class ToyPagedAttention:
         n = torch.empty((bs,), dtype=torch.int64, device=device)
         window = torch.empty((bs, width), dtype=torch.int64, device=device)
         torch.ops.specrace.attn_metadata(self.req_to_token, self.kv.full_to_swa,
-                                         self.kv.kv_lens, rows, prefill, kv_indices, n,
+                                         self.kv.kv_lens, rows,
+                                         prefix_lens if prefill else None, kv_indices, n,
                                          window)
         return ForwardMetadata(rows, kv_indices, n, window)
 
@@ -137,12 +141,13 @@ class ToyPagedAttention:
                                          meta.kv_indices, upto, out)
         return out
 
-    def attend_prefill(self, meta: ForwardMetadata, prompt_ids: torch.Tensor,
-                       prompt_lens: torch.Tensor) -> torch.Tensor:
-        """A prefill: the prompt's KV written, the prompt attended to, and each row's KV
-        length set to its prompt's."""
-        out = self.attend(meta, prompt_ids, prompt_lens, prompt_lens)
-        self.kv.kv_lens[meta.rows] = prompt_lens
+    def attend_prefill(self, meta: ForwardMetadata, extend) -> torch.Tensor:
+        """A prefill (or one chunk of it; ``extend``: ``ExtendInputs``): the chunk's KV
+        written after its prefix, the context up to its end attended to, and each row's
+        KV length set to that end."""
+        upto = extend.prefix_lens + extend.lens
+        out = self.attend(meta, extend.ids, extend.lens, upto)
+        self.kv.kv_lens[meta.rows] = upto
         return out
 
     def commit_accepted(self, meta: ForwardMetadata, accept_index: torch.Tensor,

@@ -247,7 +247,15 @@ class KVCacheManager:
         req.pool_idx = self.take_row(req)
         self.reserved += self.lifetime(req)
         req.kv_allocated = 0
-        req.kv_committed = len(req.context())  # the prefill writes the prompt's KV
+
+    def begin_extend(self, req, end: int) -> None:
+        """A prefill (or a chunk of one) writes ``req``'s KV up to ``end``."""
+        req.extend_end = req.kv_committed = end
+
+    def checkpoint(self, req) -> None:
+        """Between two chunks (``chunked_req`` at the next scheduling point): the next
+        extend resumes where the last one ended (upstream's ``checkpoint_kv_cache``)."""
+        req.prefix_len = req.extend_end
 
     def take_row(self, req) -> int:
         row = self._free_rows.pop(0)
@@ -274,10 +282,10 @@ class KVCacheManager:
         """A decode launch's reserve (``prepare_for_decode``)."""
         self.alloc_for_launch(batch.reqs, batch.req_pool_indices)
 
-    def on_commit(self, req, step: int, accept_len: int) -> None:
+    def on_commit(self, req, accept_len: int, prefill: bool) -> None:
         """A step's result reached the host: a verify's accepted path now has KV (a
         prefill's output token does not, until the next step writes it)."""
-        if step > 0:
+        if not prefill:
             req.kv_committed += accept_len
 
     def retract(self, req) -> None:

@@ -5,7 +5,11 @@ how a prefill batch is formed -- as the server's ``managers/schedule_batch.py``.
 and concatenate index tensors the schedule stream made itself, and hand the relay's
 ``filter_batch`` / ``merge_batch`` the same (``impl.spec_info``). A prefill is formed
 from waiting requests that get a request-pool row and their KV reserve
-(``admit_waiting``), its prompts staged on the device (``stage_prompts``).
+(``form_prefill``), its extend staged on the device (``stage_extend``). Under chunked
+prefill (``ServerArgs.chunked_prefill_size``) a prefill takes at most that many prompt
+tokens: the request it cuts short is the scheduler's ``chunked_req`` -- kept out of the
+running batch, first in the next prefill, its middle chunks' results dropped -- as
+upstream's ``PrefillAdder`` / ``get_next_batch_to_run`` / result processor do it.
 """
 from __future__ import annotations
 
@@ -39,6 +43,12 @@ class RequestState:
     # step launched before the retraction is dropped (``retract``)
     is_retracted: bool = False
     retractions: int = 0
+    # the prefill's extend, in upstream's names: context positions whose KV earlier
+    # chunks wrote, where this one ends, and middle chunks launched whose (dropped)
+    # results are not yet processed
+    prefix_len: int = 0
+    extend_end: Optional[int] = None
+    inflight_middle_chunks: int = 0
 
     def needs_splice(self) -> bool:
         """Is the previous step's result still in flight (relayed, not yet committed)?"""
@@ -54,18 +64,44 @@ class Req(RequestState):
     finished: bool = False
 
 
-def admit_waiting(waiting: Deque[Req], limit: int, kv: KVCacheManager) -> List[Req]:
-    """The next prefill's requests: waiting ones, each given a request-pool row and its
-    KV reserve (``kv.admit``), in arrival order, at most ``limit`` (the sglang target
-    forms its batches the same way)."""
-    reqs = []
-    while waiting and len(reqs) < limit and kv.can_admit(waiting[0]):
+def form_prefill(waiting: Deque[Any], chunked: Optional[Any], limit: int, budget: int,
+                 kv: KVCacheManager) -> Tuple[List[Any], Optional[Any]]:
+    """The next prefill's requests and the one it leaves mid-prompt (the new
+    ``chunked_req``, or None): the request being chunked first (its next chunk), then
+    waiting ones, each given a request-pool row and its KV reserve (``kv.admit``), in
+    arrival order, at most ``limit`` -- while ``budget`` prompt tokens last (0: no
+    limit). The last request may get only part of its context: it is the one chunked
+    (upstream's ``PrefillAdder``). Both targets form their prefills here."""
+    left = budget if budget > 0 else None
+    reqs: List[Any] = []
+    if chunked is not None:
+        # all chunks of a prefill are one step (its number taken at admission): a middle
+        # chunk's result is dropped, and how many chunks a retracted request's history
+        # needs differs between a trial and its reference, whose steps must line up
+        reqs.append(chunked)
+        left = _take_chunk(chunked, left, kv)
+    while waiting and len(reqs) < limit and left != 0 and kv.can_admit(waiting[0]):
         req = waiting.popleft()
         kv.admit(req)
         req.launched += 1  # a retracted request's steps go on counting (``retract``)
         req.is_retracted = False
         reqs.append(req)
-    return reqs
+        left = _take_chunk(req, left, kv)
+    cut = reqs[-1] if reqs and reqs[-1].extend_end < len(reqs[-1].context()) else None
+    if cut is not None:
+        cut.inflight_middle_chunks += 1  # its result is not a token: dropped
+    return reqs, cut
+
+
+def _take_chunk(req, left: Optional[int], kv: KVCacheManager) -> Optional[int]:
+    """``req``'s extend: from its prefix to the end of its context, or as far as ``left``
+    tokens reach. What is left of the budget after it."""
+    end = len(req.context())
+    if left is not None:
+        end = min(end, req.prefix_len + left)
+        left -= end - req.prefix_len
+    kv.begin_extend(req, end)
+    return left
 
 
 def due_for_retraction(reqs: List[Any], retract_at) -> List[Any]:
@@ -94,6 +130,8 @@ def retract(req, kv: KVCacheManager) -> None:
     (under overlap, the one in flight) is dropped: its number is taken again by the
     re-prefill, as in the synchronous run, where no step is in flight."""
     kv.retract(req)
+    # what upstream's ``Req.reset_for_retract`` clears (the sglang target ran it already)
+    req.prefix_len, req.extend_end, req.inflight_middle_chunks = 0, None, 0
     req.is_retracted = True
     req.retractions += 1
     req.launched = req.committed_step + 1
@@ -121,17 +159,38 @@ def accept_tokens(req, tokens: List[int], advance_grammar: bool = True) -> bool:
     return False
 
 
-def stage_prompts(reqs: List[Any], device) -> Tuple[torch.Tensor, torch.Tensor]:
-    """A prefill's prompts (a retracted request's: with its tokens, ``context()``),
-    ``(bs, longest)`` zero-padded, and their lengths, on the device (made on the schedule
-    stream, as ``prepare_for_extend`` does)."""
-    fills = [r.context() for r in reqs]
-    width = max(len(f) for f in fills)
-    rows = [f + [0] * (width - len(f)) for f in fills]
-    ids = staged(torch.tensor(rows, dtype=torch.int64), device).to(device, non_blocking=True)
-    lens = staged(torch.tensor([len(f) for f in fills], dtype=torch.int64),
-                  device).to(device, non_blocking=True)
-    return ids, lens
+@dataclass
+class ExtendInputs:
+    """A prefill's extend on the device, made on the schedule stream (as
+    ``prepare_for_extend`` makes its inputs): each request's chunk ``context[prefix:end]``
+    ``(bs, longest)`` zero-padded, its length, and its prefix length (where the chunk's
+    KV goes; 0 unless an earlier chunk wrote some). A retracted request's context holds
+    its tokens too."""
+    ids: torch.Tensor
+    lens: torch.Tensor
+    prefix_lens: torch.Tensor
+
+    def tensors(self) -> Tuple[torch.Tensor, ...]:
+        return self.ids, self.lens, self.prefix_lens
+
+
+def stage_extend(reqs: List[Any], device) -> ExtendInputs:
+    """Each request's extend (``req.prefix_len -> req.extend_end``), staged in pinned
+    memory and copied ``non_blocking``."""
+    chunks = [r.context()[r.prefix_len:r.extend_end] for r in reqs]
+    width = max(len(c) for c in chunks)
+    rows = [c + [0] * (width - len(c)) for c in chunks]
+
+    def put(host):
+        return staged(torch.tensor(host, dtype=torch.int64), device).to(device,
+                                                                         non_blocking=True)
+    return ExtendInputs(put(rows), put([len(c) for c in chunks]),
+                        put([r.prefix_len for r in reqs]))
+
+
+def extend_last_tokens(reqs: List[Any]) -> List[int]:
+    """What a toy prefill forwards: each chunk's last token (its hidden row)."""
+    return [r.context()[r.extend_end - 1] for r in reqs]
 
 
 @dataclass
@@ -151,8 +210,7 @@ class ScheduleBatch:
         self.sync_processed = False  # previous result already committed (grammar sync)
         self.staging: Any = None
         self.input_ids: Optional[torch.Tensor] = None  # extend: made on the schedule stream
-        self.prompt_ids: Optional[torch.Tensor] = None  # extend: (bs, longest) and lengths
-        self.prompt_lens: Optional[torch.Tensor] = None
+        self.extend: Optional[ExtendInputs] = None  # extend: the chunks (stage_extend)
 
     @property
     def has_grammar(self) -> bool:

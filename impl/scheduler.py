@@ -34,8 +34,8 @@ from .memory import mark_used_on
 from .model import ToyTargetModel
 from .ngram import NgramProposer
 from .overlap import FutureMap, RelayPayload
-from .schedule_batch import (Req, ScheduleBatch, accept_tokens, admit_waiting, build_kv_cache,
-                             retract_due, stage_prompts)
+from .schedule_batch import (Req, ScheduleBatch, accept_tokens, build_kv_cache,
+                             extend_last_tokens, form_prefill, retract_due, stage_extend)
 from .spec_info import RELAY_MODES, NgramVerifyInput
 from .worker import GenerationBatchResult, NgramWorker
 
@@ -87,6 +87,9 @@ class ServerArgs:
     # a trial and its reference: ((rid, n), ...) retracts request rid once it holds n
     # output tokens (impl.schedule_batch.retract)
     retract_at: Tuple[Tuple[int, int], ...] = ()
+    # Chunked prefill (upstream's --chunked-prefill-size): a prefill takes at most this
+    # many prompt tokens, a longer context goes in chunks (0: off; impl.schedule_batch)
+    chunked_prefill_size: int = 0
 
     def validate(self) -> None:
         if self.relay not in RELAY_MODES:
@@ -111,6 +114,11 @@ class ServerArgs:
             raise ValueError("eagle_topk must be in 1..8")
         if self.kv_layout not in KV_LAYOUTS:
             raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}")
+        if not 0 <= self.chunked_prefill_size <= 1 << 16:
+            raise ValueError("chunked_prefill_size must be in 0..65536 (0: off)")
+        if self.chunked_prefill_size and self.spec_algorithm not in ("ngram", "eagle"):
+            raise ValueError("chunked prefill is modelled for ngram and eagle only (the "
+                             "EAGLE v2 and DSpark slices prefill whole prompts)")
 
 
 class Scheduler:
@@ -141,6 +149,7 @@ class Scheduler:
         self.waiting: Deque[Req] = collections.deque()
         self.running_batch: Optional[ScheduleBatch] = None
         self.last_batch: Optional[ScheduleBatch] = None
+        self.chunked_req: Optional[Req] = None  # mid-prefill: its next chunk comes next
         # (batch, its requests at launch, their step numbers, the result)
         self.result_queue: Deque[Tuple[ScheduleBatch, List[Req], List[int],
                                        GenerationBatchResult]] = collections.deque()
@@ -162,7 +171,7 @@ class Scheduler:
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running_batch or self.result_queue
-                    or (self.last_batch is not None and self.last_batch.reqs))
+                    or self.chunked_req or (self.last_batch is not None and self.last_batch.reqs))
 
     # --- the event loop -----------------------------------------------------------------
     def step(self) -> None:
@@ -212,8 +221,12 @@ class Scheduler:
     def get_next_batch_to_run(self) -> Optional[ScheduleBatch]:
         """Schedule stream: merge the last prefill, filter finished, pick the next batch."""
         last = self.last_batch
+        chunked = self.chunked_req
+        if chunked is not None:
+            self.kv_cache.checkpoint(chunked)  # its next chunk resumes where this one ended
         if last is not None and last.forward_mode == "extend":
-            self._filter_finished(last)
+            # the request being chunked stays out of the running batch until its last chunk
+            self._filter_finished(last, exclude=chunked)
             if last.reqs:
                 if self.running_batch is None:
                     self.running_batch = last
@@ -226,7 +239,8 @@ class Scheduler:
             if not self.running_batch.reqs:
                 self.running_batch = None
         retracted = self._retract_due()
-        prefill = bool(self.waiting) and self.kv_cache.can_admit(self.waiting[0])
+        prefill = chunked is not None or (
+            bool(self.waiting) and self.kv_cache.can_admit(self.waiting[0]))
         batch = self._new_prefill_batch() if prefill else None
         self.waiting.extendleft(reversed(retracted))  # prefilled again next time, not now
         if prefill:
@@ -255,23 +269,25 @@ class Scheduler:
                 self.running_batch = None
         return due
 
-    def _filter_finished(self, batch: ScheduleBatch) -> None:
-        keep = [i for i, r in enumerate(batch.reqs) if not r.finished]
+    def _filter_finished(self, batch: ScheduleBatch, exclude: Optional[Req] = None) -> None:
+        keep = [i for i, r in enumerate(batch.reqs) if not r.finished and r is not exclude]
         if len(keep) < len(batch.reqs):
             fault_point("schedule.before_filter", batch=batch)
             batch.filter_batch(keep, self.device)
 
     def _new_prefill_batch(self) -> Optional[ScheduleBatch]:
-        reqs = admit_waiting(self.waiting, self.args.max_prefill_reqs, self.kv_cache)
+        reqs, self.chunked_req = form_prefill(self.waiting, self.chunked_req,
+                                              self.args.max_prefill_reqs,
+                                              self.args.chunked_prefill_size, self.kv_cache)
         if not reqs:
             return None  # the KV pool cannot take the next request yet
         indices = torch.tensor([r.pool_idx for r in reqs], dtype=torch.int64,
                                device=self.device)
         batch = ScheduleBatch(reqs, indices, "extend", self.vocab_size)
         # prepare_for_extend: the forward's inputs are built here, on the schedule stream
-        batch.input_ids = torch.tensor([r.context()[-1] for r in reqs], dtype=torch.int64,
+        batch.input_ids = torch.tensor(extend_last_tokens(reqs), dtype=torch.int64,
                                        device=self.device)
-        batch.prompt_ids, batch.prompt_lens = stage_prompts(reqs, self.device)
+        batch.extend = stage_extend(reqs, self.device)
         self.kv_cache.alloc_for_launch(reqs, indices)
         return batch
 
@@ -298,13 +314,15 @@ class Scheduler:
             # its attention reads is no longer its own, and the KV oracle does not judge it
             result.released_at_launch = [r.finished for r in batch.reqs]
             result.prefill = batch.forward_mode == "extend"
+            if result.prefill:  # where each chunk ends: the KV oracle's context
+                result.extend_ends = [r.extend_end for r in batch.reqs]
             result.copy_done = self.mod.Event()
             self.copy_stream.wait_stream(fwd)
             with self.mod.stream(self.copy_stream):
                 result.copy_to_cpu()
                 result.copy_done.record()
         # consumed: the batch lets go of them at once, as upstream
-        batch.input_ids = batch.prompt_ids = batch.prompt_lens = None
+        batch.input_ids = batch.extend = None
         batch.spec_info = result.next_draft_input
         batch.spec_info.future_indices = fi
         self.read_done = result.read_done
@@ -317,8 +335,8 @@ class Scheduler:
         ``req_pool_indices`` at the next filter or merge) while this forward may still be
         queued: tell the allocator they are in use here (upstream:
         ``record_stream_for_v2_verify``)."""
-        for t in (batch.req_pool_indices, batch.input_ids, batch.prompt_ids,
-                  batch.prompt_lens):
+        extend = batch.extend.tensors() if batch.extend is not None else ()
+        for t in (batch.req_pool_indices, batch.input_ids) + extend:
             mark_used_on(t, fwd)
 
     def _relay_forward_payload(self, future_indices: torch.Tensor,
@@ -349,14 +367,18 @@ class Scheduler:
             if not result.released_at_launch[i]:  # (see run_batch)
                 observe("kv_context", req=req, step=steps[i], n=kv_checks[i][0],
                         checksum=kv_checks[i][1], past_finish=req.finished,
-                        prefill=result.prefill)
+                        prefill=result.prefill,
+                        extend_end=result.extend_ends[i] if result.prefill else None)
             if req.finished or req.is_retracted:
                 continue  # a step past its finish or before its retraction: dropped
+            if result.prefill and req.inflight_middle_chunks > 0:
+                req.inflight_middle_chunks -= 1  # a middle chunk: its token is dropped
+                continue
             accepted = tokens[i * D: i * D + lens[i]]
             observe("result", req=req, step=steps[i], accept_len=lens[i],
                         tokens=accepted)
             req.committed_step = steps[i]
-            self.kv_cache.on_commit(req, steps[i], lens[i])
+            self.kv_cache.on_commit(req, lens[i], result.prefill)
             self._commit(req, accepted)
 
     def _commit(self, req: Req, tokens: List[int]) -> None:

@@ -40,6 +40,7 @@ class GenerationBatchResult:
     kv_check: Optional[torch.Tensor] = None  # (bs, 2): what the attention read (n, checksum)
     released_at_launch: List[bool] = field(default_factory=list)  # per request (scheduler)
     prefill: bool = False  # the launch's mode (scheduler): the KV oracle's context
+    extend_ends: Optional[List[int]] = None  # a prefill's: where each request's chunk ends
 
     def copy_to_cpu(self) -> None:
         """On the copy stream, after it waited on the forward stream. As upstream, the
@@ -85,9 +86,10 @@ class NgramWorker:
         bs, D = len(batch.reqs), self.D
         input_ids = batch.input_ids  # built on the schedule stream (prepare_for_extend)
         meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
-                                               batch.prompt_ids.shape[1], prefill=True)
+                                               batch.extend.ids.shape[1], prefill=True,
+                                               prefix_lens=batch.extend.prefix_lens)
         read_done = self._record_shared_read_done()
-        kv_check = self.attn.attend_prefill(meta, batch.prompt_ids, batch.prompt_lens)
+        kv_check = self.attn.attend_prefill(meta, batch.extend)
         logits = self.model.forward(input_ids)
         if batch.has_grammar:
             self._apply_extend_grammar(batch, logits)

@@ -59,6 +59,9 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("kv-reuse-eagle-lazy", "kv-row-reuse", "eagle", "lazy"),
     Probe("kv-retract", "kv-row-reuse", "retract", "eager"),
     Probe("kv-retract-lazy", "kv-row-reuse", "retract", "lazy"),
+    # chunked prefill (with retractions: a retracted history prefilled in chunks)
+    Probe("kv-chunked", "kv-row-reuse", "chunked-retract", "eager"),
+    Probe("kv-chunked-lazy", "kv-row-reuse", "chunked-retract", "lazy"),
     # the DSpark slice (sglang target) in its ordering configurations, clean as released:
     # the ring with CPU seq lens, the readback with the eager accept
     Probe("dspark-ring", "dspark-confidence-ring", "cpu-seq-lens", "eager", seeds=(0, 1)),

@@ -14,7 +14,11 @@ slots with SWA slots through a device mapping (a hybrid sliding-window model's p
 which the free of a finished request clears during result processing. Variant
 ``retract`` retracts three running requests at fixed points (``ServerArgs.retract_at``):
 their rows and slots go back while a step of theirs may be in flight, and they are
-prefilled again from their prompt and tokens.
+prefilled again from their prompt and tokens. Variants ``chunked*`` prefill in chunks of
+``CHUNK`` tokens (``ServerArgs.chunked_prefill_size``): the request being chunked holds
+its row across iterations, outside the running batch, and each next chunk's columns are
+written on the schedule stream while the last chunk's forward may not have gathered the
+row yet; its middle chunks' results are dropped.
 """
 import dataclasses
 
@@ -26,6 +30,7 @@ from .workloads import slot_reuse_workload
 KV_POOL_SLOTS = 96  # the long request and two short ones at a time
 # (rid, output tokens held): the long request mid-way, two short ones after one verify
 RETRACT_AT = ((0, 8), (3, 2), (6, 2))
+CHUNK = 4  # prompt tokens a prefill takes (chunked variants): most prompts need two or more
 
 
 def kv_reuse_workload(seed: int):
@@ -54,9 +59,19 @@ KV_ROW_REUSE = Scenario(
               # slots back mid-run (a step of theirs in flight) and are prefilled again
               "retract": {"retract_at": RETRACT_AT},
               "retract-no-war-barrier": {"retract_at": RETRACT_AT,
+                                         "mutation": "war-barrier-removed"},
+              # chunked prefill: prompts (and the retracted requests' histories) go in
+              # chunks of CHUNK tokens, the request being chunked kept out of the
+              # running batch, its next chunk's columns written while its last chunk's
+              # forward may still gather the row
+              "chunked": {"chunked_prefill_size": CHUNK},
+              "chunked-retract": {"chunked_prefill_size": CHUNK, "retract_at": RETRACT_AT},
+              "chunked-no-war-barrier": {"chunked_prefill_size": CHUNK,
+                                         "retract_at": RETRACT_AT,
                                          "mutation": "war-barrier-removed"}},
     default_variant="fixed",
     expect={("fixed", None): "clean", ("no-war-barrier", None): "race", ("swa", None): "clean", ("eagle", None): "clean",
             ("swa-barrier-at-loop-top", None): "race", ("retract", None): "clean",
-            ("retract-no-war-barrier", None): "race"},
+            ("retract-no-war-barrier", None): "race", ("chunked", None): "clean",
+            ("chunked-retract", None): "clean", ("chunked-no-war-barrier", None): "race"},
 )

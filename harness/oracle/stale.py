@@ -101,7 +101,8 @@ class StaleValueOracle:
             self._history(ctx["req"]).extend(ctx["tokens"])
         elif name == "kv_context":
             self._check_kv(ctx["req"], ctx["step"], ctx["n"], ctx["checksum"],
-                           ctx.get("past_finish", False), ctx.get("prefill", ctx["step"] == 0))
+                           ctx.get("past_finish", False), ctx.get("prefill", ctx["step"] == 0),
+                           ctx.get("extend_end"))
         elif name == "draft_prep":
             D = ctx["stride"]
             lens, toks = ctx["accept_lens"], ctx["accept_tokens"]
@@ -132,12 +133,14 @@ class StaleValueOracle:
         return h
 
     def _check_kv(self, req, step: int, n: int, got: int, past_finish: bool,
-                  prefill: bool) -> None:
-        """A prefill attends to its prompt (a retracted request's: the whole history); a
+                  prefill: bool, extend_end=None) -> None:
+        """A prefill attends to its prompt (a retracted request's: the whole history; a
+        chunk of it: up to the chunk's end, ``extend_end``, as the host formed it); a
         verify to every position before its draft window: the history but its last token
         (whose KV this step writes)."""
         history = self._history(req)
-        context = history if prefill else history[:-1]
+        context = (history[:extend_end] if extend_end is not None else history) if prefill \
+            else history[:-1]
         self.checked += 1
         if n == len(context) and got == checksum(context):
             return

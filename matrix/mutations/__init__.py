@@ -11,41 +11,13 @@ Sources: the seeds' risk sections and ``reference/sglang_digest.md`` §4 (M-numb
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator, List, Tuple
+from typing import List
 
-from harness.sourcepatch import PatchError, SourcePatch, resolve
+from harness.sourcepatch import resolve
+
+from .base import M, Mutation, MutationError
 
 __all__ = ["Mutation", "MUTATIONS", "BY_NAME", "MutationError", "resolve"]
-
-# A mutation's patch that does not apply to this tree (its target or snippet moved or
-# changed): a harness error, never a kill.
-MutationError = PatchError
-
-
-@dataclass(frozen=True)
-class Mutation:
-    name: str
-    summary: str
-    source: str  # where the bug class comes from (seed / digest M-number)
-    target: str  # "module:qualname", e.g. "impl.spec_info:NgramVerifyInput.filter_batch"
-    edits: Tuple[Tuple[str, str], ...]  # (snippet, replacement), each snippet unique
-    probes: Tuple[str, ...]  # probe names (matrix.run.PROBES), tried in order
-
-    @property
-    def patch(self) -> SourcePatch:
-        return SourcePatch(self.target, self.edits, f"mutation {self.name}")
-
-    def check(self) -> None:
-        """``MutationError`` if the patch no longer applies (its target moved or changed)."""
-        self.patch.check()
-
-    def applied(self):
-        return self.patch.applied()
-
-
-def M(name, summary, source, target, edits, probes) -> Mutation:
-    return Mutation(name, summary, source, target, tuple(edits), tuple(probes))
 
 
 SEED = ("seed-eager", "seed-lazy", "seed-stall")
@@ -55,6 +27,7 @@ KV_REUSE = ("kv-reuse", "kv-reuse-lazy")
 KV_REUSE_SWA = ("kv-reuse-swa", "kv-reuse-swa-lazy")
 KV_REUSE_AFTER_READ_DONE = KV_REUSE
 KV_RETRACT = ("kv-retract", "kv-retract-lazy")
+KV_CHUNKED = ("kv-chunked", "kv-chunked-lazy")
 
 MUTATIONS: List[Mutation] = [
     # --- the NGRAM relay and its streams (seed 002, digest §2.8, M1-M12) --------------
@@ -349,6 +322,32 @@ MUTATIONS += [
       "impl.scheduler:Scheduler.pop_and_process",
       [("            if req.finished or req.is_retracted:\n", "            if req.finished:\n")],
       KV_RETRACT),
+    # --- chunked prefill (issue 24) ---------------------------------------------------------
+    M("chunked-req-merged",
+      "the request being chunked is not excluded when the last prefill merges into the "
+      "running batch: it decodes from a prompt whose KV is half written, beside its own "
+      "next chunk",
+      "upstream's get_next_batch_to_run (reqs_to_exclude = {chunked_req})",
+      "impl.scheduler:Scheduler.get_next_batch_to_run",
+      [("            self._filter_finished(last, exclude=chunked)\n",
+        "            self._filter_finished(last)\n")],
+      KV_CHUNKED),
+    M("middle-chunk-committed",
+      "a middle chunk's result is committed as the request's token: its output gains the "
+      "model's successor of a token in the middle of its prompt",
+      "upstream's result processor (inflight_middle_chunks > 0: skipped)",
+      "impl.scheduler:Scheduler.pop_and_process",
+      [("            if result.prefill and req.inflight_middle_chunks > 0:\n",
+        "            if False:\n")],
+      KV_CHUNKED),
+    M("chunk-prefix-dropped",
+      "a chunk's prefix length is staged as 0: its KV overwrites the earlier chunks' "
+      "positions, and it attends to a context that is not the request's (both targets "
+      "stage their extends here)",
+      "prefix_lens / extend_prefix_lens of a chunked extend",
+      "impl.schedule_batch:stage_extend",
+      [("put([r.prefix_len for r in reqs])", "put([0 for r in reqs])")],
+      KV_CHUNKED),
     M("pool-edge-off-by-one",
       "the FutureMap sizes its relay buffers without the padding row (req_pool_size - 1 "
       "rows): the stash for the pool's last slot indexes past them",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import List
 
 from . import BY_NAME as _IMPL
-from . import Mutation
+from .base import M, Mutation
 
 _NGRAM = "sglang.srt.speculative.ngram_info:NgramVerifyInput"
 _FM = "sglang.srt.managers.overlap_utils:FutureMap"
@@ -28,15 +28,12 @@ SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
 KV_REUSE = ("kv-reuse", "kv-reuse-lazy")
 KV_REUSE_SWA = ("kv-reuse-swa", "kv-reuse-swa-lazy")
 KV_RETRACT = ("kv-retract", "kv-retract-lazy", "eagle-v2-retract")
+KV_CHUNKED = ("kv-chunked", "kv-chunked-lazy")
 # the DSpark slice, in the release's ordering configurations (clean as shipped)
 DSPARK_RING = ("dspark-ring", "dspark-ring-lazy", "dspark-ring-random", "dspark-ring-fixed")
 DSPARK_RELAY = ("dspark-readback", "dspark-ring")
 _RING = "sglang.srt.managers.overlap_utils:ConfidenceRelay"
 _DFLASH = "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2"
-
-
-def M(name, summary, source, target, edits, probes) -> Mutation:
-    return Mutation(name, summary, source, target, tuple(edits), tuple(probes))
 
 
 MUTATIONS: List[Mutation] = [
@@ -334,6 +331,24 @@ MUTATIONS: List[Mutation] = [
       "targets.sglang.loop:Intake.process_batch_result",
       [("            if req.done or req.is_retracted:\n", "            if req.done:\n")],
       KV_RETRACT),
+    M("chunked-req-merged",
+      "the request being chunked is not excluded when the last prefill merges into the "
+      "running batch (impl's mutation of the same name, in the sglang target's batch "
+      "formation)",
+      "upstream's get_next_batch_to_run (reqs_to_exclude = {chunked_req})",
+      "targets.sglang.loop:Intake._next",
+      [("            loop.filter_finished(last_batch, exclude=chunked)\n",
+        "            loop.filter_finished(last_batch)\n")],
+      KV_CHUNKED),
+    M("middle-chunk-committed",
+      "a middle chunk's result is committed as the request's token (impl's mutation of "
+      "the same name, in the sglang target's result processing)",
+      "upstream's result processor (inflight_middle_chunks > 0: skipped)",
+      "targets.sglang.loop:Intake.process_batch_result",
+      [("            if result.specrace_prefill and req.inflight_middle_chunks > 0:\n",
+        "            if False:\n")],
+      KV_CHUNKED),
+    _IMPL["chunk-prefix-dropped"],
     # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
     M("pool-edge-off-by-one",
       "FutureMap sizes its pool-indexed buffers without the padding row (one row short of "

@@ -14,7 +14,7 @@ import torch
 from harness.faults import fault_point
 
 from . import upstream
-from .worker import SharedReadRunner, apply_extend_grammar, take_staged_prompts
+from .worker import SharedReadRunner, apply_extend_grammar, take_staged_extend
 
 
 def _modules():
@@ -166,10 +166,11 @@ class ToyTargetWorker:
         fb = _modules()["forward_batch"].ForwardBatch.init_new(
             batch, self.model_runner, return_hidden_states_before_norm=False)
         fwd = torch.get_device_module(torch.device(self.model_runner.device)).current_stream()
-        prompt_ids, prompt_lens = take_staged_prompts(batch, fwd)
+        extend = take_staged_extend(batch, fwd)
         meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
-                                               prompt_ids.shape[1], prefill=True)
-        self.kv_check = self.attn.attend_prefill(meta, prompt_ids, prompt_lens)
+                                               extend.ids.shape[1], prefill=True,
+                                               prefix_lens=extend.prefix_lens)
+        self.kv_check = self.attn.attend_prefill(meta, extend)
         hidden, logits = self.model_runner.forward_all(fb)
         last = torch.cumsum(fb.extend_seq_lens, 0) - 1
         logits = logits[last]

@@ -11,6 +11,8 @@ the admission reserve and the decode over-allocation stay ours -- upstream's
   ``alloc_token_slots`` on a disabled ``RadixCache`` (the tree a server with
   ``--disable-radix-cache`` runs), then the ``assign_req_to_token_pool`` write of the new
   columns on the schedule stream (the WAR barrier's reason to exist);
+* between two chunks of a chunked prefill: ``checkpoint_kv_cache`` (what upstream's
+  ``stash_chunked_request`` calls), which sets where the next chunk resumes;
 * the finish: ``release_kv_cache(req, tree_cache, checkpoint=True)``, as the decode result
   processor calls it -- the committed range and the over-allocated tail read back from
   the row (``free_kv_row``), the slots freed, the row given back, ``req.kv`` released.
@@ -49,6 +51,7 @@ def fits() -> bool:
         from sglang.srt.managers.schedule_batch import Req, ReqKvInfo  # noqa: F401
         from sglang.srt.mem_cache.allocation import alloc_for_spec_decode, alloc_req_slots
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: F401
+        from sglang.srt.mem_cache.common import checkpoint_kv_cache  # noqa: F401
         from sglang.srt.mem_cache.common import release_kv_cache
         from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: F401
         from sglang.srt import runtime_context  # noqa: F401
@@ -110,9 +113,15 @@ class UpstreamKVCache(KVCacheManager):
     def free_row(self, req) -> None:
         pass  # release_kv_cache gave it back
 
-    def admit(self, req) -> None:
-        super().admit(req)
-        req.kv.kv_committed_len = req.kv_committed  # the prefill writes the prompt's KV
+    def begin_extend(self, req, end: int) -> None:
+        super().begin_extend(req, end)
+        req.kv.kv_committed_len = end  # the prefill writes the prompt's KV (a chunk's)
+
+    def checkpoint(self, req) -> None:
+        """Upstream's ``checkpoint_kv_cache`` (what ``stash_chunked_request`` calls): the
+        disabled tree publishes nothing; the next extend resumes at ``extend_end``."""
+        from sglang.srt.mem_cache.common import checkpoint_kv_cache
+        checkpoint_kv_cache(req, self.tree_cache)
 
     def alloc_for_launch(self, reqs, req_pool_indices: torch.Tensor) -> None:
         from sglang.srt.mem_cache.allocation import alloc_for_spec_decode
@@ -147,8 +156,8 @@ class UpstreamKVCache(KVCacheManager):
         for r in batch.reqs:
             r.kv_allocated = r.kv.kv_allocated_len
 
-    def on_commit(self, req, step: int, accept_len: int) -> None:
-        super().on_commit(req, step, accept_len)
+    def on_commit(self, req, accept_len: int, prefill: bool) -> None:
+        super().on_commit(req, accept_len, prefill)
         req.kv.kv_committed_len = req.kv_committed  # upstream's record follows ours
 
     def retract(self, req) -> None:

@@ -41,7 +41,8 @@ import torch
 
 from harness.faults import ask, fault_point, observe
 from impl.model import ToyTargetModel
-from impl.schedule_batch import accept_tokens, admit_waiting, retract_due, stage_prompts
+from impl import schedule_batch  # stage_extend looked up per call: a mutation of it reaches us
+from impl.schedule_batch import accept_tokens, extend_last_tokens, form_prefill, retract_due
 
 from . import upstream
 from .scheduler_object import build_scheduler
@@ -92,8 +93,12 @@ class Intake:
         loop = self.loop
         if loop.stopping:
             return _plan(running_batch, None)
+        chunked = loop.chunked_req
+        if chunked is not None:  # upstream's stash_chunked_request
+            loop.kv_cache.checkpoint(chunked)  # its next chunk resumes where this one ended
         if last_batch is not None and last_batch.forward_mode.is_extend():
-            loop.filter_finished(last_batch)
+            # the request being chunked stays out of the running batch until its last chunk
+            loop.filter_finished(last_batch, exclude=chunked)
             if last_batch.reqs:
                 if running_batch is None:
                     running_batch = last_batch
@@ -106,7 +111,8 @@ class Intake:
             if not running_batch.reqs:
                 running_batch = None
         running_batch, retracted = loop.retract_due(running_batch)
-        prefill = bool(loop.waiting) and loop.kv_cache.can_admit(loop.waiting[0])
+        prefill = chunked is not None or (
+            bool(loop.waiting) and loop.kv_cache.can_admit(loop.waiting[0]))
         batch = loop.new_prefill_batch() if prefill else None
         loop.waiting.extendleft(reversed(retracted))  # prefilled again next time, not now
         if prefill:
@@ -135,9 +141,14 @@ class Intake:
             if kv_checks is not None and not result.specrace_released[i]:
                 observe("kv_context", req=req, step=step, n=kv_checks[i][0],
                         checksum=kv_checks[i][1], past_finish=req.done,
-                        prefill=result.specrace_prefill)
+                        prefill=result.specrace_prefill,
+                        extend_end=(result.specrace_extend_ends[i]
+                                    if result.specrace_prefill else None))
             if req.done or req.is_retracted:
                 continue  # a step past its finish or before its retraction: dropped
+            if result.specrace_prefill and req.inflight_middle_chunks > 0:
+                req.inflight_middle_chunks -= 1  # a middle chunk: its token is dropped
+                continue
             observe("result", req=req, step=step, accept_len=n, tokens=accepted)
             # the host copy (pinned, after copy_done), for a request that asked for them
             # (an EAGLE result always carries the verify's hidden states, on the device)
@@ -146,7 +157,7 @@ class Intake:
                 observe("hidden_states", req=req, step=step,
                         rows=[round(float(x), 5) for x in hrows.sum(dim=1)])
             req.committed_step = step
-            self.loop.kv_cache.on_commit(req, step, n)
+            self.loop.kv_cache.on_commit(req, n, result.specrace_prefill)
             # the EAGLE grammar barrier may have advanced the grammar over it already
             self.loop.commit(req, accepted,
                              advance_grammar=not getattr(result, "grammar_advanced", False))
@@ -169,6 +180,8 @@ class UpstreamLoop:
         self.future_map = self.sched.future_map
         self.vocab_size = self.sched.model_config.vocab_size
         self.waiting: Deque[Any] = collections.deque()
+        self.chunked_req: Any = None  # mid-prefill: its next chunk comes next (ours: the
+        # scheduler object's chunked_req is upstream's, read on paths not modelled)
         self.finished: List[Any] = []
         self.iteration = 0
         self.started = self.stopping = False
@@ -223,7 +236,7 @@ class UpstreamLoop:
     def has_work(self) -> bool:
         s = self.sched
         queued = any(getattr(r, "specrace_launch", None) for _, r in s.result_queue)
-        return bool(self.waiting or s.running_batch or queued
+        return bool(self.waiting or s.running_batch or queued or self.chunked_req
                     or (s.last_batch is not None and s.last_batch.reqs))
 
     def run_to_completion(self, max_iterations: int = 10_000) -> None:
@@ -278,8 +291,8 @@ class UpstreamLoop:
                                              if not r.is_retracted])
         return (batch if batch is not None and batch.reqs else None), due
 
-    def filter_finished(self, batch) -> None:
-        keep = [i for i, r in enumerate(batch.reqs) if not r.finished()]
+    def filter_finished(self, batch, exclude: Any = None) -> None:
+        keep = [i for i, r in enumerate(batch.reqs) if not r.finished() and r is not exclude]
         if len(keep) < len(batch.reqs):
             fault_point("schedule.before_filter", batch=batch)
             batch.filter_batch(keep_indices=keep)
@@ -298,26 +311,26 @@ class UpstreamLoop:
     def new_prefill_batch(self):
         """``prepare_for_extend``, as far as the relay needs it: indices, lengths and the
         prefill input ids staged in pinned host memory (resolved on the forward stream)."""
-        reqs = admit_waiting(self.waiting, self.args.max_prefill_reqs, self.kv_cache)
+        reqs, self.chunked_req = form_prefill(self.waiting, self.chunked_req,
+                                              self.args.max_prefill_reqs,
+                                              self.args.chunked_prefill_size, self.kv_cache)
         batch = self._init_batch(reqs, upstream.ForwardMode.EXTEND)
         pool = [r.pool_idx for r in reqs]
-        lens = [len(r.context()) for r in reqs]  # a retracted request's tokens too
+        lens = [r.extend_end for r in reqs]  # a retracted request's tokens too; a chunk's
         batch.req_pool_indices = torch.tensor(pool, dtype=torch.int64, device=self.device)
         batch.req_pool_indices_cpu = torch.tensor(pool, dtype=torch.int64)
         batch.seq_lens = torch.tensor(lens, dtype=torch.int64, device=self.device)
         batch.orig_seq_lens = batch.seq_lens
         batch.seq_lens_cpu = torch.tensor(lens, dtype=torch.int64)
         batch.prefill_input_ids_cpu = torch.tensor(
-            [r.context()[-1] for r in reqs], dtype=torch.int64, pin_memory=True)
-        for r, n in zip(reqs, lens):
-            r.extend_end = n
+            extend_last_tokens(reqs), dtype=torch.int64, pin_memory=True)
         batch.extend_num_tokens = sum(lens)
         # the toy prefill forwards each request's last prompt token only (its hidden row);
         # its attention writes and reads the whole prompt's KV
         batch.extend_lens = [1] * len(reqs)
         batch.prefix_lens = [n - 1 for n in lens]
         batch.extend_logprob_start_lens = [0] * len(reqs)
-        batch.specrace_prompt_ids, batch.specrace_prompt_lens = stage_prompts(reqs, self.device)
+        batch.specrace_extend = schedule_batch.stage_extend(reqs, self.device)
         self.kv_cache.alloc_for_launch(reqs, batch.req_pool_indices)
         if self.args.spec_algorithm == "eagle-v2":
             # the slot the extended token writes (prepare_for_extend's out_cache_loc; the

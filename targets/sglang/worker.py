@@ -48,9 +48,8 @@ class Req(RequestState):
     lora_id: Any = None
     token_type_ids: Any = None
 
-    # where its prefill's extend ends (set at each prefill: the loop's new_prefill_batch;
-    # upstream's reset_for_retract clears it)
-    extend_end: Optional[int] = None
+    # (prefix_len / extend_end / inflight_middle_chunks are RequestState's, in upstream's
+    # names: upstream's checkpoint_kv_cache and reset_for_retract set them)
     # read by upstream's release_kv_cache / release_req / owned_kv_len / reset_for_retract
     # (targets.sglang.kv_lifecycle): no stop string cut the output, no tree lock, no
     # reasoning tokens, text prompts (a retraction keeps the tokens it had)
@@ -125,6 +124,7 @@ def finish_result(result, batch, draft_token_num: int, kv_check=None,
         result.specrace_launch = (list(batch.reqs), [r.launched - 1 for r in batch.reqs],
                                   stride)
         result.specrace_prefill = not decode  # the KV oracle's context
+        result.specrace_extend_ends = None if decode else [r.extend_end for r in batch.reqs]
     result.specrace_kv_check = kv_check
     # a request whose finish a synchronous step processed before this launch rides in it
     # with its KV released: the KV oracle does not judge what its attention read
@@ -160,15 +160,14 @@ def launch_rows(result):
                     for i, req in enumerate(reqs)]
 
 
-def take_staged_prompts(batch, stream):
-    """The prompts the loop staged for a prefill's attention (``stage_prompts``, on the
-    schedule stream): ``(ids, lens)``, marked used on ``stream`` (the forward) and taken
+def take_staged_extend(batch, stream):
+    """The extend the loop staged for a prefill's attention (``stage_extend``, on the
+    schedule stream): ``ExtendInputs``, marked used on ``stream`` (the forward) and taken
     off the batch, which drops them after this launch."""
-    prompt_ids, prompt_lens = batch.specrace_prompt_ids, batch.specrace_prompt_lens
-    for t in (prompt_ids, prompt_lens):
+    extend, batch.specrace_extend = batch.specrace_extend, None
+    for t in extend.tensors():
         mark_used_on(t, stream)
-    batch.specrace_prompt_ids = batch.specrace_prompt_lens = None
-    return prompt_ids, prompt_lens
+    return extend
 
 
 def apply_extend_grammar(batch, logits, device) -> None:
@@ -257,11 +256,12 @@ class ToyNgramWorker(SharedReadRunner):
         bs, D = len(batch.reqs), self.D
         kv_check = None
         if batch.forward_mode.is_extend():
-            prompt_ids, prompt_lens = take_staged_prompts(batch, fwd)
+            extend = take_staged_extend(batch, fwd)
             meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
-                                                   prompt_ids.shape[1], prefill=True)
+                                                   extend.ids.shape[1], prefill=True,
+                                                   prefix_lens=extend.prefix_lens)
             self._record_shared_read_done()
-            kv_check = self.attn.attend_prefill(meta, prompt_ids, prompt_lens)
+            kv_check = self.attn.attend_prefill(meta, extend)
             hidden, logits = self.model.forward_with_hidden(batch.input_ids)
             if batch.has_grammar:
                 apply_extend_grammar(batch, logits, self.device)

@@ -49,14 +49,16 @@ def test_rows_come_back_last_freed_first_and_slots_all_return(sglang):
     with server_context(ServerArgs(draft_token_num=4)):
         for r in (a, b):
             kv.admit(r)
+            kv.begin_extend(r, len(r.context()))  # the prefill writes the prompt's KV
             kv.alloc_for_launch([r], _rows([r]))
         assert a.kv.kv_allocated_len == 3 + 2 * 4 == a.kv_allocated
         row = kv.req_to_token[a.pool_idx, :a.kv_allocated]
         assert len(set(row.tolist())) == a.kv_allocated and 0 not in row.tolist()
-        kv.on_commit(a, 1, 2)  # a verify's accepted path: KV committed past the prompt
+        kv.on_commit(a, 2, prefill=False)  # a verify's accepted path: KV past the prompt
         kv.release(a)
         assert not a.kv.holds_kv and a.kv.is_kv_released
         kv.admit(c)
+        kv.begin_extend(c, len(c.context()))
         assert c.pool_idx == a.pool_idx != b.pool_idx
         kv.alloc_for_launch([c], _rows([c]))
         for r in (b, c):

@@ -1,0 +1,47 @@
+"""Chunked prefill on the sglang target (issue 24): under upstream's loop, the request
+being chunked kept out of upstream's ``merge_batch``, resumed through upstream's
+``checkpoint_kv_cache`` (0.5.23's lifecycle), its middle chunks' results dropped. The
+same checks as impl's (``tests/impl/test_chunked_prefill.py``)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.impl import test_chunked_prefill as impl_tests
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sglang():
+    import targets
+    return targets.get("sglang")
+
+
+@pytest.mark.parametrize("policy", impl_tests.POLICIES)
+def test_the_release_is_clean_with_chunked_prefill(policy):
+    res = impl_tests.run_chunked("sglang", policy)
+    assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
+    assert res.checked > 50
+
+
+def test_chunks_resume_through_upstreams_checkpoint(monkeypatch):
+    from sglang.srt.mem_cache import common
+    checkpoints = []
+    real = common.checkpoint_kv_cache
+
+    def spy(req, tree_cache):
+        checkpoints.append((req.rid, req.extend_end))
+        return real(req, tree_cache)
+    monkeypatch.setattr(common, "checkpoint_kv_cache", spy)
+    formed, res = impl_tests.watch_chunks(monkeypatch, "sglang")
+    impl_tests.check_chunks(formed, res)
+    # every chunk after the first resumed where upstream's checkpoint put it
+    resumed = {(rid, prefix) for batch in formed for rid, prefix, _, _ in batch if prefix}
+    assert resumed and resumed <= set(checkpoints)
+
+
+def test_chunked_outputs_are_the_models_continuation():
+    impl_tests.test_chunked_outputs_are_the_models_continuation("sglang")
+
+
+@pytest.mark.parametrize("name", impl_tests.MUTATIONS)
+def test_chunking_bugs_are_killed_on_every_seed(name):
+    impl_tests.test_chunking_bugs_are_killed_on_every_seed(name, "sglang")
