@@ -278,6 +278,16 @@ class KVCacheManager:
         for r, e in zip(reqs, end):
             r.kv_allocated = e
 
+    def prepare_extend(self, batch) -> None:
+        """A prefill's rows and columns, as ``prepare_for_extend`` allocates them: the
+        batch's ``req_pool_indices`` (and their host copy) from the rows its requests
+        were admitted with, and each row's columns up to its chunk's end + ``2*D``."""
+        pool = [r.pool_idx for r in batch.reqs]
+        batch.req_pool_indices_cpu = torch.tensor(pool, dtype=torch.int64)
+        batch.req_pool_indices = torch.tensor(pool, dtype=torch.int64,
+                                              device=self.req_to_token.device)
+        self.alloc_for_launch(batch.reqs, batch.req_pool_indices)
+
     def prepare_decode(self, batch) -> None:
         """A decode launch's reserve (``prepare_for_decode``)."""
         self.alloc_for_launch(batch.reqs, batch.req_pool_indices)

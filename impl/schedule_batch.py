@@ -200,10 +200,10 @@ class SamplingBatchInfo:
 
 
 class ScheduleBatch:
-    def __init__(self, reqs: List[Req], req_pool_indices: torch.Tensor, forward_mode: str,
-                 vocab_size: int) -> None:
+    def __init__(self, reqs: List[Req], req_pool_indices: Optional[torch.Tensor],
+                 forward_mode: str, vocab_size: int) -> None:
         self.reqs = reqs
-        self.req_pool_indices = req_pool_indices
+        self.req_pool_indices = req_pool_indices  # an extend's: KVCacheManager.prepare_extend
         self.forward_mode = forward_mode  # extend | decode | idle
         self.spec_info: Optional[NgramVerifyInput] = None
         self.sampling_info = SamplingBatchInfo(vocab_size)

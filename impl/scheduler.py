@@ -170,8 +170,8 @@ class Scheduler:
         self.waiting.append(req)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running_batch or self.result_queue
-                    or self.chunked_req or (self.last_batch is not None and self.last_batch.reqs))
+        return bool(self.waiting or self.running_batch or self.result_queue or self.chunked_req
+                    or (self.last_batch is not None and self.last_batch.reqs))
 
     # --- the event loop -----------------------------------------------------------------
     def step(self) -> None:
@@ -183,6 +183,7 @@ class Scheduler:
                 while self.result_queue:
                     self.pop_and_process()
                 batch.sync_processed = True
+                batch = self._retract_after_sync(batch)
             if batch is not None:
                 result = self.run_batch(batch)
                 self._apply_war_barrier()
@@ -269,6 +270,15 @@ class Scheduler:
                 self.running_batch = None
         return due
 
+    def _retract_after_sync(self, batch: ScheduleBatch) -> Optional[ScheduleBatch]:
+        """A retraction the results just processed made due, before the launch: the
+        synchronous reference processes each result right after its launch, so it sees
+        them at this scheduling point (without this, the request would retract one step
+        later, with nothing in flight to give the step back). None: no one is left."""
+        due = self._retract_due()  # a synchronous step is a decode: the running batch
+        self.waiting.extendleft(reversed(due))
+        return batch if batch.reqs else None
+
     def _filter_finished(self, batch: ScheduleBatch, exclude: Optional[Req] = None) -> None:
         keep = [i for i, r in enumerate(batch.reqs) if not r.finished and r is not exclude]
         if len(keep) < len(batch.reqs):
@@ -281,14 +291,12 @@ class Scheduler:
                                               self.args.chunked_prefill_size, self.kv_cache)
         if not reqs:
             return None  # the KV pool cannot take the next request yet
-        indices = torch.tensor([r.pool_idx for r in reqs], dtype=torch.int64,
-                               device=self.device)
-        batch = ScheduleBatch(reqs, indices, "extend", self.vocab_size)
+        batch = ScheduleBatch(reqs, None, "extend", self.vocab_size)
         # prepare_for_extend: the forward's inputs are built here, on the schedule stream
         batch.input_ids = torch.tensor(extend_last_tokens(reqs), dtype=torch.int64,
                                        device=self.device)
         batch.extend = stage_extend(reqs, self.device)
-        self.kv_cache.alloc_for_launch(reqs, indices)
+        self.kv_cache.prepare_extend(batch)  # the rows' indices, the chunks' columns
         return batch
 
     def _idle_batch(self) -> ScheduleBatch:

@@ -49,14 +49,14 @@ def fits() -> bool:
     """Has this release the lifecycle functions with 0.5.23's shapes?"""
     try:
         from sglang.srt.managers.schedule_batch import Req, ReqKvInfo  # noqa: F401
-        from sglang.srt.mem_cache.allocation import alloc_for_spec_decode, alloc_req_slots
+        from sglang.srt.mem_cache.allocation import alloc_for_extend, alloc_for_spec_decode
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: F401
         from sglang.srt.mem_cache.common import checkpoint_kv_cache  # noqa: F401
         from sglang.srt.mem_cache.common import release_kv_cache
         from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: F401
         from sglang.srt import runtime_context  # noqa: F401
         inspect.signature(release_kv_cache).bind(None, None, checkpoint=True)
-        inspect.signature(alloc_req_slots).bind(None, [], None)
+        inspect.signature(alloc_for_extend).bind(None)
         inspect.signature(alloc_for_spec_decode).bind(
             None, None, reqs=[], req_pool_indices=None, cur_kv_lens=None,
             cur_kv_lens_cpu=None, nxt_kv_lens=None, nxt_kv_lens_cpu=None,
@@ -87,6 +87,7 @@ class UpstreamKVCache(KVCacheManager):
 
     def __init__(self, req_to_token_pool, allocator, draft_token_num: int) -> None:
         super().__init__(req_to_token_pool, allocator, draft_token_num)
+        self._pending_rows = 0  # admitted into the prefill being formed, no row yet
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.radix_cache import RadixCache
         install()
@@ -100,15 +101,40 @@ class UpstreamKVCache(KVCacheManager):
 
     def take_row(self, req) -> int:
         from sglang.srt.managers.schedule_batch import Req, ReqKvInfo
-        from sglang.srt.mem_cache.allocation import alloc_req_slots
         req.kv = ReqKvInfo()
         # upstream's Req methods the release path calls, bound to our request here, not
         # on its class: a mutation patches the method on upstream's class, and a binding
         # made at class creation would keep the original (the data they read: worker.Req)
         req.owned_kv_len = types.MethodType(Req.owned_kv_len, req)
         req.reset_for_retract = types.MethodType(Req.reset_for_retract, req)
-        (row,) = alloc_req_slots(self.req_to_token_pool, [req], self.tree_cache)
-        return row
+        self._pending_rows += 1
+        return -1  # the row comes with the extend's allocation (prepare_extend)
+
+    def can_admit(self, req) -> bool:
+        """A row not promised to a request admitted into the prefill being formed."""
+        return len(self.free_rows) > self._pending_rows and self.fits(req)
+
+    def prepare_extend(self, batch) -> None:
+        """Upstream's ``alloc_for_extend`` on the prefill batch, as its
+        ``prepare_for_extend`` calls it: rows for the requests not holding one
+        (``alloc_req_slots``: a chunk after the first keeps its own), slots for each
+        chunk (``alloc_token_slots``), and the row write -- the prefix read back from the
+        row and written again with the chunk's slots after it (``write_cache_indices``,
+        its host-looped path: ``server_config`` names a backend without Triton). It lays
+        out the real extend; the toy forward's batch keeps its one token a request."""
+        from sglang.srt.mem_cache.allocation import alloc_for_extend
+        toy = batch.prefix_lens, batch.extend_lens, batch.extend_num_tokens
+        batch.prefix_lens = [r.prefix_len for r in batch.reqs]
+        batch.extend_lens = [r.extend_end - r.prefix_len for r in batch.reqs]
+        batch.extend_num_tokens = sum(batch.extend_lens)
+        batch.tree_cache = self.tree_cache
+        try:
+            _, batch.req_pool_indices, batch.req_pool_indices_cpu = alloc_for_extend(batch)
+        finally:
+            batch.prefix_lens, batch.extend_lens, batch.extend_num_tokens = toy
+            self._pending_rows = 0
+        for r in batch.reqs:
+            r.pool_idx, r.kv_allocated = r.kv.req_pool_idx, r.kv.kv_allocated_len
 
     def free_row(self, req) -> None:
         pass  # release_kv_cache gave it back

@@ -309,16 +309,14 @@ class UpstreamLoop:
         return batch
 
     def new_prefill_batch(self):
-        """``prepare_for_extend``, as far as the relay needs it: indices, lengths and the
-        prefill input ids staged in pinned host memory (resolved on the forward stream)."""
+        """``prepare_for_extend``, as far as the relay needs it: lengths, the prefill input
+        ids staged in pinned host memory (resolved on the forward stream), the rows and
+        their columns (``prepare_extend``)."""
         reqs, self.chunked_req = form_prefill(self.waiting, self.chunked_req,
                                               self.args.max_prefill_reqs,
                                               self.args.chunked_prefill_size, self.kv_cache)
         batch = self._init_batch(reqs, upstream.ForwardMode.EXTEND)
-        pool = [r.pool_idx for r in reqs]
         lens = [r.extend_end for r in reqs]  # a retracted request's tokens too; a chunk's
-        batch.req_pool_indices = torch.tensor(pool, dtype=torch.int64, device=self.device)
-        batch.req_pool_indices_cpu = torch.tensor(pool, dtype=torch.int64)
         batch.seq_lens = torch.tensor(lens, dtype=torch.int64, device=self.device)
         batch.orig_seq_lens = batch.seq_lens
         batch.seq_lens_cpu = torch.tensor(lens, dtype=torch.int64)
@@ -331,7 +329,9 @@ class UpstreamLoop:
         batch.prefix_lens = [n - 1 for n in lens]
         batch.extend_logprob_start_lens = [0] * len(reqs)
         batch.specrace_extend = schedule_batch.stage_extend(reqs, self.device)
-        self.kv_cache.alloc_for_launch(reqs, batch.req_pool_indices)
+        # the rows and the chunks' columns (on 0.5.23 upstream's alloc_for_extend), and
+        # the batch's req_pool_indices
+        self.kv_cache.prepare_extend(batch)
         if self.args.spec_algorithm == "eagle-v2":
             # the slot the extended token writes (prepare_for_extend's out_cache_loc; the
             # toy workers of the other slices write the prompt's KV themselves)

@@ -75,7 +75,12 @@ def server_config(speculative_algorithm: str, **server_args):
     from sglang.srt import runtime_context as rc
     from sglang.srt.server_args import ServerArgs
     ctx = rc.RuntimeContext(parallel=rc.ParallelContext())
+    # the attention is the toy's; a backend without Triton makes upstream's prefill row
+    # writer (write_cache_indices) take its host-looped path -- its Triton kernel reads
+    # the prefix rows through raw device pointers, which neither the simulator nor a CUDA
+    # trace can see
     ctx.set_server_args(ServerArgs(model_path="specrace-toy", page_size=1,
+                                   attention_backend="torch_native",
                                    speculative_algorithm=speculative_algorithm, **server_args))
     with rc.use_context(ctx):
         yield

@@ -126,3 +126,27 @@ def test_removing_the_barrier_reads_a_retracted_row_rewritten(target="impl"):
     res = run_retract(target, "eager", variant="retract-no-war-barrier")
     assert res.races
     assert res.divergence is not None and res.divergence.kind == "kv_context"
+
+
+def test_a_retraction_made_due_by_a_synchronous_step_is_taken_before_its_launch():
+    """Found by the small-pool machine: a synchronous step (the host reorder) commits the
+    token that makes a retraction due after the scheduling point looked; the reference,
+    which commits each result right after its launch, retracts at this point -- so must
+    the trial, before it launches the step (else it retracts a step later and the
+    re-prefill's number is off by one)."""
+    from harness.machines import SmallPoolEngineMachine
+    state = SmallPoolEngineMachine()
+    try:
+        state.start(policy="eager", draft=2, pool=4, kv=72, layout="full", chunk=0)
+        state.reorder()
+        state.reorder()
+        state.arrive(budget=2, grammar=0, length=1, motif=[86], retract=1)
+        for _ in range(2):
+            state.step()
+            state.no_stale_value()
+            state.no_race()
+        state.drain()
+        state.no_stale_value()
+        assert state.reqs[0].retractions == 1
+    finally:
+        state.teardown()

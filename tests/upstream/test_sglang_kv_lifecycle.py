@@ -1,7 +1,9 @@
 """A request's row and slots through upstream's own functions on the sglang target
-(issue 24): ``alloc_req_slots``, ``alloc_for_spec_decode`` over a disabled ``RadixCache``,
-``release_kv_cache`` -- what they hand out and take back, under upstream's loop."""
+(issue 24): ``alloc_for_extend`` (rows through ``alloc_req_slots``), ``alloc_for_spec_decode``
+over a disabled ``RadixCache``, ``checkpoint_kv_cache`` between chunks, ``release_kv_cache`` -- what they hand out and take back, under upstream's loop."""
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 
@@ -36,40 +38,68 @@ def test_the_release_functions_run_where_the_release_has_them(sglang):
     assert _pools("swa").lifecycle == "specrace"
 
 
-def test_rows_come_back_last_freed_first_and_slots_all_return(sglang):
-    """Upstream's ReqToTokenPool hands a freed row out again first (impl's mirror hands
-    rows out in order): a finished request's row goes to the very next admission."""
-    from targets.sglang.kv_lifecycle import server_context
-    from targets.sglang.worker import Req
+@contextlib.contextmanager
+def _loop(sglang, **kw):
+    """Upstream's loop over tiny pools on the simulator, in the target's run context (its
+    prefill formation is used here; the loop is not stepped)."""
     from impl.scheduler import ServerArgs
-    pools = _pools()
-    kv = pools.manager
-    capacity = pools.allocator.available_size()
+    args = ServerArgs(req_pool_size=4, kv_pool_size=64, draft_token_num=4, **kw)
+    with open_runtime("sim", trace=False) as rt, sglang.variant(args, rt.device):
+        yield sglang.scheduler(args, rt.device)
+
+
+def _prefill(loop, *reqs):
+    loop.waiting.extend(reqs)
+    return loop.new_prefill_batch()
+
+
+def test_rows_come_back_last_freed_first_and_slots_all_return(sglang):
+    """A prefill's rows and slots through upstream's ``alloc_for_extend``; upstream's
+    ReqToTokenPool hands a freed row out again first (impl's mirror hands rows out in
+    order): a finished request's row goes to the very next admission."""
+    from targets.sglang.worker import Req
     a, b, c = (Req(i, [5, 6, 7], 4) for i in range(3))
-    with server_context(ServerArgs(draft_token_num=4)):
-        for r in (a, b):
-            kv.admit(r)
-            kv.begin_extend(r, len(r.context()))  # the prefill writes the prompt's KV
-            kv.alloc_for_launch([r], _rows([r]))
-        assert a.kv.kv_allocated_len == 3 + 2 * 4 == a.kv_allocated
+    with _loop(sglang) as loop:
+        kv = loop.kv_cache
+        capacity = kv.allocator.available_size()
+        batch = _prefill(loop, a, b)
+        assert batch.req_pool_indices_cpu.tolist() == [a.pool_idx, b.pool_idx]
+        # alloc_for_extend allocates the prompt exactly (the decode reserve comes with
+        # the first decode's prepare_for_decode)
+        assert a.kv.kv_allocated_len == a.kv.kv_committed_len == 3 == a.kv_allocated
         row = kv.req_to_token[a.pool_idx, :a.kv_allocated]
-        assert len(set(row.tolist())) == a.kv_allocated and 0 not in row.tolist()
+        assert len(set(row.tolist())) == 3 and 0 not in row.tolist()
+        # a decode's reserve (upstream's alloc_for_spec_decode)
+        kv.alloc_for_launch([a], batch.req_pool_indices[:1])
+        assert a.kv.kv_allocated_len == 3 + 2 * 4 == a.kv_allocated
         kv.on_commit(a, 2, prefill=False)  # a verify's accepted path: KV past the prompt
         kv.release(a)
         assert not a.kv.holds_kv and a.kv.is_kv_released
-        kv.admit(c)
-        kv.begin_extend(c, len(c.context()))
+        _prefill(loop, c)
         assert c.pool_idx == a.pool_idx != b.pool_idx
-        kv.alloc_for_launch([c], _rows([c]))
         for r in (b, c):
             kv.release(r)
-    assert pools.allocator.available_size() == capacity  # committed and reserved tails
-    assert sorted(kv.free_rows) == [1, 2, 3] and kv.reserved == 0
+        assert kv.allocator.available_size() == capacity  # committed and reserved tails
+        assert sorted(kv.free_rows) == [1, 2, 3] and kv.reserved == 0
 
 
-def _rows(reqs):
-    import torch
-    return torch.tensor([r.pool_idx for r in reqs], dtype=torch.int64)
+def test_a_chunk_keeps_its_row_and_its_prefix(sglang):
+    """The next chunk of a chunked prefill: ``alloc_for_extend`` keeps the request's row,
+    reads its prefix back from it and writes it again before the new chunk's slots."""
+    from targets.sglang.worker import Req
+    long = Req(0, list(range(1, 11)), 4)
+    with _loop(sglang, chunked_prefill_size=4) as loop:
+        kv = loop.kv_cache
+        _prefill(loop, long)
+        assert loop.chunked_req is long and long.kv_allocated == 4
+        first = kv.req_to_token[long.pool_idx, :4].tolist()
+        row = long.pool_idx
+        kv.checkpoint(long)  # upstream's checkpoint_kv_cache: the next chunk resumes at 4
+        assert long.prefix_len == 4
+        batch = _prefill(loop)
+        assert batch.reqs == [long] and long.pool_idx == row and long.kv_allocated == 8
+        slots = kv.req_to_token[row, :8].tolist()
+        assert slots[:4] == first and len(set(slots)) == 8 and 0 not in slots
 
 
 @pytest.mark.parametrize("policy", ["eager", "lazy"])
