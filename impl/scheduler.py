@@ -262,7 +262,9 @@ class Scheduler:
         front, but not for this scheduling point: the result of a step of theirs still in
         flight is processed (and dropped) first."""
         batch = self.running_batch
-        due = retract_due(batch.reqs, self.args.retract_at, self.kv_cache) if batch else []
+        # (after a synchronous step's processing, the batch holds requests it finished)
+        live = [r for r in batch.reqs if not r.finished] if batch else []
+        due = retract_due(live, self.args.retract_at, self.kv_cache)
         if due:
             batch.filter_batch([i for i, r in enumerate(batch.reqs) if not r.is_retracted],
                                self.device)

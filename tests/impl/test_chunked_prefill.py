@@ -14,13 +14,11 @@ import pytest
 import impl.schedule_batch as schedule_batch
 from harness.oracle.model import greedy_continuation
 from harness.oracle.stale import StaleValueOracle, checksum
-from harness.policies import parse_policy
-from harness.trials.drive import server_args
-from harness.trials.trial import run_trial
 from matrix.mutations.catalogue import get as get_mutation
 from matrix.run import PROBES, run_probe
 from scenarios.kv_reuse import CHUNK
 from scenarios.registry import get
+from tests.impl.test_retraction import run_retract, run_to_end
 
 POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "pct(2,3)"]
 MUTATIONS = ["chunked-req-merged", "middle-chunk-committed", "chunk-prefix-dropped",
@@ -80,11 +78,7 @@ def test_a_budget_spent_by_the_chunked_request_admits_nobody():
 
 
 def run_chunked(target: str, policy: str, seed: int = 0, variant: str = "chunked-retract"):
-    sc = get("kv-row-reuse")
-    wl = sc.workload(seed)
-    overrides = {k: v for k, v in sc.variants[variant].items() if k != "mutation"}
-    return run_trial("sim", parse_policy(policy), wl, server_args(wl, overrides),
-                     sc.stalls(None), target=target, mutation=sc.mutation(variant, target))
+    return run_retract(target, policy, seed, variant)
 
 
 def watch_chunks(monkeypatch, target: str, policy: str = "eager"):
@@ -134,23 +128,8 @@ def test_prompts_and_retracted_histories_go_in_chunks(monkeypatch):
 
 def test_chunked_outputs_are_the_models_continuation(target="impl"):
     """Chunking changes how a context reaches the KV, not what is generated."""
-    from harness.runtime import open_runtime
-    import targets
-    sc = get("kv-row-reuse")
-    wl = sc.workload(1)
-    args = server_args(wl, dict(sc.variants["chunked-retract"]))
-    tgt = targets.get(target)
-    with open_runtime("sim", trace=False) as rt, tgt.variant(args, rt.device):
-        sched = tgt.scheduler(args, rt.device)
-        reqs = {s.rid: tgt.request(s.rid, s.prompt, s.max_new_tokens) for s in wl.requests}
-        for r in reqs.values():
-            sched.add_request(r)
-        while sched.has_work() and sched.iteration < 400:
-            sched.step()
-        sched.close()
-    for spec in wl.requests:
-        r = reqs[spec.rid]
-        assert r.output_ids == greedy_continuation(spec.prompt, spec.max_new_tokens), spec.rid
+    for rid, (r, spec) in run_to_end(target, "chunked-retract", seed=1).items():
+        assert r.output_ids == greedy_continuation(spec.prompt, spec.max_new_tokens), rid
         assert r.inflight_middle_chunks == 0
 
 

@@ -68,16 +68,15 @@ def test_retractions_happen_where_named_with_a_step_in_flight(monkeypatch):
     check_retractions(seen, res)
 
 
-def test_a_retracted_request_ends_with_the_models_continuation():
-    """Retraction re-prefills from the tokens a request has: its output is the one it
-    would have had (the model oracle and the reference judge it in every trial; here
-    directly, on the requests retract_at names)."""
+def run_to_end(target: str, variant: str, seed: int = 0):
+    """kv-row-reuse's workload run to its end on ``target`` under ``variant``, outside a
+    trial: ``{rid: (request, spec)}``."""
     from harness.runtime import open_runtime
     import targets
     sc = get("kv-row-reuse")
-    wl = sc.workload(0)
-    args = server_args(wl, dict(sc.variants["retract"]))
-    tgt = targets.get("impl")
+    wl = sc.workload(seed)
+    args = server_args(wl, dict(sc.variants[variant]))
+    tgt = targets.get(target)
     with open_runtime("sim", trace=False) as rt, tgt.variant(args, rt.device):
         sched = tgt.scheduler(args, rt.device)
         reqs = {s.rid: tgt.request(s.rid, s.prompt, s.max_new_tokens) for s in wl.requests}
@@ -86,11 +85,17 @@ def test_a_retracted_request_ends_with_the_models_continuation():
         while sched.has_work() and sched.iteration < 400:
             sched.step()
         sched.close()
-    specs = {s.rid: s for s in wl.requests}
-    assert reqs[0].retractions == 1
-    for rid, r in reqs.items():
-        assert r.output_ids == greedy_continuation(specs[rid].prompt,
-                                                   specs[rid].max_new_tokens), rid
+    return {s.rid: (reqs[s.rid], s) for s in wl.requests}
+
+
+def test_a_retracted_request_ends_with_the_models_continuation():
+    """Retraction re-prefills from the tokens a request has: its output is the one it
+    would have had (the model oracle and the reference judge it in every trial; here
+    directly, on the requests retract_at names)."""
+    run = run_to_end("impl", "retract")
+    assert run[0][0].retractions == 1
+    for rid, (r, spec) in run.items():
+        assert r.output_ids == greedy_continuation(spec.prompt, spec.max_new_tokens), rid
 
 
 def test_the_kv_oracle_judges_a_re_prefill_against_the_whole_history():
@@ -148,5 +153,25 @@ def test_a_retraction_made_due_by_a_synchronous_step_is_taken_before_its_launch(
         state.drain()
         state.no_stale_value()
         assert state.reqs[0].retractions == 1
+    finally:
+        state.teardown()
+
+
+def test_a_request_a_synchronous_step_finished_is_not_retracted():
+    """Found by the small-pool machine: the synchronous step's processing finished the
+    request (EOS at its prefill) that retract_at names; it must not be retracted (and
+    prefilled again) on top of its finish."""
+    from harness.machines import SmallPoolEngineMachine
+    state = SmallPoolEngineMachine()
+    try:
+        state.start(policy="eager", draft=2, pool=4, kv=72, layout="full", chunk=0)
+        state.arrive(budget=2, grammar=0, length=1, motif=[29], retract=1)
+        state.reorder()
+        state.drain()
+        state.wave(count=3, motif=[1])
+        state.drain()
+        state.no_stale_value()
+        state.no_race()
+        assert state.reqs[0].output_ids == [0] and state.reqs[0].retractions == 0
     finally:
         state.teardown()
