@@ -175,17 +175,14 @@ class ExtendInputs:
 
 
 def stage_extend(reqs: List[Any], device) -> ExtendInputs:
-    """Each request's extend (``req.prefix_len -> req.extend_end``), staged in pinned
-    memory and copied ``non_blocking``."""
+    """Each request's extend (``req.prefix_len -> req.extend_end``): one pinned staging
+    buffer, one ``non_blocking`` copy (rows: the chunk, zero-padded, then its length and
+    its prefix length), and views of it on the device."""
     chunks = [r.context()[r.prefix_len:r.extend_end] for r in reqs]
     width = max(len(c) for c in chunks)
-    rows = [c + [0] * (width - len(c)) for c in chunks]
-
-    def put(host):
-        return staged(torch.tensor(host, dtype=torch.int64), device).to(device,
-                                                                         non_blocking=True)
-    return ExtendInputs(put(rows), put([len(c) for c in chunks]),
-                        put([r.prefix_len for r in reqs]))
+    rows = [c + [0] * (width - len(c)) + [len(c), r.prefix_len] for c, r in zip(chunks, reqs)]
+    packed = staged(torch.tensor(rows, dtype=torch.int64), device).to(device, non_blocking=True)
+    return ExtendInputs(packed[:, :width], packed[:, width], packed[:, width + 1])
 
 
 def extend_last_tokens(reqs: List[Any]) -> List[int]:

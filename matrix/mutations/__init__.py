@@ -346,7 +346,7 @@ MUTATIONS += [
       "stage their extends here)",
       "prefix_lens / extend_prefix_lens of a chunked extend",
       "impl.schedule_batch:stage_extend",
-      [("put([r.prefix_len for r in reqs])", "put([0 for r in reqs])")],
+      [("[len(c), r.prefix_len]", "[len(c), 0]")],
       KV_CHUNKED),
     M("pool-edge-off-by-one",
       "the FutureMap sizes its relay buffers without the padding row (req_pool_size - 1 "
