@@ -180,8 +180,10 @@ def stage_extend(reqs: List[Any], device) -> ExtendInputs:
     its prefix length), and views of it on the device."""
     chunks = [r.context()[r.prefix_len:r.extend_end] for r in reqs]
     width = max(len(c) for c in chunks)
-    rows = [c + [0] * (width - len(c)) + [len(c), r.prefix_len] for c, r in zip(chunks, reqs)]
-    packed = staged(torch.tensor(rows, dtype=torch.int64), device).to(device, non_blocking=True)
+    rows = [c + [0] * (width - len(c)) + [len(c), r.prefix_len]
+            for c, r in zip(chunks, reqs)]
+    host = staged(torch.tensor(rows, dtype=torch.int64), device)
+    packed = host.to(device, non_blocking=True)
     return ExtendInputs(packed[:, :width], packed[:, width], packed[:, width + 1])
 
 
