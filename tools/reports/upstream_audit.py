@@ -1,7 +1,9 @@
 """Audit the installed sglang release on the simulator (writes reports/upstream/audit.json).
 
-1. Every scenario of the sglang target, released code (variant ``fixed``), both fences,
-   under every policy family and several seeds: any race or stale value is a finding.
+1. Every scenario of the sglang target, released code (variant ``fixed``, and every
+   other configuration of it the scenario expects clean: retraction, chunked prefill, the
+   SWA layout, the EAGLE shapes ...), both fences, under every policy family and several
+   seeds: any race or stale value is a finding.
    The pre-fix variant of the seed scenario is run alongside as a positive control (the
    audit must see the race it is built to see).
 2. The code that shares the relay and runs without GPU kernels:
@@ -30,6 +32,22 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from scenarios.sglang_relay import POLICIES  # noqa: E402
 
 
+def released_cells(sc) -> list:
+    """``(variant, fence)`` cells that run the released code: ``fixed`` under both fences,
+    and every other configuration of it the scenario expects clean (no seeded bug, no
+    candidate fix: retraction, chunked prefill, the SWA layout, the EAGLE shapes ...)."""
+    from scenarios.base import AS_INSTALLED, FIXED
+    cells = [(FIXED, fence) for fence in ("fine", "coarse")]
+    for variant, overrides in sc.variants.items():
+        if variant in (FIXED, AS_INSTALLED) or "mutation" in overrides or "fix" in overrides:
+            continue
+        if overrides.get("relay") == "spec_info":
+            continue  # the pre-#35198 relay patched back in: not this release's code
+        cells += [(variant, fence) for fence in ("fine", "coarse")
+                  if sc.expected(variant, fence) == "clean"]
+    return cells
+
+
 def audit_scenarios(seeds: int) -> list:
     import targets
     from harness.trials.repro import ReproConfig, run_repro
@@ -39,18 +57,18 @@ def audit_scenarios(seeds: int) -> list:
     tgt = targets.get("sglang")
     for name in tgt.scenarios:
         sc = get(name)
-        for fence in ("fine", "coarse"):
+        for variant, fence in released_cells(sc):
             for policy in POLICIES:
-                res = run_repro(ReproConfig(name, variant="fixed", war_barrier=fence,
+                res = run_repro(ReproConfig(name, variant=variant, war_barrier=fence,
                                             backend="sim", policy=parse_policy(policy),
                                             trials=seeds, target="sglang"), sc).to_json()
-                rows.append({"scenario": name, "variant": "fixed", "fence": fence,
+                rows.append({"scenario": name, "variant": variant, "fence": fence,
                              "policy": policy, "trials": res["trials"],
                              "reproduced": res["reproduced"],
                              "checked": sum(t["checked"] for t in res["trial_results"]),
                              "first_divergence": (res["first_divergence"] or {}).get("message"),
                              "races": [r["summary"] for r in res["races"]]})
-                print(f"audit: {name} fixed {fence} {policy}: {res['reproduced']}/"
+                print(f"audit: {name} {variant} {fence} {policy}: {res['reproduced']}/"
                       f"{res['trials']}", file=sys.stderr, flush=True)
     control = run_repro(ReproConfig("ngram-filter-race", variant="pre-fix", war_barrier="fine",
                                     backend="sim", trials=seeds, target="sglang"),
