@@ -43,7 +43,7 @@ def _loop(sglang, **kw):
     """Upstream's loop over tiny pools on the simulator, in the target's run context (its
     prefill formation is used here; the loop is not stepped)."""
     from impl.scheduler import ServerArgs
-    args = ServerArgs(req_pool_size=4, kv_pool_size=64, draft_token_num=4, **kw)
+    args = ServerArgs(**{"req_pool_size": 4, "kv_pool_size": 64, "draft_token_num": 4, **kw})
     with open_runtime("sim", trace=False) as rt, sglang.variant(args, rt.device):
         yield sglang.scheduler(args, rt.device)
 
@@ -139,3 +139,15 @@ def test_a_run_under_upstreams_loop_gives_every_row_and_slot_back(sglang, policy
         assert sorted(kv.free_rows) == list(range(1, wl.req_pool_size))
     # more requests than rows: rows were reused within the run
     assert len(reqs) > len(rows) and len(decodes) > 10
+
+
+def test_one_prefill_admits_no_more_requests_than_free_rows(sglang):
+    """Upstream's rows are taken by ``alloc_for_extend``, after the whole prefill is
+    formed: the admissions of one prefill count the rows they have promised."""
+    from targets.sglang.worker import Req
+    reqs = [Req(i, [5, 6, 7], 2) for i in range(5)]
+    with _loop(sglang, kv_pool_size=512) as loop:  # room for all five: rows bound it
+        batch = _prefill(loop, *reqs)
+        assert [r.rid for r in batch.reqs] == [0, 1, 2]  # the pool's three rows
+        assert sorted(r.pool_idx for r in batch.reqs) == [1, 2, 3]
+        assert [r.rid for r in loop.waiting] == [3, 4] and not loop.kv_cache.free_rows
