@@ -85,6 +85,6 @@ class ServerArgs:
             raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}")
         if not 0 <= self.chunked_prefill_size <= 1 << 16:
             raise ValueError("chunked_prefill_size must be in 0..65536 (0: off)")
-        if self.chunked_prefill_size and self.spec_algorithm not in ("ngram", "eagle"):
-            raise ValueError("chunked prefill is modelled for ngram and eagle only (the "
-                             "EAGLE v2 and DSpark slices prefill whole prompts)")
+        if self.chunked_prefill_size and self.spec_algorithm == "dspark":
+            raise ValueError("chunked prefill is not modelled for the DSpark slice (its "
+                             "toy worker prefills whole prompts)")

@@ -79,6 +79,7 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("eagle-v2-plan", "eagle-v2", "plan-stream", "eager"),
     Probe("eagle-v2-plan-lazy", "eagle-v2", "plan-stream", "lazy"),
     Probe("eagle-v2-retract", "eagle-v2", "retract", "eager"),
+    Probe("eagle-v2-chunked", "eagle-v2", "chunked-retract", "eager"),
     Probe("eagle-v2-topk2", "eagle-v2", "topk2", "eager"),
     Probe("eagle-v2-topk2-plan-lazy", "eagle-v2", "topk2-plan-stream", "lazy"),
     Probe("eagle-v2-eagle3", "eagle-v2", "eagle3", "eager", seeds=(0, 1)),

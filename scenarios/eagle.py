@@ -47,6 +47,11 @@ EAGLE_V2 = Scenario(
               # retraction (upstream's release_req): the long request and two short ones
               # give their rows back with a step in flight and are prefilled again
               "retract": {**_EAGLE, "retract_at": ((0, 9), (3, 2), (6, 2))},
+              # chunked prefill (3 tokens a prefill) with the same retractions: upstream's
+              # EAGLE worker prefills each chunk as an extend of its own (it has no
+              # chunk-specific path), the loop keeps the chunked request out of the merge
+              "chunked-retract": {**_EAGLE, "chunked_prefill_size": 3,
+                                  "retract_at": ((0, 9), (3, 2), (6, 2))},
               # the WAR barrier removed: the next iteration's row writes may overtake the
               # draft extend's (and a finished request's verify's) reads of the rows
               "no-war-barrier": {**_EAGLE, "mutation": "war-barrier-removed"}},
@@ -54,6 +59,7 @@ EAGLE_V2 = Scenario(
     expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean",
             ("topk2", None): "clean", ("topk2-plan-stream", None): "clean",
             ("eagle3", None): "clean", ("retract", None): "clean",
+            ("chunked-retract", None): "clean",
             ("no-war-barrier", None): "race"},
     sim_trials=6,
 )

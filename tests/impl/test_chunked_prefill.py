@@ -77,11 +77,13 @@ def test_a_budget_spent_by_the_chunked_request_admits_nobody():
     assert len(waiting) == 1
 
 
-def run_chunked(target: str, policy: str, seed: int = 0, variant: str = "chunked-retract"):
-    return run_retract(target, policy, seed, variant)
+def run_chunked(target: str, policy: str, seed: int = 0, variant: str = "chunked-retract",
+                scenario: str = "kv-row-reuse"):
+    return run_retract(target, policy, seed, variant, scenario)
 
 
-def watch_chunks(monkeypatch, target: str, policy: str = "eager"):
+def watch_chunks(monkeypatch, target: str, policy: str = "eager",
+                 scenario: str = "kv-row-reuse"):
     """Every prefill the trial (and its reference) formed, as ``(rid, prefix, end,
     context length)`` per request, and the trial's result."""
     formed = []
@@ -98,10 +100,10 @@ def watch_chunks(monkeypatch, target: str, policy: str = "eager"):
     if target == "sglang":
         import targets.sglang.loop as loop
         monkeypatch.setattr(loop, "form_prefill", spy)
-    return formed, run_chunked(target, policy)
+    return formed, run_chunked(target, policy, scenario=scenario)
 
 
-def check_chunks(formed, res) -> None:
+def check_chunks(formed, res, scenario: str = "kv-row-reuse") -> None:
     assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
     rows = [r for batch in formed for r in batch]
     assert all(end - prefix <= CHUNK for _, prefix, end, _ in rows)
@@ -110,8 +112,8 @@ def check_chunks(formed, res) -> None:
     later = [r for r in rows if r[1] > 0]
     assert middle and later  # prompts were cut, and resumed where they stopped
     # a retracted request's history (prompt + its tokens) prefilled again in chunks
-    assert any(prefix > 0 and ctx > len(get("kv-row-reuse").workload(0).requests[rid].prompt)
-               for rid, prefix, _, ctx in rows)
+    prompts = {s.rid: s.prompt for s in get(scenario).workload(0).requests}
+    assert any(prefix > 0 and ctx > len(prompts[rid]) for rid, prefix, _, ctx in rows)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -150,7 +152,8 @@ def test_the_kv_oracle_judges_a_chunk_up_to_its_end():
 def test_chunked_prefill_is_refused_where_it_is_not_modelled():
     from impl.scheduler import ServerArgs
     with pytest.raises(ValueError, match="chunked prefill"):
-        ServerArgs(chunked_prefill_size=4, spec_algorithm="eagle-v2").validate()
+        ServerArgs(chunked_prefill_size=4, spec_algorithm="dspark").validate()
+    ServerArgs(chunked_prefill_size=4, spec_algorithm="eagle-v2").validate()
     with pytest.raises(ValueError, match="chunked_prefill_size"):
         ServerArgs(chunked_prefill_size=-1).validate()
 

@@ -23,8 +23,9 @@ from scenarios.registry import get
 POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "pct(2,3)"]
 
 
-def run_retract(target: str, policy: str, seed: int = 0, variant: str = "retract"):
-    sc = get("kv-row-reuse")
+def run_retract(target: str, policy: str, seed: int = 0, variant: str = "retract",
+                scenario: str = "kv-row-reuse"):
+    sc = get(scenario)
     wl = sc.workload(seed)
     overrides = {k: v for k, v in sc.variants[variant].items() if k != "mutation"}
     return run_trial("sim", parse_policy(policy), wl, server_args(wl, overrides),

@@ -1,7 +1,8 @@
 """Chunked prefill on the sglang target (issue 24): under upstream's loop, the request
 being chunked kept out of upstream's ``merge_batch``, resumed through upstream's
-``checkpoint_kv_cache`` (0.5.23's lifecycle), its middle chunks' results dropped. The
-same checks as impl's (``tests/impl/test_chunked_prefill.py``)."""
+``checkpoint_kv_cache`` (0.5.23's lifecycle), its middle chunks' results dropped; under
+the NGRAM worker and upstream's EAGLE v2 worker. The same checks as impl's
+(``tests/impl/test_chunked_prefill.py``)."""
 from __future__ import annotations
 
 import pytest
@@ -36,6 +37,14 @@ def test_chunks_resume_through_upstreams_checkpoint(monkeypatch):
     # every chunk after the first resumed where upstream's checkpoint put it
     resumed = {(rid, prefix) for batch in formed for rid, prefix, _, _ in batch if prefix}
     assert resumed and resumed <= set(checkpoints)
+
+
+@pytest.mark.parametrize("policy", ["eager", "lazy", "random(1)"])
+def test_upstreams_eagle_worker_is_clean_with_chunked_prefill(monkeypatch, policy):
+    """EAGLE v2 (upstream's EAGLEWorkerV2, which has no chunk-specific path: each chunk
+    is an extend of its own) with chunked prefill and retractions."""
+    formed, res = impl_tests.watch_chunks(monkeypatch, "sglang", policy, scenario="eagle-v2")
+    impl_tests.check_chunks(formed, res, scenario="eagle-v2")
 
 
 def test_chunked_outputs_are_the_models_continuation():
