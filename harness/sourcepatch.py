@@ -95,20 +95,25 @@ class SourcePatch:
 
 _COMPILED: Dict[Tuple[SourcePatch, Any], Any] = {}
 _ALIASES: Dict[Tuple[int, int], List[Tuple[Any, str]]] = {}
+# packages that bind another package's functions by name: impl's are bound by the targets
+# that drive impl's code (``from impl.schedule_batch import form_prefill``)
+_BOUND_BY = {"impl": ("targets",)}
 
 
 def _aliases(raw: Any, module: Any) -> List[Tuple[Any, str]]:
-    """Other modules of the same package that bound ``raw`` under a name of their own
-    (``from .verify import verify_tree_greedy``): they are rebound too, or the patch
-    would miss their callers. Scanning every module of a large package (sglang has ~700)
-    is slow, so the answer is kept until the set of loaded modules changes."""
+    """Other modules of the same package (and of the packages that bind its functions,
+    ``_BOUND_BY``) that bound ``raw`` under a name of their own (``from .verify import
+    verify_tree_greedy``): they are rebound too, or the patch would miss their callers.
+    Scanning every module of a large package (sglang has ~700) is slow, so the answer is
+    kept until the set of loaded modules changes."""
     key = (id(raw), len(sys.modules))
     hit = _ALIASES.get(key)
     if hit is None:
         package = module.__name__.split(".")[0]
+        packages = (package,) + _BOUND_BY.get(package, ())
         hit = _ALIASES[key] = [
             (m, k) for name, m in list(sys.modules.items())
-            if m is not None and (name == package or name.startswith(package + "."))
+            if m is not None and name.split(".")[0] in packages
             for k, v in list(vars(m).items()) if v is raw]
     return hit
 

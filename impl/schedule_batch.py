@@ -93,6 +93,22 @@ def form_prefill(waiting: Deque[Any], chunked: Optional[Any], limit: int, budget
     return reqs, cut
 
 
+def prefill_due(waiting: Deque[Any], chunked: Optional[Any], kv: KVCacheManager) -> bool:
+    """Is a prefill formed at this scheduling point? The request being chunked has its
+    next chunk due, or the pool can take the first waiting request."""
+    return chunked is not None or (bool(waiting) and kv.can_admit(waiting[0]))
+
+
+def middle_chunk(req) -> bool:
+    """A prefill's result for ``req`` is a middle chunk's (its token is not the
+    request's): counted off and dropped (upstream's result processor, by
+    ``inflight_middle_chunks``)."""
+    if req.inflight_middle_chunks <= 0:
+        return False
+    req.inflight_middle_chunks -= 1
+    return True
+
+
 def _take_chunk(req, left: Optional[int], kv: KVCacheManager) -> Optional[int]:
     """``req``'s extend: from its prefix to the end of its context, or as far as ``left``
     tokens reach. What is left of the budget after it."""

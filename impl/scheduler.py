@@ -34,7 +34,8 @@ from .model import ToyTargetModel
 from .ngram import NgramProposer
 from .overlap import FutureMap, RelayPayload
 from .schedule_batch import (Req, ScheduleBatch, accept_tokens, build_kv_cache,
-                             extend_last_tokens, form_prefill, retract_due, stage_extend)
+                             extend_last_tokens, form_prefill, middle_chunk, prefill_due,
+                             retract_due, stage_extend)
 from .server_args import ServerArgs  # noqa: F401  (callers import it from here too)
 from .spec_info import NgramVerifyInput
 from .worker import GenerationBatchResult, NgramWorker
@@ -158,8 +159,7 @@ class Scheduler:
             if not self.running_batch.reqs:
                 self.running_batch = None
         retracted = self._retract_due()
-        prefill = chunked is not None or (
-            bool(self.waiting) and self.kv_cache.can_admit(self.waiting[0]))
+        prefill = prefill_due(self.waiting, chunked, self.kv_cache)
         batch = self._new_prefill_batch() if prefill else None
         self.waiting.extendleft(reversed(retracted))  # prefilled again next time, not now
         if prefill:
@@ -299,8 +299,7 @@ class Scheduler:
                         extend_end=result.extend_ends[i] if result.prefill else None)
             if req.finished or req.is_retracted:
                 continue  # a step past its finish or before its retraction: dropped
-            if result.prefill and req.inflight_middle_chunks > 0:
-                req.inflight_middle_chunks -= 1  # a middle chunk: its token is dropped
+            if result.prefill and middle_chunk(req):
                 continue
             accepted = tokens[i * D: i * D + lens[i]]
             observe("result", req=req, step=steps[i], accept_len=lens[i],

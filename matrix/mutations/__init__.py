@@ -334,11 +334,11 @@ MUTATIONS += [
       KV_CHUNKED),
     M("middle-chunk-committed",
       "a middle chunk's result is committed as the request's token: its output gains the "
-      "model's successor of a token in the middle of its prompt",
+      "model's successor of a token in the middle of its prompt (both targets' result "
+      "processing asks here)",
       "upstream's result processor (inflight_middle_chunks > 0: skipped)",
-      "impl.scheduler:Scheduler.pop_and_process",
-      [("            if result.prefill and req.inflight_middle_chunks > 0:\n",
-        "            if False:\n")],
+      "impl.schedule_batch:middle_chunk",
+      [("    if req.inflight_middle_chunks <= 0:\n", "    if True:\n")],
       KV_CHUNKED),
     M("chunk-prefix-dropped",
       "a chunk's prefix length is staged as 0: its KV overwrites the earlier chunks' "

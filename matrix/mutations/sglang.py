@@ -9,6 +9,7 @@ stream and pinned mirror, the result copy and the fence.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import List
 
 from . import BY_NAME as _IMPL
@@ -340,15 +341,9 @@ MUTATIONS: List[Mutation] = [
       [("            loop.filter_finished(last_batch, exclude=chunked)\n",
         "            loop.filter_finished(last_batch)\n")],
       KV_CHUNKED),
-    M("middle-chunk-committed",
-      "a middle chunk's result is committed as the request's token (impl's mutation of "
-      "the same name, in the sglang target's result processing)",
-      "upstream's result processor (inflight_middle_chunks > 0: skipped)",
-      "targets.sglang.loop:Intake.process_batch_result",
-      [("            if result.specrace_prefill and req.inflight_middle_chunks > 0:\n",
-        "            if False:\n")],
-      KV_CHUNKED),
-    _IMPL["chunk-prefix-dropped"],
+    # impl's patches of the code both targets run, probed on the EAGLE v2 slice too
+    dataclasses.replace(_IMPL["middle-chunk-committed"], probes=KV_CHUNKED),
+    dataclasses.replace(_IMPL["chunk-prefix-dropped"], probes=KV_CHUNKED),
     # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
     M("pool-edge-off-by-one",
       "FutureMap sizes its pool-indexed buffers without the padding row (one row short of "

@@ -139,10 +139,6 @@ class UpstreamKVCache(KVCacheManager):
     def free_row(self, req) -> None:
         pass  # release_kv_cache gave it back
 
-    def begin_extend(self, req, end: int) -> None:
-        super().begin_extend(req, end)
-        req.kv.kv_committed_len = end  # the prefill writes the prompt's KV (a chunk's)
-
     def checkpoint(self, req) -> None:
         """Upstream's ``checkpoint_kv_cache`` (what ``stash_chunked_request`` calls): the
         disabled tree publishes nothing; the next extend resumes at ``extend_end``."""

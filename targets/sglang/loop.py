@@ -41,8 +41,8 @@ import torch
 
 from harness.faults import ask, fault_point, observe
 from impl.model import ToyTargetModel
-from impl import schedule_batch  # stage_extend looked up per call: a mutation of it reaches us
-from impl.schedule_batch import accept_tokens, extend_last_tokens, form_prefill, retract_due
+from impl.schedule_batch import (accept_tokens, extend_last_tokens, form_prefill,
+                                 middle_chunk, prefill_due, retract_due, stage_extend)
 
 from . import upstream
 from .scheduler_object import build_scheduler
@@ -111,8 +111,7 @@ class Intake:
             if not running_batch.reqs:
                 running_batch = None
         running_batch, retracted = loop.retract_due(running_batch)
-        prefill = chunked is not None or (
-            bool(loop.waiting) and loop.kv_cache.can_admit(loop.waiting[0]))
+        prefill = prefill_due(loop.waiting, chunked, loop.kv_cache)
         batch = loop.new_prefill_batch() if prefill else None
         loop.waiting.extendleft(reversed(retracted))  # prefilled again next time, not now
         if prefill:
@@ -146,8 +145,7 @@ class Intake:
                                     if result.specrace_prefill else None))
             if req.done or req.is_retracted:
                 continue  # a step past its finish or before its retraction: dropped
-            if result.specrace_prefill and req.inflight_middle_chunks > 0:
-                req.inflight_middle_chunks -= 1  # a middle chunk: its token is dropped
+            if result.specrace_prefill and middle_chunk(req):
                 continue
             observe("result", req=req, step=step, accept_len=n, tokens=accepted)
             # the host copy (pinned, after copy_done), for a request that asked for them
@@ -328,7 +326,7 @@ class UpstreamLoop:
         batch.extend_lens = [1] * len(reqs)
         batch.prefix_lens = [n - 1 for n in lens]
         batch.extend_logprob_start_lens = [0] * len(reqs)
-        batch.specrace_extend = schedule_batch.stage_extend(reqs, self.device)
+        batch.specrace_extend = stage_extend(reqs, self.device)
         # the rows and the chunks' columns (on 0.5.23 upstream's alloc_for_extend), and
         # the batch's req_pool_indices
         self.kv_cache.prepare_extend(batch)

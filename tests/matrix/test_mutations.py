@@ -23,3 +23,4 @@ def test_mutation_applies_and_reverts(mutation):
     with mutation.applied():
         assert inspect.getattr_static(owner, attr) is not raw
     assert inspect.getattr_static(owner, attr) is raw
+
