@@ -309,4 +309,8 @@ class KVCacheManager:
         metadata from it."""
         release_kv(self.allocator, self.req_to_token, req.pool_idx, req.kv_allocated)
         self.free_row(req)
+        self.released(req)
+
+    def released(self, req) -> None:
+        """``req`` gave its row and slots back: its lifetime's reserve is free again."""
         self.reserved -= self.lifetime(req)

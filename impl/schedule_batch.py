@@ -56,7 +56,11 @@ class RequestState:
 
     def context(self) -> List[int]:
         """What a prefill reads: the prompt, and after a retraction the tokens it had."""
-        return self.prompt + self.output_ids
+        return self.prompt + list(self.output_ids)
+
+    def output(self) -> List[int]:
+        """What the client gets (a commit stops at the finish: all of ``output_ids``)."""
+        return list(self.output_ids)
 
 
 @dataclass

@@ -190,7 +190,7 @@ class EngineMachine(RuleBasedStateMachine):
         with self._engine():
             self.sched.run_to_completion()
             self.rt.synchronize()
-        outputs = {rid: r.output_ids for rid, r in self.reqs.items()}
+        outputs = {rid: r.output() for rid, r in self.reqs.items()}
         judge_outputs(Workload(list(self.specs.values())), outputs, self.oracle,
                       lambda: self.gb)
 

@@ -71,4 +71,4 @@ def drive(runtime, workload: Workload, args, plan: FaultPlan,
             stats["iterations"] = sched.iteration
     if pending or sched.has_work():
         raise RuntimeError(f"engine did not finish within {MAX_ITERATIONS} iterations")
-    return {rid: r.output_ids for rid, r in reqs.items()}
+    return {rid: r.output() for rid, r in reqs.items()}

@@ -20,6 +20,8 @@ _FM = "sglang.srt.managers.overlap_utils:FutureMap"
 _SB = "sglang.srt.managers.schedule_batch:ScheduleBatch"
 _SCHED = "sglang.srt.managers.scheduler:Scheduler"
 _RESULT = "sglang.srt.managers.utils:GenerationBatchResult"
+_BRP = ("sglang.srt.managers.scheduler_components.batch_result_processor:"
+        "SchedulerBatchResultProcessor")
 
 _SPEC = "sglang.srt.speculative.spec_utils"
 
@@ -327,10 +329,10 @@ MUTATIONS: List[Mutation] = [
     M("retracted-result-committed",
       "the result of a step a retracted request had in flight is committed: the tokens "
       "are committed again by its re-prefill and the steps after it (impl's mutation of "
-      "the same name, in the sglang target's result processing)",
+      "the same name, in upstream's own decode result processing)",
       "upstream's result processor skips req.is_retracted (overlap only)",
-      "targets.sglang.loop:Intake.process_batch_result",
-      [("            if req.done or req.is_retracted:\n", "            if req.done:\n")],
+      f"{_BRP}.process_batch_result_decode",
+      [("                req.finished() or req.is_retracted\n", "                req.finished()\n")],
       KV_RETRACT),
     M("chunked-req-merged",
       "the request being chunked is not excluded when the last prefill merges into the "
@@ -342,7 +344,17 @@ MUTATIONS: List[Mutation] = [
         "            loop.filter_finished(last_batch)\n")],
       KV_CHUNKED),
     # impl's patches of the code both targets run, probed on the EAGLE v2 slice too
-    dataclasses.replace(_IMPL["middle-chunk-committed"], probes=KV_CHUNKED),
+    M("middle-chunk-committed",
+      "a middle chunk's result is committed as the request's token: its output gains the "
+      "model's successor of a token in the middle of its prompt (impl's mutation of the "
+      "same name, in upstream's own prefill result processing)",
+      "upstream's result processor (inflight_middle_chunks > 0: skipped)",
+      f"{_BRP}.process_batch_result_prefill",
+      [("                    continue\n\n"
+        "                if req.inflight_middle_chunks <= 0:\n",
+        "                    continue\n\n"
+        "                if True:\n")],
+      KV_CHUNKED),
     dataclasses.replace(_IMPL["chunk-prefix-dropped"], probes=KV_CHUNKED),
     # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
     M("pool-edge-off-by-one",

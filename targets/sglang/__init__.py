@@ -77,8 +77,8 @@ class SglangTarget(Target):
         return UpstreamGrammarBackend()
 
     def request(self, rid, prompt, max_new_tokens, grammar=None):
-        from .worker import Req
-        return Req(rid, list(prompt), max_new_tokens, grammar)
+        from .requests import make_request
+        return make_request(rid, prompt, max_new_tokens, grammar)
 
     @contextlib.contextmanager
     def variant(self, args, device) -> Iterator[None]:

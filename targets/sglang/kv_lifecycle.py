@@ -101,12 +101,14 @@ class UpstreamKVCache(KVCacheManager):
 
     def take_row(self, req) -> int:
         from sglang.srt.managers.schedule_batch import Req, ReqKvInfo
-        req.kv = ReqKvInfo()
-        # upstream's Req methods the release path calls, bound to our request here, not
-        # on its class: a mutation patches the method on upstream's class, and a binding
-        # made at class creation would keep the original (the data they read: worker.Req)
-        req.owned_kv_len = types.MethodType(Req.owned_kv_len, req)
-        req.reset_for_retract = types.MethodType(Req.reset_for_retract, req)
+        if not isinstance(req, Req):  # specrace's request (requests.make_request)
+            req.kv = ReqKvInfo()
+            # upstream's Req methods the release path calls, bound to our request here,
+            # not on its class: a mutation patches the method on upstream's class, and a
+            # binding made at class creation would keep the original (the data they
+            # read: worker.Req)
+            req.owned_kv_len = types.MethodType(Req.owned_kv_len, req)
+            req.reset_for_retract = types.MethodType(Req.reset_for_retract, req)
         self._pending_rows += 1
         return -1  # the row comes with the extend's allocation (prepare_extend)
 
@@ -190,12 +192,12 @@ class UpstreamKVCache(KVCacheManager):
         release_req(req=req, remaing_req_count=0, req_to_token_pool=self.req_to_token_pool,
                     token_to_kv_pool_allocator=self.allocator, tree_cache=self.tree_cache,
                     hisparse_coordinator=None)
-        self.reserved -= self.lifetime(req)
+        self.released(req)
 
     def release(self, req) -> None:
         from sglang.srt.mem_cache.common import release_kv_cache
         release_kv_cache(req, self.tree_cache, checkpoint=True)
-        self.reserved -= self.lifetime(req)
+        self.released(req)
 
 
 @contextlib.contextmanager

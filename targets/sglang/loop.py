@@ -44,7 +44,7 @@ from impl.model import ToyTargetModel
 from impl.schedule_batch import (accept_tokens, extend_last_tokens, form_prefill,
                                  middle_chunk, prefill_due, retract_due, stage_extend)
 
-from . import upstream
+from . import result_processor, upstream
 from .scheduler_object import build_scheduler
 from .worker import SamplingInfo, launch_rows
 
@@ -54,6 +54,21 @@ _UNSET = object()
 
 def _plan(running_batch, batch_to_run):
     return types.SimpleNamespace(running_batch=running_batch, batch_to_run=batch_to_run)
+
+
+def observe_kv_reads(result, rows) -> None:
+    """What each launch's attention read (the KV oracle), for every request of the launch
+    but one whose KV a synchronous step released before it."""
+    if result.specrace_kv_check is None:
+        return
+    kv_checks = result.specrace_kv_check.tolist()
+    for i, req, step, _, _ in rows:
+        if not result.specrace_released[i]:
+            observe("kv_context", req=req, step=step, n=kv_checks[i][0],
+                    checksum=kv_checks[i][1], past_finish=req.done,
+                    prefill=result.specrace_prefill,
+                    extend_end=(result.specrace_extend_ends[i]
+                                if result.specrace_prefill else None))
 
 
 class Intake:
@@ -128,21 +143,20 @@ class Intake:
         return _plan(None, None)
 
     def process_batch_result(self, batch, result) -> None:
-        launch = getattr(result, "specrace_launch", None)
-        if launch is None:  # an idle (DP) batch: nothing to commit
+        loop = self.loop
+        processor = loop.upstream_processor
+        if getattr(result, "specrace_launch", None) is None:  # an idle (DP) batch
+            if processor is not None:
+                result_processor.process(processor, batch, result)
             return
         stride, rows = launch_rows(result)
+        observe_kv_reads(result, rows)
+        if processor is not None:  # upstream's processing, observed
+            result_processor.commit_observed(processor, batch, result, rows, loop)
+            return
         hidden = (result.logits_output.hidden_states
                   if result.logits_output is not None else None)
-        kv_checks = result.specrace_kv_check.tolist() if result.specrace_kv_check is not None \
-            else None
         for i, req, step, n, accepted in rows:
-            if kv_checks is not None and not result.specrace_released[i]:
-                observe("kv_context", req=req, step=step, n=kv_checks[i][0],
-                        checksum=kv_checks[i][1], past_finish=req.done,
-                        prefill=result.specrace_prefill,
-                        extend_end=(result.specrace_extend_ends[i]
-                                    if result.specrace_prefill else None))
             if req.done or req.is_retracted:
                 continue  # a step past its finish or before its retraction: dropped
             if result.specrace_prefill and middle_chunk(req):
@@ -155,10 +169,10 @@ class Intake:
                 observe("hidden_states", req=req, step=step,
                         rows=[round(float(x), 5) for x in hrows.sum(dim=1)])
             req.committed_step = step
-            self.loop.kv_cache.on_commit(req, n, result.specrace_prefill)
+            loop.kv_cache.on_commit(req, n, result.specrace_prefill)
             # the EAGLE grammar barrier may have advanced the grammar over it already
-            self.loop.commit(req, accepted,
-                             advance_grammar=not getattr(result, "grammar_advanced", False))
+            loop.commit(req, accepted,
+                        advance_grammar=not getattr(result, "grammar_advanced", False))
 
     def on_idle(self) -> None:
         pass
@@ -175,6 +189,10 @@ class UpstreamLoop:
         self.device = torch.device(device)
         self.sched, self.pools = build_scheduler(args, device, model)
         self.kv_cache = self.pools.manager
+        # upstream's result processor where the release has it (result_processor.in_use);
+        # None: the target's own commit (``commit``)
+        self.upstream_processor = (self.sched.batch_result_processor
+                                   if result_processor.in_use(self.sched) else None)
         self.future_map = self.sched.future_map
         self.vocab_size = self.sched.model_config.vocab_size
         self.waiting: Deque[Any] = collections.deque()
@@ -256,7 +274,7 @@ class UpstreamLoop:
         return self.sched.result_queue
 
     def add_request(self, req) -> None:
-        req.return_hidden_states = self.args.return_hidden_states  # what the client asked
+        req.ask_hidden_states(self.args.return_hidden_states)  # what the client asked
         self.waiting.append(req)
 
     # --- probe shims: upstream's methods, called unchanged -----------------------------
@@ -351,7 +369,7 @@ class UpstreamLoop:
         if advance_grammar:
             req.grammar_seen = len(req.output_ids)
         if done:
-            req.done = True
+            req.mark_finished()
             self.kv_cache.release(req)  # release_kv_cache: slots first, then the row
             self.finished.append(req)
 

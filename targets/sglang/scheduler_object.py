@@ -18,9 +18,10 @@ from impl.attention import ToyPagedAttention
 from impl.graph_runner import VerifyGraphRunner, graphs_supported
 from impl.model import ToyTargetModel
 
-from . import upstream
+from . import result_processor, upstream
 from .contract import NOT_MODELLED
 from .pools import build_pools
+from .result_processor import Observability
 from .worker import ToyNgramWorker
 
 class NotModelled:
@@ -53,13 +54,6 @@ class _ServerArgsView(NotModelled):
         if item in _ServerArgsView.VALUES:
             return _ServerArgsView.VALUES[item]
         return super().__getattr__(item)
-
-
-class _Recorder:
-    """metrics_reporter / profiler_manager: observability, nothing under test."""
-
-    def __getattr__(self, item: str):
-        return lambda *a, **k: None
 
 
 def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
@@ -117,8 +111,11 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
         publish(args.war_barrier == "fine")
     else:
         s.model_worker.publish_read_done = args.war_barrier == "fine"
+    # the model's config as the loop and the result processor read it: not a reasoning
+    # model (no think-start / think-end tokens to count)
     s.model_config = types.SimpleNamespace(is_encoder_decoder=False,
-                                           vocab_size=model.vocab_size)
+                                           vocab_size=model.vocab_size, think_end_ids=None,
+                                           self_opened_think_start_ids=None)
     # upstream's own decision (Scheduler.run_event_loop): the barrier is on under CUDA, or
     # where SGLANG_ENABLE_WAR_BARRIER says so -- the simulator stands for a CUDA device
     s._war_barrier_enabled = upstream.scheduler.is_cuda() or dev.type != "cpu" or \
@@ -145,8 +142,8 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s.scheduler_stage_metrics = None
     s.scripted_scheduler_hook = None
     s.forward_sleep_time = None
-    s.metrics_reporter = _Recorder()
-    s.profiler_manager = _Recorder()
+    s.metrics_reporter = Observability()
+    s.profiler_manager = Observability()
     s.forward_ct = 0
     s.processed_tokens_counter = 0
     s._sched_idled = False
@@ -157,10 +154,14 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s.server_args = _ServerArgsView()
     for name in NOT_MODELLED:
         setattr(s, name, NotModelled(name))
-    if args.spec_algorithm == "eagle-v2":  # EAGLE's grammar barrier advances through it
+    s.beam_coordinator = _idle_beam_coordinator(s)
+    if pools.lifecycle == "upstream" and result_processor.fits():
+        # upstream's own result processing (and the EAGLE grammar barrier's advance)
+        s.batch_result_processor = result_processor.build(s, pools.manager.tree_cache,
+                                                          NotModelled)
+    elif args.spec_algorithm == "eagle-v2":  # EAGLE's grammar barrier advances through it
         from .eagle import GrammarAdvance
         s.batch_result_processor = GrammarAdvance()
-    s.beam_coordinator = _idle_beam_coordinator(s)
     return s, pools
 
 

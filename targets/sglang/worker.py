@@ -81,6 +81,13 @@ class Req(RequestState):
     def finished(self) -> bool:
         return self.done
 
+    def ask_hidden_states(self, wanted: bool) -> None:
+        self.return_hidden_states = wanted  # the capture mode is computed from it
+
+    def mark_finished(self) -> None:
+        """The commit finished it (EOS or its budget)."""
+        self.done = True
+
 
 class SamplingInfo:
     """The sampling state filter/merge carry along (none of it is under test here)."""
@@ -125,6 +132,8 @@ def finish_result(result, batch, draft_token_num: int, kv_check=None,
                                   stride)
         result.specrace_prefill = not decode  # the KV oracle's context
         result.specrace_extend_ends = None if decode else [r.extend_end for r in batch.reqs]
+        if not decode:  # what upstream's prefill processing slices hidden states by
+            result.extend_input_len_per_req = list(batch.extend_lens)
     result.specrace_kv_check = kv_check
     # a request whose finish a synchronous step processed before this launch rides in it
     # with its KV released: the KV oracle does not judge what its attention read
@@ -198,6 +207,11 @@ class SharedReadRunner:
         self.last_shared_read_runner = self.war_fastpath_runner = self
         self.shared_read_done_event = self.war_fastpath_read_done_event = None
         self.publish_read_done = True
+
+    def on_verify_complete_cpu(self, num_correct_drafts_per_req, batch_size: int = 0) -> None:
+        """What upstream's result processor tells the worker once the accept counts are
+        on the host: nothing to a worker without an adaptive controller (upstream's
+        ``BaseSpecWorker`` default)."""
 
     def _record_shared_read_done(self) -> None:
         if self.publish_read_done:

@@ -96,7 +96,7 @@ def test_a_retracted_request_ends_with_the_models_continuation():
     run = run_to_end("impl", "retract")
     assert run[0][0].retractions == 1
     for rid, (r, spec) in run.items():
-        assert r.output_ids == greedy_continuation(spec.prompt, spec.max_new_tokens), rid
+        assert r.output() == greedy_continuation(spec.prompt, spec.max_new_tokens), rid
 
 
 def test_the_kv_oracle_judges_a_re_prefill_against_the_whole_history():
@@ -173,6 +173,6 @@ def test_a_request_a_synchronous_step_finished_is_not_retracted():
         state.drain()
         state.no_stale_value()
         state.no_race()
-        assert state.reqs[0].output_ids == [0] and state.reqs[0].retractions == 0
+        assert state.reqs[0].output() == [0] and state.reqs[0].retractions == 0
     finally:
         state.teardown()

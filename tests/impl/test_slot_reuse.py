@@ -50,7 +50,7 @@ def _watch(workload, target="impl"):
             running = now
         sched.run_to_completion()
         assert not sched.has_work()
-    seen["outputs"] = {r.rid: list(r.output_ids) for r in reqs}
+    seen["outputs"] = {r.rid: r.output() for r in reqs}
     seen["budgets"] = {s.rid: s.max_new_tokens for s in workload.requests}
     return seen
 
