@@ -84,9 +84,22 @@ class ReproResult:
         return "race" if self.reproduced else "clean"
 
     @property
+    def reference_crashed(self) -> bool:
+        """The first reproduction is the synchronous reference run crashing, and no trial
+        raced: the engine fails without any overlap, so nothing about a race was shown."""
+        d = self.first_divergence
+        return (d is not None and d.kind in ("crash", "deadlock") and d.where == "reference"
+                and not self.races)
+
+    @property
     def matches_expectation(self) -> Optional[bool]:
-        """None without an expectation: an outcome nobody stated cannot mismatch."""
-        return None if self.expect is None else self.outcome == self.expect
+        """None without an expectation: an outcome nobody stated cannot mismatch. A race
+        expected is not met by a reference run that crashed (``reference_crashed``)."""
+        if self.expect is None:
+            return None
+        if self.expect == "race" and self.reference_crashed:
+            return False
+        return self.outcome == self.expect
 
     @property
     def rate(self) -> float:

@@ -136,7 +136,7 @@ class SglangTarget(Target):
 
     def describe(self) -> Dict[str, Any]:
         from .bootstrap import stood_in
-        from . import kv_lifecycle
+        from . import kv_lifecycle, requests, result_processor
         from .pools import upstream_pools_fit
         v = self.verdict
         return {"target": self.name, "sglang_version": self.version,
@@ -146,4 +146,9 @@ class SglangTarget(Target):
                 "kv_pools": "upstream" if upstream_pools_fit() else "specrace",
                 # whose functions allocate and release rows and slots (full layout)
                 "kv_lifecycle": "upstream" if upstream_pools_fit() and kv_lifecycle.fits()
-                else "specrace"}
+                else "specrace",
+                # whose request class and result processing (the full layout: the SWA
+                # layout's allocator is specrace's, and so is its commit)
+                "requests": "upstream" if requests.fits() else "specrace",
+                "result_processor": "upstream" if upstream_pools_fit() and kv_lifecycle.fits()
+                and result_processor.fits() else "specrace"}

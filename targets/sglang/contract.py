@@ -37,13 +37,14 @@ SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
 
 # release -> the digest of its driven files, as measured: the release gate on the
 # simulator and the seed scenario on the H200 (reports/upstream/releases.md,
-# reports/h200/releases/; the wider module set of session 6 over the same release files:
-# the narrower set's digests, 352adbbd17f4b9ad / 549547635c77ce29 / 7ed884067df77bb2,
-# reproduce from the installed wheels)
+# reports/h200/releases/). The module set grew over sessions, over the same release
+# files; each earlier set's digests reproduce from the installed wheels (session 8 added
+# the result processor and sampling params: before, 51a2dece54485432 / 3ad031963873b6c8 /
+# 36c298e3dbf9b5fb; session 6: 352adbbd17f4b9ad / 549547635c77ce29 / 7ed884067df77bb2)
 VERIFIED: Dict[str, str] = {
-    "0.5.17": "51a2dece54485432",
-    "0.5.18": "3ad031963873b6c8",
-    "0.5.23": "36c298e3dbf9b5fb",
+    "0.5.17": "23b34f6456d015c8",
+    "0.5.18": "689699c740ec714d",
+    "0.5.23": "972344de562a485d",
 }
 
 # The modules whose files the target drives (the report's digest covers them): the relay,
@@ -60,6 +61,9 @@ DRIVEN_MODULES = bootstrap.MODULES + (  # the ones loaded at start, then:
     "sglang.srt.model_executor.forward_batch_info",
     "sglang.srt.speculative.dspark_components.dspark_planner",
     "sglang.srt.speculative.ragged_verify", "sglang.srt.speculative.draft_worker_common",
+    # the result processing and the request (targets.sglang.result_processor, requests)
+    "sglang.srt.managers.scheduler_components.batch_result_processor",
+    "sglang.srt.sampling.sampling_params",
 )
 
 _OU = "sglang.srt.managers.overlap_utils"
