@@ -133,7 +133,7 @@ def finish_pools(req_to_token_pool, allocator, args, device):
     # the columns one step writes past its sequence: its D verify positions, or a tree
     # draft's topk x steps (the sglang target's EAGLE v2 slice with topk > 1)
     step = max(args.draft_token_num, args.eagle_topk * (args.draft_token_num - 1))
-    return KVCacheManager(req_to_token_pool, allocator, step), kv
+    return KVCacheManager(req_to_token_pool, allocator, step, args.admission), kv
 
 
 # --- the schedule stream's write: one kernel, as upstream's ``assign_req_to_token_pool``
@@ -199,21 +199,28 @@ class KVCacheManager:
     """The scheduler's side of the pools, on the schedule stream: what each request
     holds (host bookkeeping, never a device read) and the allocations that follow it.
 
-    A request is admitted only when its whole lifetime fits the pool (prompt, budget and
-    the over-allocation below), so an allocation never fails mid-run; finished requests
-    give their slots back at once, and waiting ones take them -- slots are reused within
-    a run whenever the pool is small.
+    Admission (``ServerArgs.admission``): under "lifetime" a request is admitted only
+    when its whole lifetime fits the pool (prompt, budget and the over-allocation below),
+    so an allocation never fails mid-run; under "optimistic" when its prefill and first
+    decode reserve fit what is free now -- decode steps then run the pool short, and the
+    scheduler retracts running requests under that pressure (upstream's
+    ``retract_decode``; ``impl.schedule_batch.retract_for_memory``). Finished and
+    retracted requests give their slots back at once, and waiting ones take them --
+    slots are reused within a run whenever the pool is small.
 
     Under overlap the host commits a step one iteration late, so a decode launch
     reserves ``2*D`` columns past the last committed KV length: the step in flight may
     accept up to ``D``, and this step writes ``D`` draft positions after that."""
 
-    def __init__(self, req_to_token_pool, allocator, draft_token_num: int) -> None:
+    def __init__(self, req_to_token_pool, allocator, draft_token_num: int,
+                 admission: str = "lifetime") -> None:
         self.req_to_token_pool = req_to_token_pool
         self.allocator = allocator
         self.D = draft_token_num
+        self.admission = admission
         self.capacity = allocator.available_size()
-        self.reserved = 0
+        self.reserved = 0  # lifetimes reserved ("lifetime" admission)
+        self._admitting = 0  # slots the prefill being formed will take ("optimistic")
         # the request pool's free rows (row 0 is the padding row), handed out in order
         self._free_rows = list(range(1, req_to_token_pool.req_to_token.shape[0]))
 
@@ -230,22 +237,34 @@ class KVCacheManager:
         accept up to ``D`` past it), and the decode reserve."""
         return len(req.prompt) + req.max_new_tokens + 3 * self.D
 
+    def prefill_need(self, req) -> int:
+        """The slots ``req``'s prefill takes: its context and the first decode reserve."""
+        return len(req.context()) + 2 * self.D
+
     def fits(self, req) -> bool:
         need = self.lifetime(req)
         if need > min(self.req_to_token.shape[1], self.capacity):
             raise ValueError(f"request {req.rid} needs {need} KV positions: more than the "
                              f"context length ({self.req_to_token.shape[1]}) or the KV "
                              f"pool ({self.capacity}) holds")
+        if self.admission == "optimistic":
+            return self._admitting + self.prefill_need(req) <= self.allocator.available_size()
         return self.reserved + need <= self.capacity
 
     def can_admit(self, req) -> bool:
-        """A free row, and room in the pool for ``req``'s whole lifetime."""
+        """A free row, and room in the pool for ``req`` (``fits``)."""
         return bool(self.free_rows) and self.fits(req)
 
     def admit(self, req) -> None:
-        """``req`` gets a row (``req.pool_idx``) and its lifetime's reserve."""
+        """``req`` gets a row (``req.pool_idx``) and its reserve: its lifetime's, or
+        nothing beyond its prefill's slots (optimistic admission)."""
         req.pool_idx = self.take_row(req)
-        self.reserved += self.lifetime(req)
+        if self.admission == "optimistic":
+            req.kv_reserve = 0
+            self._admitting += self.prefill_need(req)
+        else:
+            req.kv_reserve = self.lifetime(req)
+        self.reserved += req.kv_reserve
         req.kv_allocated = 0
 
     def begin_extend(self, req, end: int) -> None:
@@ -271,6 +290,11 @@ class KVCacheManager:
         start = [r.kv_allocated for r in reqs]
         return start, [max(s, r.kv_committed + 2 * self.D) for s, r in zip(start, reqs)]
 
+    def decode_need(self, reqs) -> int:
+        """The slots the next decode launch of ``reqs`` takes (``launch_columns``)."""
+        start, end = self.launch_columns(reqs)
+        return sum(e - s for s, e in zip(start, end))
+
     def alloc_for_launch(self, reqs, req_pool_indices: torch.Tensor) -> None:
         start, end = self.launch_columns(reqs)
         if not alloc_kv(self.allocator, self.req_to_token, req_pool_indices, start, end):
@@ -286,6 +310,7 @@ class KVCacheManager:
         batch.req_pool_indices_cpu = torch.tensor(pool, dtype=torch.int64)
         batch.req_pool_indices = torch.tensor(pool, dtype=torch.int64,
                                               device=self.req_to_token.device)
+        self._admitting = 0
         self.alloc_for_launch(batch.reqs, batch.req_pool_indices)
 
     def prepare_decode(self, batch) -> None:
@@ -312,5 +337,6 @@ class KVCacheManager:
         self.released(req)
 
     def released(self, req) -> None:
-        """``req`` gave its row and slots back: its lifetime's reserve is free again."""
-        self.reserved -= self.lifetime(req)
+        """``req`` gave its row and slots back: its reserve is free again."""
+        self.reserved -= req.kv_reserve
+        req.kv_reserve = 0

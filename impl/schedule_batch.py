@@ -18,6 +18,8 @@ from typing import Any, Deque, List, Optional, Tuple
 
 import torch
 
+from harness.faults import observe
+
 from .mem_cache import (KVCacheManager, ReqToTokenPool, ToyKVPool, finish_pools,
                         mirror_allocator)
 from .memory import staged
@@ -39,6 +41,7 @@ class RequestState:
     committed_step: int = -1  # last step whose result the host has committed
     kv_allocated: int = 0  # req_to_token columns holding slots (impl.mem_cache)
     kv_committed: int = 0  # positions whose KV the host knows is written
+    kv_reserve: int = 0  # pool slots its admission reserved (KVCacheManager.admit)
     # retracted (row and slots given back) and not yet prefilled again: a result of a
     # step launched before the retraction is dropped (``retract``)
     is_retracted: bool = False
@@ -150,11 +153,43 @@ def retract(req, kv: KVCacheManager) -> None:
     (under overlap, the one in flight) is dropped: its number is taken again by the
     re-prefill, as in the synchronous run, where no step is in flight."""
     kv.retract(req)
+    note_retracted(req)
+
+
+def note_retracted(req) -> None:
+    """The scheduler's bookkeeping of a retraction whose release is done (``retract``; on
+    the sglang target also upstream's ``retract_decode``), and what the oracle is told:
+    from which step on the request's steps are numbered anew."""
     # what upstream's ``Req.reset_for_retract`` clears (the sglang target ran it already)
     req.prefix_len, req.extend_end, req.inflight_middle_chunks = 0, None, 0
     req.is_retracted = True
     req.retractions += 1
     req.launched = req.committed_step + 1
+    observe("retracted", req=req, from_step=req.launched)
+
+
+def retraction_order(reqs: List[Any]) -> List[int]:
+    """Upstream's ``_get_decode_retraction_order``: indices from most to least preferred
+    to keep -- more output tokens first, then the shorter prompt; the last goes first."""
+    return sorted(range(len(reqs)), key=lambda i: (len(reqs[i].output_ids),
+                                                    -len(reqs[i].prompt)), reverse=True)
+
+
+def retract_for_memory(reqs: List[Any], kv: KVCacheManager) -> List[Any]:
+    """The next decode's reserve does not fit what the pool has free: retract the least
+    preferred running requests until it does, keeping one (upstream's
+    ``check_decode_mem`` / ``retract_decode``). The retracted requests, in the order they
+    went. The one kept always fits: no request's lifetime exceeds the pool (``fits``)."""
+    order = retraction_order(reqs)
+    due: List[Any] = []
+    while len(order) > 1 and kv.decode_need([reqs[i] for i in order]) > \
+            kv.allocator.available_size():
+        req = reqs[order.pop()]
+        retract(req, kv)
+        due.append(req)
+    if kv.decode_need([reqs[i] for i in order]) > kv.allocator.available_size():
+        raise RuntimeError("KV pool exhausted even after retracting all other requests")
+    return due
 
 
 def build_kv_cache(args: "ServerArgs", device) -> Tuple[KVCacheManager, ToyKVPool]:

@@ -35,7 +35,7 @@ from .ngram import NgramProposer
 from .overlap import FutureMap, RelayPayload
 from .schedule_batch import (Req, ScheduleBatch, accept_tokens, build_kv_cache,
                              extend_last_tokens, form_prefill, middle_chunk, prefill_due,
-                             retract_due, stage_extend)
+                             retract_due, retract_for_memory, stage_extend)
 from .server_args import ServerArgs  # noqa: F401  (callers import it from here too)
 from .spec_info import NgramVerifyInput
 from .worker import GenerationBatchResult, NgramWorker
@@ -164,6 +164,8 @@ class Scheduler:
         self.waiting.extendleft(reversed(retracted))  # prefilled again next time, not now
         if prefill:
             return batch
+        if self.running_batch is not None and self.args.admission == "optimistic":
+            self._retract_for_memory()
         if self.running_batch is not None:
             self.running_batch.sync_processed = False
             for r in self.running_batch.reqs:
@@ -189,6 +191,17 @@ class Scheduler:
             if not batch.reqs:
                 self.running_batch = None
         return due
+
+    def _retract_for_memory(self) -> None:
+        """The decode's reserve does not fit the pool (optimistic admission): retract
+        under that pressure, as upstream's ``update_running_batch`` does
+        (``retract_for_memory``); they wait at the queue's front."""
+        batch = self.running_batch
+        due = retract_for_memory(batch.reqs, self.kv_cache)
+        if due:
+            batch.filter_batch([i for i, r in enumerate(batch.reqs) if not r.is_retracted],
+                               self.device)
+            self.waiting.extendleft(reversed(due))
 
     def _retract_after_sync(self, batch: ScheduleBatch) -> Optional[ScheduleBatch]:
         """A retraction the results just processed made due, before the launch: the

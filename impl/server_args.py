@@ -14,6 +14,7 @@ WAR_BARRIERS = ("fine", "coarse")
 SPEC_ALGORITHMS = ("ngram", "eagle", "dspark", "eagle-v2")
 RAGGED_VERIFY_MODES = ("static", "compact", "cap-accept")
 KV_LAYOUTS = ("full", "swa")
+ADMISSIONS = ("lifetime", "optimistic")
 
 
 @dataclass
@@ -56,6 +57,13 @@ class ServerArgs:
     # a trial and its reference: ((rid, n), ...) retracts request rid once it holds n
     # output tokens (impl.schedule_batch.retract)
     retract_at: Tuple[Tuple[int, int], ...] = ()
+    # Admission (impl.mem_cache.KVCacheManager): "lifetime" reserves a request's whole
+    # lifetime, so the pool never runs short; "optimistic" admits on its prefill alone,
+    # as upstream's PrefillAdder does with a low new-token ratio -- decode steps then run
+    # the pool short and the scheduler retracts running requests under that pressure
+    # (upstream's check_decode_mem / retract_decode), at points that differ between a
+    # trial and its reference (the per-step oracle stands down for such requests)
+    admission: str = "lifetime"
     # Chunked prefill (upstream's --chunked-prefill-size): a prefill takes at most this
     # many prompt tokens, a longer context goes in chunks (0: off; impl.schedule_batch)
     chunked_prefill_size: int = 0
@@ -85,6 +93,13 @@ class ServerArgs:
             raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}")
         if not 0 <= self.chunked_prefill_size <= 1 << 16:
             raise ValueError("chunked_prefill_size must be in 0..65536 (0: off)")
+        if self.admission not in ADMISSIONS:
+            raise ValueError(f"admission must be one of {ADMISSIONS}")
+        if self.admission == "optimistic" and self.chunked_prefill_size:
+            raise ValueError("optimistic admission with chunked prefill is not modelled (a "
+                             "later chunk's slots are not admitted)")
+        if self.admission == "optimistic" and self.spec_algorithm == "dspark":
+            raise ValueError("optimistic admission is not modelled for the DSpark slice")
         if self.chunked_prefill_size and self.spec_algorithm == "dspark":
             raise ValueError("chunked prefill is not modelled for the DSpark slice (its "
                              "toy worker prefills whole prompts)")

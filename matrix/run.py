@@ -59,6 +59,10 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("kv-reuse-eagle-lazy", "kv-row-reuse", "eagle", "lazy"),
     Probe("kv-retract", "kv-row-reuse", "retract", "eager"),
     Probe("kv-retract-lazy", "kv-row-reuse", "retract", "lazy"),
+    # retraction under memory pressure (optimistic admission: whom and when is the
+    # scheduler's choice, on 0.5.23 upstream's retract_decode)
+    Probe("kv-pressure", "kv-pressure", "fixed", "eager"),
+    Probe("kv-pressure-lazy", "kv-pressure", "fixed", "lazy"),
     # chunked prefill (with retractions: a retracted history prefilled in chunks)
     Probe("kv-chunked", "kv-row-reuse", "chunked-retract", "eager"),
     Probe("kv-chunked-lazy", "kv-row-reuse", "chunked-retract", "lazy"),

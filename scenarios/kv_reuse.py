@@ -30,6 +30,9 @@ from .workloads import slot_reuse_workload
 KV_POOL_SLOTS = 96  # the long request and two short ones at a time
 # (rid, output tokens held): the long request mid-way, two short ones after one verify
 RETRACT_AT = ((0, 8), (3, 2), (6, 2))
+# retraction under pressure (kv-pressure): eight requests, budgets up to 10 tokens beside
+# a 24-token one, in a pool that holds two whole lifetimes but not three
+PRESSURE_SLOTS = 64
 CHUNK = 4  # prompt tokens a prefill takes (chunked variants): most prompts need two or more
 
 
@@ -74,4 +77,28 @@ KV_ROW_REUSE = Scenario(
             ("swa-barrier-at-loop-top", None): "race", ("retract", None): "clean",
             ("retract-no-war-barrier", None): "race", ("chunked", None): "clean",
             ("chunked-retract", None): "clean", ("chunked-no-war-barrier", None): "race"},
+)
+
+
+def kv_pressure_workload(seed: int):
+    return dataclasses.replace(slot_reuse_workload(seed, n_requests=8, max_tokens=10,
+                                                   long_tokens=24),
+                               kv_pool_size=PRESSURE_SLOTS)
+
+
+KV_PRESSURE = Scenario(
+    name="kv-pressure",
+    summary="retraction under real memory pressure: requests admitted on their prefill "
+            "alone run the KV pool short in decode, and the scheduler (on 0.5.23 "
+            "upstream's check_decode_mem / retract_decode) retracts whom it chooses, a "
+            "step of theirs in flight; forward stalled as in kv-row-reuse",
+    workload=kv_pressure_workload,
+    stalls=KV_ROW_REUSE.stalls,
+    variants={"fixed": {"admission": "optimistic"},
+              "no-war-barrier": {"admission": "optimistic", "mutation": "war-barrier-removed"},
+              # the same workload admitted on whole lifetimes: never short, no retraction
+              "lifetime": {}},
+    default_variant="fixed",
+    expect={("fixed", None): "clean", ("no-war-barrier", None): "race",
+            ("lifetime", None): "clean"},
 )

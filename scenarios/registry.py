@@ -9,7 +9,7 @@ from .eagle import EAGLE_V2, EAGLE_V2_GRAMMAR
 from .hidden_states import NGRAM_HIDDEN_READBACK
 from .grammar import GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING
 from .host_order import DP_IDLE, MIXED_OVERLAP
-from .kv_reuse import KV_ROW_REUSE
+from .kv_reuse import KV_PRESSURE, KV_ROW_REUSE
 from .ngram_filter_race import SCENARIO as _NGRAM_FILTER_RACE
 from .slot_reuse import SLOT_REUSE
 
@@ -17,7 +17,7 @@ SCENARIOS: Dict[str, Scenario] = {
     s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING,
                         MIXED_OVERLAP, DP_IDLE, SLOT_REUSE, DSPARK_CONFIDENCE_RING,
                         DSPARK_RESULT_READBACK, NGRAM_HIDDEN_READBACK, KV_ROW_REUSE,
-                        EAGLE_V2, EAGLE_V2_GRAMMAR)}
+                        KV_PRESSURE, EAGLE_V2, EAGLE_V2_GRAMMAR)}
 
 
 def get(name: str) -> Scenario:

@@ -76,7 +76,7 @@ class ImplTarget(Target):
     summary = "specrace's mirror of the server code (impl/)"
     # every scenario but the sglang target's DSpark slice (impl/ has no DSpark)
     scenarios = ("ngram-filter-race", "mixed-overlap", "dp-idle", "grammar-ngram",
-                 "grammar-tree-staging", "slot-reuse", "kv-row-reuse")
+                 "grammar-tree-staging", "slot-reuse", "kv-row-reuse", "kv-pressure")
 
     def scheduler(self, args, device, grammar_backend: Any = None):
         from impl.scheduler import Scheduler

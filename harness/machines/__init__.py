@@ -64,6 +64,10 @@ KV_LAYOUTS = ["full", "swa"]  # plain slots; slots paired with SWA slots by a ma
 # chunked prefill: off, or a budget that cuts the drawn prompts (up to 12 tokens) and
 # the histories of retracted requests into two or more chunks
 CHUNK_SIZES = [0, 0, 3, 7]
+# admission: a request's whole lifetime reserved (programs shrink to it), or its prefill
+# alone -- decode then runs the pool short and requests are retracted under that
+# pressure (not beside chunked prefill: ServerArgs.validate)
+ADMISSIONS = ["lifetime", "optimistic"]
 MAX_REQUESTS = 12  # arrivals per program: enough to wrap the small pools several times
 STALL_POINTS = ["forward.after_read_done", "forward.before_verify", "future_map.before_stash",
                 "forward.before_attn_metadata"]
@@ -85,9 +89,10 @@ class EngineMachine(RuleBasedStateMachine):
 
     @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
                 pool=st.sampled_from(POOL_SIZES), kv=st.sampled_from(KV_POOL_SIZES),
-                layout=st.sampled_from(KV_LAYOUTS), chunk=st.sampled_from(CHUNK_SIZES))
+                layout=st.sampled_from(KV_LAYOUTS), chunk=st.sampled_from(CHUNK_SIZES),
+                admission=st.sampled_from(ADMISSIONS))
     def start(self, policy: str, draft: int, pool: int, kv: int, layout: str = "full",
-              chunk: int = 0) -> None:
+              chunk: int = 0, admission: str = "lifetime") -> None:
         from impl.scheduler import ServerArgs
         self.target_name = self.target or os.environ.get("SPECRACE_TARGET", "impl")
         self.tgt = targets.get(self.target_name)
@@ -96,7 +101,8 @@ class EngineMachine(RuleBasedStateMachine):
         self.rt = self.stack.enter_context(open_runtime(self.backend, pol))
         self.args = ServerArgs(draft_token_num=draft, relay=self.relay,
                                war_barrier=self.war_barrier, req_pool_size=pool,
-                               kv_pool_size=kv, kv_layout=layout, chunked_prefill_size=chunk)
+                               kv_pool_size=kv, kv_layout=layout, chunked_prefill_size=chunk,
+                               admission="lifetime" if chunk else admission)
         self.gb = grammar_backend(self.target_name) if self.schemas else None
         self.stack.enter_context(self.tgt.variant(self.args, self.rt.device))
         with self._engine():
@@ -220,10 +226,11 @@ class SmallPoolEngineMachine(EngineMachine):
 
     @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
                 pool=st.sampled_from(SMALL_POOLS), kv=st.sampled_from(SMALL_KV_POOLS),
-                layout=st.sampled_from(KV_LAYOUTS), chunk=st.sampled_from(CHUNK_SIZES))
+                layout=st.sampled_from(KV_LAYOUTS), chunk=st.sampled_from(CHUNK_SIZES),
+                admission=st.sampled_from(ADMISSIONS))
     def start(self, policy: str, draft: int, pool: int, kv: int, layout: str = "full",
-              chunk: int = 0) -> None:
-        super().start(policy, draft, pool, kv, layout, chunk)
+              chunk: int = 0, admission: str = "lifetime") -> None:
+        super().start(policy, draft, pool, kv, layout, chunk, admission)
 
 
 class PrefixEngineMachine(EngineMachine):

@@ -50,6 +50,12 @@ class Reference:
     confidence: Dict[Key, List[float]] = field(default_factory=dict)
     hidden: Dict[Key, List[float]] = field(default_factory=dict)
     seq_lens: Dict[Key, List[float]] = field(default_factory=dict)
+    # rid -> the steps from which its retractions numbered its steps anew
+    retractions: Dict[int, List[int]] = field(default_factory=dict)
+
+
+def note_retraction(retractions: Dict[int, List[int]], ctx: dict) -> None:
+    retractions.setdefault(ctx["req"].rid, []).append(ctx["from_step"])
 
 
 class Recorder:
@@ -61,9 +67,12 @@ class Recorder:
         self.confidence: Dict[Key, List[float]] = {}
         self.hidden: Dict[Key, List[float]] = {}
         self.seq_lens: Dict[Key, List[float]] = {}
+        self.retractions: Dict[int, List[int]] = {}
 
     def __call__(self, name: str, ctx: dict) -> None:
-        if name == "result":
+        if name == "retracted":
+            note_retraction(self.retractions, ctx)
+        elif name == "result":
             self.results[(ctx["req"].rid, ctx["step"])] = (ctx["accept_len"], list(ctx["tokens"]))
         elif name == "seq_lens":
             for req, step, n in zip(ctx["reqs"], ctx["steps"], ctx["lens"]):
@@ -89,13 +98,30 @@ class StaleValueOracle:
         self.divergences: List[Divergence] = []
         self.checked = 0
         self.history: Dict[int, List[int]] = {}  # rid -> prompt + accepted tokens
+        self.retractions: Dict[int, List[int]] = {}  # as Reference.retractions, this run's
 
     @property
     def first(self) -> Optional[Divergence]:
         return self.divergences[0] if self.divergences else None
 
+    def lined_up(self, rid: int, step: int) -> bool:
+        """Is ``step`` of ``rid`` the same step in this run and in the reference? Yes
+        while both retracted it at the same points: a retraction numbers its steps anew
+        (the re-prefill takes the dropped step's number), so from the first point where
+        one run retracted and the other did not (memory pressure differs between an
+        overlapped trial and its synchronous reference), its per-step values are not
+        comparable; its outputs and the KV it read still are. Lazily sound: a trial that
+        will retract at a step observes nothing of that step or later before it does."""
+        ref, mine = self.ref.retractions.get(rid, ()), self.retractions.get(rid, ())
+        if not ref and not mine:
+            return True
+        apart = set(ref) ^ set(mine)
+        return not apart or step < min(apart)
+
     def __call__(self, name: str, ctx: dict) -> None:
-        if name == "result":
+        if name == "retracted":
+            note_retraction(self.retractions, ctx)
+        elif name == "result":
             self._check(ctx["req"].rid, ctx["step"], ctx["accept_len"], ctx["tokens"],
                         "result processing (host, after copy_done)", "copy")
             self._history(ctx["req"]).extend(ctx["tokens"])
@@ -159,7 +185,7 @@ class StaleValueOracle:
     def _check_rows(self, kind: str, ref: Dict[Key, List[float]], rid: int, step: int,
                     row: List[float], where: str, stream: str) -> None:
         expected = ref.get((rid, step))
-        if expected is None:
+        if expected is None or not self.lined_up(rid, step):
             return
         self.checked += 1
         if list(row) == expected:
@@ -171,8 +197,9 @@ class StaleValueOracle:
 
     def _check(self, rid: int, step: int, n, tokens, where: str, stream: str) -> None:
         expected = self.ref.results.get((rid, step))
-        if expected is None:
-            return  # a step the reference never ran (past the request's finish)
+        if expected is None or not self.lined_up(rid, step):
+            return  # a step the reference never ran (past the request's finish), or
+            # numbered differently there (lined_up)
         self.checked += 1
         exp_len, exp_tokens = expected
         what = None

@@ -50,7 +50,7 @@ def reference(workload: Workload, args, backend: str, target: str = "impl") -> R
             quiesce(rt)
             raise ReferenceCrash(exc) from exc
     ref = _REFERENCE_CACHE[key] = Reference(rec.results, outputs, rec.confidence, rec.hidden,
-                                             rec.seq_lens)
+                                             rec.seq_lens, rec.retractions)
     while len(_REFERENCE_CACHE) > REFERENCE_CACHE_SIZE:
         _REFERENCE_CACHE.popitem(last=False)
     return ref

@@ -26,7 +26,7 @@ SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
 KV_REUSE = ("kv-reuse", "kv-reuse-lazy")
 KV_REUSE_SWA = ("kv-reuse-swa", "kv-reuse-swa-lazy")
 KV_REUSE_AFTER_READ_DONE = KV_REUSE
-KV_RETRACT = ("kv-retract", "kv-retract-lazy")
+KV_RETRACT = ("kv-retract", "kv-retract-lazy", "kv-pressure")
 KV_CHUNKED = ("kv-chunked", "kv-chunked-lazy")
 
 MUTATIONS: List[Mutation] = [

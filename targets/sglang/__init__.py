@@ -18,6 +18,7 @@ from . import contract, static
 # Scenarios the upstream engine runs: all of them (grammar staging on sglang's own
 # xgrammar backend)
 SCENARIOS = ("ngram-filter-race", "mixed-overlap", "dp-idle", "grammar-ngram", "kv-row-reuse",
+             "kv-pressure",
              "grammar-tree-staging", "slot-reuse", "dspark-confidence-ring",
              "dspark-result-readback", "ngram-hidden-readback", "eagle-v2",
              "eagle-v2-grammar")

@@ -85,8 +85,9 @@ def install() -> None:
 class UpstreamKVCache(KVCacheManager):
     """``KVCacheManager`` whose pool operations are upstream's (module docstring)."""
 
-    def __init__(self, req_to_token_pool, allocator, draft_token_num: int) -> None:
-        super().__init__(req_to_token_pool, allocator, draft_token_num)
+    def __init__(self, req_to_token_pool, allocator, draft_token_num: int,
+                 admission: str = "lifetime") -> None:
+        super().__init__(req_to_token_pool, allocator, draft_token_num, admission)
         self._pending_rows = 0  # admitted into the prefill being formed, no row yet
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.radix_cache import RadixCache
@@ -134,7 +135,7 @@ class UpstreamKVCache(KVCacheManager):
             _, batch.req_pool_indices, batch.req_pool_indices_cpu = alloc_for_extend(batch)
         finally:
             batch.prefix_lens, batch.extend_lens, batch.extend_num_tokens = toy
-            self._pending_rows = 0
+            self._pending_rows = self._admitting = 0
         for r in batch.reqs:
             r.pool_idx, r.kv_allocated = r.kv.req_pool_idx, r.kv.kv_allocated_len
 
@@ -193,6 +194,25 @@ class UpstreamKVCache(KVCacheManager):
                     token_to_kv_pool_allocator=self.allocator, tree_cache=self.tree_cache,
                     hisparse_coordinator=None)
         self.released(req)
+
+    def retract_for_memory(self, batch) -> List:
+        """Upstream's ``ScheduleBatch.check_decode_mem`` and ``retract_decode`` (the core of
+        its ``update_running_batch``): when the next decode's reserve does not fit, the
+        least preferred requests are released through ``release_req`` and filtered out of
+        the batch, one kept. Ours after it: the reserve bookkeeping and the scheduler's
+        (``impl.schedule_batch.note_retracted``). The retracted requests."""
+        from impl.schedule_batch import note_retracted
+        batch.tree_cache = self.tree_cache
+        if batch.check_decode_mem():
+            return []
+        retracted, _, aborted = batch.retract_decode()
+        if aborted:  # even the last request does not fit: upstream aborts it
+            raise RuntimeError(f"upstream's retract_decode aborted {len(aborted)} "
+                               f"request(s): the KV pool cannot hold the last one")
+        for req in retracted:
+            self.released(req)
+            note_retracted(req)
+        return retracted
 
     def release(self, req) -> None:
         from sglang.srt.mem_cache.common import release_kv_cache

@@ -42,9 +42,10 @@ import torch
 from harness.faults import ask, fault_point, observe
 from impl.model import ToyTargetModel
 from impl.schedule_batch import (accept_tokens, extend_last_tokens, form_prefill,
-                                 middle_chunk, prefill_due, retract_due, stage_extend)
+                                 middle_chunk, prefill_due, retract_due, retract_for_memory,
+                                 stage_extend)
 
-from . import result_processor, upstream
+from . import kv_lifecycle, result_processor, upstream
 from .scheduler_object import build_scheduler
 from .worker import SamplingInfo, launch_rows
 
@@ -131,6 +132,8 @@ class Intake:
         loop.waiting.extendleft(reversed(retracted))  # prefilled again next time, not now
         if prefill:
             return _plan(running_batch, batch)
+        if running_batch is not None and loop.args.admission == "optimistic":
+            running_batch = loop.retract_for_memory(running_batch)
         if running_batch is not None:
             for r in running_batch.reqs:
                 r.launched += 1
@@ -306,6 +309,23 @@ class UpstreamLoop:
             batch.filter_batch(keep_indices=[i for i, r in enumerate(batch.reqs)
                                              if not r.is_retracted])
         return (batch if batch is not None and batch.reqs else None), due
+
+    def retract_for_memory(self, batch):
+        """The decode's reserve does not fit the pool (optimistic admission): retract
+        under that pressure -- on 0.5.23 upstream's own ``check_decode_mem`` and
+        ``retract_decode`` choose whom and release them (``UpstreamKVCache``), elsewhere
+        ``impl.schedule_batch.retract_for_memory`` and upstream's ``filter_batch``. They
+        wait at the queue's front (upstream appends them to its waiting queue, which its
+        schedule policy orders). The batch, or None when no one is left."""
+        if isinstance(self.kv_cache, kv_lifecycle.UpstreamKVCache):
+            due = self.kv_cache.retract_for_memory(batch)
+        else:
+            due = retract_for_memory(batch.reqs, self.kv_cache)
+            if due:
+                batch.filter_batch(keep_indices=[i for i, r in enumerate(batch.reqs)
+                                                 if not r.is_retracted])
+        self.waiting.extendleft(reversed(due))
+        return batch if batch.reqs else None
 
     def filter_finished(self, batch, exclude: Any = None) -> None:
         keep = [i for i, r in enumerate(batch.reqs) if not r.finished() and r is not exclude]

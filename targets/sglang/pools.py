@@ -86,6 +86,6 @@ def build_pools(args, device) -> Pools:
         origin = "specrace"
     manager, kv = mem_cache.finish_pools(pool, allocator, args, dev)
     if origin == "upstream" and args.kv_layout != "swa" and kv_lifecycle.fits():
-        manager = kv_lifecycle.UpstreamKVCache(pool, allocator, manager.D)
+        manager = kv_lifecycle.UpstreamKVCache(pool, allocator, manager.D, args.admission)
         return Pools(pool, allocator, manager, kv, origin, lifecycle="upstream")
     return Pools(pool, allocator, manager, kv, origin)

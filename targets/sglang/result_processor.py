@@ -115,20 +115,21 @@ def in_use(sched) -> bool:
 
 def commit_observed(processor, batch, result, rows, loop) -> None:
     """Upstream processes the result; the harness observes what it committed, per row
-    of the launch (``worker.launch_rows``): the tokens upstream appended to
-    ``output_ids`` (none for a row it dropped: a step past its finish, before its
-    retraction, a middle chunk), under the accept length that reached the host, and the
-    hidden states it kept. The KV bookkeeping follows upstream's: the committed length is
+    of the launch (``worker.launch_rows``): a row whose request upstream appended tokens
+    to (none for a row it dropped: a step past its finish, before its retraction, a
+    middle chunk), with the accept state that reached the host, and the hidden states
+    it kept. The KV bookkeeping follows upstream's: the committed length is
     its ``kv_committed_len``, and a request it finished (and released) gives its
     lifetime's reserve back."""
     before = [(len(req.output_ids), req.finished(), len(req.hidden_states))
               for _, req, _, _, _ in rows]
     process(processor, batch, result)
-    for (_, req, step, n, _), (n0, was_finished, h0) in zip(rows, before):
-        tokens = list(req.output_ids[n0:])
-        if not tokens:
+    for (_, req, step, n, accepted), (n0, was_finished, h0) in zip(rows, before):
+        if len(req.output_ids) == n0:
             continue
-        observe("result", req=req, step=step, accept_len=n, tokens=tokens)
+        # what reached the host (the grammar may keep a prefix of it: the request then
+        # finishes), as the draft prep and the reference see it
+        observe("result", req=req, step=step, accept_len=n, tokens=accepted)
         if req.return_hidden_states and len(req.hidden_states) > h0:
             observe("hidden_states", req=req, step=step,
                     rows=_row_sums(req.hidden_states[h0:]))
