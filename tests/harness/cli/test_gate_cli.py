@@ -274,16 +274,20 @@ CRASH_IN_BOTH_RUNS = r"""
 
 
 def test_a_crash_of_the_reference_run_is_a_finding_with_a_report(tmp_path, monkeypatch):
+    """A finding (outcome race, a report, a replay) -- but not the race a gate expects:
+    the engine fails without any overlap, so ``--expect race`` is not met (exit 1)."""
     proc = specrace("repro", "ngram-filter-race", "--trials", "2", "--expect", "race",
                     "--report-dir", str(tmp_path), patch=CRASH_IN_BOTH_RUNS)
     _no_traceback(proc)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    assert "expected race: MISMATCH" in proc.stdout
     assert "engine crashed in the synchronous reference run" in proc.stdout
     assert "\\ud800" in proc.stdout and "\u202e" not in proc.stdout
     path = _set_json(tmp_path)
     doc = _load(path)
     div = doc["first_divergence"]
     assert (div["kind"], div["where"]) == ("crash", "reference") and doc["reproduced"] == 2
+    assert doc["outcome"] == "race" and doc["matches_expectation"] is False
     assert doc["replay"]["command"].startswith("specrace replay ")
     md = (path.parent / "report.md").read_text(encoding="utf-8")
     assert "engine crashed in the synchronous reference run" in md and "\\ud800" in md
