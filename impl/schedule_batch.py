@@ -285,5 +285,3 @@ class ScheduleBatch:
         self.req_pool_indices = torch.cat((self.req_pool_indices, other.req_pool_indices))
         if self.spec_info is not None and other.spec_info is not None:
             self.spec_info.merge_batch(other.spec_info)
-        if other.sampling_info.vocab_mask is not None:
-            self.sampling_info.vocab_mask = other.sampling_info.vocab_mask

@@ -200,6 +200,11 @@ class NgramWorker:
             from .grammar import build_grammar_vocab_mask
             mask = build_grammar_vocab_mask(reqs=batch.reqs, tree=tree, sampling_info=info,
                                             device=self.device)
+        elif info is not None:
+            # The batch's grammar requests left it (finished, retracted) before their first
+            # verify: no grammar mask is built to clear the extend stage's mask, whose rows
+            # are the prefill's, not this verify's.
+            info.vocab_mask = None
         if info is not None and info.vocab_mask is not None:
             from .grammar import apply_vocab_mask
             apply_vocab_mask(logits, info.vocab_mask)

@@ -108,8 +108,7 @@ class SamplingInfo:
         pass
 
     def merge_batch(self, other: "SamplingInfo") -> None:
-        if other.grammar_mask is not None:
-            self.grammar_mask = other.grammar_mask
+        pass  # upstream's merge leaves the other batch's extend-stage grammar_mask behind
 
     def copy_for_forward(self) -> "SamplingInfo":
         return self
@@ -374,6 +373,11 @@ class ToyNgramWorker(SharedReadRunner):
             grammar_mask = upstream.spec_utils.build_grammar_vocab_mask(
                 reqs=batch.reqs, tree=tree, sampling_info=info, device=self.device,
                 barrier=None)
+        else:
+            # the batch's grammar requests left it before their first verify: nothing
+            # upstream runs here clears the extend stage's mask (0.5.23's own sampler drops
+            # it once the extend applied it; the toy extend keeps it for this verify)
+            info.grammar_mask = None
         if info.grammar_mask is not None:
             apply_vocab_mask(logits, info.grammar_mask.vocab_mask)
         if grammar_mask is not None:

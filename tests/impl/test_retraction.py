@@ -176,3 +176,32 @@ def test_a_request_a_synchronous_step_finished_is_not_retracted():
         assert state.reqs[0].output() == [0] and state.reqs[0].retractions == 0
     finally:
         state.teardown()
+
+
+@pytest.mark.parametrize("policy,count", [("lazy", 2), ("eager", 2), ("lazy", 4), ("eager", 4)])
+def test_a_grammar_request_retracted_before_its_first_verify(policy, count, target="impl"):
+    """Found by the grammar machine: a grammar request prefilled beside grammar-free ones
+    and retracted at its first token leaves the batch before any verify builds a grammar
+    mask, and so before anything clears the extend stage's mask (one row per prefilled
+    request). The verify of the grammar-free rest must not apply it: a shape mismatch
+    (a crash) when its rows differ from the verify's, another request's mask (a stale
+    token) when they happen to match."""
+    from harness.machines import EngineMachine
+    from scenarios.grammar import SCHEMAS
+
+    class GrammarMachine(EngineMachine):
+        schemas = tuple(SCHEMAS)
+
+    state = GrammarMachine()
+    state.target = target
+    try:
+        state.start(policy=policy, draft=2, pool=64, kv=4096, layout="full", chunk=0)
+        state.wave(count=count, motif=[1])
+        state.arrive(budget=2, grammar=1, length=1, motif=[1], retract=1)
+        state.drain()
+        state.no_stale_value()
+        state.no_race()
+        grammar_req = state.reqs[count]
+        assert grammar_req.retractions == 1  # the path under test was taken
+    finally:
+        state.teardown()

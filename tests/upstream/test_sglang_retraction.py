@@ -81,3 +81,9 @@ def test_the_retraction_bug_is_killed_on_the_eagle_probe():
                                                           seeds=(seed,)), "sim", m,
                                       target="sglang")
         assert killed, (seed, detail)
+
+
+@pytest.mark.parametrize("policy,count", [("lazy", 2), ("eager", 4)])
+def test_a_grammar_request_retracted_before_its_first_verify(policy, count):
+    impl_tests.test_a_grammar_request_retracted_before_its_first_verify(policy, count,
+                                                                       target="sglang")
