@@ -80,14 +80,9 @@ SOAK_STEPS = 25  # rules per program
 def soak_machines() -> Dict[str, type]:
     """The state machines a soak runs: the engine with the pool sizes of ``POOL_SIZES``,
     with pools that always wrap around, and with constrained (grammar) requests."""
-    from harness.machines import EngineMachine, SmallPoolEngineMachine
-    from scenarios.grammar import SCHEMAS
-
-    class GrammarSoakMachine(EngineMachine):
-        schemas = tuple(SCHEMAS)
-
+    from harness.machines import EngineMachine, GrammarEngineMachine, SmallPoolEngineMachine
     return {"engine": EngineMachine, "small-pool": SmallPoolEngineMachine,
-            "grammar": GrammarSoakMachine}
+            "grammar": GrammarEngineMachine}
 
 
 def seeded_machine(machine: type, seed: int):

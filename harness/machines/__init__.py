@@ -38,6 +38,7 @@ from harness.runtime import open_runtime, resolve_backend
 from harness.oracle.outputs import judge_outputs
 from harness.oracle.stale import Reference, StaleValueOracle
 from harness.oracle.workload import RequestSpec, Workload
+from scenarios.grammar import SCHEMAS
 
 # Settings for running these machines as tests: one bug reported (the shrunk one), not a
 # group; no deadline (an example is an engine run plus its reference runs); no explain
@@ -218,6 +219,11 @@ class EngineMachine(RuleBasedStateMachine):
                     self.sched.close()
         finally:
             self.stack.close()
+
+
+class GrammarEngineMachine(EngineMachine):
+    """Requests may carry the grammar scenarios' JSON schemas (``arrive``'s ``grammar``)."""
+    schemas = tuple(SCHEMAS)
 
 
 class SmallPoolEngineMachine(EngineMachine):

@@ -186,13 +186,8 @@ def test_a_grammar_request_retracted_before_its_first_verify(policy, count, targ
     request). The verify of the grammar-free rest must not apply it: a shape mismatch
     (a crash) when its rows differ from the verify's, another request's mask (a stale
     token) when they happen to match."""
-    from harness.machines import EngineMachine
-    from scenarios.grammar import SCHEMAS
-
-    class GrammarMachine(EngineMachine):
-        schemas = tuple(SCHEMAS)
-
-    state = GrammarMachine()
+    from harness.machines import GrammarEngineMachine
+    state = GrammarEngineMachine()
     state.target = target
     try:
         state.start(policy=policy, draft=2, pool=64, kv=4096, layout="full", chunk=0)

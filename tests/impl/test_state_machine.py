@@ -7,16 +7,11 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.machines import (TEST_SETTINGS, EngineMachine, PrefixEngineMachine,
-                                    SmallPoolEngineMachine)
-from scenarios.grammar import SCHEMAS
+from harness.machines import (TEST_SETTINGS, EngineMachine, GrammarEngineMachine,
+                              PrefixEngineMachine, SmallPoolEngineMachine)
 from matrix.mutations import BY_NAME
 
 FAST = TEST_SETTINGS
-
-
-class GrammarEngineMachine(EngineMachine):
-    schemas = tuple(SCHEMAS)
 
 
 def test_fixed_engine_survives_generated_programs():

@@ -12,18 +12,11 @@ import time
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.machines import EngineMachine, SmallPoolEngineMachine
-from scenarios.grammar import SCHEMAS
-
-
-class GrammarEngineMachine(EngineMachine):
-    schemas = tuple(SCHEMAS)
-
+from harness.pytest_matrix import soak_machines
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 kind = sys.argv[2] if len(sys.argv) > 2 else "engine"
-machine = {"engine": EngineMachine, "small-pool": SmallPoolEngineMachine,
-           "grammar": GrammarEngineMachine}[kind]
+machine = soak_machines()[kind]  # the machines ``pytest --specrace-soak`` runs
 t = time.perf_counter()
 run_state_machine_as_test(machine, settings=settings(
     max_examples=n, stateful_step_count=25, deadline=None, database=None,
