@@ -199,33 +199,41 @@ _MASK_DTYPES = (torch.bool, torch.uint8)
 
 
 def data_accesses(op: OpInfo, args: tuple, kwargs: dict,
-                  is_dev: Callable[[torch.Tensor], bool],
-                  access: Callable[[torch.Tensor], Any],
+                  access_of: Callable[[torch.Tensor], Any],
                   other: Optional[Callable[[torch.Tensor, OpInfo], None]] = None
                   ) -> Tuple[List[Any], List[Any]]:
     """(reads, writes) of a kernel's device-tensor arguments, by the rule above
-    (``OpInfo.accesses``); ``other(t, op)`` sees every argument tensor that is not device
-    memory."""
+    (``OpInfo.accesses``). ``access_of(t)`` is the backend's access of a device tensor and
+    None for any other tensor, which ``other(t, op)`` then sees. (Asked for every kernel:
+    one backend call per tensor, and a tensor list is the only nesting.)"""
     reads: List[Any] = []
     writes: List[Any] = []
     nargs = len(args)
     for key, read, write in op.accesses:
-        v = (args[key] if key < nargs else None) if type(key) is int else kwargs.get(key)
+        if type(key) is int:
+            if key >= nargs:
+                continue
+            v = args[key]
+        else:
+            v = kwargs.get(key)
         if isinstance(v, torch.Tensor):
             ts: Any = (v,)
         elif isinstance(v, (list, tuple)):  # Tensor[] / Tensor?[]
-            ts = [t for t in v if isinstance(t, torch.Tensor)]
+            ts = v
         else:  # None, or a number passed for a Tensor argument (``x + 1``)
             continue
         for t in ts:
-            if is_dev(t):
-                a = access(t)
-                if write:
-                    writes.append(a)
-                if read:
-                    reads.append(a)
-            elif other is not None:
-                other(t, op)
+            if not isinstance(t, torch.Tensor):
+                continue  # (None in a Tensor?[])
+            a = access_of(t)
+            if a is None:
+                if other is not None:
+                    other(t, op)
+                continue
+            if write:
+                writes.append(a)
+            if read:
+                reads.append(a)
     return reads, writes
 
 

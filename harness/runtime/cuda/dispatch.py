@@ -17,7 +17,7 @@ Blocking H2D copies (``x.to("cuda")``, ``torch.tensor(..., device="cuda")``) are
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Optional
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -88,8 +88,7 @@ class CudaBackend(ops.Backend):
                 if acc is not None:  # a pinned CPU scalar read on the host at launch
                     host_reads.append(acc)
 
-        reads, writes = ops.data_accesses(op, args, kwargs, self.is_dev, cap.sid_access,
-                                          other)
+        reads, writes = ops.data_accesses(op, args, kwargs, self._device_access, other)
         out = op.func(*args, **kwargs)
         frame = None
         for o in (out if isinstance(out, (list, tuple)) else (out,)):
@@ -123,6 +122,10 @@ class CudaBackend(ops.Backend):
 
     def is_dev(self, t: torch.Tensor) -> bool:
         return t.device.type == self.dev_type
+
+    def _device_access(self, t: torch.Tensor) -> Optional[Any]:
+        """The capture's access of a device tensor, None for a host one."""
+        return self.cap.sid_access(t) if t.device.type == self.dev_type else None
 
     # --- transfers: ``ops.classify_transfer`` decided what the copy is; CUDA does it,
     # these record it ----------------------------------------------------------------------

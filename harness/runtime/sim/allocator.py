@@ -40,12 +40,14 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 
+from ...context import current
 from .. import hostmem
 from ..trace import AllocRecord, Frame, FreeRecord, Position, RecordStreamRecord, user_frame
 
 ROUND = 512  # PyTorch rounds every request to a multiple of 512 bytes
 _POISON_BYTE = 0x5A
 _POISON_INT = 0x5A5A5A5A
+_VIEWS_PER_BLOCK = 8  # cached dense views a block keeps (``Block.views``)
 # dtypes whose poison is the 0x5A byte pattern itself: a fresh block needs no second fill
 _BYTE_POISON = {torch.uint8, torch.int8, torch.int16, torch.int32}
 
@@ -81,7 +83,7 @@ if _gc_phase not in gc.callbacks:
 
 
 class Block:
-    __slots__ = ("bid", "size", "mem", "typed", "home", "owner", "graph")
+    __slots__ = ("bid", "size", "mem", "typed", "views", "home", "owner", "graph")
 
     def __init__(self, bid: int, size: int, home: int, graph: bool = False,
                  written: int = 0) -> None:
@@ -96,6 +98,11 @@ class Block:
         else:
             self.mem = torch.full((size,), _POISON_BYTE, dtype=torch.uint8)
         self.typed: Dict[torch.dtype, torch.Tensor] = {}  # mem viewed as each dtype asked
+        # (dtype, shape, stride) -> a view of mem from its start, for dense outputs: a block
+        # mostly goes to the same kind of tensor again, and making the view is the dearest
+        # step of a placement. Owners one after another may share the view object: nothing
+        # restrides a device buffer in place (``inplace_view`` re-aliases it first).
+        self.views: Dict[tuple, torch.Tensor] = {}
         self.home = home  # stream id
         self.owner: Optional[int] = None  # sid of the storage that holds (or last held) it
         # allocated during a CUDA graph capture: the graph's private pool, which ordinary
@@ -120,7 +127,21 @@ class Storage:
 
     def __del__(self) -> None:
         try:
-            self.allocator.free(self)
+            allocator = self.allocator
+            block = self.block
+            if self.streams or block.graph or _IN_GC or not allocator.open:
+                allocator.free(self)
+                return
+            # The common free, ``free`` inlined (one per kernel output): nothing recorded,
+            # so the block goes back to its size class at once.
+            allocator.trace.add(FreeRecord(block.bid, self.sid, block.home, [],
+                                           user_frame(2)))
+            pool = allocator.pools.get(block.home)
+            stack = pool[1].get(block.size) if pool is not None else None
+            if stack is None:
+                allocator._cache(block)
+            else:
+                stack.append(block)
         except Exception:  # interpreter shutdown: modules half torn down
             pass
 
@@ -184,10 +205,43 @@ class SimAllocator:
         # strides are never negative: the layout covers [offset, n) of the block
         return buf, Storage(self, block, sid, (sid, offset * item, nbytes))
 
+    def place(self, result: torch.Tensor, shape, stride, dtype: torch.dtype,
+              frame: Optional[Frame]) -> Tuple[torch.Tensor, Optional[Storage]]:
+        """A dense kernel result (contiguous from offset 0; its layout handed in, as the
+        caller has it) copied into a block: ``storage`` for the commonest case of all -- a
+        block of exactly its size class cached on the current stream -- inlined (one per
+        kernel output); any other case takes ``storage``."""
+        n = result.numel()
+        nbytes = n * dtype.itemsize
+        home = self.dev.current.sid
+        pool = self.pools.get(home)
+        stack = (pool[1].get(-(-nbytes // ROUND) * ROUND)
+                 if pool is not None and nbytes and not self.deferred else None)
+        if not stack or self.dev.capture is not None:
+            buf, st = self.storage(shape, stride, dtype, frame, poison=False, n=n, dense=True)
+            if st is not None:
+                buf.copy_(result)
+            return buf, st
+        block = stack.pop()
+        key = (dtype, shape, stride)
+        buf = block.views.get(key)
+        if buf is None:
+            typed = block.typed.get(dtype)
+            if typed is None:
+                typed = block.typed[dtype] = block.mem.view(dtype)
+            if len(block.views) >= _VIEWS_PER_BLOCK:
+                block.views.clear()
+            buf = block.views[key] = typed.as_strided(shape, stride, 0)
+        buf.copy_(result)
+        sid = next(current().sids)  # (``hostmem.new_sid``, one call less)
+        self.trace.add(AllocRecord(block.bid, sid, home, nbytes, frame, block.owner))
+        block.owner = sid
+        return buf, Storage(self, block, sid, (sid, 0, nbytes))
+
     def adopt(self, result: torch.Tensor, frame: Optional[Frame]
               ) -> Tuple[torch.Tensor, Optional[Storage]]:
         """A kernel's result (computed in fresh CPU memory) moved into a block. (The
-        common contiguous result takes ``tensor.adopt``'s shorter way to ``storage``.)"""
+        common contiguous result takes ``place``, the shorter way.)"""
         offset = result.storage_offset()
         stride = result.stride()
         if result.numel() > 1 and 0 in stride:  # an expanded layout cannot be written to

@@ -266,13 +266,13 @@ class SimDevice:
 
     def clock_op(self, s: Stream, op: OpRecord) -> None:
         """Time ``op`` as the next op of ``s`` to execute, on the virtual clock."""
-        dep = 0.0
-        if op.kind == _WAIT:
+        start = max(s.clock, op.enq, self.last_start)
+        kind = op.kind
+        if kind == _WAIT:  # after the position it waits for
             ws, wseq = op.wait_for
-            dep = self.streams[ws].ends[wseq]
-        start = max(s.clock, op.enq, dep, self.last_start)
+            start = max(start, self.streams[ws].ends[wseq])
         duration = op.duration
-        if op.kind == _STALL and duration == FOREVER:
+        if kind == _STALL and duration == FOREVER:
             duration = max(0.0, self.host_clock - start)  # held until something forced it
         op.start = start
         op.end = start + duration

@@ -10,15 +10,13 @@ from typing import Any, List
 
 import torch
 
+from ... import context
 from .. import ops
 from ..trace import OpRecord, user_frame
 from .device import current_device
 from .meta import DATA_DEPENDENT, Meta, is_user_error, meta_outputs
-from .tensor import SimTensor, access, adopt, kernel_arg, new_storage, unwrap_call
-
-
-def _is_sim(t: torch.Tensor) -> bool:
-    return type(t) is SimTensor
+from .tensor import (SimTensor, access, adopt, device_access, kernel_arg, new_storage,
+                     unwrap_call)
 
 
 def _host_arg(t: torch.Tensor, op: ops.OpInfo) -> None:
@@ -31,11 +29,12 @@ def _host_arg(t: torch.Tensor, op: ops.OpInfo) -> None:
 
 def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
     """The kernel rung (``SimBackend.kernel`` itself: one Python frame less per op)."""
-    dev = current_device()
+    dev = context.current().sim_device or current_device()  # (the latter: the error, when none)
     stream = dev.current
-    frame = user_frame(3)
+    # (launch is always 3 runtime frames below the caller: dispatch, __torch_dispatch__)
+    frame = user_frame(4)
     func = op.func
-    reads, writes = ops.data_accesses(op, args, kwargs, _is_sim, access, _host_arg)
+    reads, writes = ops.data_accesses(op, args, kwargs, device_access, _host_arg)
     name = op.name
     idle = not stream.pending and dev.policy.runs_at_enqueue(dev, stream)
     meta = None
@@ -69,21 +68,19 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         if idle:
             alias_of = op.effects.return_alias
             if type(result) is torch.Tensor and (not alias_of or alias_of[0] is None):
-                # one fresh output, most kernels: ``_wrap_outputs`` and ``_name_storages``
-                # for that case alone
-                outs = adopt(dev, result, frame)
-                dev.trace.storage_sites[outs._sid] = (name, result.dtype, result.shape, frame)
+                # one fresh output, most kernels: ``_wrap_outputs`` for that case alone
+                outs = adopt(dev, result, frame, name)
                 writes.append(access(outs))
             else:
                 new: List[SimTensor] = []
-                outs = _wrap_outputs(dev, result, args, kwargs, op.effects, frame, new)
-                _name_storages(dev, new, name, frame, writes)
+                outs = _wrap_outputs(dev, result, args, kwargs, op.effects, frame, name, new)
+                writes.extend([access(o) for o in new])
             _enqueue_executed(dev, stream, OpRecord(stream.sid, name, reads, writes, frame))
             return outs
 
     new = []
-    outs = _alloc_outputs(dev, meta, args, kwargs, op.effects, frame, new)
-    _name_storages(dev, new, name, frame, writes)
+    outs = _alloc_outputs(dev, meta, args, kwargs, op.effects, frame, name, new)
+    writes.extend([access(o) for o in new])  # fresh outputs: written by the op
     bargs = kernel_arg(args)
     bkwargs = kernel_arg(kwargs)
     out_bufs = [o._buf for o in new]
@@ -99,14 +96,6 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
 
     dev.enqueue(OpRecord(stream.sid, name, reads, writes, frame, fn=kernel))
     return outs
-
-
-def _name_storages(dev, new, op_name: str, frame, writes: list) -> None:
-    """Fresh outputs: named after the op in reports, and written by it."""
-    sites = dev.trace.storage_sites
-    for o in new:
-        sites[o._sid] = (op_name, o.dtype, o.shape, frame)
-        writes.append(access(o))
 
 
 def _enqueue_executed(dev, s, op: OpRecord) -> None:
@@ -139,14 +128,15 @@ def _aliases_arg(r: torch.Tensor, bargs, bkwargs) -> bool:
     return False
 
 
-def _wrap_outputs(dev, result, args, kwargs, eff, frame, new: list) -> Any:
+def _wrap_outputs(dev, result, args, kwargs, eff, frame, name: str, new: list) -> Any:
     """Map a real result back to wrappers: aliased returns are the argument wrappers,
-    fresh ones move into blocks of the allocator (and are appended to ``new``)."""
+    fresh ones move into blocks of the allocator (named after the op ``name``, and
+    appended to ``new``)."""
     if isinstance(result, torch.Tensor):
         owner = eff.return_alias[0] if eff.return_alias else None
         if owner is not None:
             return args[owner] if type(owner) is int else kwargs.get(owner)
-        t = adopt(dev, result, frame)
+        t = adopt(dev, result, frame, name)
         new.append(t)
         return t
     items = _flat(result)
@@ -156,7 +146,7 @@ def _wrap_outputs(dev, result, args, kwargs, eff, frame, new: list) -> Any:
         if owner is not None:
             wrapped.append(args[owner] if type(owner) is int else kwargs.get(owner))
         elif isinstance(r, torch.Tensor):
-            t = adopt(dev, r, frame)
+            t = adopt(dev, r, frame, name)
             new.append(t)
             wrapped.append(t)
         else:
@@ -168,9 +158,10 @@ def _wrap_outputs(dev, result, args, kwargs, eff, frame, new: list) -> Any:
     return type(result)(wrapped)
 
 
-def _alloc_outputs(dev, meta, args, kwargs, eff, frame, new: list) -> Any:
+def _alloc_outputs(dev, meta, args, kwargs, eff, frame, name: str, new: list) -> Any:
     """Outputs of a queued kernel, from the meta run: argument wrappers for aliased
-    returns, fresh (poisoned) storage for the rest (appended to ``new``)."""
+    returns, fresh (poisoned) storage named after the op ``name`` for the rest
+    (appended to ``new``)."""
     if meta == ():  # no returns: the op writes its arguments only (meta.py)
         return None
     single = isinstance(meta, Meta)
@@ -184,7 +175,7 @@ def _alloc_outputs(dev, meta, args, kwargs, eff, frame, new: list) -> Any:
             outs.append(None)
         else:
             shape, stride, dtype = m
-            t = new_storage(dev, shape, stride, dtype, frame)
+            t = new_storage(dev, shape, stride, dtype, frame, name)
             new.append(t)
             outs.append(t)
     return outs[0] if single else (tuple(outs) if isinstance(meta, tuple) else outs)

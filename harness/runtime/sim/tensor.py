@@ -105,17 +105,19 @@ def new_storage(dev, shape, stride, dtype, frame, op: Optional[str] = None) -> S
     return t
 
 
-def adopt(dev, result: torch.Tensor, frame) -> SimTensor:
-    """A kernel result computed at once (the idle-stream fast path), moved into a block."""
+def adopt(dev, result: torch.Tensor, frame, op: str) -> SimTensor:
+    """A kernel result computed at once (the idle-stream fast path), moved into a block;
+    ``op`` names it in reports."""
+    shape, dtype = result.shape, result.dtype
     if result.storage_offset() == 0 and result.is_contiguous():
         # most results: the block's layout is the result's own
-        shape, stride, dtype = result.shape, result.stride(), result.dtype
-        buf, owner = dev.allocator.storage(shape, stride, dtype, frame, poison=False,
-                                           n=result.numel(), dense=True)
-        if owner is not None:
-            buf.copy_(result)
-        return _placed(buf, owner, shape, stride, dtype)
-    return _owned(*dev.allocator.adopt(result, frame))
+        stride = result.stride()
+        buf, owner = dev.allocator.place(result, shape, stride, dtype, frame)
+        t = _placed(buf, owner, shape, stride, dtype)
+    else:
+        t = _owned(*dev.allocator.adopt(result, frame))
+    dev.trace.storage_sites[t._sid] = (op, dtype, shape, frame)
+    return t
 
 
 def alias(buf: torch.Tensor, base: Any) -> SimTensor:
@@ -141,6 +143,15 @@ def access(t: SimTensor) -> Tuple[int, int, int]:
         lo, hi = tensor_range(t._buf)
         acc = t._acc = (t._sid, lo, hi)
     return acc
+
+
+def device_access(t: torch.Tensor) -> Optional[Tuple[int, int, int]]:
+    """``access`` of a device tensor, None for a host one (``ops.data_accesses`` asks it of
+    every kernel argument)."""
+    if type(t) is not SimTensor:
+        return None
+    acc = t.__dict__.get("_acc")
+    return access(t) if acc is None else acc
 
 
 def layout_key(t: SimTensor) -> tuple:

@@ -25,10 +25,13 @@ from harness.runtime.trace import HOST_READ, HostAccess, OpRecord, Trace
 def small_run(tag, stream_name="compute"):
     t = Trace(stream_names={0: stream_name}, storage_names={7: "pinned int32[4]"})
     frame = (os.path.join(ROOT, "impl", "worker.py"), 10, "f")
-    w = t.add(OpRecord(0, "fill", [], [(7, 0, 16)], frame))
+    w = OpRecord(0, "fill", [], [(7, 0, 16)], frame)
     w.seq, w.start, w.end = 1, 0.0, 1.0
+    t.add(w)
     t.executed.append(w)
-    h = t.add(HostAccess((7, 0, 16), False, "pinned int32[4]", frame, 0.5))
+    h = HostAccess((7, 0, 16), False, "pinned int32[4]", frame, 0.5)
+    t.add(h)
+    t.log  # numbers the records
     race = Race("RAW", "pinned int32[4]", AccessInfo(stream_name, "fill", 1, True, frame, 0),
                 AccessInfo("host", HOST_READ, 1, False, frame, h.index))
     result = ReproResult("x", "v", "fine", "sim", "eager", None, 0, 1, 1, "race",

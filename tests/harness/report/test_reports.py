@@ -190,13 +190,15 @@ def _untimed_trace():
     """A CUDA-like trace (no per-op times) whose race has a host side."""
     t = Trace(stream_names={0: "compute", 1: "copy"}, storage_names={7: "pinned int32[4]"})
     frame = (os.path.join(ROOT, "impl", "worker.py"), 10, "f")
-    w = t.add(OpRecord(0, "fill", [], [(7, 0, 16)], frame))
+    w = OpRecord(0, "fill", [], [(7, 0, 16)], frame)
     w.seq = 1
-    t.add(EventRecord(1, (0, 1), frame))
-    wait = t.add(OpRecord(1, WAIT_EVENT, [], [], frame, kind=OpKind.WAIT, wait_for=(0, 1)))
+    wait = OpRecord(1, WAIT_EVENT, [], [], frame, kind=OpKind.WAIT, wait_for=(0, 1))
     wait.seq = 1
-    t.add(SyncRecord("event.synchronize", [(1, 1)], frame))
-    host = t.add(HostAccess((7, 0, 16), False, "pinned int32[4]", frame))
+    host = HostAccess((7, 0, 16), False, "pinned int32[4]", frame)
+    for rec in (w, EventRecord(1, (0, 1), frame), wait,
+                SyncRecord("event.synchronize", [(1, 1)], frame), host):
+        t.add(rec)
+    t.log  # numbers the records (a record's index is its place in the log)
     race = Race("RAW", "pinned int32[4]",
                 AccessInfo("compute", "fill", 1, True, frame, w.index),
                 AccessInfo("host", HOST_READ, 1, False, frame, host.index))
