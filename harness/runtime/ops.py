@@ -114,11 +114,14 @@ COPY = aten.copy_.default
 ITEM = aten._local_scalar_dense.default
 
 
+READ, WRITE = 1, 2  # the flags of an argument's access rule (``OpInfo.arg_rules``)
+
+
 class OpInfo:
     """What the ladder knows about one overload (immutable once built)."""
 
     __slots__ = ("func", "name", "route", "special", "effects", "metadata_reads",
-                 "touches_data", "sync", "accesses")
+                 "touches_data", "sync", "arg_rules", "kwarg_rules", "returns_fresh")
 
     def __init__(self, func: Any) -> None:
         self.func = func
@@ -151,12 +154,24 @@ class OpInfo:
             SyncRule.ALWAYS if func in _SYNC_OPS else
             SyncRule.BOOL_INDEX if func in _BOOL_INDEX_OPS else
             SyncRule.NO_OUTPUT_SIZE if func in _REPEAT_INTERLEAVE else None)
-        # The read/write rule, per tensor argument: (key, read, write). In-place arguments
-        # are read and written (``copy_``'s only written); inputs are read unless a
-        # ``*_like`` / ``new_*`` factory uses their metadata only.
-        self.accesses: Tuple[Tuple[Any, bool, bool], ...] = tuple(
-            (key, func is not COPY if write else not self.metadata_reads, write)
-            for key, write in eff.tensor_args)
+        # The read/write rule of each tensor argument, as ``READ | WRITE`` flags. In-place
+        # arguments are read and written (``copy_``'s only written); inputs are read unless
+        # a ``*_like`` / ``new_*`` factory uses their metadata only. ``arg_rules`` has one
+        # entry per positional parameter (None: not a tensor), ``kwarg_rules`` holds the
+        # keyword-only tensors as (name, rule): the argument walkers index them directly.
+        positional = [None] * len(func._schema.arguments)
+        keyword = []
+        for key, write in eff.tensor_args:
+            read = func is not COPY if write else not self.metadata_reads
+            rule = (READ if read else 0) | (WRITE if write else 0)
+            if type(key) is int:
+                positional[key] = rule
+            else:
+                keyword.append((key, rule))
+        # the first return is not an argument (a kernel's fresh output, most ops)
+        self.returns_fresh = not eff.return_alias or eff.return_alias[0] is None
+        self.arg_rules: Tuple[Optional[int], ...] = tuple(positional)
+        self.kwarg_rules: Tuple[Tuple[str, int], ...] = tuple(keyword)
 
     @staticmethod
     def _is_query(func: Any, eff: OpEffects) -> bool:
@@ -203,38 +218,39 @@ def data_accesses(op: OpInfo, args: tuple, kwargs: dict,
                   other: Optional[Callable[[torch.Tensor, OpInfo], None]] = None
                   ) -> Tuple[List[Any], List[Any]]:
     """(reads, writes) of a kernel's device-tensor arguments, by the rule above
-    (``OpInfo.accesses``). ``access_of(t)`` is the backend's access of a device tensor and
-    None for any other tensor, which ``other(t, op)`` then sees. (Asked for every kernel:
-    one backend call per tensor, and a tensor list is the only nesting.)"""
+    (``OpInfo.arg_rules`` / ``kwarg_rules``). ``access_of(t)`` is the backend's access of a
+    device tensor and None for any other tensor, which ``other(t, op)`` then sees. (The
+    CUDA backend's walker; the simulator's, which also unwraps, is ``sim.launch.scan``.)"""
     reads: List[Any] = []
     writes: List[Any] = []
-    nargs = len(args)
-    for key, read, write in op.accesses:
-        if type(key) is int:
-            if key >= nargs:
-                continue
-            v = args[key]
-        else:
-            v = kwargs.get(key)
-        if isinstance(v, torch.Tensor):
-            ts: Any = (v,)
-        elif isinstance(v, (list, tuple)):  # Tensor[] / Tensor?[]
-            ts = v
-        else:  # None, or a number passed for a Tensor argument (``x + 1``)
-            continue
-        for t in ts:
-            if not isinstance(t, torch.Tensor):
-                continue  # (None in a Tensor?[])
-            a = access_of(t)
-            if a is None:
-                if other is not None:
-                    other(t, op)
-                continue
-            if write:
-                writes.append(a)
-            if read:
-                reads.append(a)
+    rules = op.arg_rules
+    for i, v in enumerate(args):
+        rule = rules[i]
+        if rule is not None:
+            note_accesses(op, v, rule, access_of, other, reads, writes)
+    if kwargs:
+        for name, rule in op.kwarg_rules:
+            note_accesses(op, kwargs.get(name), rule, access_of, other, reads, writes)
     return reads, writes
+
+
+def note_accesses(op: OpInfo, v: Any, rule: int, access_of: Callable[[torch.Tensor], Any],
+                  other: Optional[Callable[[torch.Tensor, OpInfo], None]], reads: list,
+                  writes: list) -> None:
+    """One tensor argument's accesses (a Tensor[] / Tensor?[] is the one nesting; None, or
+    a number passed for a Tensor, accesses nothing)."""
+    for t in (v,) if isinstance(v, torch.Tensor) else v if isinstance(v, (list, tuple)) else ():
+        if not isinstance(t, torch.Tensor):
+            continue
+        a = access_of(t)
+        if a is None:
+            if other is not None:
+                other(t, op)
+        else:
+            if rule & READ:
+                reads.append(a)
+            if rule & WRITE:
+                writes.append(a)
 
 
 # --- the transfer rung ------------------------------------------------------------------

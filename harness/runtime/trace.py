@@ -276,31 +276,39 @@ _SKIP_PREFIXES = (_TORCH_DIR, _RUNTIME_DIR, os.path.dirname(os.__file__))
 # Asked two or three times per simulated op, so both answers are cached per code object:
 # whether it is user code, and each call site's ``Frame`` by instruction offset (a frame's
 # ``f_lineno`` decodes the line table at every read; ``f_lasti`` is a plain field). Keyed
-# by ``id(code)``, since hashing a code object hashes its bytecode; the entry holds the
-# code itself, so the id cannot be reused while cached. Bounded: code compiled at run
-# time (source patches) would otherwise be kept forever.
-_CODES: Dict[int, Tuple[Any, bool, Dict[int, Frame]]] = {}
+# by ``id(code)``, since hashing a code object hashes its bytecode; ``_HELD`` keeps every
+# cached code alive, so no other code can get its id while the entry stands. Bounded: code
+# compiled at run time (source patches) would otherwise be kept forever.
+_SITES: Dict[int, Optional[Dict[int, Frame]]] = {}  # None: not user code
+_HELD: Dict[int, Any] = {}
 _CODES_MAX = 1 << 14
+_UNSEEN: Any = object()
+
+
+def _learn(code: Any) -> Optional[Dict[int, Frame]]:
+    if len(_SITES) >= _CODES_MAX:
+        _SITES.clear()
+        _HELD.clear()
+    fn = code.co_filename
+    _HELD[id(code)] = code
+    sites = _SITES[id(code)] = (None if fn.startswith(_SKIP_PREFIXES) or fn.startswith("<")
+                                else {})
+    return sites
 
 
 def user_frame(depth: int = 2) -> Optional[Frame]:
     """The innermost caller outside torch, the stdlib and the runtime package."""
     f = sys._getframe(depth)
-    codes = _CODES
     while f is not None:
         code = f.f_code
-        entry = codes.get(id(code))
-        if entry is None or entry[0] is not code:
-            if len(codes) >= _CODES_MAX:
-                codes.clear()
-            fn = code.co_filename
-            entry = codes[id(code)] = (code, fn.startswith(_SKIP_PREFIXES)
-                                       or fn.startswith("<"), {})
-        if not entry[1]:
-            sites = entry[2]
-            site = sites.get(f.f_lasti)
+        sites = _SITES.get(id(code), _UNSEEN)
+        if sites is _UNSEEN:
+            sites = _learn(code)
+        if sites is not None:
+            lasti = f.f_lasti
+            site = sites.get(lasti)
             if site is None:
-                site = sites[f.f_lasti] = (code.co_filename, f.f_lineno, code.co_name)
+                site = sites[lasti] = (code.co_filename, f.f_lineno, code.co_name)
             return site
         f = f.f_back
     return None

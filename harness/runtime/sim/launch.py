@@ -6,17 +6,18 @@ op is recorded with what it read and wrote and the user frame that issued it.
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Tuple
 
 import torch
 
 from ... import context
 from .. import ops
+from ..ops import READ, WRITE
 from ..trace import OpRecord, user_frame
 from .device import current_device
 from .meta import DATA_DEPENDENT, Meta, is_user_error, meta_outputs
-from .tensor import (SimTensor, access, adopt, device_access, kernel_arg, new_storage,
-                     unwrap_call)
+from .tensor import (NESTED, SimTensor, access, adopt, device_access, kernel_arg,
+                     new_storage, unwrap)
 
 
 def _host_arg(t: torch.Tensor, op: ops.OpInfo) -> None:
@@ -27,6 +28,44 @@ def _host_arg(t: torch.Tensor, op: ops.OpInfo) -> None:
 
 
 
+def scan(op: ops.OpInfo, args: tuple, kwargs: dict) -> Tuple[tuple, dict, list, list]:
+    """One walk over a kernel's arguments for all the simulator needs of them: the
+    arguments as its CPU kernel takes them (device memory for each device tensor, the CPU
+    for the ``sim`` device) and what it reads and writes on the device, by the rule
+    ``ops.data_accesses`` applies on CUDA (``OpInfo.arg_rules``). A host tensor where a
+    device one is due is refused, as CUDA refuses it (``_host_arg``). Asked for every
+    kernel: unwrapping and the access rule took two walks before."""
+    rules = op.arg_rules
+    bargs = []
+    reads: list = []
+    writes: list = []
+    for i, v in enumerate(args):
+        if type(v) is SimTensor:
+            rule = rules[i]
+            if rule:
+                acc = v._acc or access(v)
+                if rule & READ:
+                    reads.append(acc)
+                if rule & WRITE:
+                    writes.append(acc)
+            bargs.append(v._buf)
+        elif isinstance(v, NESTED):
+            rule = rules[i]
+            if rule is not None:  # Tensor[] / Tensor?[]
+                ops.note_accesses(op, v, rule, device_access, _host_arg, reads, writes)
+            bargs.append(unwrap(v))
+        else:
+            if isinstance(v, torch.Tensor) and rules[i] is not None:
+                _host_arg(v, op)
+            bargs.append(v)
+    if kwargs:
+        for name, rule in op.kwarg_rules:
+            ops.note_accesses(op, kwargs.get(name), rule, device_access, _host_arg, reads,
+                              writes)
+        kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+    return tuple(bargs), kwargs, reads, writes
+
+
 def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
     """The kernel rung (``SimBackend.kernel`` itself: one Python frame less per op)."""
     dev = context.current().sim_device or current_device()  # (the latter: the error, when none)
@@ -34,7 +73,7 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
     # (launch is always 3 runtime frames below the caller: dispatch, __torch_dispatch__)
     frame = user_frame(4)
     func = op.func
-    reads, writes = ops.data_accesses(op, args, kwargs, device_access, _host_arg)
+    bargs, bkwargs, reads, writes = scan(op, args, kwargs)
     name = op.name
     idle = not stream.pending and dev.policy.runs_at_enqueue(dev, stream)
     meta = None
@@ -51,7 +90,6 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         # Run the kernel now, then let the policy decide nothing else; the op is recorded
         # exactly as a queued one would be.
         try:
-            bargs, bkwargs = unwrap_call(args, kwargs)
             # ``func._op`` is what ``OpOverload.__call__`` calls: one Python frame less
             result = func._op(*bargs, **bkwargs)
         except Exception as exc:
@@ -66,11 +104,10 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
                 raise
             idle = False
         if idle:
-            alias_of = op.effects.return_alias
-            if type(result) is torch.Tensor and (not alias_of or alias_of[0] is None):
+            if type(result) is torch.Tensor and op.returns_fresh:
                 # one fresh output, most kernels: ``_wrap_outputs`` for that case alone
                 outs = adopt(dev, result, frame, name)
-                writes.append(access(outs))
+                writes.append(outs._acc or access(outs))
             else:
                 new: List[SimTensor] = []
                 outs = _wrap_outputs(dev, result, args, kwargs, op.effects, frame, name, new)

@@ -38,6 +38,10 @@ class SimTensor(torch.Tensor):
     _buf: torch.Tensor
     _sid: int
     _owner: Any  # the allocator's Storage handle (None: an empty tensor, no block)
+    # ``access`` and ``layout_key``, cached per wrapper; a class default, so that asking a
+    # wrapper without its own costs an attribute read (asked for every kernel argument)
+    _acc: Optional[Tuple[int, int, int]] = None
+    _mk: Optional[tuple] = None
 
     @staticmethod
     def __new__(cls, buf: torch.Tensor, sid: int):
@@ -113,7 +117,14 @@ def adopt(dev, result: torch.Tensor, frame, op: str) -> SimTensor:
         # most results: the block's layout is the result's own
         stride = result.stride()
         buf, owner = dev.allocator.place(result, shape, stride, dtype, frame)
-        t = _placed(buf, owner, shape, stride, dtype)
+        if owner is None:
+            t = _owned(buf, None)
+        else:  # (``_placed``, inlined: one per kernel output)
+            t = _wrapper(SimTensor, shape, stride, 0, None, dtype, _STRIDED, SIM)
+            t._buf = buf
+            t._sid = owner.sid
+            t._acc = owner.access
+            t._owner = owner
     else:
         t = _owned(*dev.allocator.adopt(result, frame))
     dev.trace.storage_sites[t._sid] = (op, dtype, shape, frame)
@@ -138,7 +149,7 @@ def note_record_stream(t: SimTensor, stream, frame) -> None:
 def access(t: SimTensor) -> Tuple[int, int, int]:
     """(sid, lo, hi) of ``t``; cached, since a tensor's layout only changes through an
     in-place view op (which drops the cache: ``relaid``)."""
-    acc = t.__dict__.get("_acc")
+    acc = t._acc
     if acc is None:
         lo, hi = tensor_range(t._buf)
         acc = t._acc = (t._sid, lo, hi)
@@ -150,14 +161,13 @@ def device_access(t: torch.Tensor) -> Optional[Tuple[int, int, int]]:
     every kernel argument)."""
     if type(t) is not SimTensor:
         return None
-    acc = t.__dict__.get("_acc")
-    return access(t) if acc is None else acc
+    return t._acc or access(t)
 
 
 def layout_key(t: SimTensor) -> tuple:
     """(shape, stride, dtype, is_cpu) of ``t``, the meta cache's key for it (``meta.py``);
     cached as ``access`` is."""
-    key = t.__dict__.get("_mk")
+    key = t._mk
     if key is None:
         key = t._mk = (t.shape, t.stride(), t.dtype, False)
     return key
@@ -184,7 +194,7 @@ def unwrap(v: Any) -> Any:
     return v
 
 
-_NESTED = (list, tuple, dict, torch.device)
+NESTED = (list, tuple, dict, torch.device)  # what ``unwrap`` looks into
 
 
 def unwrap_call(args: tuple, kwargs: dict) -> Tuple[tuple, dict]:
@@ -194,7 +204,7 @@ def unwrap_call(args: tuple, kwargs: dict) -> Tuple[tuple, dict]:
     for v in args:
         if type(v) is SimTensor:
             out.append(v._buf)
-        elif isinstance(v, _NESTED):
+        elif isinstance(v, NESTED):
             out.append(unwrap(v))
         else:
             out.append(v)
