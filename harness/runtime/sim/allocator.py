@@ -40,7 +40,6 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 
-from ...context import current
 from .. import hostmem
 from ..trace import AllocRecord, Frame, FreeRecord, Position, RecordStreamRecord, user_frame
 
@@ -98,7 +97,7 @@ class Block:
         else:
             self.mem = torch.full((size,), _POISON_BYTE, dtype=torch.uint8)
         self.typed: Dict[torch.dtype, torch.Tensor] = {}  # mem viewed as each dtype asked
-        # (dtype, shape, stride) -> a view of mem from its start, for dense outputs: a block
+        # (dtype, shape, stride) -> a view of mem from its start (``storage``): a block
         # mostly goes to the same kind of tensor again, and making the view is the dearest
         # step of a placement. Owners one after another may share the view object: nothing
         # restrides a device buffer in place (``inplace_view`` re-aliases it first).
@@ -127,21 +126,7 @@ class Storage:
 
     def __del__(self) -> None:
         try:
-            allocator = self.allocator
-            block = self.block
-            if self.streams or block.graph or _IN_GC or not allocator.open:
-                allocator.free(self)
-                return
-            # The common free, ``free`` inlined (one per kernel output): nothing recorded,
-            # so the block goes back to its size class at once.
-            allocator.trace.add(FreeRecord(block.bid, self.sid, block.home, [],
-                                           user_frame(2)))
-            pool = allocator.pools.get(block.home)
-            stack = pool[1].get(block.size) if pool is not None else None
-            if stack is None:
-                allocator._cache(block)
-            else:
-                stack.append(block)
+            self.allocator.free(self)
         except Exception:  # interpreter shutdown: modules half torn down
             pass
 
@@ -197,7 +182,15 @@ class SimAllocator:
             typed = block.typed[dtype] = block.mem.view(dtype)
         if poison and not reused and dtype not in _BYTE_POISON:
             poison_fill(typed[:n])
-        buf = typed.as_strided(shape, stride, offset)
+        if offset:
+            buf = typed.as_strided(shape, stride, offset)
+        else:  # the commonest layout: its view made once per block (``Block.views``)
+            key = (dtype, shape, stride)
+            buf = block.views.get(key)
+            if buf is None:
+                if len(block.views) >= _VIEWS_PER_BLOCK:
+                    block.views.clear()
+                buf = block.views[key] = typed.as_strided(shape, stride, 0)
         sid = hostmem.new_sid()
         self.trace.add(AllocRecord(block.bid, sid, home, nbytes, frame,
                                    block.owner if reused else None))
@@ -205,43 +198,10 @@ class SimAllocator:
         # strides are never negative: the layout covers [offset, n) of the block
         return buf, Storage(self, block, sid, (sid, offset * item, nbytes))
 
-    def place(self, result: torch.Tensor, shape, stride, dtype: torch.dtype,
-              frame: Optional[Frame]) -> Tuple[torch.Tensor, Optional[Storage]]:
-        """A dense kernel result (contiguous from offset 0; its layout handed in, as the
-        caller has it) copied into a block: ``storage`` for the commonest case of all -- a
-        block of exactly its size class cached on the current stream -- inlined (one per
-        kernel output); any other case takes ``storage``."""
-        n = result.numel()
-        nbytes = n * dtype.itemsize
-        home = self.dev.current.sid
-        pool = self.pools.get(home)
-        stack = (pool[1].get(-(-nbytes // ROUND) * ROUND)
-                 if pool is not None and nbytes and not self.deferred else None)
-        if not stack or self.dev.capture is not None:
-            buf, st = self.storage(shape, stride, dtype, frame, poison=False, n=n, dense=True)
-            if st is not None:
-                buf.copy_(result)
-            return buf, st
-        block = stack.pop()
-        key = (dtype, shape, stride)
-        buf = block.views.get(key)
-        if buf is None:
-            typed = block.typed.get(dtype)
-            if typed is None:
-                typed = block.typed[dtype] = block.mem.view(dtype)
-            if len(block.views) >= _VIEWS_PER_BLOCK:
-                block.views.clear()
-            buf = block.views[key] = typed.as_strided(shape, stride, 0)
-        buf.copy_(result)
-        sid = next(current().sids)  # (``hostmem.new_sid``, one call less)
-        self.trace.add(AllocRecord(block.bid, sid, home, nbytes, frame, block.owner))
-        block.owner = sid
-        return buf, Storage(self, block, sid, (sid, 0, nbytes))
-
     def adopt(self, result: torch.Tensor, frame: Optional[Frame]
               ) -> Tuple[torch.Tensor, Optional[Storage]]:
         """A kernel's result (computed in fresh CPU memory) moved into a block. (The
-        common contiguous result takes ``place``, the shorter way.)"""
+        common contiguous result takes ``tensor.adopt``'s shorter way to ``storage``.)"""
         offset = result.storage_offset()
         stride = result.stride()
         if result.numel() > 1 and 0 in stride:  # an expanded layout cannot be written to

@@ -116,15 +116,11 @@ def adopt(dev, result: torch.Tensor, frame, op: str) -> SimTensor:
     if result.storage_offset() == 0 and result.is_contiguous():
         # most results: the block's layout is the result's own
         stride = result.stride()
-        buf, owner = dev.allocator.place(result, shape, stride, dtype, frame)
-        if owner is None:
-            t = _owned(buf, None)
-        else:  # (``_placed``, inlined: one per kernel output)
-            t = _wrapper(SimTensor, shape, stride, 0, None, dtype, _STRIDED, SIM)
-            t._buf = buf
-            t._sid = owner.sid
-            t._acc = owner.access
-            t._owner = owner
+        buf, owner = dev.allocator.storage(shape, stride, dtype, frame, poison=False,
+                                           n=result.numel(), dense=True)
+        if owner is not None:
+            buf.copy_(result)
+        t = _placed(buf, owner, shape, stride, dtype)
     else:
         t = _owned(*dev.allocator.adopt(result, frame))
     dev.trace.storage_sites[t._sid] = (op, dtype, shape, frame)
