@@ -12,7 +12,7 @@ every pinned host allocation here, and report host accesses to it:
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 import torch
 
@@ -31,6 +31,12 @@ from .trace import Frame, tensor_range, user_frame
 def new_sid() -> int:
     """A fresh storage id (never reused within a run, unlike data pointers)."""
     return next(current().sids)
+
+
+def sid_source() -> Iterator[int]:
+    """The current run's storage-id count itself, for a device that lives in this run
+    and takes an id per allocation (``next()`` of it is ``new_sid()``, one frame less)."""
+    return current().sids
 
 
 def watching() -> bool:

@@ -364,7 +364,10 @@ class Backend:
     def on_device(self, args: tuple, kwargs: dict) -> bool:
         raise NotImplementedError
 
-    def dispatch(self, func: Any, args: tuple, kwargs: dict) -> Any:
+    def dispatch(self, func: Any, args: tuple, kwargs: dict, on_device: bool = False) -> Any:
+        """``on_device``: the caller knows a device tensor is among the arguments (the
+        simulator's dispatch sees its tensor type in ``types``), so the walk that
+        ``on_device(args, kwargs)`` makes is spared."""
         # Keyed by ``id``: an overload's ``__hash__`` is Python code, asked for every op.
         # The entry holds ``func`` itself, so no other object can take its id meanwhile.
         entry = self._handlers.get(id(func))
@@ -373,7 +376,7 @@ class Backend:
         op, special, routed = entry
         if special is not None:
             return special(self, op, args, kwargs)
-        if not self.on_device(args, kwargs):
+        if not (on_device or self.on_device(args, kwargs)):
             return self.host_op(op, args, kwargs)
         return routed(self, op, args, kwargs)
 

@@ -131,6 +131,15 @@ class Storage:
             pass
 
 
+def _typed(block: Block, dtype: torch.dtype) -> torch.Tensor:
+    """The block's memory viewed as ``dtype`` (a block mostly gets the same dtype again:
+    viewed once)."""
+    typed = block.typed.get(dtype)
+    if typed is None:
+        typed = block.typed[dtype] = block.mem.view(dtype)
+    return typed
+
+
 def _extent(shape, stride, offset: int) -> int:
     """Elements of storage a layout reaches (0 for an empty tensor)."""
     span = 1
@@ -151,6 +160,7 @@ class SimAllocator:
         self.blocks = 0
         self.open = True
         self.leaked = 0
+        self._sids = hostmem.sid_source()  # the session's storage ids (the device's run)
 
     # --- allocation -----------------------------------------------------------------
     def storage(self, shape, stride, dtype: torch.dtype, frame: Optional[Frame],
@@ -177,21 +187,18 @@ class SimAllocator:
             block, reused = Block(self.blocks, size, home, True, written), False
         else:
             block, reused = self._take(home, size, written)
-        typed = block.typed.get(dtype)
-        if typed is None:  # a block is reused mostly for the same dtype: view it once
-            typed = block.typed[dtype] = block.mem.view(dtype)
         if poison and not reused and dtype not in _BYTE_POISON:
-            poison_fill(typed[:n])
+            poison_fill(_typed(block, dtype)[:n])
         if offset:
-            buf = typed.as_strided(shape, stride, offset)
+            buf = _typed(block, dtype).as_strided(shape, stride, offset)
         else:  # the commonest layout: its view made once per block (``Block.views``)
             key = (dtype, shape, stride)
             buf = block.views.get(key)
             if buf is None:
                 if len(block.views) >= _VIEWS_PER_BLOCK:
                     block.views.clear()
-                buf = block.views[key] = typed.as_strided(shape, stride, 0)
-        sid = hostmem.new_sid()
+                buf = block.views[key] = _typed(block, dtype).as_strided(shape, stride, 0)
+        sid = next(self._sids)
         self.trace.add(AllocRecord(block.bid, sid, home, nbytes, frame,
                                    block.owner if reused else None))
         block.owner = sid
@@ -266,13 +273,13 @@ class SimAllocator:
         block = st.block
         if block.graph:
             return  # stays the graph's: a later replay writes it
-        waits: List[Position] = []
-        if st.streams:
+        if st.streams:  # record_stream'ed: the block may have to wait for those streams
             streams = self.dev.streams
             waits = [(s, streams[s].enq) for s in sorted(st.streams) if streams[s].enq > 0]
+        else:
+            waits = []
         self.trace.add(FreeRecord(block.bid, st.sid, block.home, waits, user_frame(3)))
-        streams = self.dev.streams
-        if waits and not all(streams[s].done >= n for s, n in waits):
+        if waits and not all(self.dev.streams[s].done >= n for s, n in waits):
             self.deferred.append((block, waits))
         else:
             self._cache(block)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from ..policy import Policy
+from ..policy import Chooser, Policy
 from ..trace import HOST
 from .errors import SimDeviceError
 
@@ -26,7 +26,7 @@ def runnable_ids(dev: Any) -> List[int]:
 
 class Arbiter:
     """The device's scheduling hook, ``dev.policy``: the dispatch asks it whether an op
-    enqueued on an idle stream runs at once (``runs_at_enqueue``, the per-op fast path)
+    enqueued on an idle stream runs at once (``runs_idle``, the per-op fast path)
     and calls ``on_point`` at every scheduling point. It turns the device's state into the
     chooser's plain data and records each answer in ``trace.schedule``."""
 
@@ -37,8 +37,16 @@ class Arbiter:
         self.value = policy
         self.chooser = policy.chooser()  # a graph capture wraps it (sim/graphs.py)
 
-    def runs_at_enqueue(self, dev: Any, stream: Any) -> bool:
-        return self.chooser.runs_idle(stream.sid, dev.trace.stream_names)
+    @property
+    def chooser(self) -> Chooser:
+        return self._chooser
+
+    @chooser.setter
+    def chooser(self, chooser: Chooser) -> None:
+        self._chooser = chooser
+        # ``runs_idle(stream_id, names)``: does an op enqueued on that idle stream run at
+        # once? The chooser's own method, asked for every op: no frame of ours around it.
+        self.runs_idle = chooser.runs_idle
 
     def on_point(self, dev: Any, stream: Optional[Any]) -> None:
         """Ask while some head may run, until the answer is the host."""

@@ -286,7 +286,8 @@ class SimMode(TorchDispatchMode):
     simulator's backend."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return BACKEND.dispatch(func, args, kwargs or {})
+        # ``types``: the tensor subclasses among the arguments, as torch found them
+        return BACKEND.dispatch(func, args, kwargs or {}, SimTensor in types)
 
     def __enter__(self):
         self._prev_lift = torch._C._only_lift_cpu_tensors()

@@ -39,9 +39,9 @@ def scan(op: ops.OpInfo, args: tuple, kwargs: dict) -> Tuple[tuple, dict, list, 
     bargs = []
     reads: list = []
     writes: list = []
-    for i, v in enumerate(args):
+    # (``rules`` has an entry per positional parameter: never fewer than ``args``)
+    for v, rule in zip(args, rules):
         if type(v) is SimTensor:
-            rule = rules[i]
             if rule:
                 acc = v._acc or access(v)
                 if rule & READ:
@@ -50,12 +50,11 @@ def scan(op: ops.OpInfo, args: tuple, kwargs: dict) -> Tuple[tuple, dict, list, 
                     writes.append(acc)
             bargs.append(v._buf)
         elif isinstance(v, NESTED):
-            rule = rules[i]
             if rule is not None:  # Tensor[] / Tensor?[]
                 ops.note_accesses(op, v, rule, device_access, _host_arg, reads, writes)
             bargs.append(unwrap(v))
         else:
-            if isinstance(v, torch.Tensor) and rules[i] is not None:
+            if isinstance(v, torch.Tensor) and rule is not None:
                 _host_arg(v, op)
             bargs.append(v)
     if kwargs:
@@ -75,7 +74,7 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
     func = op.func
     bargs, bkwargs, reads, writes = scan(op, args, kwargs)
     name = op.name
-    idle = not stream.pending and dev.policy.runs_at_enqueue(dev, stream)
+    idle = not stream.pending and dev.policy.runs_idle(stream.sid, dev.trace.stream_names)
     meta = None
     syncs = op.sync is not None and ops.syncs_host(op, args, kwargs)
     if not idle or syncs:

@@ -55,7 +55,7 @@ class SimTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return BACKEND.dispatch(func, args, kwargs or {})
+        return BACKEND.dispatch(func, args, kwargs or {}, True)  # (one is a SimTensor)
 
     def tolist(self):
         return self.cpu().tolist()
