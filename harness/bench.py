@@ -1,7 +1,9 @@
 """``specrace bench``: figures, measured in one run, printed as ratios where possible.
 
 Benchmarks, never tests: the machines are noisy and shared, so nothing here asserts a
-speed; each figure is printed next to the goal it is held against (SPEC §5).
+speed; each figure is printed next to the goal it is held against (SPEC §5). A time is
+the best of its interleaved rounds; a ratio is the median of the rounds' side-by-side
+ratios (``_paired_ratio``), not a ratio of two bests.
 
 * runtime -- µs per op of a realistic op mix (gather, index_put_, cat, small int
   arithmetic on 64..4096 elements) on plain CPU torch and on the simulator under each
@@ -22,7 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -50,16 +52,29 @@ def _op_mix(device, n_iter: int, wrap: Callable[[torch.Tensor], torch.Tensor] = 
     return ops
 
 
-def _best_interleaved(runs: Dict[str, Callable[[], float]], rounds: int = 5) -> Dict[str, float]:
-    """Each measurement's best of ``rounds``, the rounds interleaving all of them: on a
+def _interleaved(runs: Dict[str, Callable[[], float]], rounds: int = 5
+                 ) -> Dict[str, List[float]]:
+    """Every measurement ``rounds`` times, the rounds interleaving all of them: on a
     shared machine load comes and goes, and two figures taken minutes apart would carry
-    it into their ratio."""
-    best: Dict[str, float] = {}
+    it into their ratio. Each one's samples, in round order."""
+    samples: Dict[str, List[float]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, fn in runs.items():
-            t = fn()
-            best[name] = min(best.get(name, t), t)
-    return best
+            samples[name].append(fn())
+    return samples
+
+
+def _best(samples: Dict[str, List[float]]) -> Dict[str, float]:
+    """Each measurement's best (a figure: the least disturbed run of it)."""
+    return {name: min(v) for name, v in samples.items()}
+
+
+def _paired_ratio(samples: Dict[str, List[float]], num: str, den: str) -> float:
+    """``num`` over ``den`` as a ratio of one run: the median over the rounds of the two
+    measured side by side in each. Load that comes and goes between rounds cancels in each
+    pair, where the two bests may come from different moments -- a quiet one for one,
+    a loaded one for the other -- and carry the difference into the ratio."""
+    return statistics.median(a / b for a, b in zip(samples[num], samples[den]))
 
 
 def bench_runtime(n_iter: int = 100) -> Dict[str, float]:
@@ -108,16 +123,20 @@ def bench_runtime(n_iter: int = 100) -> Dict[str, float]:
     runs["floor_dispatch_mode"] = lambda: floor(True)
     runs["floor_bare_wrapper"] = lambda: floor(False)
     plain()  # warm-up
-    # nine rounds, not five: the box this runs on is shared, and the best of more, shorter
-    # samples more often holds a quiet moment for each figure
-    out.update({f"{k}_us_per_op": v for k, v in _best_interleaved(runs, rounds=9).items()})
-    base = out["plain_cpu_us_per_op"]
-    for k in list(out):
-        if k.startswith(("sim_", "floor_")) or k == "detector_us_per_op":
-            out[k.replace("_us_per_op", "_x_plain")] = out[k] / base
+    # nine rounds, not five: the box this runs on is shared, and more, shorter samples
+    # more often hold a quiet moment for each figure
+    samples = _interleaved(runs, rounds=9)
+    out.update({f"{k}_us_per_op": v for k, v in _best(samples).items()})
+    for k in runs:
+        if k != "plain_cpu":
+            out[f"{k}_x_plain"] = _paired_ratio(samples, k, "plain_cpu")
     # the simulator against what any wrapper-subclass interposer pays on the same op mix:
     # its own cost, as a ratio measured in this run
-    out["sim_eager_x_floor"] = out["sim_eager_us_per_op"] / out["floor_bare_wrapper_us_per_op"]
+    out["sim_eager_x_floor"] = _paired_ratio(samples, "sim_eager", "floor_bare_wrapper")
+    # beside it, the ratio of the two bests (the estimator before the paired one): a goal
+    # is met when both are under it
+    out["sim_eager_x_floor_of_bests"] = (out["sim_eager_us_per_op"]
+                                         / out["floor_bare_wrapper_us_per_op"])
     return out
 
 
@@ -166,12 +185,15 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
     per_iteration(plain)  # warm-up: weights, caches
     sims = [(pol, lambda pol=pol: sim_runtime(pol))
             for pol in map(parse_policy, ("eager", "lazy", "stall(forward)"))]
-    best = _best_interleaved({"plain_cpu": lambda: per_iteration(plain),
-                              **{f"sim_{p}": (lambda m=m: per_iteration(m)) for p, m in sims}})
+    per_iteration(sims[0][1])  # and the simulator's (its first run is ~4x a later one)
+    samples = _interleaved({"plain_cpu": lambda: per_iteration(plain),
+                            **{f"sim_{p}": (lambda m=m: per_iteration(m)) for p, m in sims}})
+    best = _best(samples)
     out["plain_cpu_ms_per_iteration"] = best["plain_cpu"]
     for pol, _ in sims:
         out[f"sim_{pol}_ms_per_iteration"] = best[f"sim_{pol}"]
-        out[f"sim_{pol}_x_plain"] = best[f"sim_{pol}"] / best["plain_cpu"]
+        out[f"sim_{pol}_x_plain"] = _paired_ratio(samples, f"sim_{pol}", "plain_cpu")
+    out["sim_eager_x_plain_of_bests"] = best["sim_eager"] / best["plain_cpu"]
     if target in (None, "sglang") and _sglang_loadable(required=target == "sglang"):
         def eager():
             return sim_runtime(Eager())
@@ -354,10 +376,12 @@ def _run_sections(what: str, out: Dict[str, object], _print, target: Optional[st
     if what in ("all", "runtime"):
         out["runtime"] = bench_runtime()
         _print("runtime", out["runtime"], {"sim_eager_x_plain": "<= 6x",
-                                           "sim_eager_x_floor": "<= 1.5x"})
+                                           "sim_eager_x_floor": "<= 1.5x",
+                                           "sim_eager_x_floor_of_bests": "<= 1.5x"})
     if what in ("all", "engine"):
         out["engine"] = bench_engine(target=target)
-        _print("engine", out["engine"], {"sim_eager_x_plain": "<= 4x"})
+        _print("engine", out["engine"], {"sim_eager_x_plain": "<= 4x",
+                                         "sim_eager_x_plain_of_bests": "<= 4x"})
     if what in ("all", "matrix"):
         out["matrix"] = bench_matrix(target)
         _print("matrix", out["matrix"], {"matrix_wall_s": "<= 60 s on 2 cores",

@@ -54,7 +54,7 @@ PY
 matrix)
   # one process per target; stderr kept (faulthandler on) in case a cell takes the process
   timeout 240 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" matrix --backend cuda --json > "$R/matrix_cuda.json" 2> "$R/matrix_cuda.err"; echo "matrix cuda rc $?"
-  timeout 240 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" matrix --target sglang --backend cuda --json > "$R/matrix_cuda_sglang.json" 2> "$R/matrix_cuda_sglang.err"; echo "matrix sglang cuda rc $?"
+  timeout 330 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" matrix --target sglang --backend cuda --json > "$R/matrix_cuda_sglang.json" 2> "$R/matrix_cuda_sglang.err"; echo "matrix sglang cuda rc $?"
   ;;
 suite)
   { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
