@@ -3,7 +3,7 @@
 Benchmarks, never tests: the machines are noisy and shared, so nothing here asserts a
 speed; each figure is printed next to the goal it is held against (SPEC §5). A time is
 the best of its interleaved rounds; a ratio is the median of the rounds' side-by-side
-ratios (``_paired_ratio``), not a ratio of two bests.
+ratios (``bench_rounds.paired_ratio``), not a ratio of two bests.
 
 * runtime -- µs per op of a realistic op mix (gather, index_put_, cat, small int
   arithmetic on 64..4096 elements) on plain CPU torch and on the simulator under each
@@ -24,10 +24,11 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional
 
 import torch
 
+from .bench_rounds import best_of, interleaved, paired_ratio
 from .soak import soak_fixed  # noqa: F401  (tools/h200*.sh import it from here)
 
 SIZES = (64, 512, 4096)
@@ -50,31 +51,6 @@ def _op_mix(device, n_iter: int, wrap: Callable[[torch.Tensor], torch.Tensor] = 
             a = a * 3 + c[:size] % 7  # small arithmetic
             ops += 7
     return ops
-
-
-def _interleaved(runs: Dict[str, Callable[[], float]], rounds: int = 5
-                 ) -> Dict[str, List[float]]:
-    """Every measurement ``rounds`` times, the rounds interleaving all of them: on a
-    shared machine load comes and goes, and two figures taken minutes apart would carry
-    it into their ratio. Each one's samples, in round order."""
-    samples: Dict[str, List[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            samples[name].append(fn())
-    return samples
-
-
-def _best(samples: Dict[str, List[float]]) -> Dict[str, float]:
-    """Each measurement's best (a figure: the least disturbed run of it)."""
-    return {name: min(v) for name, v in samples.items()}
-
-
-def _paired_ratio(samples: Dict[str, List[float]], num: str, den: str) -> float:
-    """``num`` over ``den`` as a ratio of one run: the median over the rounds of the two
-    measured side by side in each. Load that comes and goes between rounds cancels in each
-    pair, where the two bests may come from different moments -- a quiet one for one,
-    a loaded one for the other -- and carry the difference into the ratio."""
-    return statistics.median(a / b for a, b in zip(samples[num], samples[den]))
 
 
 def bench_runtime(n_iter: int = 100) -> Dict[str, float]:
@@ -125,14 +101,14 @@ def bench_runtime(n_iter: int = 100) -> Dict[str, float]:
     plain()  # warm-up
     # nine rounds, not five: the box this runs on is shared, and more, shorter samples
     # more often hold a quiet moment for each figure
-    samples = _interleaved(runs, rounds=9)
-    out.update({f"{k}_us_per_op": v for k, v in _best(samples).items()})
+    samples = interleaved(runs, rounds=9)
+    out.update({f"{k}_us_per_op": v for k, v in best_of(samples).items()})
     for k in runs:
         if k != "plain_cpu":
-            out[f"{k}_x_plain"] = _paired_ratio(samples, k, "plain_cpu")
+            out[f"{k}_x_plain"] = paired_ratio(samples, k, "plain_cpu")
     # the simulator against what any wrapper-subclass interposer pays on the same op mix:
     # its own cost, as a ratio measured in this run
-    out["sim_eager_x_floor"] = _paired_ratio(samples, "sim_eager", "floor_bare_wrapper")
+    out["sim_eager_x_floor"] = paired_ratio(samples, "sim_eager", "floor_bare_wrapper")
     # beside it, the ratio of the two bests (the estimator before the paired one): a goal
     # is met when both are under it
     out["sim_eager_x_floor_of_bests"] = (out["sim_eager_us_per_op"]
@@ -186,13 +162,13 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
     sims = [(pol, lambda pol=pol: sim_runtime(pol))
             for pol in map(parse_policy, ("eager", "lazy", "stall(forward)"))]
     per_iteration(sims[0][1])  # and the simulator's (its first run is ~4x a later one)
-    samples = _interleaved({"plain_cpu": lambda: per_iteration(plain),
+    samples = interleaved({"plain_cpu": lambda: per_iteration(plain),
                             **{f"sim_{p}": (lambda m=m: per_iteration(m)) for p, m in sims}})
-    best = _best(samples)
+    best = best_of(samples)
     out["plain_cpu_ms_per_iteration"] = best["plain_cpu"]
     for pol, _ in sims:
         out[f"sim_{pol}_ms_per_iteration"] = best[f"sim_{pol}"]
-        out[f"sim_{pol}_x_plain"] = _paired_ratio(samples, f"sim_{pol}", "plain_cpu")
+        out[f"sim_{pol}_x_plain"] = paired_ratio(samples, f"sim_{pol}", "plain_cpu")
     out["sim_eager_x_plain_of_bests"] = best["sim_eager"] / best["plain_cpu"]
     if target in (None, "sglang") and _sglang_loadable(required=target == "sglang"):
         def eager():
