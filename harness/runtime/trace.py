@@ -34,7 +34,7 @@ import enum
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 from harness.paths import REPO_ROOT
 
@@ -182,7 +182,7 @@ class FreeRecord:
     block: int
     sid: int
     stream: Optional[int]
-    waits: List[Position]
+    waits: Sequence[Position]
     frame: Optional[Frame]
     index: int = field(default=-1, init=False)
 

@@ -46,6 +46,9 @@ from ..trace import AllocRecord, Frame, FreeRecord, Position, RecordStreamRecord
 ROUND = 512  # PyTorch rounds every request to a multiple of 512 bytes
 _POISON_BYTE = 0x5A
 _POISON_INT = 0x5A5A5A5A
+# a free that waits for nothing (the common one): one shared, immutable value, not a fresh
+# list per free that the cyclic collector would keep walking for the trace's lifetime
+_NO_WAITS: Tuple[Position, ...] = ()
 _VIEWS_PER_BLOCK = 8  # cached dense views a block keeps (``Block.views``)
 # dtypes whose poison is the 0x5A byte pattern itself: a fresh block needs no second fill
 _BYTE_POISON = {torch.uint8, torch.int8, torch.int16, torch.int32}
@@ -277,7 +280,7 @@ class SimAllocator:
             streams = self.dev.streams
             waits = [(s, streams[s].enq) for s in sorted(st.streams) if streams[s].enq > 0]
         else:
-            waits = []
+            waits = _NO_WAITS
         self.trace.add(FreeRecord(block.bid, st.sid, block.home, waits, user_frame(3)))
         if waits and not all(self.dev.streams[s].done >= n for s, n in waits):
             self.deferred.append((block, waits))

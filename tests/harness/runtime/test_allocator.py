@@ -151,7 +151,7 @@ def test_trace_records_in_host_order():
     a, r1, f, a2 = recs
     assert (a.sid, a.stream, a.nbytes, a.prev) == (sid, F.sid, 16, None)
     assert (r1.sid, r1.stream) == (sid, S.sid) and r1.frame[0] == __file__
-    assert f.sid == sid and f.waits == []  # S had enqueued nothing: nothing to wait for
+    assert f.sid == sid and list(f.waits) == []  # S had enqueued nothing: nothing to wait for
     assert f.frame is not None and f.frame[0] == __file__ and f.frame[2] == (
         "test_trace_records_in_host_order")  # where the last reference died
     assert (a2.sid, a2.prev, a2.block) == (z._sid, sid, a.block)
