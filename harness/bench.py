@@ -32,6 +32,7 @@ from .bench_rounds import best_of, interleaved, paired_ratio
 from .soak import soak_fixed  # noqa: F401  (tools/h200*.sh import it from here)
 
 SIZES = (64, 512, 4096)
+OPS_PER_ITERATION = 7  # what ``_op_mix`` counts per iteration of its loop
 
 
 def _op_mix(device, n_iter: int, wrap: Callable[[torch.Tensor], torch.Tensor] = lambda t: t
@@ -49,7 +50,7 @@ def _op_mix(device, n_iter: int, wrap: Callable[[torch.Tensor], torch.Tensor] = 
             buf[idx] = g + 1  # arithmetic + index_put_
             c = torch.cat((g, g))
             a = a * 3 + c[:size] % 7  # small arithmetic
-            ops += 7
+            ops += OPS_PER_ITERATION
     return ops
 
 

@@ -223,9 +223,8 @@ def data_accesses(op: OpInfo, args: tuple, kwargs: dict,
     CUDA backend's walker; the simulator's, which also unwraps, is ``sim.launch.scan``.)"""
     reads: List[Any] = []
     writes: List[Any] = []
-    rules = op.arg_rules
-    for i, v in enumerate(args):
-        rule = rules[i]
+    # (``arg_rules`` has an entry per positional parameter: never fewer than ``args``)
+    for v, rule in zip(args, op.arg_rules):
         if rule is not None:
             note_accesses(op, v, rule, access_of, other, reads, writes)
     if kwargs:

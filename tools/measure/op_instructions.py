@@ -72,8 +72,9 @@ def _count(what: str, n_iter: int, detail: bool) -> Dict[str, int]:
 
 
 def main(detail: bool) -> None:
-    from harness.bench import SIZES
-    ops = 2 * len(SIZES) * 7 * (LONG - SHORT)  # ops the long runs issue beyond the short
+    from harness.bench import OPS_PER_ITERATION, SIZES
+    # ops the long runs issue beyond the short (two mixes each, ``_one``)
+    ops = 2 * len(SIZES) * OPS_PER_ITERATION * (LONG - SHORT)
     jobs = [(w, n) for w in ("sim", "floor") for n in (SHORT, LONG)]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         counts = dict(zip(jobs, pool.map(lambda j: _count(*j, detail), jobs)))
