@@ -6,18 +6,18 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 XGRAMMAR ?= xgrammar==0.2.9
 
-.PHONY: setup upstream repro test matrix bench litmus upstream-gate releases clean
+.PHONY: setup upstream repro test matrix bench litmus upstream-gate releases lock clean
 
 setup: $(VENV)/.specrace-ready
 
 # A machine that already has torch (a CUDA box) reuses it through system site-packages;
 # otherwise the pinned CPU build goes in first, so nothing pulls a multi-GB CUDA wheel.
-$(VENV)/.specrace-ready: pyproject.toml requirements.txt
+$(VENV)/.specrace-ready: pyproject.toml requirements.txt requirements.lock
 	@if python3 -c "import torch" 2>/dev/null; then \
 	    echo "setup: reusing the installed torch"; python3 -m venv --system-site-packages $(VENV); \
 	else python3 -m venv $(VENV) && $(PY) -m pip install -q "$(TORCH)"; fi
 	$(PY) -m pip install -q --no-deps "$(XGRAMMAR)"
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r requirements.txt -c requirements.lock
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
@@ -74,6 +74,12 @@ litmus: setup
 
 bench: setup
 	$(VENV)/bin/specrace bench
+
+# Re-pin requirements.lock to this core venv (run after .ci/run passes with newer packages).
+lock: upstream
+	{ sed -n '/^#/p' requirements.lock; $(PY) -m pip freeze --local --exclude-editable \
+	    | grep -v -i -E '^(torch|xgrammar|sglang)=='; } > requirements.lock.new
+	mv requirements.lock.new requirements.lock
 
 clean:
 	rm -rf $(VENV) .hypothesis .releases

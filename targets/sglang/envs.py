@@ -5,12 +5,16 @@ Each release pins its own versions of what its driven modules import (``transfor
 so each gets a venv of its own under ``.releases/VERSION``. The venv sees the core
 environment (torch, hypothesis, specrace itself) through a ``.pth`` line that adds the
 core venv's site-packages *after* its own, so the release's pins shadow the core's.
-In it, with pip's resolver: the release's own ``==`` pins, read from its wheel's
-metadata, for the packages in ``PINNED`` (their dependencies resolved against what is
-already there), then sglang itself and the pure-Python set of
-``requirements-upstream.txt`` with ``--no-deps`` (sglang's metadata also pins torch and
-the CUDA-only wheels, which the code under test never calls). ``xgrammar`` goes in
-without its dependencies, as in the core set-up (its ``triton`` is ~1 GB, for CUDA only).
+In it: sglang itself and the pure-Python set of ``requirements-upstream.txt``, with
+``--no-deps`` (sglang's metadata also pins torch and the CUDA-only wheels, which the code
+under test never calls). Then every requirement of the release's wheel that a package
+the venv sees does not meet (the core's newer ``transformers``, or the ``kernels`` that
+the core's ``transformers`` pulls in and 0.5.17's cannot load) goes in as the release
+states it, with pip's resolver for its dependencies, until none is unmet; set-up fails
+if one stays unmet. Two exceptions: ``torch`` stays the core's CPU build, and ``xgrammar``
+goes in without its dependencies, as in the core set-up (its ``triton`` is ~1 GB, for
+CUDA only). A requirement nothing provides is left out: the driven modules never import
+most of what sglang lists, and the bootstrap stands in for the GPU-only ones.
 
 Why venv + pip and not nox or uv: uv does not take the machine's local torch file (it
 would fetch a CUDA build of several GB), and nox would add a dependency to run these
@@ -22,24 +26,29 @@ same pip commands.
 from __future__ import annotations
 
 import glob
+import json
 import os
-import re
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import zipfile
-from typing import Dict, List, Optional
+from typing import List, Optional, Tuple
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .contract import SUPPORTED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENVS = os.path.join(ROOT, ".releases")
-# What the driven modules import whose version the release pins.
-PINNED = ("transformers", "tokenizers", "huggingface-hub", "xgrammar", "apache-tvm-ffi")
+# Installed without their dependencies, as in the core set-up: xgrammar's triton is ~1 GB,
+# for CUDA only.
 NO_DEPS = ("xgrammar",)
+# Left as the core has them whatever the release asks: torch is the core's pinned CPU
+# build (a release pins a CUDA build of several GB that the code under test never needs).
+KEEP_CORE = ("torch",)
 
 
 class EnvError(ValueError):
@@ -94,17 +103,39 @@ def chosen(releases: Optional[List[str]]) -> List[str]:
     return versions
 
 
-def wheel_pins(wheel: str) -> Dict[str, str]:
-    """``name -> version`` for the ``==`` pins (no extras, no markers) of PINNED."""
+def release_requirements(wheel: str) -> List[Requirement]:
+    """What the release's wheel requires on this machine (markers evaluated, no extras)."""
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         text = z.read(meta).decode()
-    pins = {}
+    reqs = []
     for line in text.splitlines():
-        m = re.match(r"Requires-Dist: ([A-Za-z0-9_.-]+)\s*==\s*([^\s;,]+)\s*$", line)
-        if m and m.group(1).lower().replace("_", "-") in PINNED:
-            pins[m.group(1).lower().replace("_", "-")] = m.group(2)
-    return pins
+        if line.startswith("Requires-Dist:"):
+            req = Requirement(line.split(":", 1)[1].strip())
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                reqs.append(req)
+    return reqs
+
+
+# Run by the release's interpreter: the version of each named distribution it would load
+# (its own site-packages first, then the core's), or None.
+_VISIBLE = ("import importlib.metadata as m, json, sys\n"
+            "def v(n):\n"
+            "    try: return m.version(n)\n"
+            "    except m.PackageNotFoundError: return None\n"
+            "print(json.dumps({n: v(n) for n in sys.argv[1:]}))")
+
+
+def unmet(python: str, reqs: List[Requirement]) -> List[Tuple[Requirement, str]]:
+    """The release's requirements that a package its interpreter sees fails: the core's
+    newer ``kernels`` under 0.5.17's ``transformers``, say. Missing ones are not unmet
+    (the driven modules never import most of what sglang lists), nor KEEP_CORE."""
+    names = [r.name for r in reqs if canonicalize_name(r.name) not in KEEP_CORE]
+    out = subprocess.run([python, "-c", _VISIBLE, *names], capture_output=True, text=True,
+                         check=True).stdout
+    seen = json.loads(out)
+    return [(r, seen[r.name]) for r in reqs if seen.get(r.name) is not None
+            and not r.specifier.contains(seen[r.name], prereleases=True)]
 
 
 def _pip(python: str, *args: str) -> None:
@@ -113,11 +144,31 @@ def _pip(python: str, *args: str) -> None:
     subprocess.run(cmd, check=True)
 
 
+def _meet(python: str, reqs: List[Requirement]) -> List[Requirement]:
+    """Install the release's own requirement for each one unmet, until none is; returns
+    what was installed. pip's resolver places their dependencies (NO_DEPS aside)."""
+    placed: List[Requirement] = []
+    for _ in range(3):  # an install can unmeet another requirement; it settles in one
+        gaps = [r for r, _ in unmet(python, reqs)]
+        if not gaps:
+            return placed
+        resolved = [str(r) for r in gaps if canonicalize_name(r.name) not in NO_DEPS]
+        plain = [str(r) for r in gaps if canonicalize_name(r.name) in NO_DEPS]
+        if resolved:
+            _pip(python, *resolved)
+        if plain:
+            _pip(python, "--no-deps", *plain)
+        placed += gaps
+    left = ", ".join(f"{r.name} {have} (wants {r.specifier})" for r, have in unmet(python, reqs))
+    raise EnvError(f"the release's requirements stay unmet after 3 installs: {left}")
+
+
 def setup(version: str) -> None:
     version = check_release(version)
     d = env_dir(version)
+    python = env_python(version)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--clear", d], check=True)
-    site = subprocess.run([env_python(version), "-c",
+    site = subprocess.run([python, "-c",
                            "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     with open(os.path.join(site, "specrace-core.pth"), "w") as f:
@@ -128,20 +179,14 @@ def setup(version: str) -> None:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                         "--only-binary=:all:", "-d", tmp, f"sglang=={version}"], check=True)
         wheel = glob.glob(os.path.join(tmp, "sglang-*.whl"))[0]
-        pins = wheel_pins(wheel)
-        resolved = [f"{k}=={v}" for k, v in pins.items() if k not in NO_DEPS]
-        if resolved:
-            _pip(env_python(version), *resolved)
-        plain = [f"{k}=={v}" for k, v in pins.items() if k in NO_DEPS]
-        if plain:
-            _pip(env_python(version), "--no-deps", *plain)
         reqs = os.path.join(ROOT, "requirements-upstream.txt")
         rest = [line.strip() for line in open(reqs)
                 if line.strip() and not line.startswith("#")
                 and not line.startswith("sglang")]
-        _pip(env_python(version), "--no-deps", wheel, *rest)
+        _pip(python, "--no-deps", wheel, *rest)
+        placed = _meet(python, release_requirements(wheel))
     open(os.path.join(d, ".specrace-ready"), "w").close()
-    print(f"sglang {version}: {d} ({', '.join(f'{k} {v}' for k, v in pins.items())})")
+    print(f"sglang {version}: {d} (its own {', '.join(str(r) for r in placed) or 'nothing'})")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
