@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 XGRAMMAR ?= xgrammar==0.2.9
 
-.PHONY: setup upstream repro test matrix bench litmus upstream-gate releases lock clean
+.PHONY: setup upstream upstream-releases repro test matrix bench litmus upstream-gate releases lock clean
 
 setup: $(VENV)/.specrace-ready
 
@@ -59,15 +59,26 @@ upstream-gate: upstream
 	$(VENV)/bin/specrace repro eagle-v2 --target sglang --variant plan-stream --trials 3 --expect clean --no-report
 	$(VENV)/bin/specrace matrix --target sglang
 
-# The release gate: each release as shipped (its own fence) is clean; the seed race is
-# found in the pre-#35198 relay that 0.5.14-0.5.17 shipped once the fine fence engages
-# (their NGRAM forward published no read-done event); the fixed relay is clean with it.
+# The release gate, on every release from the first with the NGRAM relay slice to the
+# newest (`make upstream-releases` sets them all up; CI does): each as shipped (its own
+# fence) is clean; the seed race is found in the pre-#35198 relay that 0.5.14-0.5.17
+# shipped once the fine fence engages (their NGRAM forward published no read-done event);
+# the fixed relay is clean with it; DSpark's readback race where the release has the
+# slice's code; EAGLE v2 clean where it has it. Fewer releases set up here: name them,
+# e.g. `make releases PREFIX_RELAY=0.5.17 FIXED_RELAY="0.5.18 0.5.23"`.
+PREFIX_RELAY ?= 0.5.14 0.5.15 0.5.16 0.5.17
+FIXED_RELAY  ?= 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23
+each = $(foreach v,$(1),--release $(v))
+
+upstream-releases: setup
+	for v in $(PREFIX_RELAY) $(FIXED_RELAY); do $(PY) -m targets.sglang.envs setup $$v || exit 1; done
+
 releases: setup
-	$(VENV)/bin/specrace releases ngram-filter-race --trials 5 --expect clean
-	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine --release 0.5.17 --trials 5 --expect race
-	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine --release 0.5.18 --release 0.5.23 --trials 5 --expect clean
-	$(VENV)/bin/specrace releases dspark-result-readback --trials 3 --expect race
-	$(VENV)/bin/specrace releases eagle-v2 --trials 2 --expect clean
+	$(VENV)/bin/specrace releases ngram-filter-race $(call each,$(PREFIX_RELAY) $(FIXED_RELAY)) --trials 5 --expect clean
+	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$(PREFIX_RELAY)) --trials 5 --expect race
+	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$(FIXED_RELAY)) --trials 5 --expect clean
+	$(VENV)/bin/specrace releases dspark-result-readback $(call each,$(PREFIX_RELAY) $(FIXED_RELAY)) --trials 3 --expect race
+	$(VENV)/bin/specrace releases eagle-v2 $(call each,$(PREFIX_RELAY) $(FIXED_RELAY)) --trials 2 --expect clean
 
 litmus: setup
 	$(VENV)/bin/specrace litmus

@@ -223,6 +223,9 @@ class KVCacheManager:
         self._admitting = 0  # slots the prefill being formed will take ("optimistic")
         # the request pool's free rows (row 0 is the padding row), handed out in order
         self._free_rows = list(range(1, req_to_token_pool.req_to_token.shape[0]))
+        # each row's hand-out count, where the pool keeps one (upstream's from 0.5.16, when
+        # the DSpark relay that reads it came in; before that nothing reads one)
+        self._generation = getattr(req_to_token_pool, "req_generation", None)
 
     @property
     def free_rows(self) -> List[int]:
@@ -278,7 +281,8 @@ class KVCacheManager:
 
     def take_row(self, req) -> int:
         row = self._free_rows.pop(0)
-        self.req_to_token_pool.req_generation[row] += 1
+        if self._generation is not None:
+            self._generation[row] += 1
         return row
 
     def free_row(self, req) -> None:

@@ -87,6 +87,18 @@ CALLED: Dict[str, Tuple[str, ...]] = {
 CALLED_KEYWORDS: Dict[str, Tuple[str, ...]] = {
     f"{_SB}:ScheduleBatch.filter_batch": ("keep_indices",),
 }
+# The names upstream's EAGLE v2 modules imported its GPU kernels' launchers under, to which
+# the EAGLE slice binds its declared stand-ins (``eagle_kernels.install``)
+EAGLE_KERNEL_SEAMS: Dict[str, Tuple[str, ...]] = {
+    "sglang.srt.managers.overlap_utils": ("gather_spec_extras",),
+    "sglang.srt.speculative.eagle_worker_common": ("assign_draft_cache_locs_contiguous_func",
+                                                   "fill_bonus_tokens_func"),
+    "sglang.srt.speculative.eagle_utils": ("build_tree_kernel_efficient_func",
+                                           "verify_tree_greedy_func"),
+    # topk > 1: the accepted tree path's KV move (move_accept_tokens_to_target_kvcache)
+    "sglang.srt.speculative.spec_utils": ("fill_front_out_cache_loc_func",
+                                          "fill_accept_out_cache_loc_func"),
+}
 # Optional parts: absent in some releases, and then the scenarios that need them are
 # "not applicable" there (``features``), not a contract problem.
 # feature -> the code that has it: one target, or several that must all exist
@@ -105,9 +117,14 @@ FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
     # the EAGLE v2 slice (targets/sglang/eagle.py): the shared verify step and the draft
     # worker's decode extend of the v2 worker, and the runtime-context API (0.5.22) it
     # builds EAGLE's config with (earlier releases resolve a whole ServerArgs instead)
+    # builds EAGLE's config with (earlier releases resolve a whole ServerArgs instead), and
+    # the kernel launchers its stand-ins are bound to (EAGLE_KERNEL_SEAMS; 0.5.22 launches
+    # its Triton kernels directly, ``kernel[grid](...)``, which has no stand-in here)
     "eagle_v2": ("sglang.srt.speculative.eagle_worker_common:run_eagle_verify",
                  "sglang.srt.speculative.eagle_worker_v2:EagleDraftWorker._draft_extend_for_decode",
-                 "sglang.srt.runtime_context:use_context"),
+                 "sglang.srt.runtime_context:use_context",
+                 *(f"{module}:{name}" for module, names in EAGLE_KERNEL_SEAMS.items()
+                   for name in names)),
 }
 
 RESULT_CLASS = "sglang.srt.managers.utils:GenerationBatchResult"
@@ -287,7 +304,10 @@ def missing_code(root: str, feature: str) -> Optional[str]:
     needed = FEATURES[feature]
     for target in (needed,) if isinstance(needed, str) else needed:
         node, _ = static.find(root, target)
-        if node is None:
+        module, _, name = target.partition(":")
+        # a module-level name may be imported there (a kernel launcher the module calls)
+        if node is None and ("." in name
+                             or not static.has_module_attribute(root, module, name)):
             return target
     return None
 

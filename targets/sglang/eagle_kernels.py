@@ -42,6 +42,8 @@ from harness import process
 from impl.kernel_op import declare_kernel
 from impl.verify import _verify_kernel
 
+from .contract import EAGLE_KERNEL_SEAMS
+
 def _gather_body(indices, topk_p_buf, topk_index_buf, tokens_buf, hidden_buf,
                  topk_p, topk_index, tokens, hidden) -> None:
     idx = indices.to(torch.int64)
@@ -303,26 +305,15 @@ def fill_accept_out_cache_loc_func(accept_index, out_cache_loc, accept_out_cache
                                                  accept_out_cache_loc, size)
 
 
-# where upstream's modules hold the kernels (imported by name): module -> names
-BINDINGS = {
-    "sglang.srt.managers.overlap_utils": ("gather_spec_extras",),
-    "sglang.srt.speculative.eagle_worker_common": ("assign_draft_cache_locs_contiguous_func",
-                                                   "fill_bonus_tokens_func"),
-    "sglang.srt.speculative.eagle_utils": ("build_tree_kernel_efficient_func",
-                                           "verify_tree_greedy_func"),
-    # topk > 1: the accepted tree path's KV move (move_accept_tokens_to_target_kvcache)
-    "sglang.srt.speculative.spec_utils": ("fill_front_out_cache_loc_func",
-                                          "fill_accept_out_cache_loc_func"),
-}
-
-
 def install() -> None:
     """Bind the stand-ins into upstream's modules (idempotent; a run-time patch of the
     names the modules imported, never of their source)."""
     import importlib
-    for module, names in BINDINGS.items():
+    for module, names in EAGLE_KERNEL_SEAMS.items():
         m = importlib.import_module(module)
         for name in names:
+            if not hasattr(m, name):  # the contract's eagle_v2 feature names each
+                raise TypeError(f"{module} has no {name} to bind a stand-in to")
             setattr(m, name, globals()[name])
     # the verify's grammar mask: xgrammar's bitmask kernel has no simulator path; impl's
     # plain-torch apply, on the grammar classes that define it

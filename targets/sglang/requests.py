@@ -26,6 +26,9 @@ from impl.schedule_batch import RequestState
 from impl.vocab import EOS_ID, VOCAB_SIZE
 
 _CLASS: Any = None
+# RequestState's fields that upstream's Req (0.5.22 on) sets in its constructor, under the
+# same names and meaning
+_UPSTREAM_FIELDS = ("is_retracted", "prefix_len", "extend_end", "inflight_middle_chunks")
 
 
 @functools.lru_cache(maxsize=None)
@@ -39,6 +42,10 @@ def fits() -> bool:
             None, 0, "", array("q"), None, eos_token_ids=set(), vocab_size=1)
         inspect.signature(SamplingParams.__init__).bind(None, max_new_tokens=1,
                                                         stop_token_ids=[])
+        # the fields the harness takes as upstream's own (``_define``) are set by its
+        # constructor (0.5.21's has no prefix_len / extend_end yet)
+        if not set(_UPSTREAM_FIELDS) <= set(Req.__init__.__code__.co_names):
+            return False
         return all(hasattr(Req, m) for m in ("update_finish_state", "finished",
                                              "output_ids_through_stop", "reset_for_retract",
                                              "owned_kv_len"))
@@ -60,12 +67,11 @@ def _define():
     from sglang.srt.sampling.sampling_params import SamplingParams
 
     # the harness's fields upstream's Req has no attribute for (the rest -- rid,
-    # output_ids, grammar, is_retracted, prefix_len, extend_end, inflight_middle_chunks
-    # -- are upstream's own, under the same names and meaning)
+    # output_ids, grammar and _UPSTREAM_FIELDS -- are upstream's own, under the same
+    # names and meaning)
     own = [f for f in dataclasses.fields(RequestState)
            if f.name not in ("rid", "prompt", "max_new_tokens", "grammar", "output_ids",
-                             "is_retracted", "prefix_len", "extend_end",
-                             "inflight_middle_chunks")]
+                             *_UPSTREAM_FIELDS)]
 
     class UpstreamReq(Req):
         """Upstream's ``Req`` plus ``RequestState``'s bookkeeping (module docstring)."""

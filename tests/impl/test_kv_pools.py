@@ -36,6 +36,27 @@ def test_allocator_hands_out_each_slot_once_and_takes_frees_back():
     assert sorted(got) == [2, 4, 6, 7, 8] and a.available_size() == 0
 
 
+def test_rows_count_their_hand_outs_where_the_pool_keeps_a_count():
+    pool = mem_cache.ReqToTokenPool(4, 8, "cpu")
+    manager = mem_cache.KVCacheManager(pool, mem_cache.TokenToKVPoolAllocator(8, "cpu"), 2)
+    rows = [manager.take_row(None), manager.take_row(None)]
+    manager.free_row(type("R", (), {"pool_idx": rows[0]})())
+    rows.append(manager.take_row(None))
+    assert rows == [1, 2, 3] and pool.req_generation.tolist() == [0, 1, 1, 1]
+    manager.take_row(None)  # row 1 again, after its free
+    assert pool.req_generation.tolist() == [0, 2, 1, 1]
+
+
+def test_rows_of_a_pool_without_a_count_are_handed_out_all_the_same():
+    """sglang's ReqToTokenPool before 0.5.16 keeps no req_generation (nothing there reads
+    one): the manager hands its rows out without one (0.5.14 crashed here)."""
+    pool = mem_cache.ReqToTokenPool(3, 8, "cpu")
+    del pool.req_generation
+    manager = mem_cache.KVCacheManager(pool, mem_cache.TokenToKVPoolAllocator(8, "cpu"), 2)
+    assert [manager.take_row(None), manager.take_row(None)] == [1, 2]
+    assert not hasattr(pool, "req_generation")
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_assign_kernel_matches_brute_force(seed):
     g = torch.Generator().manual_seed(seed)

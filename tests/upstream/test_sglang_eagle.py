@@ -180,3 +180,29 @@ def test_grammar_runs_behind_upstreams_barrier_and_matches_ngram(monkeypatch):
                                target="sglang")
     assert outs["eagle"] == outs["ngram"]
     assert advanced["results"] > 0
+
+
+def test_the_slice_needs_the_kernel_seams_it_binds(tmp_path):
+    """The EAGLE feature names every launcher its stand-ins bind (0.5.22 launches Triton
+    kernels directly: its rows are "not applicable", not a crash), found where the
+    module imported it; a release without one lacks the feature."""
+    import os
+    import shutil
+    from targets.sglang import contract, static
+    root = static.package_root()
+    assert contract.missing_code(root, "eagle_v2") is None
+    seams = [f"{m}:{n}" for m, names in contract.EAGLE_KERNEL_SEAMS.items() for n in names]
+    assert set(seams) <= set(contract.FEATURES["eagle_v2"])
+    # a copy of the feature's modules whose eagle_worker_common imports no draft-locs
+    # launcher (0.5.22's form)
+    copy = tmp_path / "sglang"
+    for target in contract.FEATURES["eagle_v2"]:
+        src = static.module_path(root, target.partition(":")[0])
+        dst = copy / os.path.relpath(src, root)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+    common = copy / "srt/speculative/eagle_worker_common.py"
+    common.write_text(common.read_text().replace("assign_draft_cache_locs_contiguous_func",
+                                                 "assign_draft_cache_locs_contiguous"))
+    assert contract.missing_code(str(copy), "eagle_v2") == (
+        "sglang.srt.speculative.eagle_worker_common:assign_draft_cache_locs_contiguous_func")
