@@ -86,11 +86,13 @@ litmus: setup
 bench: setup
 	$(VENV)/bin/specrace bench
 
-# Re-pin requirements.lock to this core venv (run after .ci/run passes with newer packages).
+# Re-pin requirements.lock to this core venv, and each release set up here to its venv
+# (targets/sglang/locks/), after .ci/run passes with newer packages.
 lock: upstream
 	{ sed -n '/^#/p' requirements.lock; $(PY) -m pip freeze --local --exclude-editable \
 	    | grep -v -i -E '^(torch|xgrammar|sglang)=='; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
+	for v in $$($(PY) -m targets.sglang.envs list); do $(PY) -m targets.sglang.envs lock $$v || exit 1; done
 
 clean:
 	rm -rf $(VENV) .hypothesis .releases

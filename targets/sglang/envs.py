@@ -14,13 +14,16 @@ states it, with pip's resolver for its dependencies, until none is unmet; set-up
 if one stays unmet. Two exceptions: ``torch`` stays the core's CPU build, and ``xgrammar``
 goes in without its dependencies, as in the core set-up (its ``triton`` is ~1 GB, for
 CUDA only). A requirement nothing provides is left out: the driven modules never import
-most of what sglang lists, and the bootstrap stands in for the GPU-only ones.
+most of what sglang lists, and the bootstrap stands in for the GPU-only ones. Those
+installs resolve within ``locks/VERSION.txt`` where it exists: the versions the venv last
+passed the release gate with (``kernels`` 0.14.1 brings an unpinned ``kernels-data``).
 
 Why venv + pip and not nox or uv: uv does not take the machine's local torch file (it
 would fetch a CUDA build of several GB), and nox would add a dependency to run these
 same pip commands.
 
     python -m targets.sglang.envs setup VERSION     # what `make upstream SGLANG=V` runs
+    python -m targets.sglang.envs lock VERSION      # re-pin locks/VERSION.txt (`make lock`)
     python -m targets.sglang.envs list              # the installed release environments
 """
 from __future__ import annotations
@@ -43,6 +46,7 @@ from .contract import SUPPORTED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENVS = os.path.join(ROOT, ".releases")
+LOCKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "locks")
 # Installed without their dependencies, as in the core set-up: xgrammar's triton is ~1 GB,
 # for CUDA only.
 NO_DEPS = ("xgrammar",)
@@ -138,15 +142,47 @@ def unmet(python: str, reqs: List[Requirement]) -> List[Tuple[Requirement, str]]
             and not r.specifier.contains(seen[r.name], prereleases=True)]
 
 
+def lock_path(version: str) -> str:
+    """The versions a release's venv last passed the release gate with: constraints on
+    what its set-up resolves (a newer dependency of a release's ``kernels`` or
+    ``transformers`` cannot reach CI unseen). ``python -m targets.sglang.envs lock V``
+    (``make lock``) writes it from the venv."""
+    return os.path.join(LOCKS, f"{version}.txt")
+
+
+def _site(python: str) -> str:
+    return subprocess.run([python, "-c",
+                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def lock(version: str) -> None:
+    """Write ``lock_path(version)``: what the release's venv holds of its own (the core's
+    packages are the core lock's), sglang itself aside (installed from its wheel)."""
+    python = require(version)
+    out = subprocess.run([sys.executable, "-m", "pip", "freeze", "--path", _site(python)],
+                         capture_output=True, text=True, check=True).stdout
+    pins = [line for line in out.splitlines() if "==" in line
+            and canonicalize_name(line.split("==")[0]) != "sglang"]
+    os.makedirs(LOCKS, exist_ok=True)
+    with open(lock_path(version), "w") as f:
+        f.write(f"# sglang {version}'s venv as it last passed the release gate "
+                "(targets/sglang/envs.py: lock)\n" + "".join(p + "\n" for p in pins))
+    print(f"sglang {version}: {lock_path(version)} ({len(pins)} pins)")
+
+
 def _pip(python: str, *args: str) -> None:
     cmd = [sys.executable, "-m", "pip", "--python", python, "install", "-q", *args]
     print("+ " + " ".join(cmd[3:]), flush=True)
     subprocess.run(cmd, check=True)
 
 
-def _meet(python: str, reqs: List[Requirement]) -> List[Requirement]:
+def _meet(python: str, reqs: List[Requirement],
+          constraints: Optional[str] = None) -> List[Requirement]:
     """Install the release's own requirement for each one unmet, until none is; returns
-    what was installed. pip's resolver places their dependencies (NO_DEPS aside)."""
+    what was installed. pip's resolver places their dependencies (NO_DEPS aside), within
+    ``constraints`` (a lock file) when given."""
+    locked = ("-c", constraints) if constraints else ()
     placed: List[Requirement] = []
     for _ in range(3):  # an install can unmeet another requirement; it settles in one
         gaps = [r for r, _ in unmet(python, reqs)]
@@ -155,9 +191,9 @@ def _meet(python: str, reqs: List[Requirement]) -> List[Requirement]:
         resolved = [str(r) for r in gaps if canonicalize_name(r.name) not in NO_DEPS]
         plain = [str(r) for r in gaps if canonicalize_name(r.name) in NO_DEPS]
         if resolved:
-            _pip(python, *resolved)
+            _pip(python, *locked, *resolved)
         if plain:
-            _pip(python, "--no-deps", *plain)
+            _pip(python, *locked, "--no-deps", *plain)
         placed += gaps
     left = ", ".join(f"{r.name} {have} (wants {r.specifier})" for r, have in unmet(python, reqs))
     raise EnvError(f"the release's requirements stay unmet after 3 installs: {left}")
@@ -168,10 +204,7 @@ def setup(version: str) -> None:
     d = env_dir(version)
     python = env_python(version)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--clear", d], check=True)
-    site = subprocess.run([python, "-c",
-                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    with open(os.path.join(site, "specrace-core.pth"), "w") as f:
+    with open(os.path.join(_site(python), "specrace-core.pth"), "w") as f:
         # processed at start-up: the core venv's site-packages (and its .pth files, so
         # the editable specrace install) after the release's own
         f.write(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
@@ -184,7 +217,9 @@ def setup(version: str) -> None:
                 if line.strip() and not line.startswith("#")
                 and not line.startswith("sglang")]
         _pip(python, "--no-deps", wheel, *rest)
-        placed = _meet(python, release_requirements(wheel))
+        locked = lock_path(version)
+        placed = _meet(python, release_requirements(wheel),
+                       locked if os.path.exists(locked) else None)
     open(os.path.join(d, ".specrace-ready"), "w").close()
     print(f"sglang {version}: {d} (its own {', '.join(str(r) for r in placed) or 'nothing'})")
 
@@ -194,10 +229,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if argv[:1] == ["setup"] and len(argv) == 2:
             setup(argv[1])
+        elif argv[:1] == ["lock"] and len(argv) == 2:
+            lock(argv[1])
         elif argv == ["list"]:
             print("\n".join(installed()))
         else:
-            raise EnvError("usage: python -m targets.sglang.envs setup VERSION | list")
+            raise EnvError("usage: python -m targets.sglang.envs setup VERSION | lock VERSION"
+                           " | list")
     except EnvError as exc:
         print(f"specrace: error: {exc}", file=sys.stderr)
         return 2

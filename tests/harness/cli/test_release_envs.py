@@ -52,3 +52,25 @@ def test_met_requirements_install_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(envs, "_pip", lambda *a: pytest.fail(f"installed {a}"))
     wheel = _wheel(tmp_path, ["pytest>=1", "hypothesis"])
     assert envs._meet(sys.executable, envs.release_requirements(wheel)) == []
+
+
+def test_a_lock_constrains_every_install_of_the_release(tmp_path, monkeypatch):
+    installs = []
+    monkeypatch.setattr(envs, "_pip", lambda python, *args: installs.append(args))
+    wheel = _wheel(tmp_path, ["pytest<1", "xgrammar==0.0.1"])
+    with pytest.raises(envs.EnvError):
+        envs._meet(sys.executable, envs.release_requirements(wheel), "L.txt")
+    assert installs[:2] == [("-c", "L.txt", "pytest<1"),
+                            ("-c", "L.txt", "--no-deps", "xgrammar==0.0.1")]
+
+
+def test_a_lock_pins_what_the_venv_holds_but_sglang(tmp_path, monkeypatch):
+    """Written from a venv's own site-packages (here this interpreter's): exact pins, one
+    a line, and never sglang, which goes in from its wheel."""
+    monkeypatch.setattr(envs, "require", lambda version: sys.executable)
+    monkeypatch.setattr(envs, "LOCKS", str(tmp_path))
+    envs.lock("0.5.23")
+    lines = (tmp_path / "0.5.23.txt").read_text().splitlines()
+    assert lines[0].startswith("# sglang 0.5.23's venv")
+    pins = dict(line.split("==") for line in lines[1:])
+    assert pins and "sglang" not in pins and pins["pytest"] == pytest.__version__
