@@ -116,7 +116,6 @@ FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
                "sglang.srt.runtime_context:use_context"),
     # the EAGLE v2 slice (targets/sglang/eagle.py): the shared verify step and the draft
     # worker's decode extend of the v2 worker, and the runtime-context API (0.5.22) it
-    # builds EAGLE's config with (earlier releases resolve a whole ServerArgs instead)
     # builds EAGLE's config with (earlier releases resolve a whole ServerArgs instead), and
     # the kernel launchers its stand-ins are bound to (EAGLE_KERNEL_SEAMS; 0.5.22 launches
     # its Triton kernels directly, ``kernel[grid](...)``, which has no stand-in here)

@@ -134,9 +134,6 @@ def build_worker(args, device, model, pools, attention):
         index_share_for_mtp_iteration=False, seed_dsa_topk_from_draft_extend=False,
         tree_mask_mode=m["utils"].TreeMaskMode.QLEN_ONLY, server_args=types.SimpleNamespace(),
         parallel_layout=types.SimpleNamespace(tp_group=None, disable_cp=False, local_dp=True),
-        # 0.5.22's form of the draft's attention topology (parallel_layout from 0.5.23):
-        # False on one rank without attention DP, as its constructor computes it
-        draft_owns_attention=False,
         draft_attn_backend=types.SimpleNamespace(
             attn_backends=[draft_runner.attn_backend] * max(steps, 1),
             init_forward_metadata=draft_runner.attn_backend.init_forward_metadata),

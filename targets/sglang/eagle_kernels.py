@@ -44,6 +44,7 @@ from impl.verify import _verify_kernel
 
 from .contract import EAGLE_KERNEL_SEAMS
 
+
 def _gather_body(indices, topk_p_buf, topk_index_buf, tokens_buf, hidden_buf,
                  topk_p, topk_index, tokens, hidden) -> None:
     idx = indices.to(torch.int64)

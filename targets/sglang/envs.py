@@ -194,7 +194,7 @@ def _meet(python: str, reqs: List[Requirement],
             _pip(python, *locked, *resolved)
         if plain:
             _pip(python, *locked, "--no-deps", *plain)
-        placed += gaps
+        placed += [r for r in gaps if r not in placed]  # each once, if a round redoes it
     left = ", ".join(f"{r.name} {have} (wants {r.specifier})" for r, have in unmet(python, reqs))
     raise EnvError(f"the release's requirements stay unmet after 3 installs: {left}")
 

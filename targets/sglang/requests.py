@@ -49,7 +49,7 @@ def fits() -> bool:
         return all(hasattr(Req, m) for m in ("update_finish_state", "finished",
                                              "output_ids_through_stop", "reset_for_retract",
                                              "owned_kv_len"))
-    except (ImportError, TypeError):
+    except (ImportError, TypeError, AttributeError):  # AttributeError: a wrapped __init__
         return False
 
 
