@@ -134,8 +134,15 @@ def _dynamo_off() -> Iterator[None]:
     if dynamo is None:
         yield
         return
-    with dynamo.config.patch(disable=True):
+    # set and restored by hand: ``config.patch`` makes a class per call, a small
+    # reference cycle per session
+    config = dynamo.config
+    before = config.disable
+    config.disable = True
+    try:
         yield
+    finally:
+        config.disable = before
 
 
 @contextlib.contextmanager
@@ -165,7 +172,12 @@ def _gc_frozen() -> Iterator[None]:
     collection, which walks every object in the process -- an eighth of ``bench engine``'s
     wall time went to three of them. Frozen, a full collection walks the session's own
     objects. Only *when* the collector runs changes, never what it finds of the session's
-    (and what it finds is never reused: ``allocator.py``)."""
+    (and what it finds is never reused: ``allocator.py``).
+
+    Objects frozen here go back to the oldest generation uncounted, so a dead cycle that
+    the next session freezes may wait long for a full collection: the session's own state
+    therefore holds none (streams and the allocator hold their device weakly), and is
+    freed by reference counting once its last holder lets go."""
     global _FROZEN_DEPTH
     # An outer session froze them already: nothing to do -- and no gc.get_freeze_count(),
     # which counts the frozen objects one by one (a nested session per reference run made

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import weakref
 from typing import Dict, List, Optional, Set, Tuple
 
 import torch
@@ -155,7 +156,9 @@ def _extent(shape, stride, offset: int) -> int:
 
 class SimAllocator:
     def __init__(self, dev) -> None:
-        self.dev = dev
+        # weak, as a stream's hold on its device (``Stream._dev``): the device holds its
+        # allocator, and a cycle between them would outlive the session by far
+        self._devref = weakref.ref(dev)
         self.trace = dev.trace
         # home stream id -> (sorted sizes, size -> stack of cached blocks)
         self.pools: Dict[int, Tuple[List[int], Dict[int, List[Block]]]] = {}
@@ -164,6 +167,10 @@ class SimAllocator:
         self.open = True
         self.leaked = 0
         self._sids = hostmem.sid_source()  # the session's storage ids (the device's run)
+
+    @property
+    def dev(self):
+        return self._devref()
 
     # --- allocation -----------------------------------------------------------------
     def storage(self, shape, stride, dtype: torch.dtype, frame: Optional[Frame],
@@ -179,10 +186,11 @@ class SimAllocator:
         nbytes = n * item
         if nbytes == 0:
             return torch.empty_strided(shape, stride, dtype=dtype), None
-        home = self.dev.current.sid
+        dev = self._devref()
+        home = dev.current.sid
         size = -(-nbytes // ROUND) * ROUND
         written = nbytes if dense else 0
-        capture = self.dev.capture
+        capture = dev.capture
         if capture is not None and capture.takes(home):
             # A captured op's output lives in the graph's private pool (as CUDA's graph
             # pools): fresh, and never handed to an ordinary allocation after a free.

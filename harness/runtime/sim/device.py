@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import weakref
 from typing import Any, Deque, List, Optional
 
 from ...context import current
@@ -52,15 +53,25 @@ class Stream:
 
     def __init__(self, device: Any = None, priority: int = 0, *,
                  _sim: Optional["SimDevice"] = None) -> None:
-        self._dev = _sim or current_device()
-        self.sid = len(self._dev.streams)
-        self._dev.streams.append(self)
+        dev = _sim or current_device()
+        # weak: the device holds its streams, and a stream holding its device back would
+        # make every session's state a reference cycle -- freed only by a full collection,
+        # which a session's frozen objects (``_gc_frozen``) keep from ever coming: a
+        # thousand sessions left millions of dead records behind, slowing the next ones
+        self._devref = weakref.ref(dev)
+        self.sid = len(dev.streams)
+        dev.streams.append(self)
         self.priority = priority
         self.pending: Deque[OpRecord] = collections.deque()
         self.enq = 0  # ops enqueued so far
         self.done = 0  # ops executed so far
         self.clock = 0.0  # virtual time the last executed op ended
         self.ends: List[float] = [0.0]  # end time of op n at index n
+
+    @property
+    def _dev(self) -> Optional["SimDevice"]:
+        """The session's device (None once nothing else holds it)."""
+        return self._devref()
 
     # --- CUDA's Stream API -------------------------------------------------------------
     def _mine(self, what: str) -> "SimDevice":
@@ -102,7 +113,8 @@ class Stream:
         return hash(("sim-stream", self.sid))
 
     def __repr__(self) -> str:
-        return f"<sim stream {self._dev.trace.stream_name(self.sid)}>"
+        dev = self._dev
+        return f"<sim stream {dev.trace.stream_name(self.sid) if dev else self.sid}>"
 
 
 class Event:

@@ -132,3 +132,38 @@ def test_a_session_sets_the_older_objects_aside_from_the_collector_and_back():
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("policy", ["eager", "lazy"])
+def test_a_finished_session_is_freed_by_reference_counting_alone(policy):
+    # A session's device, streams, allocator and trace hold no reference cycle: once the
+    # caller lets go, they are gone at once. (With the streams and the allocator holding
+    # their device back, each session became garbage only a full collection frees, and
+    # the frozen older objects keep that from coming: ``bench runtime`` left 800k dead
+    # objects per run, and the simulator ran 40% slower over them.)
+    import gc
+    import weakref
+
+    def session() -> tuple:
+        with sim_runtime(parse_policy(policy)) as rt:
+            m = rt.module
+            side = m.Stream()
+            rt.label(side, "side")
+            x = torch.arange(64, device=rt.device)
+            side.wait_stream(m.current_stream())
+            with m.stream(side):
+                y = (x * 2)[x > 3]
+            side.record_event().synchronize()
+            assert y.cpu().tolist() == list(range(8, 128, 2))
+            return weakref.ref(side._dev), weakref.ref(side._dev.trace)
+
+    # once first: a first meta run imports torch's meta kernels, which keep the frames
+    # that imported them (torch's, not the session's)
+    session()
+    gc.collect()
+    gc.disable()
+    try:
+        dev, trace = session()
+        assert dev() is None and trace() is None
+    finally:
+        gc.enable()
