@@ -86,7 +86,7 @@ if _gc_phase not in gc.callbacks:
 
 
 class Block:
-    __slots__ = ("bid", "size", "mem", "typed", "views", "home", "owner", "graph")
+    __slots__ = ("bid", "size", "mem", "typed", "views", "home", "owner", "graph", "taken")
 
     def __init__(self, bid: int, size: int, home: int, graph: bool = False,
                  written: int = 0) -> None:
@@ -100,6 +100,9 @@ class Block:
                 self.mem[written:].fill_(_POISON_BYTE)
         else:
             self.mem = torch.full((size,), _POISON_BYTE, dtype=torch.uint8)
+        # a dense result whose memory the block took instead of a copy (``storage``):
+        # ``mem`` is made from it when another layout asks (None: ``mem`` is current)
+        self.taken: Optional[torch.Tensor] = None
         self.typed: Dict[torch.dtype, torch.Tensor] = {}  # mem viewed as each dtype asked
         # (dtype, shape, stride) -> a view of mem from its start (``storage``): a block
         # mostly goes to the same kind of tensor again, and making the view is the dearest
@@ -140,6 +143,9 @@ def _typed(block: Block, dtype: torch.dtype) -> torch.Tensor:
     viewed once)."""
     typed = block.typed.get(dtype)
     if typed is None:
+        if block.taken is not None:
+            block.mem = block.taken.reshape(-1).view(torch.uint8)
+            block.taken = None
         typed = block.typed[dtype] = block.mem.view(dtype)
     return typed
 
@@ -175,11 +181,14 @@ class SimAllocator:
     # --- allocation -----------------------------------------------------------------
     def storage(self, shape, stride, dtype: torch.dtype, frame: Optional[Frame],
                 offset: int = 0, poison: bool = True, n: Optional[int] = None,
-                dense: bool = False) -> Tuple[torch.Tensor, Optional[Storage]]:
+                dense: bool = False, result: Optional[torch.Tensor] = None
+                ) -> Tuple[torch.Tensor, Optional[Storage]]:
         """A tensor of this layout in a block of the current stream's pool, and its
         storage handle (None for an empty tensor: no block, as PyTorch's nullptr).
         ``n``: the elements the layout reaches, when the caller knows them; ``dense``: the
-        layout is contiguous from offset 0 and the caller writes all of it at once."""
+        layout is contiguous from offset 0 and the caller writes all of it at once;
+        ``result``: the dense CPU tensor it will write, which the block may take instead
+        (the tensor returned is then ``result`` itself: nothing to copy)."""
         if n is None:
             n = _extent(shape, stride, offset)
         item = dtype.itemsize
@@ -200,7 +209,21 @@ class SimAllocator:
             block, reused = self._take(home, size, written)
         if poison and not reused and dtype not in _BYTE_POISON:
             poison_fill(_typed(block, dtype)[:n])
-        if offset:
+        if (result is not None and reused and block.size == nbytes and not dev.queued
+                and not dev.captured):
+            # A dense result filling the whole block: the block takes the result's memory
+            # instead of a copy of it (a kernel's fresh output, ``OpInfo.returns_fresh``
+            # by its schema, shares memory with nothing). The block's old memory is then
+            # unreachable -- nothing is queued on any stream (no pending kernel holds it)
+            # and no graph was ever captured (no replay will) -- so every later reader
+            # sees what the copy would have left.
+            block.taken = result
+            block.mem = None
+            block.typed.clear()
+            views = block.views
+            views.clear()
+            buf = views[(dtype, shape, stride)] = result
+        elif offset:
             buf = _typed(block, dtype).as_strided(shape, stride, offset)
         else:  # the commonest layout: its view made once per block (``Block.views``)
             key = (dtype, shape, stride)

@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .. import hostmem, ops
 from ..trace import COPY_H2D, OpKind, OpRecord, user_frame
 from .allocator import poison_fill
-from .device import current_device
+from .streams import current_device
 from .launch import launch
 from .tensor import (SimTensor, access, alias, new_storage, note_record_stream,
                      poisoned_empty, relaid, unwrap, unwrap_call)

@@ -30,7 +30,8 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 from ..graphs import GraphCapture, replay_ops
 from ..policy import Chooser
 from ..trace import Position, short_path, user_frame
-from .device import SimDevice, Stream, current_device
+from .device import SimDevice
+from .streams import Stream, current_device
 
 __all__ = ["CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing"]
 
@@ -81,6 +82,7 @@ class SimCapture(GraphCapture):
         self.scheduler = dev.policy
         self.inner = self.scheduler.chooser
         dev.capture = self
+        dev.captured = True
         self.scheduler.chooser = _CaptureChooser(self.inner, self)
 
     def finish(self) -> None:

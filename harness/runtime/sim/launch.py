@@ -14,7 +14,7 @@ from ... import context
 from .. import ops
 from ..ops import READ, WRITE
 from ..trace import OpRecord, user_frame
-from .device import current_device
+from .streams import current_device
 from .meta import DATA_DEPENDENT, Meta, is_user_error, meta_outputs
 from .tensor import (NESTED, SimTensor, access, adopt, device_access, kernel_arg,
                      new_storage, unwrap)
@@ -111,7 +111,7 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
                 new: List[SimTensor] = []
                 outs = _wrap_outputs(dev, result, args, kwargs, op.effects, frame, name, new)
                 writes.extend([access(o) for o in new])
-            _enqueue_executed(dev, stream, OpRecord(stream.sid, name, reads, writes, frame))
+            dev.ran_at_once(stream, OpRecord(stream.sid, name, reads, writes, frame))
             return outs
 
     new = []
@@ -132,20 +132,6 @@ def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
 
     dev.enqueue(OpRecord(stream.sid, name, reads, writes, frame, fn=kernel))
     return outs
-
-
-def _enqueue_executed(dev, s, op: OpRecord) -> None:
-    """Enqueue an op whose effect already happened on the idle stream ``s`` (the fast
-    path): booked in as enqueued, then executed, without running anything."""
-    s.enq += 1
-    op.seq = s.enq
-    dev.host_clock += 1.0
-    op.enq = dev.host_clock
-    dev.trace.add(op)
-    dev.clock_op(s, op)
-    dev.trace.executed.append(op)
-    if dev.queued:  # else nothing is queued anywhere: nothing for the policy to decide
-        dev.policy.on_point(dev, s)
 
 
 def _flat(res: Any) -> List[Any]:

@@ -117,8 +117,8 @@ def adopt(dev, result: torch.Tensor, frame, op: str) -> SimTensor:
         # most results: the block's layout is the result's own
         stride = result.stride()
         buf, owner = dev.allocator.storage(shape, stride, dtype, frame, poison=False,
-                                           n=result.numel(), dense=True)
-        if owner is not None:
+                                           n=result.numel(), dense=True, result=result)
+        if owner is not None and buf is not result:
             buf.copy_(result)
         t = _placed(buf, owner, shape, stride, dtype)
     else:

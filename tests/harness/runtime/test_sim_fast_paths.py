@@ -119,12 +119,17 @@ def test_a_session_sets_the_older_objects_aside_from_the_collector_and_back():
     # library does it is not this test's subject -- the program's own freeze is tested below).
     gc.unfreeze()
     assert gc.get_freeze_count() == 0
+    before = gc.get_threshold()
     with sim_runtime(parse_policy("eager")):
         assert gc.get_freeze_count() > 0
+        # the young generation collected less often, while records pile up
+        assert gc.get_threshold()[0] >= 100_000 and gc.get_threshold()[1:] == before[1:]
         with sim_runtime(parse_policy("lazy")):
             pass
         assert gc.get_freeze_count() > 0  # a nested session left them set aside
+        assert gc.get_threshold()[0] >= 100_000
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
     gc.freeze()  # the program's own freeze is the program's: a session leaves it alone
     try:
         with sim_runtime(parse_policy("eager")):
@@ -167,3 +172,65 @@ def test_a_finished_session_is_freed_by_reference_counting_alone(policy):
         assert dev() is None and trace() is None
     finally:
         gc.enable()
+
+
+# A dense result that fills a reused block whole is handed to the block instead of being
+# copied into it (``SimAllocator.storage``): what any later reader of the block sees must
+# be what the copy would have left there.
+
+def test_a_block_that_took_a_result_reads_as_the_copy_would_have_left_it():
+    with sim_runtime(parse_policy("eager")) as rt:
+        first = torch.arange(128, device=rt.device)  # 1,024 bytes: a whole block
+        block = first._owner.block
+        del first
+        second = torch.arange(128, device=rt.device) * 3 + 1
+        assert second._owner.block is block and block.taken is second._buf  # handed over
+        want = second.cpu().view(torch.int32).tolist()
+        del second
+        # another layout on the same block: its old contents, as after a copy
+        stale = torch.empty(256, dtype=torch.int32, device=rt.device)
+        assert stale._owner.block is block
+        assert stale.cpu().tolist() == want
+
+
+def test_a_kernel_still_queued_reads_the_new_owners_data_not_the_old():
+    # The use-after-free record_stream exists for: ``x`` is freed while a stalled kernel on
+    # another stream still reads it, and the next allocation on x's stream takes the block.
+    # The stalled kernel must read the new owner's data, so the block may not swap its
+    # memory for the new owner's result while anything is queued.
+    with sim_runtime(parse_policy("stall(forward)")) as rt:
+        m = rt.module
+        fwd = m.Stream()
+        rt.label(fwd, "forward")
+        x = torch.full((128,), 7, dtype=torch.int64, device=rt.device)
+        fwd.wait_stream(m.current_stream())
+        with m.stream(fwd):
+            y = x * 1  # queued: forward is stalled
+        w = torch.arange(128, device=rt.device)
+        block = x._owner.block
+        del x  # no record_stream: the block goes back to the default stream's pool
+        z = w + 100  # a dense result on the idle default stream, into x's block
+        assert z._owner.block is block
+        m.synchronize()
+        assert y.cpu().tolist() == list(range(100, 228))
+
+
+def test_a_graph_replay_reads_the_new_owners_data_not_the_old():
+    # A captured kernel holds its input's memory for every replay, as a CUDA graph holds a
+    # pointer: once the input is freed and its block reused, a replay reads the new owner's
+    # data -- so the block may not swap its memory in a session that captured a graph.
+    with sim_runtime(parse_policy("eager")) as rt:
+        m = rt.module
+        x = torch.full((128,), 7, dtype=torch.int64, device=rt.device)
+        m.synchronize()
+        g = m.CUDAGraph()
+        with m.graph(g):
+            y = x * 1
+        w = torch.arange(128, device=rt.device)
+        block = x._owner.block
+        del x
+        z = w + 100
+        assert z._owner.block is block
+        g.replay()
+        m.synchronize()
+        assert y.cpu().tolist() == list(range(100, 228))

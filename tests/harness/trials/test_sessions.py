@@ -12,7 +12,7 @@ from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
 from harness.report.chrome import chrome_trace
 from harness.runtime.sim import SimDeviceError
-from harness.runtime.sim.device import current_device
+from harness.runtime.sim.streams import current_device
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import WAIT_EVENT, OpKind, OpRecord
 from harness.policies import parse_policy
