@@ -132,8 +132,30 @@ class Storage:
         self.access = access
 
     def __del__(self) -> None:
+        """The free: the last wrapper on the storage died. (The allocator's side of it is
+        here, not in a method of the allocator: one Python frame less, for every op.)"""
         try:
-            self.allocator.free(self)
+            allocator = self.allocator
+            if not allocator.open:
+                return
+            if _IN_GC:
+                allocator.leaked += 1
+                return
+            block = self.block
+            if block.graph:
+                return  # stays the graph's: a later replay writes it
+            if self.streams:  # record_stream'ed: the block may have to wait for those
+                streams = allocator.dev.streams
+                waits = [(s, streams[s].enq) for s in sorted(self.streams)
+                         if streams[s].enq > 0]
+            else:
+                waits = _NO_WAITS
+            allocator.trace.add(FreeRecord(block.bid, self.sid, block.home, waits,
+                                           user_frame(2)))
+            if waits and not all(allocator.dev.streams[s].done >= n for s, n in waits):
+                allocator.deferred.append((block, waits))
+            else:
+                allocator._cache(block)
         except Exception:  # interpreter shutdown: modules half torn down
             pass
 
@@ -297,27 +319,7 @@ class SimAllocator:
             bisect.insort(sizes, block.size)
         stack.append(block)
 
-    # --- frees and record_stream ----------------------------------------------------
-    def free(self, st: Storage) -> None:
-        if not self.open:
-            return
-        if _IN_GC:
-            self.leaked += 1
-            return
-        block = st.block
-        if block.graph:
-            return  # stays the graph's: a later replay writes it
-        if st.streams:  # record_stream'ed: the block may have to wait for those streams
-            streams = self.dev.streams
-            waits = [(s, streams[s].enq) for s in sorted(st.streams) if streams[s].enq > 0]
-        else:
-            waits = _NO_WAITS
-        self.trace.add(FreeRecord(block.bid, st.sid, block.home, waits, user_frame(3)))
-        if waits and not all(self.dev.streams[s].done >= n for s, n in waits):
-            self.deferred.append((block, waits))
-        else:
-            self._cache(block)
-
+    # --- record_stream (the free itself: ``Storage.__del__``) ----------------------------
     def record_stream(self, st: Storage, stream, frame: Optional[Frame]) -> None:
         self.trace.add(RecordStreamRecord(st.sid, stream.sid, frame))
         if stream.sid != st.block.home:
