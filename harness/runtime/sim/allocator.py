@@ -100,8 +100,8 @@ class Block:
                 self.mem[written:].fill_(_POISON_BYTE)
         else:
             self.mem = torch.full((size,), _POISON_BYTE, dtype=torch.uint8)
-        # a dense result whose memory the block took instead of a copy (``storage``):
-        # ``mem`` is made from it when another layout asks (None: ``mem`` is current)
+        # a dense result whose memory the block took instead of a copy (``storage``);
+        # ``mem`` is None meanwhile, made from it when another layout asks (``_typed``)
         self.taken: Optional[torch.Tensor] = None
         self.typed: Dict[torch.dtype, torch.Tensor] = {}  # mem viewed as each dtype asked
         # (dtype, shape, stride) -> a view of mem from its start (``storage``): a block
