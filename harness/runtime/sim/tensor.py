@@ -57,6 +57,14 @@ class SimTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         return BACKEND.dispatch(func, args, kwargs or {}, True)  # (one is a SimTensor)
 
+    def __deepcopy__(self, memo: dict) -> "SimTensor":
+        # torch's deep copy of a wrapper subclass clones it, then deep-copies the fields
+        # over the clone -- its storage id, device memory and ``Storage`` handle (with the
+        # allocator and its trace) -- leaving a second owner of the first's storage id.
+        # The clone alone is the copy: a kernel on the current stream, as on CUDA.
+        out = memo[id(self)] = self.clone()
+        return out
+
     def tolist(self):
         return self.cpu().tolist()
 

@@ -13,6 +13,7 @@ import torch
 from harness.policies import parse_policy
 from harness.runtime.sim.allocator import ROUND
 from harness.runtime.sim.runtime import sim_runtime
+from harness.runtime.sim.tensor import SimTensor
 from harness.runtime.trace import user_frame
 
 
@@ -234,3 +235,15 @@ def test_a_graph_replay_reads_the_new_owners_data_not_the_old():
         g.replay()
         m.synchronize()
         assert y.cpu().tolist() == list(range(100, 228))
+
+
+def test_a_deep_copy_is_a_clone_on_its_own_storage():
+    import copy
+    with sim_runtime(parse_policy("lazy")) as rt:
+        x = torch.arange(8, device=rt.device)
+        y = copy.deepcopy([x, x])  # (one copy for the two references)
+        assert y[0] is y[1] and type(y[0]) is SimTensor
+        assert y[0]._sid != x._sid and y[0]._owner is not x._owner
+        assert y[0]._owner.allocator is x._owner.allocator  # the same device, not a copy
+        x.add_(1)
+        assert y[0].cpu().tolist() == list(range(8))
