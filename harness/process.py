@@ -18,6 +18,11 @@ CHANGES: Dict[str, Tuple[str, str]] = {
         "device module: `torch.device('sim')` must parse and "
         "`torch.get_device_module('sim')` give the simulator's streams and events, so "
         "impl/ and sglang run on it unchanged"),
+    "gc-phase-callback": (
+        "harness/runtime/sim/__init__.py: install (allocator.watch_collector)",
+        "a callback in `gc.callbacks` that notes when the cyclic collector runs: a "
+        "storage the collector frees is not handed to the next allocation, since when "
+        "the collector runs is not a property of the program under test"),
     "torch.tensor-pinning": (
         "harness/runtime/pinning.py: install_sim_tensor_factory",
         "`torch.tensor` wrapped: `torch.tensor(..., pin_memory=True)` asks a CUDA-capable "

@@ -126,7 +126,7 @@ def test_permanent_process_changes_are_the_listed_ones():
     from harness.policies import parse_policy
     run_scenario("ngram-filter-race", variant="fixed", war_barrier="fine", backend="sim",
                  policy=parse_policy("eager"), trials=1)
-    assert {"sim-device", "torch.tensor-pinning"} <= set(process.applied())
+    assert {"sim-device", "gc-phase-callback", "torch.tensor-pinning"} <= set(process.applied())
     assert set(process.applied()) <= set(process.CHANGES)
     with pytest.raises(KeyError, match="unlisted process change"):
         process.note("torch.cuda.synchronize patched")

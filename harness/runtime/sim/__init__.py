@@ -18,6 +18,7 @@ import torch
 
 from ...context import current, opened
 from ..policy import Policy
+from . import allocator as _allocator
 from . import graphs as _graphs
 from . import dispatch as _dispatch
 from . import tensor as _tensor
@@ -123,6 +124,8 @@ def install() -> None:
     pinning.install_sim_tensor_factory(lambda: current().sim_device is not None)
     from harness import process
     process.note("sim-device")
+    _allocator.watch_collector()
+    process.note("gc-phase-callback")
     _INSTALLED = True
 
 

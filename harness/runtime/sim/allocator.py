@@ -81,8 +81,10 @@ def _gc_phase(phase: str, info: dict) -> None:
     _IN_GC = phase == "start"
 
 
-if _gc_phase not in gc.callbacks:
-    gc.callbacks.append(_gc_phase)
+def watch_collector() -> None:
+    """Have the collector say when it runs (``_IN_GC``): once per process, at install."""
+    if _gc_phase not in gc.callbacks:
+        gc.callbacks.append(_gc_phase)
 
 
 class Block:
