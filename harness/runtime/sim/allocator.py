@@ -186,8 +186,8 @@ def _extent(shape, stride, offset: int) -> int:
 
 class SimAllocator:
     def __init__(self, dev) -> None:
-        # weak, as a stream's hold on its device (``Stream._dev``): the device holds its
-        # allocator, and a cycle between them would outlive the session by far
+        # weak, as a stream's hold on its device: the device holds its allocator (why no
+        # cycle may hold a session: ``sim._gc_frozen``)
         self._devref = weakref.ref(dev)
         self.trace = dev.trace
         # home stream id -> (sorted sizes, size -> stack of cached blocks)

@@ -26,10 +26,8 @@ class Stream:
     def __init__(self, device: Any = None, priority: int = 0, *,
                  _sim: Optional[SimDevice] = None) -> None:
         dev = _sim or current_device()
-        # weak: the device holds its streams, and a stream holding its device back would
-        # make every session's state a reference cycle -- freed only by a full collection,
-        # which a session's frozen objects (``_gc_frozen``) keep from ever coming: a
-        # thousand sessions left millions of dead records behind, slowing the next ones
+        # weak: the device holds its streams (why no cycle may hold a session:
+        # ``sim._gc_frozen``)
         self._devref = weakref.ref(dev)
         self.sid = len(dev.streams)
         dev.streams.append(self)
@@ -47,8 +45,9 @@ class Stream:
 
     # --- CUDA's Stream API -------------------------------------------------------------
     def _mine(self, what: str) -> SimDevice:
-        check_session(current_device(), self._dev, f"{what}: {self!r}")
-        return self._dev
+        dev = self._dev
+        check_session(current_device(), dev, f"{what}: {self!r}")
+        return dev
 
     def wait_event(self, event: "Event") -> None:
         event.wait(self)
