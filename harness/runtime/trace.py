@@ -154,7 +154,9 @@ class EventRecord:
 @_record
 class AllocRecord:
     """Storage ``sid`` got block ``block`` (``nbytes``) from the pool of ``stream`` (the
-    current stream at the allocation). ``prev``: the storage that last held the block."""
+    current stream at the allocation). ``prev``: the storage that last held the block.
+    ``op``, ``dtype``, ``shape``: the op whose output it is, and the tensor's layout, for
+    the storage's name in reports (``Trace.storage_name``; None: unnamed)."""
 
     block: int
     sid: int
@@ -162,6 +164,9 @@ class AllocRecord:
     nbytes: int
     frame: Optional[Frame]
     prev: Optional[int] = None
+    op: Optional[str] = None
+    dtype: Any = None
+    shape: Any = None
     index: int = field(default=-1, init=False)
 
     def __repr__(self) -> str:
@@ -212,15 +217,17 @@ class Trace:
     executed: List[OpRecord] = field(default_factory=list)
     stream_names: dict = field(default_factory=dict)
     storage_names: dict = field(default_factory=dict)  # sid -> "pinned int32[8]" etc.
-    # sid -> (op, dtype, shape, frame) of the op that allocated it; formatted only when a
-    # report needs the name (an f-string per op would cost more than the op's bookkeeping)
-    storage_sites: dict = field(default_factory=dict)
     # the simulator's policy's answers as it gives them (a stream id, or HOST for "the host
     # goes on"; runtime/policy.py): a list, appended per question on the hot path; the
     # value is ``schedule``. Empty on CUDA, whose schedule is the GPU's.
     choices: List[int] = field(default_factory=list)
 
     numbered: int = field(default=0, init=False, repr=False)  # records[:numbered] have index
+    # sid -> the ``AllocRecord`` that names it, of records[:named] (``storage_name``): an
+    # allocation carries its op and layout, and the name is formatted only when a report
+    # asks (a name, or a dict entry, per op would cost more than the op's bookkeeping)
+    _sites: dict = field(default_factory=dict, init=False, repr=False)
+    named: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         # ``add(rec)``: the records' own append. The hot path adds two or three records per
@@ -253,12 +260,19 @@ class Trace:
         name = self.storage_names.get(sid)
         if name is not None:
             return name
-        site = self.storage_sites.get(sid)
+        recs = self.records
+        if self.named < len(recs):
+            sites = self._sites
+            for rec in recs[self.named:]:
+                if type(rec) is AllocRecord and rec.op is not None:
+                    sites[rec.sid] = rec
+            self.named = len(recs)
+        site = self._sites.get(sid)
         if site is None:
             return f"storage {sid}"
-        op, dtype, shape, frame = site
+        frame = site.frame
         where = f" at {short_path(frame[0])}:{frame[1]}" if frame else ""
-        return f"{str(dtype)[6:]}{list(shape)} from {op}{where}"
+        return f"{str(site.dtype)[6:]}{list(site.shape)} from {site.op}{where}"
 
     def ops(self) -> List[OpRecord]:
         return [r for r in self.log if isinstance(r, OpRecord)]

@@ -156,8 +156,13 @@ class Storage:
                                            user_frame(2)))
             if waits and not all(allocator.dev.streams[s].done >= n for s, n in waits):
                 allocator.deferred.append((block, waits))
-            else:
-                allocator._cache(block)
+            else:  # back to its pool: onto its size's stack when it has one (``_cache``)
+                pool = allocator.pools.get(block.home)
+                stack = pool[1].get(block.size) if pool is not None else None
+                if stack is not None:
+                    stack.append(block)
+                else:
+                    allocator._cache(block)
         except Exception:  # interpreter shutdown: modules half torn down
             pass
 
@@ -205,14 +210,15 @@ class SimAllocator:
     # --- allocation -----------------------------------------------------------------
     def storage(self, shape, stride, dtype: torch.dtype, frame: Optional[Frame],
                 offset: int = 0, poison: bool = True, n: Optional[int] = None,
-                dense: bool = False, result: Optional[torch.Tensor] = None
-                ) -> Tuple[torch.Tensor, Optional[Storage]]:
+                dense: bool = False, result: Optional[torch.Tensor] = None,
+                op: Optional[str] = None) -> Tuple[torch.Tensor, Optional[Storage]]:
         """A tensor of this layout in a block of the current stream's pool, and its
         storage handle (None for an empty tensor: no block, as PyTorch's nullptr).
         ``n``: the elements the layout reaches, when the caller knows them; ``dense``: the
         layout is contiguous from offset 0 and the caller writes all of it at once;
         ``result``: the dense CPU tensor it will write, which the block may take instead
-        (the tensor returned is then ``result`` itself: nothing to copy)."""
+        (the tensor returned is then ``result`` itself: nothing to copy); ``op``: the op
+        whose output it is, naming the storage in reports (``AllocRecord``)."""
         if n is None:
             n = _extent(shape, stride, offset)
         item = dtype.itemsize
@@ -230,7 +236,14 @@ class SimAllocator:
             self.blocks += 1
             block, reused = Block(self.blocks, size, home, True, written), False
         else:
-            block, reused = self._take(home, size, written)
+            # the exact fit of a pool with nothing deferred (most allocations) taken here,
+            # the rest by ``_take``: a frame less per op
+            pool = None if self.deferred else self.pools.get(home)
+            stack = pool[1].get(size) if pool is not None else None
+            if stack:
+                block, reused = stack.pop(), True
+            else:
+                block, reused = self._take(home, size, written)
         if poison and not reused and dtype not in _BYTE_POISON:
             poison_fill(_typed(block, dtype)[:n])
         if (result is not None and reused and block.size == nbytes and not dev.queued
@@ -258,12 +271,12 @@ class SimAllocator:
                 buf = block.views[key] = _typed(block, dtype).as_strided(shape, stride, 0)
         sid = next(self._sids)
         self.trace.add(AllocRecord(block.bid, sid, home, nbytes, frame,
-                                   block.owner if reused else None))
+                                   block.owner if reused else None, op, dtype, shape))
         block.owner = sid
         # strides are never negative: the layout covers [offset, n) of the block
         return buf, Storage(self, block, sid, (sid, offset * item, nbytes))
 
-    def adopt(self, result: torch.Tensor, frame: Optional[Frame]
+    def adopt(self, result: torch.Tensor, frame: Optional[Frame], op: Optional[str] = None
               ) -> Tuple[torch.Tensor, Optional[Storage]]:
         """A kernel's result (computed in fresh CPU memory) moved into a block. (The
         common contiguous result takes ``tensor.adopt``'s shorter way to ``storage``.)"""
@@ -274,7 +287,7 @@ class SimAllocator:
             stride = result.stride()
             offset = 0
         buf, st = self.storage(result.shape, stride, result.dtype, frame, offset,
-                               poison=False)
+                               poison=False, op=op)
         if st is not None:
             buf.copy_(result)
         return buf, st

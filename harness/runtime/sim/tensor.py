@@ -111,11 +111,8 @@ def _placed(buf: torch.Tensor, owner, shape, stride, dtype) -> SimTensor:
 def new_storage(dev, shape, stride, dtype, frame, op: Optional[str] = None) -> SimTensor:
     """A fresh device tensor (uninitialised: poison, or a reused block's old data).
     ``op`` names it in reports (kernel outputs are named by the backend)."""
-    buf, owner = dev.allocator.storage(shape, stride, dtype, frame)
-    t = _placed(buf, owner, shape, stride, dtype)
-    if op is not None:
-        dev.trace.storage_sites[t._sid] = (op, dtype, t.shape, frame)
-    return t
+    buf, owner = dev.allocator.storage(shape, stride, dtype, frame, op=op)
+    return _placed(buf, owner, shape, stride, dtype)
 
 
 def adopt(dev, result: torch.Tensor, frame, op: str) -> SimTensor:
@@ -125,15 +122,13 @@ def adopt(dev, result: torch.Tensor, frame, op: str) -> SimTensor:
     if result.storage_offset() == 0 and result.is_contiguous():
         # most results: the block's layout is the result's own
         stride = result.stride()
-        buf, owner = dev.allocator.storage(shape, stride, dtype, frame, poison=False,
-                                           n=result.numel(), dense=True, result=result)
+        # (positional: asked for most ops, and a keyword call costs its name matching)
+        buf, owner = dev.allocator.storage(shape, stride, dtype, frame, 0, False,
+                                           result.numel(), True, result, op)
         if owner is not None and buf is not result:
             buf.copy_(result)
-        t = _placed(buf, owner, shape, stride, dtype)
-    else:
-        t = _owned(*dev.allocator.adopt(result, frame))
-    dev.trace.storage_sites[t._sid] = (op, dtype, shape, frame)
-    return t
+        return _placed(buf, owner, shape, stride, dtype)
+    return _owned(*dev.allocator.adopt(result, frame, op))
 
 
 def alias(buf: torch.Tensor, base: Any) -> SimTensor:

@@ -157,6 +157,26 @@ def test_trace_records_in_host_order():
     assert (a2.sid, a2.prev, a2.block) == (z._sid, sid, a.block)
 
 
+def _line_of(text: str) -> int:
+    with open(__file__) as f:
+        return next(n for n, line in enumerate(f, 1) if text in line)
+
+
+@pytest.mark.parametrize("policy", ["eager", "lazy"])  # run at once / queued
+def test_a_storage_is_named_by_the_op_its_allocation_came_from(policy):
+    with sim_runtime(parse_policy(policy)) as rt:
+        x = _i32(4, 1, rt)
+        # asked before the later allocations exist: they are named all the same
+        assert rt.trace.storage_name(x._sid).startswith("int32[4] from full.default at ")
+        y = x * 3  # the named line
+        z = torch.zeros(2, dtype=torch.int64).to(rt.device)
+        rt.synchronize()
+    where = f"tests/harness/runtime/test_allocator.py:{_line_of('# the named line')}"
+    assert rt.trace.storage_name(y._sid) == f"int32[4] from mul.Tensor at {where}"
+    assert rt.trace.storage_name(z._sid).startswith("int64[2] from copy H2D at ")
+    assert rt.trace.storage_name(10_000) == "storage 10000"  # no allocation named it
+
+
 def test_empty_tensors_take_no_block():
     with sim_runtime() as rt:
         e = torch.empty((0,), dtype=torch.int64, device=rt.device)
