@@ -310,14 +310,27 @@ def _learn(code: Any) -> Optional[Dict[int, Frame]]:
     return sites
 
 
+# The code object asked last and its sites: the calls come in runs from one user function
+# (a loop issuing ops), and ``id()`` and the lookup cost more than the rest of the call.
+# One tuple, so a thread reading it never pairs one code with another's sites.
+_LAST: Tuple[Any, Optional[Dict[int, Frame]]] = (None, None)
+_getframe = sys._getframe
+
+
 def user_frame(depth: int = 2) -> Optional[Frame]:
     """The innermost caller outside torch, the stdlib and the runtime package."""
-    f = sys._getframe(depth)
+    global _LAST
+    f = _getframe(depth)
     while f is not None:
         code = f.f_code
-        sites = _SITES.get(id(code), _UNSEEN)
-        if sites is _UNSEEN:
-            sites = _learn(code)
+        last = _LAST
+        if code is last[0]:
+            sites = last[1]
+        else:
+            sites = _SITES.get(id(code), _UNSEEN)
+            if sites is _UNSEEN:
+                sites = _learn(code)
+            _LAST = (code, sites)
         if sites is not None:
             lasti = f.f_lasti
             site = sites.get(lasti)

@@ -209,20 +209,18 @@ class SimAllocator:
 
     # --- allocation -----------------------------------------------------------------
     def storage(self, shape, stride, dtype: torch.dtype, frame: Optional[Frame],
-                offset: int = 0, poison: bool = True, n: Optional[int] = None,
+                offset: int = 0, poison: bool = True, nbytes: Optional[int] = None,
                 dense: bool = False, result: Optional[torch.Tensor] = None,
                 op: Optional[str] = None) -> Tuple[torch.Tensor, Optional[Storage]]:
         """A tensor of this layout in a block of the current stream's pool, and its
         storage handle (None for an empty tensor: no block, as PyTorch's nullptr).
-        ``n``: the elements the layout reaches, when the caller knows them; ``dense``: the
+        ``nbytes``: the bytes the layout reaches, when the caller knows them; ``dense``: the
         layout is contiguous from offset 0 and the caller writes all of it at once;
         ``result``: the dense CPU tensor it will write, which the block may take instead
         (the tensor returned is then ``result`` itself: nothing to copy); ``op``: the op
         whose output it is, naming the storage in reports (``AllocRecord``)."""
-        if n is None:
-            n = _extent(shape, stride, offset)
-        item = dtype.itemsize
-        nbytes = n * item
+        if nbytes is None:
+            nbytes = _extent(shape, stride, offset) * dtype.itemsize
         if nbytes == 0:
             return torch.empty_strided(shape, stride, dtype=dtype), None
         dev = self._devref()
@@ -245,7 +243,7 @@ class SimAllocator:
             else:
                 block, reused = self._take(home, size, written)
         if poison and not reused and dtype not in _BYTE_POISON:
-            poison_fill(_typed(block, dtype)[:n])
+            poison_fill(_typed(block, dtype)[:nbytes // dtype.itemsize])
         if (result is not None and reused and block.size == nbytes and not dev.queued
                 and not dev.captured):
             # A dense result filling the whole block: the block takes the result's memory
@@ -273,8 +271,9 @@ class SimAllocator:
         self.trace.add(AllocRecord(block.bid, sid, home, nbytes, frame,
                                    block.owner if reused else None, op, dtype, shape))
         block.owner = sid
-        # strides are never negative: the layout covers [offset, n) of the block
-        return buf, Storage(self, block, sid, (sid, offset * item, nbytes))
+        # strides are never negative: the layout covers [offset, nbytes) of the block
+        lo = offset * dtype.itemsize if offset else 0
+        return buf, Storage(self, block, sid, (sid, lo, nbytes))
 
     def adopt(self, result: torch.Tensor, frame: Optional[Frame], op: Optional[str] = None
               ) -> Tuple[torch.Tensor, Optional[Storage]]:

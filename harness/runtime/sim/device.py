@@ -148,7 +148,13 @@ class SimDevice:
         op.enq = now
         trace = self.trace
         trace.add(op)
-        start = max(s.clock, now, self.last_start)
+        # ``max(s.clock, now, self.last_start)``, compared out (a builtin call per op)
+        start = s.clock
+        if now > start:
+            start = now
+        last = self.last_start
+        if last > start:
+            start = last
         op.start = start
         end = op.end = start + op.duration
         self.last_start = start

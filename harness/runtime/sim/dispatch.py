@@ -286,8 +286,10 @@ class SimMode(TorchDispatchMode):
     simulator's backend."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        # ``types``: the tensor subclasses among the arguments, as torch found them
-        return BACKEND.dispatch(func, args, kwargs or {}, SimTensor in types)
+        # ``types``: the tensor subclasses among the arguments, as torch found them. (torch
+        # passes a dict, empty or not: ``kwargs or {}`` made a second one per op)
+        return BACKEND.dispatch(func, args, {} if kwargs is None else kwargs,
+                                SimTensor in types)
 
     def __enter__(self):
         self._prev_lift = torch._C._only_lift_cpu_tensors()

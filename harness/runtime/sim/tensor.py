@@ -55,7 +55,8 @@ class SimTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return BACKEND.dispatch(func, args, kwargs or {}, True)  # (one is a SimTensor)
+        # (one is a SimTensor; for ``kwargs``, see ``SimMode.__torch_dispatch__``)
+        return BACKEND.dispatch(func, args, {} if kwargs is None else kwargs, True)
 
     def __deepcopy__(self, memo: dict) -> "SimTensor":
         # torch's deep copy of a wrapper subclass clones it, then deep-copies the fields
@@ -124,7 +125,7 @@ def adopt(dev, result: torch.Tensor, frame, op: str) -> SimTensor:
         stride = result.stride()
         # (positional: asked for most ops, and a keyword call costs its name matching)
         buf, owner = dev.allocator.storage(shape, stride, dtype, frame, 0, False,
-                                           result.numel(), True, result, op)
+                                           result.nbytes, True, result, op)
         if owner is not None and buf is not result:
             buf.copy_(result)
         return _placed(buf, owner, shape, stride, dtype)

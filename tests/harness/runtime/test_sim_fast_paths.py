@@ -62,6 +62,22 @@ def test_user_frame_caches_each_call_site_apart():
     assert len(seen) == 1
 
 
+def _site_in_one():
+    return _walk(1)
+
+
+def _site_in_another():
+    return _walk(1)
+
+
+def test_user_frame_tells_functions_apart_asked_in_turn_or_in_runs():
+    # in turn: each call's code differs from the last one's; in runs: each is the same
+    order = [_site_in_one, _site_in_another] * 3 + [_site_in_one] * 3 + [_site_in_another] * 3
+    for fn in order:
+        got, want = fn()
+        assert got == want and got[2] == fn.__name__
+
+
 @pytest.mark.parametrize("make", [
     lambda d: torch.arange(6, device=d) * 2,  # contiguous
     lambda d: torch.arange(6, device=d).view(3, 2).t() * 2,  # a kernel keeps the layout
