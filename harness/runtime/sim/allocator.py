@@ -156,13 +156,8 @@ class Storage:
                                            user_frame(2)))
             if waits and not all(allocator.dev.streams[s].done >= n for s, n in waits):
                 allocator.deferred.append((block, waits))
-            else:  # back to its pool: onto its size's stack when it has one (``_cache``)
-                pool = allocator.pools.get(block.home)
-                stack = pool[1].get(block.size) if pool is not None else None
-                if stack is not None:
-                    stack.append(block)
-                else:
-                    allocator._cache(block)
+            else:
+                allocator._cache(block)
         except Exception:  # interpreter shutdown: modules half torn down
             pass
 
@@ -234,8 +229,8 @@ class SimAllocator:
             self.blocks += 1
             block, reused = Block(self.blocks, size, home, True, written), False
         else:
-            # the exact fit of a pool with nothing deferred (most allocations) taken here,
-            # the rest by ``_take``: a frame less per op
+            # an exact fit (most allocations) is the smallest fit: taken here, without a
+            # search; ``_take`` does the rest
             pool = None if self.deferred else self.pools.get(home)
             stack = pool[1].get(size) if pool is not None else None
             if stack:
@@ -292,14 +287,14 @@ class SimAllocator:
         return buf, st
 
     def _take(self, home: int, size: int, written: int) -> Tuple[Block, bool]:
+        """A block of at least ``size`` bytes from the pool of ``home``, once the deferred
+        blocks whose recorded streams have passed are back, else a fresh one; and whether
+        it was reused. (``storage`` takes an exact fit before asking.)"""
         if self.deferred:
             self._process_deferred()
         pool = self.pools.get(home)
         if pool is not None:
             sizes, stacks = pool
-            stack = stacks.get(size)
-            if stack:  # an exact fit is the smallest fit: no search
-                return stack.pop(), True
             # The smallest cached size that fits. A size class a take empties stays listed
             # (the next free of that size mostly refills it: no list surgery per op); the
             # search drops the empty ones it meets.
