@@ -37,7 +37,7 @@ from __future__ import annotations
 import bisect
 import gc
 import weakref
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -154,12 +154,18 @@ class Storage:
                 waits = _NO_WAITS
             allocator.trace.add(FreeRecord(block.bid, self.sid, block.home, waits,
                                            user_frame(2)))
-            if waits and not all(allocator.dev.streams[s].done >= n for s, n in waits):
+            if waits and not _passed(allocator.dev.streams, waits):
                 allocator.deferred.append((block, waits))
             else:
                 allocator._cache(block)
         except Exception:  # interpreter shutdown: modules half torn down
             pass
+
+
+def _passed(streams: List, waits: Sequence[Position]) -> bool:
+    """Has every recorded stream executed the position it had reached at the free (the
+    block may be handed out again)?"""
+    return all(streams[s].done >= n for s, n in waits)
 
 
 def _typed(block: Block, dtype: torch.dtype) -> torch.Tensor:
@@ -311,7 +317,7 @@ class SimAllocator:
         streams = self.dev.streams
         waiting = []
         for block, waits in self.deferred:
-            if all(streams[s].done >= n for s, n in waits):
+            if _passed(streams, waits):
                 self._cache(block)
             else:
                 waiting.append((block, waits))
