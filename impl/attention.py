@@ -36,9 +36,9 @@ from typing import List, Optional
 
 import torch
 
-from harness.faults import fault_point
+from seams.faults import fault_point
 
-from .kernel_op import declare_kernel
+from impl.kernel_op import declare_kernel
 
 
 @dataclass

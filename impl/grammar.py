@@ -21,9 +21,9 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 import torch
 import xgrammar
 
-from harness.faults import fault_point
+from seams.faults import fault_point
 
-from .memory import host_empty, pin_for
+from impl.memory import host_empty, pin_for
 
 logger = logging.getLogger(__name__)
 

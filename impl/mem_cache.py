@@ -24,8 +24,8 @@ from typing import List, Sequence, Tuple
 
 import torch
 
-from .kernel_op import declare_kernel
-from .memory import staged
+from impl.kernel_op import declare_kernel
+from impl.memory import staged
 
 
 class ReqToTokenPool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .vocab import EOS_ID, VOCAB_SIZE
+from impl.vocab import EOS_ID, VOCAB_SIZE
 
 
 def _cycles(vocab_size: int):

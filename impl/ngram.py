@@ -58,7 +58,7 @@ def propose_host_trees(proposer: NgramProposer, reqs, prev_tokens: List[int],
     """Draft prep on the host: each request's n-gram tree over its context -- with the
     previous step's accepted tokens spliced on while that step is still in flight -- as
     flat draft tokens and per-request next-token / next-sibling links."""
-    from .tree import derive_tree_links
+    from impl.tree import derive_tree_links
     drafts: List[int] = []
     next_token: List[List[int]] = []
     next_sibling: List[List[int]] = []

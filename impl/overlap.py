@@ -13,9 +13,9 @@ from typing import Optional
 
 import torch
 
-from harness.faults import fault_point
+from seams.faults import fault_point
 
-from .spec_info import NgramVerifyInput
+from impl.spec_info import NgramVerifyInput
 
 
 @dataclass

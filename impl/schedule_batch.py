@@ -18,13 +18,13 @@ from typing import Any, Deque, List, Optional, Tuple
 
 import torch
 
-from harness.faults import observe
+from seams.faults import observe
 
-from .mem_cache import (KVCacheManager, ReqToTokenPool, ToyKVPool, finish_pools,
+from impl.mem_cache import (KVCacheManager, ReqToTokenPool, ToyKVPool, finish_pools,
                         mirror_allocator)
-from .memory import staged
-from .spec_info import NgramVerifyInput
-from .vocab import EOS_ID
+from impl.memory import staged
+from impl.spec_info import NgramVerifyInput
+from impl.vocab import EOS_ID
 
 
 @dataclass

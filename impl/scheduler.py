@@ -25,20 +25,20 @@ from typing import Any, Deque, List, Optional, Tuple
 
 import torch
 
-from harness.faults import ask, fault_point, observe
+from seams.faults import ask, fault_point, observe
 
-from .attention import ToyPagedAttention
-from .graph_runner import VerifyGraphRunner, graphs_supported
-from .memory import mark_used_on
-from .model import ToyTargetModel
-from .ngram import NgramProposer
-from .overlap import FutureMap, RelayPayload
-from .schedule_batch import (Req, ScheduleBatch, accept_tokens, build_kv_cache,
+from impl.attention import ToyPagedAttention
+from impl.graph_runner import VerifyGraphRunner, graphs_supported
+from impl.memory import mark_used_on
+from impl.model import ToyTargetModel
+from impl.ngram import NgramProposer
+from impl.overlap import FutureMap, RelayPayload
+from impl.schedule_batch import (Req, ScheduleBatch, accept_tokens, build_kv_cache,
                              extend_last_tokens, form_prefill, middle_chunk, prefill_due,
                              retract_due, retract_for_memory, stage_extend)
-from .server_args import ServerArgs  # noqa: F401  (callers import it from here too)
-from .spec_info import NgramVerifyInput
-from .worker import GenerationBatchResult, NgramWorker
+from impl.server_args import ServerArgs  # noqa: F401  (callers import it from here too)
+from impl.spec_info import NgramVerifyInput
+from impl.worker import GenerationBatchResult, NgramWorker
 
 class Scheduler:
     def __init__(self, args: ServerArgs, device, grammar_backend: Any = None,

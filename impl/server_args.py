@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Tuple
 
-from .spec_info import RELAY_MODES
+from impl.spec_info import RELAY_MODES
 
 WAR_BARRIERS = ("fine", "coarse")
 # "eagle": a device drafter builds the tree; "dspark" and "eagle-v2" (upstream's EAGLE

@@ -27,7 +27,7 @@ from typing import Tuple
 
 import torch
 
-from .kernel_op import declare_kernel
+from impl.kernel_op import declare_kernel
 
 
 def _parents(next_token: torch.Tensor, next_sibling: torch.Tensor) -> torch.Tensor:

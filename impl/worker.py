@@ -21,11 +21,11 @@ from typing import Any, List, Optional
 
 import torch
 
-from harness.faults import fault_point, observe
+from seams.faults import fault_point, observe
 
-from .memory import host_empty, staged
-from .spec_info import NgramVerifyInput
-from .verify import verify_tree_greedy
+from impl.memory import host_empty, staged
+from impl.spec_info import NgramVerifyInput
+from impl.verify import verify_tree_greedy
 
 
 @dataclass
@@ -109,7 +109,7 @@ class NgramWorker:
         return read_done
 
     def _apply_extend_grammar(self, batch, logits: torch.Tensor) -> None:
-        from .grammar import apply_vocab_mask
+        from impl.grammar import apply_vocab_mask
         first = next(r.grammar for r in batch.reqs if r.grammar is not None)
         mask = first.allocate_vocab_mask(batch.sampling_info.vocab_size, len(batch.reqs),
                                          self.device)
@@ -159,7 +159,7 @@ class NgramWorker:
         return self.model.forward(input_ids)
 
     def _host_tree(self, batch, prev_tokens, prev_lens, use_prev):
-        from .ngram import propose_host_trees
+        from impl.ngram import propose_host_trees
         D = self.D
         drafts, next_token, next_sibling = propose_host_trees(
             self.proposer, batch.reqs, prev_tokens, prev_lens, D, splice=use_prev)
@@ -169,7 +169,7 @@ class NgramWorker:
         on_dev = [t.to(self.device, non_blocking=True) for t in staged_tree]
         tree = None
         if batch.has_grammar:
-            from .grammar import GrammarTree
+            from impl.grammar import GrammarTree
             bs = len(batch.reqs)
             tree = GrammarTree.from_host(staged_tree[1], staged_tree[2],
                                          staged_tree[0].view(bs, D))
@@ -181,12 +181,12 @@ class NgramWorker:
         copied to the host *before* the verify launch, resolved after it."""
         roots = torch.tensor([r.context()[-1] for r in batch.reqs], dtype=torch.int64,
                              device=self.device)
-        from .drafter import draft_tree
+        from impl.drafter import draft_tree
         drafts, next_token, next_sibling = draft_tree(roots, self.D, self.model.vocab_size)
         fault_point("forward.after_draft")
         tree = None
         if batch.has_grammar:
-            from .grammar import GrammarTree
+            from impl.grammar import GrammarTree
             tree = GrammarTree.from_device(next_token, next_sibling,
                                            drafts.view(len(batch.reqs), self.D))
         return drafts, next_token, next_sibling, tree
@@ -197,7 +197,7 @@ class NgramWorker:
         info = batch.sampling_info
         mask = None
         if tree is not None:
-            from .grammar import build_grammar_vocab_mask
+            from impl.grammar import build_grammar_vocab_mask
             mask = build_grammar_vocab_mask(reqs=batch.reqs, tree=tree, sampling_info=info,
                                             device=self.device)
         elif info is not None:
@@ -206,7 +206,7 @@ class NgramWorker:
             # are the prefill's, not this verify's.
             info.vocab_mask = None
         if info is not None and info.vocab_mask is not None:
-            from .grammar import apply_vocab_mask
+            from impl.grammar import apply_vocab_mask
             apply_vocab_mask(logits, info.vocab_mask)
         if mask is not None:
             mask.apply(logits)

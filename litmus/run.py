@@ -93,7 +93,7 @@ def run_one_cuda(program, policy: str) -> dict:
 
 
 def _select(programs) -> List:
-    from .programs import PROGRAMS, get
+    from litmus.programs import PROGRAMS, get
     if programs is None:
         return list(PROGRAMS)
     return [get(p) if isinstance(p, str) else p for p in programs]

@@ -22,9 +22,9 @@ from harness.policies import parse_policy
 from harness.runtime.limits import gpu_watchdog, watchdog_seconds
 from scenarios.registry import get
 
-from .mutations import Mutation, MutationError
-from .mutations.catalogue import by_name, mutations_for
-from .table import (Cell, assemble, cell_failed, format_matrix,  # noqa: F401
+from mutations import Mutation, MutationError
+from mutations.catalogue import by_name, mutations_for
+from matrix.table import (Cell, assemble, cell_failed, format_matrix,  # noqa: F401
                     matrix_ok, problem_line)
 
 
@@ -135,7 +135,7 @@ class _Together:
         self.patches = patches
 
     def applied(self):
-        from harness.sourcepatch import all_applied
+        from seams.sourcepatch import all_applied
         return all_applied(self.patches)
 
 
@@ -288,7 +288,7 @@ def matrix_cells(target: str = "impl", mutations: Optional[List[Mutation]] = Non
                  ) -> List[Cell]:
     """The matrix's cells, in table order: the fixed code against every probe of
     ``target``, then each seeded bug (the target's catalogue unless ``mutations``). The
-    CLI and the pytest items (``harness.pytest_matrix``) both run exactly these."""
+    CLI and the pytest items (``specrace.pytest_matrix``) both run exactly these."""
     mutations = mutations_for(target) if mutations is None else mutations
     return ([("probe", p) for p in probes_for(target)]
             + [("mutation", m.name) for m in mutations])

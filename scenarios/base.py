@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 from harness.oracle.workload import Workload
-from harness.faults.plan import StallAt
+from seams.faults.plan import StallAt
 from harness.policies import Eager, SchedulePolicy
 
 
@@ -30,8 +30,8 @@ class Scenario:
     workload: Callable[[int], Workload]  # seed -> workload
     stalls: Callable[[Optional[float]], List[StallAt]]  # stall ms -> plan
     # variant -> ServerArgs overrides; the key "mutation" names a seeded bug
-    # (matrix.mutations.catalogue), "fix" a candidate fix of upstream
-    # (matrix.mutations.fixes), applied around each trial
+    # (mutations.catalogue), "fix" a candidate fix of upstream
+    # (mutations.fixes), applied around each trial
     variants: Dict[str, Dict[str, object]]
     default_variant: str
     # (variant, war_barrier) -> "race" | "clean"; war_barrier None = either
@@ -54,12 +54,12 @@ class Scenario:
         is."""
         fix = self.variants[variant].get("fix")
         if fix is not None:
-            from matrix.mutations.fixes import get_fix
+            from mutations.fixes import get_fix
             return get_fix(target, fix)
         name = self.variants[variant].get("mutation")
         if name is None:
             return None
-        from matrix.mutations.catalogue import get
+        from mutations.catalogue import get
         return get(target, name)
 
     def expected(self, variant: str, war_barrier: str) -> str:

@@ -16,8 +16,8 @@ configuration that reaches it, the configurations that do not, and the candidate
   before the readback. ``reports/upstream/findings/graph-result-readback.md``.
 """
 
-from .base import AS_INSTALLED, Scenario, stall_at
-from .workloads import random_workload
+from scenarios.base import AS_INSTALLED, Scenario, stall_at
+from scenarios.workloads import random_workload
 
 _DSPARK = {"spec_algorithm": "dspark"}
 # Default stalls (``--stall-ms`` overrides), long enough to make the race value-visible on

@@ -23,9 +23,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Optional
 
-from harness.faults.plan import FaultPlan, StallAt
+from seams.faults.plan import FaultPlan, StallAt
 
-from .workloads import random_workload
+from scenarios.workloads import random_workload
 
 RING_POINT = "d2h.before_ring_copy"
 MAX_ROUNDS = 400
@@ -66,7 +66,7 @@ def run_two_ranks(policy: str = "eager", seed: int = 0, stall_rank: Optional[int
     """Two ranks over one workload on the simulator; the per-step decisions of each and
     the first step where they differ (None: the ranks agreed throughout)."""
     import targets
-    from harness import faults
+    from seams import faults
     from harness.trials.drive import server_args
     from harness.policies import parse_policy
     from harness.runtime import open_runtime

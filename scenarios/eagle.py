@@ -13,11 +13,11 @@ to waiting ones).
 """
 import dataclasses
 
-from harness.faults.plan import StallAt
+from seams.faults.plan import StallAt
 
-from .base import AS_INSTALLED, Scenario
-from .grammar import grammar_workload
-from .workloads import slot_reuse_workload
+from scenarios.base import AS_INSTALLED, Scenario
+from scenarios.grammar import grammar_workload
+from scenarios.workloads import slot_reuse_workload
 
 _EAGLE = {"spec_algorithm": "eagle-v2"}
 

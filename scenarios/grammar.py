@@ -7,8 +7,8 @@
 """
 import json
 
-from .base import Scenario, stall_at
-from .workloads import random_workload
+from scenarios.base import Scenario, stall_at
+from scenarios.workloads import random_workload
 
 SCHEMAS = [
     json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}},

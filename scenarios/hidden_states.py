@@ -7,9 +7,9 @@ algorithm; the copy stream is stalled before the readback. The hidden states eac
 gets back are judged against the synchronous reference's (``hidden_states`` rows).
 """
 
-from .base import AS_INSTALLED, Scenario, stall_at
-from .dspark import READBACK_STALL_MS
-from .workloads import random_workload
+from scenarios.base import AS_INSTALLED, Scenario, stall_at
+from scenarios.dspark import READBACK_STALL_MS
+from scenarios.workloads import random_workload
 
 _HIDDEN = {"return_hidden_states": True}
 

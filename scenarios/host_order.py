@@ -10,9 +10,9 @@
 """
 import dataclasses
 
-from .base import Scenario, stall_at
-from .ngram_filter_race import SCENARIO as SEED
-from .workloads import random_workload
+from scenarios.base import Scenario, stall_at
+from scenarios.ngram_filter_race import SCENARIO as SEED
+from scenarios.workloads import random_workload
 
 # The seed scenario, with every other decode step processed before its launch.
 MIXED_OVERLAP = dataclasses.replace(

@@ -22,10 +22,10 @@ row yet; its middle chunks' results are dropped.
 """
 import dataclasses
 
-from harness.faults.plan import StallAt
+from seams.faults.plan import StallAt
 
-from .base import Scenario
-from .workloads import slot_reuse_workload
+from scenarios.base import Scenario
+from scenarios.workloads import slot_reuse_workload
 
 KV_POOL_SLOTS = 96  # the long request and two short ones at a time
 # (rid, output tokens held): the long request mid-way, two short ones after one verify

@@ -6,8 +6,8 @@ uninitialised values reach the host at the next draft prep. The coarse fence hid
 the FutureMap relay removes it.
 """
 
-from .base import Scenario, stall_at
-from .workloads import random_workload
+from scenarios.base import Scenario, stall_at
+from scenarios.workloads import random_workload
 
 SCENARIO = Scenario(
     name="ngram-filter-race",

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 from typing import Dict
 
-from .base import Scenario
-from .dspark import DSPARK_CONFIDENCE_RING, DSPARK_RESULT_READBACK
-from .eagle import EAGLE_V2, EAGLE_V2_GRAMMAR
-from .hidden_states import NGRAM_HIDDEN_READBACK
-from .grammar import GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING
-from .host_order import DP_IDLE, MIXED_OVERLAP
-from .kv_reuse import KV_PRESSURE, KV_ROW_REUSE
-from .ngram_filter_race import SCENARIO as _NGRAM_FILTER_RACE
-from .slot_reuse import SLOT_REUSE
+from scenarios.base import Scenario
+from scenarios.dspark import DSPARK_CONFIDENCE_RING, DSPARK_RESULT_READBACK
+from scenarios.eagle import EAGLE_V2, EAGLE_V2_GRAMMAR
+from scenarios.hidden_states import NGRAM_HIDDEN_READBACK
+from scenarios.grammar import GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING
+from scenarios.host_order import DP_IDLE, MIXED_OVERLAP
+from scenarios.kv_reuse import KV_PRESSURE, KV_ROW_REUSE
+from scenarios.ngram_filter_race import SCENARIO as _NGRAM_FILTER_RACE
+from scenarios.slot_reuse import SLOT_REUSE
 
 SCENARIOS: Dict[str, Scenario] = {
     s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING,

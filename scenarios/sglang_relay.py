@@ -30,7 +30,7 @@ def confidence_ring(policy: str, needs_cpu_seq_lens: bool = True, steps: int = 8
     from harness.detect import detect
     from harness.policies import parse_policy
     from harness.runtime.sim.runtime import sim_runtime
-    from harness.sourcepatch import SourcePatch
+    from seams.sourcepatch import SourcePatch
     from targets.sglang import upstream
 
     ou = upstream.overlap_utils

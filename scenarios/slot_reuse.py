@@ -9,8 +9,8 @@ edge, releases, which requests a batch still holds) are unreachable while every 
 gets a fresh slot; here they hand one request another's relayed state.
 """
 
-from .base import Scenario, stall_at
-from .workloads import slot_reuse_workload
+from scenarios.base import Scenario, stall_at
+from scenarios.workloads import slot_reuse_workload
 
 SLOT_REUSE = Scenario(
     name="slot-reuse",

@@ -103,7 +103,7 @@ def get(name: str) -> Target:
     if name == "impl":
         target = ImplTarget()
     elif name == "sglang":
-        from .sglang import SglangTarget
+        from targets.sglang import SglangTarget
         target = SglangTarget()
     else:
         raise TargetError(f"unknown target {name!r}; expected one of: {', '.join(TARGET_NAMES)}")

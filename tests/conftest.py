@@ -6,7 +6,7 @@ xdist worker on this host reads and writes the one database, and a failing examp
 worker saved is replayed by the next run of that test on any worker. The CI profile has
 none: it is derandomized (Hypothesis: derandomize implies no database).
 
-The plugin (``harness/pytest_plugin.py``) is registered by the ``pytest11`` entry point when
+The plugin (``specrace/pytest_plugin.py``) is registered by the ``pytest11`` entry point when
 the project is pip-installed; pytest loads entry-point plugins before any conftest, so it is
 already imported here in that case. From a plain source tree it is not, and we register it
 ourselves -- never both (pluggy refuses one module under two names).
@@ -28,8 +28,8 @@ if str(_ROOT) not in sys.path:
     except ImportError:
         sys.path.insert(0, str(_ROOT))
 
-if "harness.pytest_plugin" not in sys.modules:  # not loaded by entry point or -p
-    pytest_plugins = ["harness.pytest_plugin"]
+if "specrace.pytest_plugin" not in sys.modules:  # not loaded by entry point or -p
+    pytest_plugins = ["specrace.pytest_plugin"]
 
 
 def _ci_parent():

@@ -7,7 +7,7 @@ import ast
 import os
 import sys
 
-PACKAGES = ("harness", "scenarios", "litmus", "matrix", "impl", "targets")
+PACKAGES = ("seams", "impl", "mutations", "harness", "targets", "scenarios", "litmus", "matrix", "specrace")
 
 
 def modules(root):

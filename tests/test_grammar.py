@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.detect import detect
-from harness.faults import installed
+from seams.faults import installed
 from harness.oracle.grammar import allowed_tokens as oracle_allowed_tokens
 from harness.oracle.grammar import bitmask_row, brute_force_rows
 from harness.policies import Eager, Lazy, Stall

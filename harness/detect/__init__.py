@@ -1,4 +1,4 @@
 """Layer 2: the happens-before race detector over runtime traces."""
-from .hb import AccessInfo, HBDetector, Race, ReplayedAccess, detect
+from harness.detect.hb import AccessInfo, HBDetector, Race, ReplayedAccess, detect
 
 __all__ = ["AccessInfo", "HBDetector", "Race", "ReplayedAccess", "detect"]

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Set
 
-from ..runtime.trace import (HOST, HOST_READ, HOST_WRITE, AllocRecord, Frame, FreeRecord,
+from harness.runtime.trace import (HOST, HOST_READ, HOST_WRITE, AllocRecord, Frame, FreeRecord,
                              HostAccess, OpKind, OpRecord, Position, QueryRecord, SyncRecord,
                              Trace, access_label, frame_text, short_path)
 

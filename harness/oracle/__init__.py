@@ -3,4 +3,4 @@ synchronous reference (``stale``), outputs against the target model's greedy con
 (``model``), constrained outputs against their grammar (``grammar``), and the
 ``Divergence`` they report -- plus the workloads they judge. What runs the engine and
 gathers the runs is ``harness.trials``; the Hypothesis state machines that drive trials
-are ``harness.machines``."""
+are ``specrace.machines``."""

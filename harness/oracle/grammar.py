@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional
 
 import jsonschema
 
-from .workload import Workload
+from harness.oracle.workload import Workload
 
 
 def check_constrained_outputs(workload: Workload, outputs: Dict[int, List[int]], oracle,

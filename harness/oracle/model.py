@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-from .workload import Workload
+from harness.oracle.workload import Workload
 
 
 def greedy_continuation(prompt: List[int], budget: int) -> List[int]:

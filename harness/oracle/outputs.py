@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List
 
-from .grammar import check_constrained_outputs
-from .model import check_model_outputs
-from .workload import Workload
+from harness.oracle.grammar import check_constrained_outputs
+from harness.oracle.model import check_model_outputs
+from harness.oracle.workload import Workload
 
 
 def judge_outputs(workload: Workload, outputs: Dict[int, List[int]], oracle,

@@ -1,7 +1,7 @@
 """The stale-value oracle: every accept value that reaches the host, and every output
 token, must equal the synchronous reference's for the same request and step.
 
-The engine reports host-visible values through ``harness.faults.observe``:
+The engine reports host-visible values through ``seams.faults.observe``:
 
 * ``draft_prep`` -- the relayed accept state read on the host (blocking copy on
   the forward stream) at the start of a verify step: the seed race's victim;
@@ -29,7 +29,7 @@ from typing import Dict, List, Optional, Tuple
 
 from impl.attention import checksum
 
-from .divergence import Divergence
+from harness.oracle.divergence import Divergence
 
 Key = Tuple[int, int]  # (rid, step)
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from typing import List, Optional, Sequence
 
-from .choosers import (MAX_POLICY_SEED, PCT, PCT_STEPS, Eager, Lazy, PctChooser,
+from harness.policies.choosers import (MAX_POLICY_SEED, PCT, PCT_STEPS, Eager, Lazy, PctChooser,
                        RandomChooser, RandomPolicy, SchedulePolicy, Stall)
-from .schedule import Recorded, Schedules
+from harness.policies.schedule import Recorded, Schedules
 
 __all__ = ["Eager", "Lazy", "Stall", "RandomPolicy", "PCT", "Recorded", "Schedules", "SchedulePolicy",
            "RandomChooser", "PctChooser", "parse_policy", "POLICY_HELP", "standard_policies",

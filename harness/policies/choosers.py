@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..runtime.policy import HOST, Chooser, Policy, RunAll, first_from
+from harness.runtime.policy import HOST, Chooser, Policy, RunAll, first_from
 
 MAX_POLICY_SEED = 2**63 - 1  # seeds are 0..MAX_POLICY_SEED
 

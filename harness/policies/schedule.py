@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
 
-from ..runtime.policy import HOST, Chooser, Schedule
-from .choosers import SchedulePolicy
+from harness.runtime.policy import HOST, Chooser, Schedule
+from harness.policies.choosers import SchedulePolicy
 
 __all__ = ["Recorded", "Schedules", "Replayer"]
 

@@ -28,11 +28,11 @@ import re
 import shlex
 from typing import Any, Dict, List, Optional
 
-from harness import signals
-from harness.paths import REPO_ROOT
+from seams import signals
+from seams.paths import REPO_ROOT
 
-from .document import REPORT_FORMAT, Report, content_id
-from .reportset import ReportDirError, prepare_report_dir, write_set
+from harness.report.document import REPORT_FORMAT, Report, content_id
+from harness.report.reportset import ReportDirError, prepare_report_dir, write_set
 
 FILES = {"json": "report.json", "markdown": "report.md", "trace": "trace.json",
          "timeline": "timeline.png"}
@@ -82,7 +82,7 @@ def preload() -> None:
     import matplotlib.text  # noqa: F401
     import PIL.Image
 
-    from . import chrome, markdown, timeline  # noqa: F401
+    from harness.report import chrome, markdown, timeline  # noqa: F401
     PIL.Image.preinit()  # savefig's PNG writer loads PIL's common plugins on first use
 
 
@@ -90,9 +90,9 @@ def write_reports(result: Any, report_dir: str) -> Dict[str, Optional[str]]:
     """Write ``result``'s set (a ``ReproResult``); returns each file's path by kind."""
     with signals.deferred():  # an import is not a place for an exception
         preload()
-    from .chrome import chrome_trace, trace_digest
-    from .markdown import render_markdown
-    from .timeline import render_timeline
+    from harness.report.chrome import chrome_trace, trace_digest
+    from harness.report.markdown import render_markdown
+    from harness.report.timeline import render_timeline
 
     check_report_dir(report_dir)
     name = report_name(result.identity())

@@ -14,9 +14,9 @@ from typing import Any, Dict, List, Optional
 
 from harness.runtime.trace import HostAccess, OpKind, QueryRecord, SyncRecord, access_label
 
-from .common import (access_names, host_label, host_records, layout, op_at, race_marks,
+from harness.report.common import (access_names, host_label, host_records, layout, op_at, race_marks,
                      stream_ids, time_note, where)
-from .text import printable_tree
+from seams.text import printable_tree
 
 PID = 1
 HOST_TID = 0

@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional
 
-from harness.paths import REPO_ROOT
+from seams.paths import REPO_ROOT
 from harness.runtime.trace import short_path
 
-from .text import printable
+from seams.text import printable
 
 MAX_RACES = 20
 MAX_TRIAL_ROWS = 20

@@ -18,7 +18,7 @@ set is renamed aside and the new one into place, under an exclusive ``flock`` on
 ``.specrace-lock`` so writers stay serialised: a reader may then find no set for that
 instant, never a mixed one.
 
-Signals: the whole write is a critical section (``harness.signals.deferred``): a SIGINT or
+Signals: the whole write is a critical section (``seams.signals.deferred``): a SIGINT or
 SIGTERM is remembered, not raised into the middle of a file or a garbage-collector callback;
 staging checks for one between files and stops (the old set stays, the staging folder is
 removed), the swap itself is one call, and the signal is honoured when the section ends.
@@ -35,7 +35,7 @@ import stat
 import tempfile
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from harness import signals
+from seams import signals
 
 STAGING_PREFIX = ".specrace-tmp-"
 LOCK_NAME = ".specrace-lock"

@@ -13,8 +13,8 @@ from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 
 from harness.runtime.trace import WAIT_EVENT, OpKind, OpRecord, QueryRecord, SyncRecord
 
-from .common import host_records, layout, op_at, race_marks, stream_ids, where
-from .text import printable
+from harness.report.common import host_records, layout, op_at, race_marks, stream_ids, where
+from seams.text import printable
 
 MAX_FULL = 200  # ops shown without a window when there is no race to centre on
 MARGIN = 60  # ops either side of the racing accesses in the overview

@@ -11,8 +11,8 @@ from typing import Iterator, Optional
 
 import torch
 
-from .policy import Policy
-from .trace import Trace
+from harness.runtime.policy import Policy
+from harness.runtime.trace import Trace
 
 __all__ = ["Runtime", "open_runtime", "cuda_available", "resolve_backend", "BackendError",
            "DeadlockError"]
@@ -69,10 +69,10 @@ def open_runtime(backend: str = "auto", policy: Optional[Policy] = None,
                  trace: bool = True) -> Iterator[Runtime]:
     backend = resolve_backend(backend)
     if backend == "sim":
-        from .sim.runtime import sim_runtime
+        from harness.runtime.sim.runtime import sim_runtime
         with sim_runtime(policy) as rt:
             yield rt
     else:
-        from .cuda import cuda_runtime
+        from harness.runtime.cuda import cuda_runtime
         with cuda_runtime(trace=trace) as rt:
             yield rt

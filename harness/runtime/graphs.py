@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterator, List, NamedTuple, Optional
 
-from .trace import Frame, OpRecord, Replay, ReplayedOp
+from harness.runtime.trace import Frame, OpRecord, Replay, ReplayedOp
 
 
 class CaptureToken(NamedTuple):

@@ -16,11 +16,11 @@ from typing import Any, Iterator, Optional, Tuple
 
 import torch
 
-from ..context import current
-from . import native
-from .trace import Frame, tensor_range, user_frame
+from seams.context import current
+from harness.runtime import native
+from harness.runtime.trace import Frame, tensor_range, user_frame
 
-# The registry and the storage-id count are the current run's (``harness.context``): a
+# The registry and the storage-id count are the current run's (``seams.context``): a
 # runtime opening starts both afresh, so the same run gives the same trace also when it is
 # not the first in its process (pytest, the API). A registry entry is
 # data_ptr -> (sid, name, tensor): it holds the tensor so its memory cannot be freed and
@@ -97,7 +97,7 @@ def note_host_op(func, args: tuple, kwargs: dict, record, depth: int = 3) -> Non
     """Report the pinned-memory arguments an aten op on host tensors reads or writes
     (from its schema) to ``record(access, write, name, frame)``. Shared by both backends'
     dispatch modes; callers skip metadata-only ops (views), which touch no data."""
-    from .schema import arg_value, effects, iter_tensors
+    from harness.runtime.schema import arg_value, effects, iter_tensors
     if not current().pinned:
         return
     frame = None

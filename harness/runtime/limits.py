@@ -89,5 +89,5 @@ def gpu_watchdog(backend: str, trials: int, stall_ms: Optional[float], what: str
     elsewhere nothing (the simulator bounds its own work: iteration cap, deadlocks)."""
     if backend != "cuda":
         return contextlib.nullcontext()
-    from .watchdog import watchdog
+    from harness.runtime.watchdog import watchdog
     return watchdog(watchdog_seconds(trials, stall_ms), what)

@@ -7,7 +7,7 @@ after the non_blocking copy that reads it was queued ("upload before fill"). Eac
 call is declared here with the access it makes, and wrapped once per process (never per
 run: swapping class attributes around every traced run crashed CPython on the H200, see
 ``cuda.api``). The wrapper reports to whichever run is recording (the current run's
-``recorder``, ``harness.context``) and is a plain call otherwise.
+``recorder``, ``seams.context``) and is a plain call otherwise.
 
 Declared:
 
@@ -22,8 +22,8 @@ from typing import Any, Callable, Optional, Tuple
 
 import torch
 
-from ..context import current
-from .trace import user_frame
+from seams.context import current
+from harness.runtime.trace import user_frame
 
 
 def _bitmask_row(args: tuple, kwargs: dict) -> Optional[torch.Tensor]:

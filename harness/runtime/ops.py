@@ -39,8 +39,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .schema import OpEffects, effects
-from .trace import COPY_D2H, COPY_D2H_ITEM, COPY_H2D
+from harness.runtime.schema import OpEffects, effects
+from harness.runtime.trace import COPY_D2H, COPY_D2H_ITEM, COPY_H2D
 
 aten = torch.ops.aten
 

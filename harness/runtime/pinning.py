@@ -93,5 +93,5 @@ def install_sim_tensor_factory(active: Callable[[], bool]) -> None:
 
     tensor._specrace_wrapper = True
     torch.tensor = tensor
-    from harness import process
+    from seams import process
     process.note("torch.tensor-pinning")

@@ -36,9 +36,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
-from harness.paths import REPO_ROOT
+from seams.paths import REPO_ROOT
 
-from .policy import HOST, Schedule  # HOST: the host's actor id in vector clocks too
+from harness.runtime.policy import HOST, Schedule  # HOST: the host's actor id in vector clocks too
 
 Access = Tuple[int, int, int]  # (storage id, first byte, one past the last byte)
 Position = Tuple[int, int]  # (stream id, seq)

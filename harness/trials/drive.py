@@ -5,9 +5,9 @@ import dataclasses
 from typing import Any, Dict, List, Optional
 
 import targets
-from harness import faults
+from seams import faults
 from harness.oracle.workload import Workload
-from harness.faults.plan import FaultPlan
+from seams.faults.plan import FaultPlan
 
 MAX_ITERATIONS = 400  # a run that does not finish by then is a finding, not a hang
 

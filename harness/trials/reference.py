@@ -9,10 +9,10 @@ import json
 from harness.oracle.stale import Recorder, Reference
 from harness.oracle.workload import Workload
 from harness.policies import Eager
-from harness.faults.plan import FaultPlan
+from seams.faults.plan import FaultPlan
 from harness.runtime import open_runtime
 
-from .drive import drive
+from harness.trials.drive import drive
 
 # Workloads recur across a matrix's cells (each probe's few seeds) but not across a
 # repro's trials: a few recent entries serve the one, and the other's memory stays bounded.

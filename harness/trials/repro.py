@@ -17,13 +17,13 @@ from typing import Any, Callable, Dict, List, Optional
 import targets
 from harness.detect import Race
 from harness.policies import SchedulePolicy
-from harness.faults.plan import StallAt
+from seams.faults.plan import StallAt
 from harness.runtime import resolve_backend
 from harness.runtime.policy import Schedule
 
-from .drive import server_args
-from .results import ReproResult, TrialSummary, code_identity
-from .trial import run_trial
+from harness.trials.drive import server_args
+from harness.trials.results import ReproResult, TrialSummary, code_identity
+from harness.trials.trial import run_trial
 
 # The most trials one run may ask for: the CLI's --trials and a report that replay reads
 # are held to it (a slow simulator trial takes ~1 s: this is hours, not days).

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from harness.detect import Race
 from harness.oracle.divergence import Divergence, DivergenceKind
-from harness.faults.plan import StallAt
+from seams.faults.plan import StallAt
 from harness.runtime.policy import Schedule, decode_schedules
 
 @dataclass(frozen=True)

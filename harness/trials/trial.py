@@ -19,12 +19,12 @@ from harness.oracle.outputs import judge_outputs
 from harness.oracle.stale import Reference, StaleValue, StaleValueOracle
 from harness.oracle.workload import Workload
 from harness.policies import SchedulePolicy
-from harness.faults.plan import FaultPlan, StallAt
+from seams.faults.plan import FaultPlan, StallAt
 from harness.runtime import open_runtime
 from harness.runtime.policy import Schedule
 
-from .drive import drive, grammar_backend
-from .reference import ReferenceCrash, quiesce, reference
+from harness.trials.drive import drive, grammar_backend
+from harness.trials.reference import ReferenceCrash, quiesce, reference
 
 
 @dataclass
@@ -50,7 +50,7 @@ def run_trial(backend: str, policy: Optional[SchedulePolicy], workload: Workload
               answers: Optional[Dict[str, Any]] = None,
               target: str = "impl") -> TrialResult:
     """One run; ``policy`` is the simulator's (ignored on CUDA, whose schedule is the
-    GPU's). ``mutation`` (a ``matrix.mutations.Mutation``) is applied around the run
+    GPU's). ``mutation`` (a ``mutations.Mutation``) is applied around the run
     only -- never around the reference. A crash of the engine, in the run or in the
     reference, is a finding (divergence kind ``crash``/``deadlock``), never an exception."""
     try:

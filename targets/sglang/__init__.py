@@ -12,8 +12,8 @@ import os
 import sys
 from typing import Any, Dict, Iterator, Optional
 
-from .. import Target, TargetError
-from . import contract, static
+from targets import Target, TargetError
+from targets.sglang import contract, static
 
 # Scenarios the upstream engine runs: all of them (grammar staging on sglang's own
 # xgrammar backend)
@@ -57,12 +57,12 @@ class SglangTarget(Target):
             print(f"specrace: {verdict.line()}", file=sys.stderr)
         # Simulator runs present specrace's platform to sglang (pinned staging as on a
         # GPU); on a GPU machine sglang's CUDA platform stays in charge.
-        from .platform import PLUGIN_NAME
+        from targets.sglang.platform import PLUGIN_NAME
         import torch
         if not torch.cuda.is_available():
-            os.environ.setdefault("SGLANG_PLATFORM", PLUGIN_NAME)  # harness.process
+            os.environ.setdefault("SGLANG_PLATFORM", PLUGIN_NAME)  # seams.process
         try:
-            from . import upstream
+            from targets.sglang import upstream
         except Exception as exc:  # an import failure of the installed package
             raise TargetError(f"--target sglang: importing sglang {self.version} failed: "
                               f"{type(exc).__name__}: {exc}") from None
@@ -70,22 +70,22 @@ class SglangTarget(Target):
         self._files = {name: m.__file__ for name, m in upstream._modules.items()}
 
     def scheduler(self, args, device, grammar_backend: Any = None):
-        from .loop import UpstreamLoop
+        from targets.sglang.loop import UpstreamLoop
         return UpstreamLoop(args, device, grammar_backend=grammar_backend)
 
     def grammar_backend(self):
-        from .grammar import UpstreamGrammarBackend
+        from targets.sglang.grammar import UpstreamGrammarBackend
         return UpstreamGrammarBackend()
 
     def request(self, rid, prompt, max_new_tokens, grammar=None):
-        from .requests import make_request
+        from targets.sglang.requests import make_request
         return make_request(rid, prompt, max_new_tokens, grammar)
 
     @contextlib.contextmanager
     def variant(self, args, device) -> Iterator[None]:
-        from . import dspark, eagle, kv_lifecycle
-        from .patches import variant_patches
-        from .platform import as_without_gpu
+        from targets.sglang import dspark, eagle, kv_lifecycle
+        from targets.sglang.patches import variant_patches
+        from targets.sglang.platform import as_without_gpu
         if args.spec_algorithm == "eagle-v2":
             eagle.modules()  # imported with the machine's flags, then masked for the run
         with variant_patches(args), dspark.server_context(args), eagle.server_context(args), \
@@ -104,10 +104,10 @@ class SglangTarget(Target):
 
     def variant_problem(self, overrides) -> str:
         """Why a variant cannot run on this release: a patch of it no longer fits."""
-        from .patches import relay_patches
+        from targets.sglang.patches import relay_patches
         patches = list(relay_patches(overrides.get("relay", "future_map")))
         if overrides.get("fix"):
-            from matrix.mutations.fixes import get_fix
+            from mutations.fixes import get_fix
             patches.append(get_fix(self.name, overrides["fix"]))
         slices = {"dspark": ("dspark", "DSpark"), "eagle-v2": ("eagle_v2", "EAGLE v2")}
         if overrides.get("spec_algorithm") in slices:
@@ -136,9 +136,9 @@ class SglangTarget(Target):
             return "fine"
 
     def describe(self) -> Dict[str, Any]:
-        from .bootstrap import stood_in
-        from . import kv_lifecycle, requests, result_processor
-        from .pools import upstream_pools_fit
+        from targets.sglang.bootstrap import stood_in
+        from targets.sglang import kv_lifecycle, requests, result_processor
+        from targets.sglang.pools import upstream_pools_fit
         v = self.verdict
         return {"target": self.name, "sglang_version": self.version,
                 "sglang_tier": v.tier if v else None,

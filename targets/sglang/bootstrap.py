@@ -26,7 +26,7 @@ import sys
 import types
 from typing import Any, Dict, Iterable, Optional
 
-from harness import process
+from seams import process
 
 # Packages that may be stood in for, and attributes that must be real values because
 # someone inspects them at import time (transformers reads torchvision's version and maps

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple, Union
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from . import bootstrap, static
+from targets.sglang import bootstrap, static
 
 SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
 

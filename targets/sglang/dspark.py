@@ -36,12 +36,12 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from harness.faults import fault_point, observe
+from seams.faults import fault_point, observe
 from impl.graph_runner import CAPTURE_BS, VerifyGraphRunner, capture_graphs, graphs_supported
 from impl.model import ToyTargetModel, successor
 
-from . import upstream
-from .worker import SharedReadRunner, finish_result
+from targets.sglang import upstream
+from targets.sglang.worker import SharedReadRunner, finish_result
 
 
 def modules() -> Dict[str, Any]:

@@ -38,13 +38,13 @@ from typing import Iterator
 
 import torch
 
-from harness.faults import observe
+from seams.faults import observe
 from impl.graph_runner import graphs_supported
 
-from . import eagle_kernels, upstream
-from .eagle_graphs import ToyDraftExtendGraphs, ToyDraftGraphs, ToyVerifyGraphs
-from .eagle_runners import ToyModelRunner, ToyTargetWorker
-from .worker import finish_result, launch_rows
+from targets.sglang import eagle_kernels, upstream
+from targets.sglang.eagle_graphs import ToyDraftExtendGraphs, ToyDraftGraphs, ToyVerifyGraphs
+from targets.sglang.eagle_runners import ToyModelRunner, ToyTargetWorker
+from targets.sglang.worker import finish_result, launch_rows
 
 
 def modules():

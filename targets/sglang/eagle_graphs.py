@@ -39,7 +39,7 @@ import torch
 
 from impl.graph_runner import CAPTURE_BS, VerifyGraphRunner, capture_graphs
 
-from . import upstream
+from targets.sglang import upstream
 
 
 @contextlib.contextmanager
@@ -65,7 +65,7 @@ class ToyVerifyGraphs:
 
     def __init__(self, model, device, D: int, max_bs: int, req_to_token,
                  aux_layers: int = 1) -> None:
-        from .eagle_runners import aux_hidden
+        from targets.sglang.eagle_runners import aux_hidden
 
         def forward(ids):
             hidden, logits = model.forward_with_hidden(ids)

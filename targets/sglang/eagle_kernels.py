@@ -38,11 +38,11 @@ from typing import Optional, Tuple
 
 import torch
 
-from harness import process
+from seams import process
 from impl.kernel_op import declare_kernel
 from impl.verify import _verify_kernel
 
-from .contract import EAGLE_KERNEL_SEAMS
+from targets.sglang.contract import EAGLE_KERNEL_SEAMS
 
 
 def _gather_body(indices, topk_p_buf, topk_index_buf, tokens_buf, hidden_buf,

@@ -11,10 +11,10 @@ import types
 
 import torch
 
-from harness.faults import fault_point
+from seams.faults import fault_point
 
-from . import upstream
-from .worker import SharedReadRunner, apply_extend_grammar, take_staged_extend
+from targets.sglang import upstream
+from targets.sglang.worker import SharedReadRunner, apply_extend_grammar, take_staged_extend
 
 
 def _modules():

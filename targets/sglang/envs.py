@@ -42,7 +42,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from .contract import SUPPORTED
+from targets.sglang.contract import SUPPORTED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENVS = os.path.join(ROOT, ".releases")

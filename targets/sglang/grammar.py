@@ -13,7 +13,7 @@ import xgrammar
 
 from impl.vocab import EOS_ID, VOCAB, VOCAB_SIZE
 
-from . import upstream
+from targets.sglang import upstream
 
 
 class VocabTokenizer:

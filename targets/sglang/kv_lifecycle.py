@@ -38,7 +38,7 @@ from typing import Iterator, List
 
 import torch
 
-from harness import process
+from seams import process
 from impl.mem_cache import KVCacheManager
 from impl.memory import staged
 
@@ -229,6 +229,6 @@ def server_context(args) -> Iterator[None]:
     if args.spec_algorithm in ("eagle-v2", "dspark") or not fits():
         yield
         return
-    from . import upstream
+    from targets.sglang import upstream
     with upstream.server_config("NGRAM", speculative_num_draft_tokens=args.draft_token_num):
         yield

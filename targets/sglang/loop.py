@@ -39,15 +39,15 @@ from typing import Any, Deque, List, Optional
 import greenlet
 import torch
 
-from harness.faults import ask, fault_point, observe
+from seams.faults import ask, fault_point, observe
 from impl.model import ToyTargetModel
 from impl.schedule_batch import (accept_tokens, extend_last_tokens, form_prefill,
                                  middle_chunk, prefill_due, retract_due, retract_for_memory,
                                  stage_extend)
 
-from . import kv_lifecycle, result_processor, upstream
-from .scheduler_object import build_scheduler
-from .worker import SamplingInfo, launch_rows
+from targets.sglang import kv_lifecycle, result_processor, upstream
+from targets.sglang.scheduler_object import build_scheduler
+from targets.sglang.worker import SamplingInfo, launch_rows
 
 
 _UNSET = object()

@@ -6,7 +6,7 @@
 FutureMap neither stashed nor resolved ngram state (it rode on ``batch.spec_info``). The
 fence: ``coarse`` is upstream's own switch ``SGLANG_FORCE_COARSE_WAR_BARRIER``.
 
-Each patch must fit the installed source exactly (``harness.sourcepatch``): a release
+Each patch must fit the installed source exactly (``seams.sourcepatch``): a release
 that moved the code is a harness error naming the patch, never a silent pass.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Tuple
 
-from harness.sourcepatch import SourcePatch, all_applied
+from seams.sourcepatch import SourcePatch, all_applied
 
 _NGRAM = "sglang.srt.speculative.ngram_info:NgramVerifyInput"
 _FUTURE_MAP = "sglang.srt.managers.overlap_utils:FutureMap"
@@ -70,7 +70,7 @@ SIM_AS_GPU: Tuple[SourcePatch, ...] = (
 def platform_patches() -> Tuple[SourcePatch, ...]:
     """The SIM_AS_GPU patches that fit the installed release, on a machine without CUDA."""
     import torch
-    from . import static
+    from targets.sglang import static
     if torch.cuda.is_available():
         return ()
     root = static.package_root()

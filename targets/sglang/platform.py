@@ -109,7 +109,7 @@ def _platform_class():
         def get_speculative_cache_locs_fn(self):
             # upstream's out-of-tree seam for the verify window's KV slots (its Triton
             # kernel on a GPU): specrace's declared stand-in
-            from .eagle_kernels import extend_cache_locs
+            from targets.sglang.eagle_kernels import extend_cache_locs
             return extend_cache_locs
 
     SimSRTPlatform.__module__ = __name__

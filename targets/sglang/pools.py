@@ -26,7 +26,7 @@ import torch
 
 from impl import mem_cache
 
-from . import kv_lifecycle
+from targets.sglang import kv_lifecycle
 
 
 def _upstream_pools(args, device) -> Tuple[Any, Any]:

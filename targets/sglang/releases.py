@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Callable, Dict, List, Optional
 
-from . import contract, envs
+from targets.sglang import contract, envs
 
 # scenario -> the feature (contract.FEATURES) its code needs
 NEEDS: Dict[str, str] = {"grammar-ngram": "grammar_tree", "grammar-tree-staging": "grammar_tree",
@@ -41,7 +41,7 @@ def run_release(version: str, scenario: str, options: List[str], report_dir: str
         row["note"] = f"the release has no {missing.split(':')[1]}"
         return row
     out_dir = os.path.join(report_dir, version)
-    cmd = [envs.env_python(version), "-m", "harness.cli", "repro", scenario,
+    cmd = [envs.env_python(version), "-m", "specrace.cli", "repro", scenario,
            "--target", "sglang", "--json", "--report-dir", out_dir, *options]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,

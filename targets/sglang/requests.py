@@ -126,5 +126,5 @@ def make_request(rid: int, prompt, max_new_tokens: int, grammar: Any = None):
     """The target's request: upstream's where the release's fits, else ``worker.Req``."""
     if fits():
         return request_class()(rid, list(prompt), max_new_tokens, grammar)
-    from .worker import Req
+    from targets.sglang.worker import Req
     return Req(rid, list(prompt), max_new_tokens, grammar)

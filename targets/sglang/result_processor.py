@@ -26,9 +26,9 @@ import dataclasses
 import functools
 from typing import Any
 
-from harness.faults import observe
+from seams.faults import observe
 
-from . import requests
+from targets.sglang import requests
 
 _MODULE = "sglang.srt.managers.scheduler_components.batch_result_processor"
 

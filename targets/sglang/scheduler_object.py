@@ -18,11 +18,11 @@ from impl.attention import ToyPagedAttention
 from impl.graph_runner import VerifyGraphRunner, graphs_supported
 from impl.model import ToyTargetModel
 
-from . import result_processor, upstream
-from .contract import NOT_MODELLED
-from .pools import build_pools
-from .result_processor import Observability
-from .worker import ToyNgramWorker
+from targets.sglang import result_processor, upstream
+from targets.sglang.contract import NOT_MODELLED
+from targets.sglang.pools import build_pools
+from targets.sglang.result_processor import Observability
+from targets.sglang.worker import ToyNgramWorker
 
 class NotModelled:
     """The value of a scheduler attribute read only on a path this target does not take
@@ -78,7 +78,7 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     attention = ToyPagedAttention(pools.req_to_token_pool, pools.kv)
     s._confidence_budget_prepare = None
     if args.spec_algorithm == "dspark":
-        from . import dspark
+        from targets.sglang import dspark
         s.spec_algorithm = upstream.SpeculativeAlgorithm.DSPARK
         planner = dspark.build_planner(args, s.req_to_token_pool)
         # as Scheduler.init_overlap: upstream decides whether the relay carries
@@ -90,7 +90,7 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
         s.model_worker = dspark.ToyDSparkWorker(model, dev, args, planner)
         dspark.install_probes(s, s.model_worker)
     elif args.spec_algorithm == "eagle-v2":
-        from . import eagle
+        from targets.sglang import eagle
         s.spec_algorithm = eagle.algorithm(args)
         s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)
         s.model_worker = eagle.build_worker(args, dev, model, pools, attention)
@@ -160,7 +160,7 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
         s.batch_result_processor = result_processor.build(s, pools.manager.tree_cache,
                                                           NotModelled)
     elif args.spec_algorithm == "eagle-v2":  # EAGLE's grammar barrier advances through it
-        from .eagle import GrammarAdvance
+        from targets.sglang.eagle import GrammarAdvance
         s.batch_result_processor = GrammarAdvance()
     return s, pools
 

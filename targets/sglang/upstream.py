@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 import warnings
 
-from harness import process
+from seams import process
 
-from .bootstrap import load
+from targets.sglang.bootstrap import load
 
 with warnings.catch_warnings():
     # sglang warns at import that AWQ/GGUF/Triton need a GPU: true, and not our concern

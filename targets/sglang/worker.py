@@ -18,7 +18,7 @@ from typing import Any, List, Optional
 
 import torch
 
-from harness.faults import fault_point, observe
+from seams.faults import fault_point, observe
 from impl.drafter import draft_tree
 from impl.graph_runner import VerifyGraphRunner
 from impl.grammar import apply_vocab_mask
@@ -28,7 +28,7 @@ from impl.ngram import NgramProposer, propose_host_trees
 from impl.schedule_batch import RequestState
 from impl.worker import verify_and_accept
 
-from . import upstream
+from targets.sglang import upstream
 
 
 @dataclass

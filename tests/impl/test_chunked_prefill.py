@@ -14,7 +14,7 @@ import pytest
 import impl.schedule_batch as schedule_batch
 from harness.oracle.model import greedy_continuation
 from harness.oracle.stale import StaleValueOracle, checksum
-from matrix.mutations.catalogue import get as get_mutation
+from mutations.catalogue import get as get_mutation
 from matrix.run import PROBES, run_probe
 from scenarios.kv_reuse import CHUNK
 from scenarios.registry import get

@@ -16,7 +16,7 @@ from harness.policies import parse_policy
 from impl.graph_runner import VerifyGraphRunner, graphs_supported
 from impl.scheduler import Scheduler, ServerArgs
 from matrix.run import PROBES, run_probe
-from matrix.mutations import BY_NAME
+from mutations import BY_NAME
 from scenarios.registry import get
 
 SC = get("ngram-filter-race")

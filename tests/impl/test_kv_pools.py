@@ -18,7 +18,7 @@ from impl import mem_cache
 from impl.attention import checksum
 from impl.schedule_batch import Req
 from matrix.run import PROBES, run_probe
-from matrix.mutations import BY_NAME
+from mutations import BY_NAME
 from scenarios.registry import get
 
 POOL_MUTATIONS = ("war-barrier-removed", "war-barrier-at-loop-top",

@@ -10,7 +10,7 @@ from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from harness.runtime.trace import COPY_H2D
-from matrix.mutations import BY_NAME
+from mutations import BY_NAME
 from scenarios.registry import get
 
 

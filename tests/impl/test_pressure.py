@@ -13,13 +13,13 @@ import dataclasses
 
 import pytest
 
-from harness.faults.plan import FaultPlan
+from seams.faults.plan import FaultPlan
 from harness.oracle import stale
 from harness.oracle.model import greedy_continuation
 from harness.policies import parse_policy
 from harness.runtime import open_runtime
 from harness.trials.drive import drive, server_args
-from matrix.mutations.catalogue import get as get_mutation
+from mutations.catalogue import get as get_mutation
 from matrix.run import PROBES, run_probe
 from tests.impl.test_retraction import POLICIES, run_retract
 from scenarios.registry import get

@@ -15,7 +15,7 @@ from harness.oracle.stale import StaleValueOracle, checksum
 from harness.policies import parse_policy
 from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
-from matrix.mutations.catalogue import get as get_mutation
+from mutations.catalogue import get as get_mutation
 from matrix.run import PROBES, run_probe
 from scenarios.kv_reuse import RETRACT_AT
 from scenarios.registry import get
@@ -140,7 +140,7 @@ def test_a_retraction_made_due_by_a_synchronous_step_is_taken_before_its_launch(
     which commits each result right after its launch, retracts at this point -- so must
     the trial, before it launches the step (else it retracts a step later and the
     re-prefill's number is off by one)."""
-    from harness.machines import SmallPoolEngineMachine
+    from specrace.machines import SmallPoolEngineMachine
     state = SmallPoolEngineMachine()
     try:
         state.start(policy="eager", draft=2, pool=4, kv=72, layout="full", chunk=0)
@@ -162,7 +162,7 @@ def test_a_request_a_synchronous_step_finished_is_not_retracted():
     """Found by the small-pool machine: the synchronous step's processing finished the
     request (EOS at its prefill) that retract_at names; it must not be retracted (and
     prefilled again) on top of its finish."""
-    from harness.machines import SmallPoolEngineMachine
+    from specrace.machines import SmallPoolEngineMachine
     state = SmallPoolEngineMachine()
     try:
         state.start(policy="eager", draft=2, pool=4, kv=72, layout="full", chunk=0)
@@ -186,7 +186,7 @@ def test_a_grammar_request_retracted_before_its_first_verify(policy, count, targ
     request). The verify of the grammar-free rest must not apply it: a shape mismatch
     (a crash) when its rows differ from the verify's, another request's mask (a stale
     token) when they happen to match."""
-    from harness.machines import GrammarEngineMachine
+    from specrace.machines import GrammarEngineMachine
     state = GrammarEngineMachine()
     state.target = target
     try:

@@ -15,7 +15,7 @@ from scenarios.workloads import slot_reuse_workload
 from harness.policies import Eager
 from harness.runtime import open_runtime
 from matrix.run import PROBES, run_probe
-from matrix.mutations import BY_NAME, SLOT_REUSE
+from mutations import BY_NAME, SLOT_REUSE
 
 
 def _watch(workload, target="impl"):

@@ -1,5 +1,5 @@
 """Hypothesis state machines over arrivals / steps / stalls / drains (see
-harness/machines/). The fixed engine must survive every generated program; the
+specrace/machines/). The fixed engine must survive every generated program; the
 pre-fix relay must be caught, and the counterexample shrinks to a handful of steps; with
 small request pools the seeded slot-reuse bugs are found."""
 
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.machines import (TEST_SETTINGS, EngineMachine, GrammarEngineMachine,
+from specrace.machines import (TEST_SETTINGS, EngineMachine, GrammarEngineMachine,
                               PrefixEngineMachine, SmallPoolEngineMachine)
-from matrix.mutations import BY_NAME
+from mutations import BY_NAME
 
 FAST = TEST_SETTINGS
 

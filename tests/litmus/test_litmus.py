@@ -146,10 +146,10 @@ def test_litmus_on_cuda():
     import os
     import subprocess
     import sys
-    from harness.paths import REPO_ROOT as root
+    from seams.paths import REPO_ROOT as root
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "litmus", "--backend", "cuda",
+    proc = subprocess.run([sys.executable, "-m", "specrace.cli", "litmus", "--backend", "cuda",
                            "--json"], capture_output=True, text=True, env=env, timeout=600)
     rep = json.loads(proc.stdout)
     bad = [r for r in rep["programs"] if not r["agree"]]

@@ -13,7 +13,7 @@ import pytest
 
 import matrix.run as mx
 from harness.trials import reference
-from matrix.mutations import BY_NAME
+from mutations import BY_NAME
 
 GOOD = "copy-done-not-recorded"
 STALE = dataclasses.replace(BY_NAME["stash-drops-accept-lens"],

@@ -1,4 +1,4 @@
-"""``pytest --specrace-matrix`` (harness/pytest_matrix.py): the matrix's cells as pytest
+"""``pytest --specrace-matrix`` (specrace/pytest_matrix.py): the matrix's cells as pytest
 items, spread by pytest-xdist, end in the same kill table ``specrace matrix`` prints; an
 item fails exactly where the CLI's gate does (a mutation that survives). The soak's
 seeded state-machine runs are items too, sharing one example database."""
@@ -16,22 +16,22 @@ from hypothesis import Phase
 from hypothesis.database import InMemoryExampleDatabase
 
 import matrix.run as mx
-from harness.machines import EngineMachine
-from harness.pytest_matrix import example_database, run_soak, soak_machines
-from matrix.mutations import BY_NAME
+from specrace.machines import EngineMachine
+from specrace.pytest_matrix import example_database, run_soak, soak_machines
+from mutations import BY_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "plugin_fixtures"
 
 
 def _plugin_args() -> list:
-    """``-p harness.pytest_plugin`` where specrace is not installed (its ``pytest11`` entry
+    """``-p specrace.pytest_plugin`` where specrace is not installed (its ``pytest11`` entry
     point absent: a checkout on PYTHONPATH, as on the GPU machine), since a pytest started
     outside ``tests/`` never reads the conftest that would load it."""
     from importlib.metadata import entry_points
-    installed = any(ep.value == "harness.pytest_plugin"
+    installed = any(ep.value == "specrace.pytest_plugin"
                     for ep in entry_points(group="pytest11"))
-    return [] if installed else ["-p", "harness.pytest_plugin"]
+    return [] if installed else ["-p", "specrace.pytest_plugin"]
 
 
 def _pytest(*args, cwd=ROOT):

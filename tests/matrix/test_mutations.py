@@ -6,7 +6,7 @@ import inspect
 import pytest
 
 from matrix.run import PROBES
-from matrix.mutations import MUTATIONS, resolve
+from mutations import MUTATIONS, resolve
 
 
 def test_at_least_twenty_mutations_each_with_known_probes():

@@ -6,7 +6,7 @@ same cells."""
 import dataclasses
 
 import matrix.run as mx
-from matrix.mutations import BY_NAME, Mutation
+from mutations import BY_NAME, Mutation
 
 HARMLESS = Mutation(
     "finish-flag-spelled-differently", "the same flag, written another way (changes nothing)",

@@ -62,7 +62,7 @@ def test_a_patch_of_impl_reaches_the_targets_that_bound_it_by_name():
     name there too, for the patch's duration only."""
     import targets.sglang.loop as loop
     from impl import schedule_batch
-    from matrix.mutations import BY_NAME
+    from mutations import BY_NAME
     raw = schedule_batch.middle_chunk
     assert loop.middle_chunk is raw
     with BY_NAME["middle-chunk-committed"].applied():

@@ -11,7 +11,7 @@ import pytest
 
 import targets
 from harness.policies import parse_policy
-from harness.faults.plan import FaultPlan
+from seams.faults.plan import FaultPlan
 from harness.runtime import open_runtime
 from harness.trials.drive import drive, server_args
 from scenarios.eagle import EAGLE_V2

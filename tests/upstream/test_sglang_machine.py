@@ -5,7 +5,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.machines import TEST_SETTINGS, EngineMachine, PrefixEngineMachine
+from specrace.machines import TEST_SETTINGS, EngineMachine, PrefixEngineMachine
 
 FAST = TEST_SETTINGS
 

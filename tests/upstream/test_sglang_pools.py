@@ -12,7 +12,7 @@ from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from matrix.run import PROBES, run_probe
-from matrix.mutations.catalogue import get as get_mutation
+from mutations.catalogue import get as get_mutation
 from scenarios.registry import get
 from tests.impl.test_kv_pools import POOL_MUTATIONS, watch_pools
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.faults.plan import FaultPlan
+from seams.faults.plan import FaultPlan
 from harness.oracle.model import greedy_continuation
 from harness.policies import parse_policy
 from harness.runtime import open_runtime

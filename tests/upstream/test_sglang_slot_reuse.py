@@ -9,12 +9,12 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 import targets
-from harness.machines import EngineMachine, SmallPoolEngineMachine
+from specrace.machines import EngineMachine, SmallPoolEngineMachine
 from harness.trials.drive import server_args
 from scenarios.workloads import slot_reuse_workload
 from harness.runtime import open_runtime
 from matrix.run import PROBES, run_probe
-from matrix.mutations.catalogue import get
+from mutations.catalogue import get
 
 FIND = dict(deadline=None, suppress_health_check=list(HealthCheck), database=None,
             report_multiple_bugs=False, derandomize=True,

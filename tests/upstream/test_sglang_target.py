@@ -11,7 +11,7 @@ import pytest
 
 import targets
 from harness.policies import parse_policy
-from harness.sourcepatch import PatchError, SourcePatch
+from seams.sourcepatch import PatchError, SourcePatch
 from scenarios.registry import run_scenario
 
 POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "pct(2,3)"]
@@ -57,7 +57,7 @@ def test_variant_patches_are_reverted_after_the_run(sglang):
 
 
 def test_every_upstream_mutation_applies_and_reverts(sglang):
-    from matrix.mutations.catalogue import mutations_for
+    from mutations.catalogue import mutations_for
     muts = mutations_for("sglang")
     assert len(muts) >= 12
     for m in muts:
@@ -149,7 +149,7 @@ def test_a_function_turned_into_a_value_is_a_problem_not_a_crash(sglang, tmp_pat
 
 
 def test_an_unsupported_release_is_exit_2_naming_every_problem(sglang, monkeypatch, capsys):
-    from harness import cli
+    from specrace import cli
     from targets.sglang import contract
     monkeypatch.setattr(contract, "installed_version", lambda: "0.4.0")
     monkeypatch.delitem(targets._TARGETS, "sglang", raising=False)
@@ -178,7 +178,7 @@ def test_unsupported_or_missing_sglang_is_a_target_error(monkeypatch):
     (["matrix", "--target", "nope"], "invalid choice"),
 ])
 def test_cli_bad_target_is_one_line_exit_2(argv, needle):
-    p = subprocess.run([sys.executable, "-m", "harness.cli", *argv], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "specrace.cli", *argv], capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
@@ -190,7 +190,7 @@ def test_a_mutation_whose_patch_does_not_fit_the_release_is_disabled_named(sglan
     counted), where on impl/ a patch that does not fit is a harness error."""
     from matrix.run import mutation_row
     from matrix.table import assemble
-    from matrix.mutations import Mutation
+    from mutations import Mutation
     m = Mutation("moved", "a snippet this release does not have", "test",
                  "sglang.srt.managers.overlap_utils:FutureMap.stash",
                  (("this line is not in upstream\n", ""),), ("seed-eager",))
@@ -202,7 +202,7 @@ def test_a_mutation_whose_patch_does_not_fit_the_release_is_disabled_named(sglan
 
 
 def test_a_variant_whose_patch_does_not_fit_is_exit_2_naming_it(sglang, monkeypatch, capsys):
-    from harness import cli
+    from specrace import cli
     monkeypatch.setattr(type(sglang), "patch_problem",
                         lambda self, target, edits: "a snippet occurs 0 times")
     assert cli.main(["repro", "ngram-filter-race", "--target", "sglang", "--variant",
@@ -225,7 +225,7 @@ def test_the_loop_is_upstreams_a_mutation_inside_event_loop_overlap_is_killed(sg
     ``Scheduler.event_loop_overlap`` (the just-launched batch's result processed instead
     of the previous one) changes what the harness sees, and the oracle catches it."""
     from matrix.run import PROBES, run_probe
-    from matrix.mutations.catalogue import get
+    from mutations.catalogue import get
     m = get("sglang", "loop-processes-current-result")
     assert m.target.endswith("Scheduler.event_loop_overlap")
     killed, oracle, _ = run_probe(PROBES["seed-eager"], "sim", m, "sglang")

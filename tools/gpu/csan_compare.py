@@ -23,7 +23,7 @@ try:
             torch.cuda.synchronize()
     else:
         from harness.trials.drive import drive, server_args
-        from harness.faults.plan import FaultPlan
+        from seams.faults.plan import FaultPlan
         from scenarios.registry import get
         sc = get("ngram-filter-race"); variant, barrier = name.split(":")
         wl = sc.workload(0)

@@ -6,7 +6,7 @@
 set -u
 R=$1; N=$2; mkdir -p "$R"
 . "$(dirname "$0")/h200_lib.sh"; h200_setup "$R/env.txt"
-run() { local name=$1; shift; timeout 170 python3 -m harness.cli repro "$@" --target sglang \
+run() { local name=$1; shift; timeout 170 python3 -m specrace.cli repro "$@" --target sglang \
   --backend cuda --trials "$N" --json --report-dir "$R/r" > "$R/dspark_$name.json"; echo "$name rc $?"; }
 for sc in dspark-confidence-ring dspark-result-readback; do
   run "${sc}_stalled" "$sc"

@@ -23,7 +23,7 @@ eagle-v2:topk2-plan-stream:clean eagle-v2:eagle3:clean eagle-v2:no-war-barrier:r
 eagle-v2-grammar:as-installed:clean eagle-v2-grammar:plan-stream:clean eagle-v2-grammar:topk2:clean"}
 for sv in $CASES; do
   IFS=: read -r s v e <<< "$sv"
-  SPECRACE_TRACEBACK=1 timeout 200 python3 -m harness.cli repro "$s" --target sglang --variant "$v" \
+  SPECRACE_TRACEBACK=1 timeout 200 python3 -m specrace.cli repro "$s" --target sglang --variant "$v" \
     --backend cuda --trials "$N" --expect "$e" --json --report-dir /tmp/eg/r \
     > "/tmp/eg/${s}_${v}.json" 2> "$R/${s}_${v}.err"
   echo "$s $v (expect $e) rc $?"; tail -2 "$R/${s}_${v}.err"
@@ -31,7 +31,7 @@ done
 python3 tools/reports/h200_runs_summary.py /tmp/eg > "$R/eagle.json"
 python3 -c "import json; d=json.load(open('$R/eagle.json')); [print(k, v.get('outcome'), v.get('reproduced'), '/', v.get('trials'), v.get('median_trial_ms')) for k, v in d.items()]"
 if [ "${MATRIX:-1}" = 1 ]; then
-  timeout 240 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" \
+  timeout 240 python3 -X faulthandler -u -c "from specrace.console import console_main; console_main()" \
     matrix --target sglang --backend cuda --json > "$R/matrix_cuda_sglang.json" 2> "$R/matrix.err"
   echo "matrix rc $?"; tail -3 "$R/matrix.err"
 fi

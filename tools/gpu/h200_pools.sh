@@ -18,23 +18,23 @@ RACE=${RACE:-no-war-barrier}; CLEAN=${CLEAN:-fixed}; SC=${SCENARIO:-kv-row-reuse
 [ "${SUITE:-1}" = 1 ] && ( timeout 480 python3 -m pytest -n 12 -q -rs -p no:cacheprovider \
     --specrace-backend cuda > "$R/pytest.log" 2>&1; echo "pytest rc $?" >> "$R/pytest.log" ) &
 if [ "${MATRIX:-1}" = 1 ]; then
-timeout 280 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" \
+timeout 280 python3 -X faulthandler -u -c "from specrace.console import console_main; console_main()" \
   matrix --backend cuda --json > "$R/matrix_cuda.json" 2> /tmp/kv/matrix_impl.err
 echo "matrix impl rc $?"
-timeout 280 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" \
+timeout 280 python3 -X faulthandler -u -c "from specrace.console import console_main; console_main()" \
   matrix --target sglang --backend cuda --json > "$R/matrix_cuda_sglang.json" 2> /tmp/kv/matrix_sglang.err
 echo "matrix sglang rc $?"
 fi
 for t in impl sglang; do
-  timeout 150 python3 -m harness.cli repro "$SC" --target $t --variant "$RACE" \
+  timeout 150 python3 -m specrace.cli repro "$SC" --target $t --variant "$RACE" \
     --backend cuda --trials "$N" --stall-ms "$S" --json --report-dir /tmp/kv/r \
     > "/tmp/kv/nobarrier_$t.json"
   echo "no-war-barrier $t rc $?"
-  timeout 100 python3 -m harness.cli repro "$SC" --target $t --variant "$CLEAN" \
+  timeout 100 python3 -m specrace.cli repro "$SC" --target $t --variant "$CLEAN" \
     --backend cuda --trials 50 --stall-ms "$S" --json --report-dir /tmp/kv/r > "/tmp/kv/fixed_$t.json"
   echo "fixed $t rc $?"
   [ "${SOAK:-1}" = 1 ] || continue
-  timeout 150 python3 -c "import json; from harness.bench import soak_fixed; print(json.dumps(soak_fixed(1000, float('$S'), '$t', '$SC', '$CLEAN')))" > "/tmp/kv/soak_$t.json"
+  timeout 150 python3 -c "import json; from specrace.bench import soak_fixed; print(json.dumps(soak_fixed(1000, float('$S'), '$t', '$SC', '$CLEAN')))" > "/tmp/kv/soak_$t.json"
   echo "soak $t rc $?"; cat "/tmp/kv/soak_$t.json"
 done
 python3 tools/reports/h200_runs_summary.py /tmp/kv > "$R/kv.json"

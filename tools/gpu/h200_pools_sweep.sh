@@ -13,19 +13,19 @@ if [ "${SUITE:-0}" = 1 ]; then
   ( timeout 480 python3 -m pytest -n 12 -q -rs -p no:cacheprovider --specrace-backend cuda \
       > "$R/pytest.log" 2>&1; echo "pytest rc $?" >> "$R/pytest.log" ) &
   for t in impl sglang; do
-    timeout 200 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" \
+    timeout 200 python3 -X faulthandler -u -c "from specrace.console import console_main; console_main()" \
       matrix --target $t --backend cuda --json > "$R/matrix_cuda_$t.json" 2>> "$R/matrix.err"
     echo "matrix $t rc $?"
   done
 fi
 for t in impl sglang; do
   for ms in $SWEEP; do
-    timeout 200 python3 -m harness.cli repro kv-row-reuse --target $t --variant no-war-barrier \
+    timeout 200 python3 -m specrace.cli repro kv-row-reuse --target $t --variant no-war-barrier \
       --backend cuda --trials "$N" --stall-ms "$ms" --json --report-dir /tmp/sw/r \
       > "/tmp/sw/nobarrier_${t}_${ms}ms.json"; echo "no-war-barrier $t ${ms} ms rc $?"
   done
   ms=${SWEEP%% *}
-  timeout 150 python3 -c "import json; from harness.bench import soak_fixed; print(json.dumps(soak_fixed(1000, $ms, '$t', 'kv-row-reuse')))" > "/tmp/sw/soak_${t}_${ms}ms.json"
+  timeout 150 python3 -c "import json; from specrace.bench import soak_fixed; print(json.dumps(soak_fixed(1000, $ms, '$t', 'kv-row-reuse')))" > "/tmp/sw/soak_${t}_${ms}ms.json"
   echo "soak $t rc $?"; cat "/tmp/sw/soak_${t}_${ms}ms.json"
 done
 python3 tools/reports/h200_runs_summary.py /tmp/sw > "$R/sweep.json"

@@ -15,7 +15,7 @@ v=$(python3 -c "import importlib.metadata as m; print(m.version('sglang'))")
 cat "$R/env_$v.txt"
 # the import on its own first, so a missing package shows its traceback
 python3 -c "import targets; targets.get('sglang'); print('sglang target loads')" 2>&1 | tail -4
-run() { timeout 280 python3 -m harness.cli repro ngram-filter-race --target sglang --backend cuda "$@"; }
+run() { timeout 280 python3 -m specrace.cli repro ngram-filter-race --target sglang --backend cuda "$@"; }
 run --trials "$NC" --json --report-dir "$R/r_$v" > "$R/release_${v}_as-installed.json"; echo "$v as-installed rc $?"
 run --war-barrier fine --trials "$NR" --json --report-dir "$R/r_$v" > "$R/release_${v}_fine.json"; echo "$v fine rc $?"
 python3 - "$R" "$v" <<'PY'

@@ -10,10 +10,10 @@ R=$1; N=$2; mkdir -p "$R"
 . "$(dirname "$0")/h200_lib.sh"; h200_setup "$R/env.txt"
 ( timeout 420 python3 -m pytest -n 12 -q -rs -p no:cacheprovider --specrace-backend cuda \
     > "$R/pytest.log" 2>&1; echo "pytest rc $?" >> "$R/pytest.log" ) &
-timeout 300 python3 -X faulthandler -u -c "from harness.console import console_main; console_main()" \
+timeout 300 python3 -X faulthandler -u -c "from specrace.console import console_main; console_main()" \
   matrix --target sglang --backend cuda --json > "$R/matrix_cuda_sglang.json" 2> "$R/matrix_cuda_sglang.err"
 echo "matrix sglang cuda rc $?"
-hidden() { local name=$1; shift; timeout 150 python3 -m harness.cli repro ngram-hidden-readback \
+hidden() { local name=$1; shift; timeout 150 python3 -m specrace.cli repro ngram-hidden-readback \
   "$@" --target sglang --backend cuda --trials "$N" --json --report-dir /tmp/hr > "/tmp/hidden_$name.json"
   echo "hidden $name rc $?"; }
 hidden stalled

@@ -29,7 +29,7 @@ SHORT, LONG = 5, 45  # iterations of the op mix; each run does the mix twice (se
 def _one(what: str, n_iter: int) -> None:
     import torch
 
-    from harness.bench import _op_mix
+    from specrace.bench import _op_mix
     if what == "sim":
         from harness.policies import Eager
         from harness.runtime.sim.runtime import sim_runtime
@@ -41,7 +41,7 @@ def _one(what: str, n_iter: int) -> None:
                     _op_mix(rt.device, n_iter)
                 rt.synchronize()
     else:
-        from harness.bench_floor import bare_wrapper
+        from specrace.bench_floor import bare_wrapper
         for _ in range(2):
             with torch.no_grad():
                 _op_mix("cpu", n_iter, bare_wrapper)
@@ -72,7 +72,7 @@ def _count(what: str, n_iter: int, detail: bool) -> Dict[str, int]:
 
 
 def main(detail: bool) -> None:
-    from harness.bench import OPS_PER_ITERATION, SIZES
+    from specrace.bench import OPS_PER_ITERATION, SIZES
     # ops the long runs issue beyond the short (two mixes each, ``_one``)
     ops = 2 * len(SIZES) * OPS_PER_ITERATION * (LONG - SHORT)
     jobs = [(w, n) for w in ("sim", "floor") for n in (SHORT, LONG)]

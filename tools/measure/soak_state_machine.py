@@ -12,7 +12,7 @@ import time
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harness.pytest_matrix import soak_machines
+from specrace.pytest_matrix import soak_machines
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 kind = sys.argv[2] if len(sys.argv) > 2 else "engine"

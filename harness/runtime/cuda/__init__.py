@@ -21,13 +21,13 @@ of pinned memory are metadata, not host reads; blocking H2D copies sync the stre
 """
 from __future__ import annotations
 
-from ..limits import DEFAULT_STALL_MS, MAX_STALL_MS
-from ..watchdog import WATCHDOG_EXIT, watchdog
-from .api import ensure_api_wrapped
-from .calibration import calibrate, cycles_per_ms_from_samples, stall_cycles
-from .capture import Capture, passthrough
-from .dispatch import CaptureMode, CudaBackend
-from .runtime import CudaRuntime, capturing, cuda_runtime
+from harness.runtime.limits import DEFAULT_STALL_MS, MAX_STALL_MS
+from harness.runtime.watchdog import WATCHDOG_EXIT, watchdog
+from harness.runtime.cuda.api import ensure_api_wrapped
+from harness.runtime.cuda.calibration import calibrate, cycles_per_ms_from_samples, stall_cycles
+from harness.runtime.cuda.capture import Capture, passthrough
+from harness.runtime.cuda.dispatch import CaptureMode, CudaBackend
+from harness.runtime.cuda.runtime import CudaRuntime, capturing, cuda_runtime
 
 __all__ = [
     "CudaRuntime", "cuda_runtime", "calibrate", "cycles_per_ms_from_samples",

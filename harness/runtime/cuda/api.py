@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ..graphs import CaptureToken, GraphCapture, replay_ops
-from ..trace import (WAIT_EVENT, EventRecord, OpKind, Position, QueryRecord,
+from harness.runtime.graphs import CaptureToken, GraphCapture, replay_ops
+from harness.runtime.trace import (WAIT_EVENT, EventRecord, OpKind, Position, QueryRecord,
                      user_frame)
-from .capture import Capture, active
+from harness.runtime.cuda.capture import Capture, active
 
 GRAPH_STATE = "_specrace_graph"  # attribute on a graph: [capture token, gid, ops, replays]
 
@@ -176,5 +176,5 @@ def ensure_api_wrapped(stream_cls: Any, event_cls: Any, module: Any,
         current = getattr(owner, name)
         if not getattr(current, "_specrace_wrapper", False):
             setattr(owner, name, _wrapper(current, log, name))
-    from harness import process
+    from seams import process
     process.note("cuda-api-wrapped")

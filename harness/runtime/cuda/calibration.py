@@ -13,8 +13,8 @@ from typing import Iterable, List, Optional, Tuple
 
 import torch
 
-from ..limits import DEFAULT_STALL_MS, MAX_STALL_MS, cycles_per_ms_from_env
-from .capture import passthrough
+from harness.runtime.limits import DEFAULT_STALL_MS, MAX_STALL_MS, cycles_per_ms_from_env
+from harness.runtime.cuda.capture import passthrough
 
 # Calibration: warm the spin kernel up, then time these sizes with events.
 _WARMUP_CYCLES = 100_000

@@ -13,7 +13,7 @@ multi-trial runs on the H200). Its ``waits``, for each stream the old storage wa
 recorded use -- no later than the real free, so the detector never credits
 ``record_stream`` with more than PyTorch waited for.
 
-The capture of the open traced runtime is the current run's (``harness.context``).
+The capture of the open traced runtime is the current run's (``seams.context``).
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from ...context import current
-from .. import hostmem
-from ..graphs import GraphCapture
-from ..trace import (Access, AllocRecord, FreeRecord, HostAccess, OpKind, OpRecord,
+from seams.context import current
+from harness.runtime import hostmem
+from harness.runtime.graphs import GraphCapture
+from harness.runtime.trace import (Access, AllocRecord, FreeRecord, HostAccess, OpKind, OpRecord,
                      Position, RecordStreamRecord, SyncRecord, Trace, tensor_range)
 
 _CAPTURE_TOKENS = itertools.count(1)

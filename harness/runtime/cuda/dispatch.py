@@ -22,10 +22,10 @@ from typing import Any, List, Optional
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import hostmem, ops
-from ..pinning import cuda_is_pinned
-from ..trace import Access, OpKind, user_frame
-from .capture import Capture
+from harness.runtime import hostmem, ops
+from harness.runtime.pinning import cuda_is_pinned
+from harness.runtime.trace import Access, OpKind, user_frame
+from harness.runtime.cuda.capture import Capture
 
 aten = torch.ops.aten
 

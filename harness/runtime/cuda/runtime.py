@@ -1,7 +1,7 @@
 """The CUDA runtime's lifecycle: ``cuda_runtime(trace=True)`` yields a ``CudaRuntime``.
 
 ``impl/`` code runs on it unchanged (``rt.device`` is a real ``cuda`` device, ``rt.module``
-is ``torch.cuda``). A run is a run context of its own (``harness.context``): its pinned
+is ``torch.cuda``). A run is a run context of its own (``seams.context``): its pinned
 registry, its host recorder and -- when traced -- its capture, with the dispatch mode on
 and the API wrappers (installed once per process) logging into it. ``trace=False``
 installs nothing (no mode, no logging): repro-rate measurements run at full speed, with
@@ -15,15 +15,15 @@ from typing import Callable, Iterator, Optional
 
 import torch
 
-from ...context import current, field_set, opened
-from .. import BackendError, Runtime
-from ..pinning import CudaPinning, needs_cuda_pinning
-from ..trace import STALL_OP, OpKind, Trace, user_frame
-from ..watchdog import watchdog
-from . import calibration
-from .api import ensure_api_wrapped
-from .capture import Capture, handle_of
-from .dispatch import CaptureMode
+from seams.context import current, field_set, opened
+from harness.runtime import BackendError, Runtime
+from harness.runtime.pinning import CudaPinning, needs_cuda_pinning
+from harness.runtime.trace import STALL_OP, OpKind, Trace, user_frame
+from harness.runtime.watchdog import watchdog
+from harness.runtime.cuda import calibration
+from harness.runtime.cuda.api import ensure_api_wrapped
+from harness.runtime.cuda.capture import Capture, handle_of
+from harness.runtime.cuda.dispatch import CaptureMode
 
 
 def _raw_stream_fn(index: int) -> Callable[[], int]:

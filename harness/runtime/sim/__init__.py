@@ -16,14 +16,14 @@ from typing import Iterator, Optional
 
 import torch
 
-from ...context import current, opened
-from ..policy import Policy
-from . import allocator as _allocator
-from . import graphs as _graphs
-from . import dispatch as _dispatch
-from . import tensor as _tensor
-from .device import SimDevice, SimDeviceError
-from .streams import Event, Stream, current_device
+from seams.context import current, opened
+from harness.runtime.policy import Policy
+from harness.runtime.sim import allocator as _allocator
+from harness.runtime.sim import graphs as _graphs
+from harness.runtime.sim import dispatch as _dispatch
+from harness.runtime.sim import tensor as _tensor
+from harness.runtime.sim.device import SimDevice, SimDeviceError
+from harness.runtime.sim.streams import Event, Stream, current_device
 
 __all__ = ["install", "session", "module", "SimDevice", "SimDeviceError", "Stream", "Event"]
 
@@ -120,9 +120,9 @@ def install() -> None:
     sys.modules.setdefault("torch.sim", module)
     _tensor.SIM = torch.device("sim", 0)
     _tensor.BACKEND = _dispatch.BACKEND
-    from .. import pinning
+    from harness.runtime import pinning
     pinning.install_sim_tensor_factory(lambda: current().sim_device is not None)
-    from harness import process
+    from seams import process
     process.note("sim-device")
     _allocator.watch_collector()
     process.note("gc-phase-callback")
@@ -154,7 +154,7 @@ def session(policy: Optional[Policy] = None) -> Iterator[SimDevice]:
     """A fresh simulated device with ``policy``, the dispatch mode on, autograd off.
 
     Sessions nest (a reference run inside a running trial): each is a run context of its
-    own (``harness.context``), so the outer device, its pinned memory registry and its
+    own (``seams.context``), so the outer device, its pinned memory registry and its
     host-access recorder come back on exit.
     """
     install()

@@ -41,8 +41,8 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
-from .. import hostmem
-from ..trace import AllocRecord, Frame, FreeRecord, Position, RecordStreamRecord, user_frame
+from harness.runtime import hostmem
+from harness.runtime.trace import AllocRecord, Frame, FreeRecord, Position, RecordStreamRecord, user_frame
 
 ROUND = 512  # PyTorch rounds every request to a multiple of 512 bytes
 _POISON_BYTE = 0x5A

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from ..policy import Chooser, Policy
-from ..trace import HOST
-from .errors import SimDeviceError
+from harness.runtime.policy import Chooser, Policy
+from harness.runtime.trace import HOST
+from harness.runtime.sim.errors import SimDeviceError
 
 __all__ = ["Arbiter", "runnable_ids"]
 

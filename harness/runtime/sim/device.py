@@ -26,13 +26,13 @@ from __future__ import annotations
 import itertools
 from typing import Any, List, Optional
 
-from ..policy import Policy, RunAll
-from .allocator import SimAllocator
-from .arbiter import Arbiter
-from ..trace import (HostAccess, OpKind, OpRecord, Position, QueryRecord, SyncRecord, Trace,
+from harness.runtime.policy import Policy, RunAll
+from harness.runtime.sim.allocator import SimAllocator
+from harness.runtime.sim.arbiter import Arbiter
+from harness.runtime.trace import (HostAccess, OpKind, OpRecord, Position, QueryRecord, SyncRecord, Trace,
                      user_frame)
-from .errors import SimDeadlock, SimDeviceError, check_session  # noqa: F401 (re-exported)
-from .streams import Stream
+from harness.runtime.sim.errors import SimDeadlock, SimDeviceError, check_session  # noqa: F401 (re-exported)
+from harness.runtime.sim.streams import Stream
 
 import torch
 

@@ -24,12 +24,12 @@ from typing import Any, List
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .. import hostmem, ops
-from ..trace import COPY_H2D, OpKind, OpRecord, user_frame
-from .allocator import poison_fill
-from .streams import current_device
-from .launch import launch
-from .tensor import (SimTensor, access, alias, new_storage, note_record_stream,
+from harness.runtime import hostmem, ops
+from harness.runtime.trace import COPY_H2D, OpKind, OpRecord, user_frame
+from harness.runtime.sim.allocator import poison_fill
+from harness.runtime.sim.streams import current_device
+from harness.runtime.sim.launch import launch
+from harness.runtime.sim.tensor import (SimTensor, access, alias, new_storage, note_record_stream,
                      poisoned_empty, relaid, unwrap, unwrap_call)
 
 aten = torch.ops.aten

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .. import DeadlockError
+from harness.runtime import DeadlockError
 
 __all__ = ["SimDeviceError", "SimDeadlock", "check_session"]
 

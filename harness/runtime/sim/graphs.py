@@ -27,11 +27,11 @@ from __future__ import annotations
 import itertools
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
-from ..graphs import GraphCapture, replay_ops
-from ..policy import Chooser
-from ..trace import Position, short_path, user_frame
-from .device import SimDevice
-from .streams import Stream, current_device
+from harness.runtime.graphs import GraphCapture, replay_ops
+from harness.runtime.policy import Chooser
+from harness.runtime.trace import Position, short_path, user_frame
+from harness.runtime.sim.device import SimDevice
+from harness.runtime.sim.streams import Stream, current_device
 
 __all__ = ["CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing"]
 

@@ -10,13 +10,13 @@ from typing import Any, List, Tuple
 
 import torch
 
-from ... import context
-from .. import ops
-from ..ops import READ, WRITE
-from ..trace import OpRecord, user_frame
-from .streams import current_device
-from .meta import DATA_DEPENDENT, Meta, is_user_error, meta_outputs
-from .tensor import (NESTED, SimTensor, access, adopt, device_access, kernel_arg,
+from seams import context
+from harness.runtime import ops
+from harness.runtime.ops import READ, WRITE
+from harness.runtime.trace import OpRecord, user_frame
+from harness.runtime.sim.streams import current_device
+from harness.runtime.sim.meta import DATA_DEPENDENT, Meta, is_user_error, meta_outputs
+from harness.runtime.sim.tensor import (NESTED, SimTensor, access, adopt, device_access, kernel_arg,
                      new_storage, unwrap)
 
 

@@ -11,7 +11,7 @@ from typing import Any, Dict, NamedTuple
 
 import torch
 
-from .tensor import SimTensor, layout_key
+from harness.runtime.sim.tensor import SimTensor, layout_key
 
 # (``func._op``, the arguments' keys) -> outputs. ``_op`` rather than ``func``: the
 # overload's hash is Python code, its ``_op``'s is not (and it is what that hash hashes).

@@ -6,12 +6,12 @@ from typing import Iterator, Optional
 
 import torch
 
-from .. import Runtime
-from ..limits import MAX_STALL_MS  # every stall is capped, on the simulator too
-from ..policy import Policy
-from ..trace import STALL_OP, OpKind, OpRecord, user_frame
-from . import session
-from .device import FOREVER, SimDevice
+from harness.runtime import Runtime
+from harness.runtime.limits import MAX_STALL_MS  # every stall is capped, on the simulator too
+from harness.runtime.policy import Policy
+from harness.runtime.trace import STALL_OP, OpKind, OpRecord, user_frame
+from harness.runtime.sim import session
+from harness.runtime.sim.device import FOREVER, SimDevice
 
 
 class SimRuntime(Runtime):

@@ -12,9 +12,9 @@ from typing import Any, Deque, List, Optional
 
 import torch
 
-from ...context import current
-from ..trace import WAIT_EVENT, EventRecord, OpKind, OpRecord, Position, user_frame
-from .errors import check_session
+from seams.context import current
+from harness.runtime.trace import WAIT_EVENT, EventRecord, OpKind, OpRecord, Position, user_frame
+from harness.runtime.sim.errors import check_session
 
 # ``SimDevice`` below is ``device.SimDevice`` (not imported: the device imports this module)
 SimDevice = Any
@@ -158,7 +158,7 @@ class Event:
 
 
 def current_device() -> SimDevice:
-    """The simulated device of the open session (the current run's, ``harness.context``)."""
+    """The simulated device of the open session (the current run's, ``seams.context``)."""
     dev = current().sim_device
     if dev is None:
         raise RuntimeError("the sim device is not set up: use harness.runtime.sim.session()")

@@ -13,9 +13,9 @@ from typing import Any, Optional, Tuple
 
 import torch
 
-from .. import hostmem
-from ..trace import tensor_range, user_frame
-from .allocator import poison_fill
+from harness.runtime import hostmem
+from harness.runtime.trace import tensor_range, user_frame
+from harness.runtime.sim.allocator import poison_fill
 
 SIM: Optional[torch.device] = None  # torch.device("sim", 0), set by install()
 BACKEND: Any = None  # the simulator's ops.Backend (sim/dispatch.py), set by install()

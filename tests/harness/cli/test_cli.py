@@ -8,13 +8,13 @@ import sys
 import pytest
 import torch
 
-from harness.paths import REPO_ROOT as ROOT
+from seams.paths import REPO_ROOT as ROOT
 
 
 def specrace(*args):
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "specrace.cli", *args], capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=300)
 
 
@@ -43,7 +43,7 @@ BAD = [
 
 @pytest.mark.parametrize("args", BAD, ids=lambda a: " ".join(a) or "<none>")
 def test_bad_input_is_one_line_and_exit_2(args, capsys):
-    from harness.cli import main
+    from specrace.cli import main
     assert main(list(args)) == 2
     out, err = capsys.readouterr()
     lines = err.strip().splitlines()
@@ -89,7 +89,7 @@ def test_repro_exit_codes_follow_expect(tmp_path):
 
 def test_list_names_every_scenario_and_mutation():
     import targets
-    from matrix.mutations import MUTATIONS
+    from mutations import MUTATIONS
     from scenarios.registry import SCENARIOS
     proc = specrace("list")
     assert proc.returncode == 0

@@ -1,7 +1,7 @@
 """Every failure is a verdict or one line with exit code 2, never a traceback -- through
 the real entry point, in a subprocess. Where a test needs a bug the tree does not have
 (an engine that crashes in both runs, a mutation that no longer applies, a full disk), a
-few lines patch it in before ``harness.cli.main`` runs, as a user's local change would."""
+few lines patch it in before ``specrace.cli.main`` runs, as a user's local change would."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from harness.paths import REPO_ROOT as ROOT
+from seams.paths import REPO_ROOT as ROOT
 MAX_SEED_POLICY = "pct(9223372036854775807,3)"
 
 
@@ -28,14 +28,14 @@ def _env(**extra):
 
 
 def specrace(*args, patch: str = "", **env):
-    """``python -m harness.cli ARGS``; with ``patch``, that code runs first, then main()."""
+    """``python -m specrace.cli ARGS``; with ``patch``, that code runs first, then main()."""
     if patch:
-        code = (textwrap.dedent(patch) + "\nimport sys\nfrom harness.cli import main\n"
+        code = (textwrap.dedent(patch) + "\nimport sys\nfrom specrace.cli import main\n"
                 f"sys.argv = ['specrace'] + {list(args)!r}\n"
                 "raise SystemExit(main(sys.argv[1:]))\n")
         cmd = [sys.executable, "-c", code]
     else:
-        cmd = [sys.executable, "-m", "harness.cli", *args]
+        cmd = [sys.executable, "-m", "specrace.cli", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=_env(**env), cwd=ROOT,
                           timeout=300)
 
@@ -122,7 +122,7 @@ def test_replay_shows_progress_and_escapes_unprintable_report_fields(report, tmp
 
 
 def test_replay_of_the_report_is_identical(report):
-    from harness.report.replay import replay_report
+    from specrace.replay import replay_report
     _, path = report
     seen = []
     verdict = replay_report(str(path), lambda n, total=None: seen.append(n))
@@ -132,7 +132,7 @@ def test_replay_of_the_report_is_identical(report):
 
 def test_a_report_may_not_ask_for_more_trials_than_repro_allows(report, tmp_path):
     from harness.trials.repro import MAX_TRIALS
-    from harness.report.replay import load_report
+    from specrace.replay import load_report
     from harness.report.schema import REPORT_SCHEMA
     assert REPORT_SCHEMA["properties"]["trials"]["maximum"] == MAX_TRIALS
     _, path = report
@@ -141,7 +141,7 @@ def test_a_report_may_not_ask_for_more_trials_than_repro_allows(report, tmp_path
         p.write_text(json.dumps({**_load(path), "trials": trials}))
         with pytest.raises(ValueError, match="'trials'"):
             load_report(str(p))
-    from harness.cli import main
+    from specrace.cli import main
     assert main(["repro", "ngram-filter-race", "--trials", str(MAX_TRIALS + 1)]) == 2
 
 
@@ -150,7 +150,7 @@ def test_repro_and_replay_arm_the_gpu_watchdog(report, monkeypatch, capsys):
     tests/harness/runtime/test_cuda_backend.py)."""
     import contextlib
 
-    from harness.cli import main
+    from specrace.cli import main
     from harness.runtime import limits
     armed = []
 
@@ -202,7 +202,7 @@ def test_a_report_dir_that_cannot_take_reports_fails_before_the_run(tmp_path):
 
 @pytest.mark.parametrize("case", ["devnull", "too-long"])
 def test_more_report_dirs_that_cannot_take_reports(tmp_path, capsys, case):
-    from harness.cli import main
+    from specrace.cli import main
     where, needle = _bad_dirs(tmp_path)[case]
     assert main(["repro", "ngram-filter-race", "--trials", "1", "--report-dir", where]) == 2
     out, err = capsys.readouterr()
@@ -252,7 +252,7 @@ def test_a_bad_cycles_per_ms_setting_is_exit_2():
                                        ("SPECRACE_WATCHDOG_S", "-5"),
                                        ("SPECRACE_WATCHDOG_S", "soon")])
 def test_bad_limit_settings_are_one_line(monkeypatch, capsys, var, value):
-    from harness.cli import main
+    from specrace.cli import main
     monkeypatch.setenv(var, value)
     for args in (["repro", "ngram-filter-race", "--no-report"], ["matrix"], ["litmus"]):
         assert main(args) == 2
@@ -293,7 +293,7 @@ def test_a_crash_of_the_reference_run_is_a_finding_with_a_report(tmp_path, monke
     assert "engine crashed in the synchronous reference run" in md and "\\ud800" in md
     # ... and its replay gives the same verdict (here, with the same bug patched in)
     import impl.scheduler as S
-    from harness.report.replay import replay_report
+    from specrace.replay import replay_report
     step = S.Scheduler.step
 
     def crashing(self):
@@ -315,8 +315,8 @@ def test_a_crash_of_the_reference_run_is_a_finding_with_a_report(tmp_path, monke
 STALE_MUTATION = """
     import dataclasses
     import matrix.run as mx
-    import matrix.mutations as mutations
-    from matrix.mutations import BY_NAME
+    import mutations as mutations
+    from mutations import BY_NAME
     good = BY_NAME["copy-done-not-recorded"]
     stale = dataclasses.replace(BY_NAME["stash-drops-accept-lens"],
                                 edits=(("a line a local change removed", "pass"),))

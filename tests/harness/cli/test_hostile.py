@@ -3,7 +3,7 @@ line and exit 2 (or a clean refusal), within bounds, never a traceback; every re
 field of a report either drives the replay or is compared, so an edit is never "identical".
 
 Reports are built from one real report by generators (nothing is committed); the replay
-runs in this process (``harness.cli.main``) -- the subprocess cases (signals, closed
+runs in this process (``specrace.cli.main``) -- the subprocess cases (signals, closed
 streams) are in ``test_hostile_process.py``.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.cli import main
+from specrace.cli import main
 from harness.report.bounded import MAX_DEPTH, MAX_VALUES
-from harness.report.load import load_report
-from harness.report.replay import replay_report
+from specrace.load import load_report
+from specrace.replay import replay_report
 
 
 @pytest.fixture(scope="module")
@@ -295,13 +295,13 @@ class _Config:
     ({"--specrace-matrix-json": "m.json"}, "needs --specrace-matrix"),
 ])
 def test_pytest_options_are_checked_at_configure(opts, needle):
-    from harness.pytest_plugin import check_options
+    from specrace.pytest_plugin import check_options
     with pytest.raises(pytest.UsageError, match=needle):
         check_options(_Config(**opts))
 
 
 def test_a_writable_matrix_json_is_accepted_and_not_left_behind(tmp_path):
-    from harness.pytest_plugin import check_options
+    from specrace.pytest_plugin import check_options
     path = tmp_path / "m.json"
     check_options(_Config(**{"--specrace-matrix": True, "--specrace-matrix-json": str(path)}))
     assert not path.exists()
@@ -311,7 +311,7 @@ def test_a_writable_matrix_json_is_accepted_and_not_left_behind(tmp_path):
 
 def test_a_deep_value_from_a_run_is_walked_without_recursion_errors():
     from harness.oracle.divergence import Divergence
-    from harness.text import printable_tree
+    from seams.text import printable_tree
     deep = 0
     for _ in range(5000):
         deep = [deep]

@@ -13,8 +13,8 @@ import textwrap
 
 import pytest
 
-from harness import signals
-from harness.paths import REPO_ROOT as ROOT
+from seams import signals
+from seams.paths import REPO_ROOT as ROOT
 
 
 def _env():
@@ -111,7 +111,7 @@ def _console(args, patch=""):
     code = textwrap.dedent(patch) + textwrap.dedent(f"""
         import sys
         sys.argv = ["specrace"] + {list(args)!r}
-        from harness.console import console_main
+        from specrace.console import console_main
         console_main()
     """)
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
@@ -142,9 +142,9 @@ def test_a_signal_during_the_trials_is_one_line_and_keeps_the_old_set(tmp_path):
 def test_a_signal_while_the_cli_is_still_importing_is_one_line():
     proc = _console(["list"], patch="""
         import os, signal, sys
-        class Trip:  # SIGINT the moment harness.cli starts to import
+        class Trip:  # SIGINT the moment specrace.cli starts to import
             def find_spec(self, name, path=None, target=None):
-                if name == "harness.cli":
+                if name == "specrace.cli":
                     os.kill(os.getpid(), signal.SIGINT)
                     for _ in range(100000):
                         pass
@@ -160,7 +160,7 @@ def test_a_signal_while_the_cli_is_still_importing_is_one_line():
 
 # --help writes to stdout and an unknown command is a usage error: neither imports torch
 SCRIPT = """
-S="$PY -m harness.cli"
+S="$PY -m specrace.cli"
 $S --help >&- 2>closed.err; echo "closed-stdout $?"
 $S --help >/dev/full 2>full.err; echo "full-stdout $?"
 $S frobnicate 2>&- >closed-stderr.out; echo "closed-stderr $?"
@@ -187,9 +187,9 @@ def test_closed_full_or_gone_streams_exit_cleanly(tmp_path):
 
 def test_pytest_options_are_a_usage_error_before_collection(tmp_path):
     from importlib.metadata import entry_points
-    installed = any(ep.value == "harness.pytest_plugin"
+    installed = any(ep.value == "specrace.pytest_plugin"
                     for ep in entry_points(group="pytest11"))
-    plugin = [] if installed else ["-p", "harness.pytest_plugin"]
+    plugin = [] if installed else ["-p", "specrace.pytest_plugin"]
     proc = subprocess.run([sys.executable, "-m", "pytest", *plugin, "--specrace-soak", "-1",
                            "-q", "-p", "no:xdist", str(tmp_path)],
                           capture_output=True, text=True, env=_env(), cwd=tmp_path,

@@ -1,7 +1,7 @@
 """`specrace releases`: bad input is one line and exit 2 (no release environment needed)."""
 import pytest
 
-from harness import cli
+from specrace import cli
 
 
 @pytest.mark.parametrize("release, says", [

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 
-from harness.paths import REPO_ROOT as ROOT
+from seams.paths import REPO_ROOT as ROOT
 EVIL = "bad \ud800 bidi \u202e c1 \x85 esc \x1b[2J math $\\frac{$"
 
 # A small result and trace, built the same way in this process and in the subprocesses.
@@ -149,7 +149,7 @@ def _writer_killed(tmp_path, when: str, install: bool = False):
         ROOT = {ROOT!r}
     """) + SETUP + textwrap.dedent(f"""
         import os, signal, sys
-        from harness import signals
+        from seams import signals
         import harness.report.reportset as rs
         import harness.report.timeline as tl
         from harness.report import write_reports
@@ -242,7 +242,7 @@ def test_nothing_is_imported_inside_the_critical_section(tmp_path):
 # --- unprintable text -----------------------------------------------------------------
 
 def test_printable_escapes_what_cannot_be_shown():
-    from harness.report.text import printable
+    from seams.text import printable
     assert printable("plain text, ümlaut, 中文") == "plain text, ümlaut, 中文"
     out = printable(EVIL)
     assert out.isprintable() and "\\ud800" in out and "\\u202e" in out and "\\x85" in out

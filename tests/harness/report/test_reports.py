@@ -16,14 +16,14 @@ from harness.trials.repro import ReproConfig, run_repro
 from harness.trials.results import ReproResult
 from harness.report import Report, report_name, write_reports
 from harness.report.chrome import chrome_trace
-from harness.report.replay import MAX_BYTES, replay_report
+from specrace.replay import MAX_BYTES, replay_report
 from harness.report.schema import REPORT_SCHEMA
 from harness.report.timeline import render_timeline
 from harness.runtime.trace import (HOST_READ, WAIT_EVENT, EventRecord, HostAccess, OpKind,
                                    OpRecord, SyncRecord, Trace)
 from scenarios.registry import get
 
-from harness.paths import REPO_ROOT as ROOT
+from seams.paths import REPO_ROOT as ROOT
 PHASES = {"X", "i", "s", "f", "M"}
 
 
@@ -269,7 +269,7 @@ def test_replay_of_a_pre_fix_report_reproduces_the_race_from_either_source(writt
 
 def test_replay_defaults_to_the_schedule_and_falls_back_to_the_seed(tmp_path, written):
     _, paths, _ = written
-    from harness.report.replay import load_report, replay_source
+    from specrace.replay import load_report, replay_source
     assert replay_source(load_report(paths["json"]), None) == "schedule"
     doc = {k: v for k, v in _load(paths["json"]).items() if k != "schedules"}  # an old report
     p = tmp_path / "old.json"
@@ -283,7 +283,7 @@ def test_replay_defaults_to_the_schedule_and_falls_back_to_the_seed(tmp_path, wr
 def test_a_report_with_only_the_required_keys_reads_and_renders(tmp_path, written):
     """The schema requires what replay needs; the reader gives every other key the value
     a run without it would have, and the Markdown still renders."""
-    from harness.report.load import load_report
+    from specrace.load import load_report
     from harness.report.markdown import render_markdown
     from harness.report.schema import REPORT_SCHEMA
     _, paths, _ = written
@@ -334,7 +334,7 @@ def test_cli_replay_from_a_report_without_schedules_is_a_usage_error(tmp_path, w
     p.write_text(json.dumps(doc))
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(x for x in (ROOT, os.environ.get("PYTHONPATH")) if x)}
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "replay", "--from", "schedule",
+    proc = subprocess.run([sys.executable, "-m", "specrace.cli", "replay", "--from", "schedule",
                            str(p)], capture_output=True, text=True, env=env, cwd=ROOT,
                           timeout=300)
     assert proc.returncode == 2, proc.stderr
@@ -472,7 +472,7 @@ def test_cli_replay_bad_input_exits_2_with_one_line(tmp_path, written, case):
     cases, _ = _bad_reports(tmp_path, _load(paths["json"]))
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "replay", cases[case][0]],
+    proc = subprocess.run([sys.executable, "-m", "specrace.cli", "replay", cases[case][0]],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.splitlines()

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from harness.detect import detect
-from harness.pytest_plugin import _share_cores, gpu_for_worker, parse_nvidia_smi_list
+from specrace.pytest_plugin import _share_cores, gpu_for_worker, parse_nvidia_smi_list
 from harness.runtime import BackendError, open_runtime, resolve_backend
 from harness.runtime import cuda as C
 from harness.runtime.cuda import calibration as CAL
@@ -480,7 +480,7 @@ def test_event_from_an_earlier_capture_is_not_trusted():
 
 def test_host_read_of_pinned_buffer_is_recorded():
     """The hostmem path (pinned registry) is backend-neutral: check the CUDA recorder."""
-    from harness import context
+    from seams import context
     from harness.runtime import hostmem
     trace = Trace()
     cap = C.Capture(trace, lambda: 0, dev_type="cuda")
@@ -527,7 +527,7 @@ def fake_cuda(monkeypatch):
 
 
 def test_runtime_lifecycle_on_fake_cuda(fake_cuda):
-    from harness import context
+    from seams import context
     with C.cuda_runtime() as rt:
         assert rt.backend == "cuda" and rt.cycles_per_ms == 2e6
         fwd = FakeStream(3)
@@ -666,7 +666,7 @@ def test_plugin_marker_skip_and_report_section(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin", "-p",
+        [sys.executable, "-m", "pytest", "-p", "specrace.pytest_plugin", "-p",
          "no:cacheprovider", "-rs", "--specrace-backend", "auto", str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     out = proc.stdout + proc.stderr

@@ -1,0 +1,98 @@
+"""What every litmus family shares: the ``Litmus`` record, the policy kinds, the
+expectation tables and the few helpers the program bodies are written with.
+
+A program is a ``Litmus``: ``body(rt, stall) -> bool`` runs it on a runtime ``rt``
+(simulator or CUDA -- it touches only ``rt.device``, ``rt.module``, ``rt.label``,
+``rt.stall`` and ordinary torch ops) and returns True iff a stale, poisoned or otherwise
+wrong value reached the host, judged against the value a sequential execution (every op
+run the moment it is issued, in host program order) gives.
+
+``stall=True`` makes the body call ``rt.stall(STALL_MS)`` on ``stalled_stream`` at the one
+point whose delay exposes the race (right before the write / the read that races); the
+simulator's schedule policies expose it without that.
+
+Expectations:
+
+* ``race``  -- whether the happens-before detector must report a race. It is a property of
+  the program's synchronisation, so it holds on every schedule.
+* ``stale`` -- per policy kind: ``eager``, ``lazy``, ``stall`` (= ``stall(<stalled_stream>)``),
+  ``random``, ``pct``, ``cuda`` (real GPU, no injected stall) and ``cuda_stall`` (real GPU,
+  ``stall=True``): True (must be stale), False (must be fresh) or None (either).
+  ``expected_stale(kind)`` fills in ``cuda`` when a program leaves it out.
+
+Every body allocates its inputs, then ``synchronize()``s the device once so the setup is
+ordered before the program proper, and ends with a ``synchronize()`` so no work (or stall)
+outlives it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional
+
+import torch
+
+STALL_MS = 20.0  # the injected delay; on CUDA it dwarfs the host's few µs per launch
+
+KINDS = ("eager", "lazy", "stall", "random", "pct", "cuda", "cuda_stall")
+
+
+@dataclass(frozen=True)
+class Litmus:
+    name: str
+    doc: str
+    body: Callable[..., bool]
+    race: bool
+    stale: Dict[str, Optional[bool]] = field(default_factory=dict)
+    stalled_stream: str = "forward"
+
+    def expected_stale(self, kind: str) -> Optional[bool]:
+        """True / False / None (either) for a policy kind (see the module docstring)."""
+        if kind in self.stale:
+            return self.stale[kind]
+        if kind == "cuda":  # unstalled hardware: a racy program may go either way
+            return None if self.race else self.stale.get("eager")
+        raise KeyError(f"{self.name}: no expectation for policy kind {kind!r}")
+
+    def run(self, rt, stall: bool = False) -> bool:
+        return bool(self.body(rt, stall))
+
+
+# Expectation tables --------------------------------------------------------------------
+
+def _racy(lazy: bool = True) -> Dict[str, Optional[bool]]:
+    """A racy program: fresh when every op runs at issue; stale when the stalled stream
+    (or, with ``lazy``, every stream) runs only on demand; either under the random ones."""
+    return {"eager": False, "lazy": lazy, "stall": True, "random": None, "pct": None,
+            "cuda": None, "cuda_stall": True}
+
+
+_CLEAN = {k: False for k in KINDS}
+# Uninitialised memory: on the simulator the freed block's old contents (its caching
+# allocator hands it straight back) or poison, never what the program wants. On CUDA it is
+# whatever the caching allocator hands back -- a freed block's old contents, or fresh
+# (often zero) memory when another block comes back -- so either verdict.
+_POISON = {k: (None if k.startswith("cuda") else True) for k in KINDS}
+
+
+# Helpers -------------------------------------------------------------------------------
+
+def overlap_streams(rt):
+    """The device module and the two streams of the overlap scheduler, labelled."""
+    m = rt.module
+    S, F = m.Stream(), m.Stream()
+    rt.label(S, "schedule")
+    rt.label(F, "forward")
+    return m, S, F
+
+
+def _stall(rt, stall: bool) -> None:
+    if stall:
+        rt.stall(STALL_MS)
+
+
+def _i32(values, rt) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int32, device=rt.device)
+
+
+def _pinned_zeros(n: int) -> torch.Tensor:
+    return torch.zeros(n, dtype=torch.int32, pin_memory=True)

@@ -1,0 +1,140 @@
+"""Device<->host copies, pinned memory and the host's sync points: where a value crosses
+to (or from) the host, and which host-side wait, if any, makes that crossing safe.
+
+A ``non_blocking`` copy into pinned memory returns before the data lands, so the host
+must wait for the copy's own stream (its event, ``query()`` until True, or that stream's
+``synchronize()`` -- another stream's is not enough); a pinned source buffer must not be
+refilled while its copy is pending. The rest are the sync points that need no extra
+wait: ``device.synchronize()``, a blocking ``.cpu()`` and a copy into pageable memory,
+which is synchronous whatever ``non_blocking`` says.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import List
+
+import torch
+
+from .common import _CLEAN, Litmus, _pinned_zeros, _racy, _stall, overlap_streams
+
+
+# non_blocking D2H into pinned memory, then one of the host-side waits ------------------
+
+def _d2h(rt, stall: bool, how: str) -> bool:
+    m, S, F = overlap_streams(rt)
+    x = torch.arange(1, 5, dtype=torch.int32, device=rt.device)
+    host = _pinned_zeros(4)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        y = x * 10
+        host.copy_(y, non_blocking=True)
+        copied = m.Event()
+        copied.record()
+    if how == "event.synchronize":
+        copied.synchronize()
+    elif how == "query":
+        while not copied.query():
+            pass
+    elif how == "wrong stream":
+        S.synchronize()  # the schedule stream -- not the one doing the copy
+    elif how == "right stream":
+        F.synchronize()
+    got = host.tolist()  # plain host read of pinned memory
+    m.synchronize()
+    return got != [10, 20, 30, 40]
+
+
+# A reused pinned staging buffer ---------------------------------------------------------
+
+def pinned_reuse(rt, stall: bool) -> bool:
+    m, S, F = overlap_streams(rt)
+    staging = _pinned_zeros(4)
+    staging.copy_(torch.tensor([1, 2, 3, 4], dtype=torch.int32))  # batch 1, on the host
+    dev = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        dev.copy_(staging, non_blocking=True)  # reads the pinned buffer when it executes
+    staging.fill_(9)  # batch 2 reuses the buffer while batch 1's copy may be pending
+    with m.stream(F):
+        got = dev.tolist()
+    m.synchronize()
+    return got != [1, 2, 3, 4]
+
+
+# Other host sync points -------------------------------------------------------------------
+
+def device_synchronize(rt, stall: bool) -> bool:
+    m, S, F = overlap_streams(rt)
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        x.add_(5)
+    m.synchronize()  # waits for every stream
+    with m.stream(S):
+        got = x.tolist()
+    m.synchronize()
+    return got != [5, 5, 5, 5]
+
+
+def blocking_cpu(rt, stall: bool) -> bool:
+    m, S, F = overlap_streams(rt)
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        x.add_(5)
+        got = x.cpu().tolist()  # blocking D2H: syncs the stream it is issued on
+    m.synchronize()
+    return got != [5, 5, 5, 5]
+
+
+def d2h_pageable(rt, stall: bool) -> bool:
+    m, S, F = overlap_streams(rt)
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    host = torch.zeros(4, dtype=torch.int32)  # pageable: non_blocking cannot apply
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        x.add_(5)
+        host.copy_(x, non_blocking=True)  # D2H into pageable memory returns when done
+    got = host.tolist()
+    m.synchronize()
+    return got != [5, 5, 5, 5]
+
+
+D2H: List[Litmus] = [
+    Litmus("d2h_before_sync", "non_blocking D2H into pinned memory, read on the host "
+           "before event.synchronize()", partial(_d2h, how="none"), race=True, stale=_racy()),
+    Litmus("d2h_after_sync", "non_blocking D2H into pinned memory, read after "
+           "event.synchronize()", partial(_d2h, how="event.synchronize"), race=False,
+           stale=dict(_CLEAN)),
+    Litmus("query_poll", "non_blocking D2H, host polls event.query() until True, then "
+           "reads (CSAN flags this falsely)", partial(_d2h, how="query"), race=False,
+           stale=dict(_CLEAN)),
+]
+
+PINNED: List[Litmus] = [
+    Litmus("pinned_reuse", "the host refills a pinned staging buffer while its "
+           "non_blocking H2D copy is still pending", pinned_reuse, race=True,
+           stale=_racy()),
+]
+
+STREAM_SYNC: List[Litmus] = [
+    Litmus("wrong_stream_sync", "non_blocking D2H on forward, host synchronizes the "
+           "schedule stream, then reads", partial(_d2h, how="wrong stream"), race=True,
+           stale=_racy()),
+    Litmus("right_stream_sync", "non_blocking D2H on forward, host synchronizes forward, "
+           "then reads", partial(_d2h, how="right stream"), race=False, stale=dict(_CLEAN)),
+]
+
+SYNC_POINTS: List[Litmus] = [
+    Litmus("device_synchronize", "forward writes, the host synchronizes the device, "
+           "schedule reads", device_synchronize, race=False, stale=dict(_CLEAN)),
+    Litmus("blocking_cpu", "forward writes, a blocking .cpu() on forward reads",
+           blocking_cpu, race=False, stale=dict(_CLEAN)),
+    Litmus("d2h_pageable", "copy_(non_blocking=True) into pageable host memory is "
+           "synchronous", d2h_pageable, race=False, stale=dict(_CLEAN)),
+]

@@ -1,0 +1,49 @@
+"""Candidate fixes for upstream findings: each a run-time source patch of one upstream
+function, applied for one run like a mutation (a scenario variant names it with the key
+``"fix"``). They are what ``reports/upstream/findings/`` proposes to upstream's
+maintainers, shown to remove the race and keep the outputs equal to the synchronous
+reference; the installed files are never edited.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+from seams.sourcepatch import SourcePatch
+
+_OU = "sglang.srt.managers.overlap_utils"
+_SCHED = "sglang.srt.managers.scheduler:Scheduler"
+
+FIXES: Dict[str, SourcePatch] = {
+    # findings/confidence-ring-war.md: the forward stream waits for the last ring copy
+    # before it overwrites the buffer that copy reads
+    "ring-copy-fenced": SourcePatch(
+        f"{_OU}:ConfidenceRelay.scatter",
+        (("        self.confidence_buf[indices] = confidence.to(self.confidence_buf.dtype)\n",
+          "        if self.copy_done is not None and self.ring_pos > 0:\n"
+          "            # the last ring copy may still read confidence_buf (D2H stream)\n"
+          "            last = (self.ring_pos - 1) % CONFIDENCE_RELAY_RING_DEPTH\n"
+          "            torch.get_device_module(self.device).current_stream().wait_event(\n"
+          "                self.copy_done[last]\n"
+          "            )\n"
+          "        self.confidence_buf[indices] = confidence.to(self.confidence_buf.dtype)\n"),),
+        "fix ring-copy-fenced"),
+    # findings/graph-result-readback.md: the next forward (and its graph replay, which
+    # rewrites the static result buffers) waits for the result readbacks queued so far
+    "forward-waits-result-copy": SourcePatch(
+        f"{_SCHED}.run_batch",
+        (("                    self.forward_stream.wait_stream(self.schedule_stream)\n"
+          "                    if gpu_only_lens:\n",
+          "                    self.forward_stream.wait_stream(self.schedule_stream)\n"
+          "                    self.forward_stream.wait_stream(self.copy_stream)\n"
+          "                    if gpu_only_lens:\n"),),
+        "fix forward-waits-result-copy"),
+}
+
+
+def get_fix(target: str, name: str) -> SourcePatch:
+    if target != "sglang":
+        raise KeyError(f"no fix {name!r} for the {target} target (fixes patch upstream)")
+    try:
+        return FIXES[name]
+    except KeyError:
+        raise KeyError(f"no fix {name!r}; known: {', '.join(sorted(FIXES))}") from None

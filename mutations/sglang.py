@@ -1,0 +1,367 @@
+"""Seeded bugs in the installed sglang: each a run-time source patch of one upstream
+function (``seams.sourcepatch``), applied for one run and reverted -- the installed
+files are never edited. Snippets are upstream's own lines (sglang 0.5.23); a release that
+moves them makes the mutation a harness error, never a silent pass.
+
+They follow the bug classes of the impl catalogue (the seeds' risk lists, the digest's
+M-numbers), expressed against the real relay, filter/merge, the FutureMap's private D2H
+stream and pinned mirror, the result copy and the fence.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import List
+
+from mutations import BY_NAME as _IMPL
+from mutations.base import M, Mutation
+
+_NGRAM = "sglang.srt.speculative.ngram_info:NgramVerifyInput"
+_FM = "sglang.srt.managers.overlap_utils:FutureMap"
+_SB = "sglang.srt.managers.schedule_batch:ScheduleBatch"
+_SCHED = "sglang.srt.managers.scheduler:Scheduler"
+_RESULT = "sglang.srt.managers.utils:GenerationBatchResult"
+_BRP = ("sglang.srt.managers.scheduler_components.batch_result_processor:"
+        "SchedulerBatchResultProcessor")
+
+_SPEC = "sglang.srt.speculative.spec_utils"
+
+SEED = ("seed-eager", "seed-lazy", "seed-stall")
+GRAMMAR = ("grammar-ngram", "grammar-eagle", "eagle-v2-grammar")
+SLOT_REUSE = ("slot-reuse", "slot-reuse-stall")
+KV_REUSE = ("kv-reuse", "kv-reuse-lazy")
+KV_REUSE_SWA = ("kv-reuse-swa", "kv-reuse-swa-lazy")
+KV_RETRACT = ("kv-retract", "kv-retract-lazy", "eagle-v2-retract", "kv-pressure")
+KV_CHUNKED = ("kv-chunked", "kv-chunked-lazy", "eagle-v2-chunked")
+# the DSpark slice, in the release's ordering configurations (clean as shipped)
+DSPARK_RING = ("dspark-ring", "dspark-ring-lazy", "dspark-ring-random", "dspark-ring-fixed")
+DSPARK_RELAY = ("dspark-readback", "dspark-ring")
+_RING = "sglang.srt.managers.overlap_utils:ConfidenceRelay"
+_DFLASH = "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2"
+
+
+MUTATIONS: List[Mutation] = [
+    # --- the relay and filter/merge (seed 002, PR #35198) ---------------------------------
+    M("filter-gathers-accept-on-schedule",
+      "NgramVerifyInput.filter_batch gathers accept_tokens/accept_lens on the schedule "
+      "stream again (the pre-#35198 slice), fine fence",
+      "seed 002 / M1", f"{_NGRAM}.filter_batch",
+      [("            self.future_indices = self.future_indices[new_indices]\n"
+        "            return\n",
+        "            self.future_indices = self.future_indices[new_indices]\n")],
+      SEED),
+    M("merge-cats-accept-on-schedule",
+      "NgramVerifyInput.merge_batch concatenates accept state on the schedule stream again",
+      "seed 002 / M1", f"{_NGRAM}.merge_batch",
+      [("                (self.future_indices, spec_info.future_indices), dim=0\n"
+        "            )\n"
+        "            return\n",
+        "                (self.future_indices, spec_info.future_indices), dim=0\n"
+        "            )\n")],
+      SEED),
+    M("stash-skips-ngram",
+      "FutureMap.stash returns for ngram: the resolve gathers rows nobody wrote",
+      "M2", f"{_FM}.stash",
+      [("        if self.spec_algo.is_ngram():\n"
+        "            self._maybe_init_ngram_bufs(payload)\n",
+        "        if self.spec_algo.is_ngram():\n"
+        "            self._maybe_init_ngram_bufs(payload)\n"
+        "            return\n")],
+      SEED),
+    M("resolve-skips-ngram",
+      "FutureMap._resolve_spec_extras returns for ngram: draft prep reads the unfiltered "
+      "accept state the batch carried",
+      "M3", f"{_FM}._resolve_spec_extras",
+      [("            draft_input.accept_tokens = self.accept_tokens_buf[indices].flatten()\n"
+        "            draft_input.accept_lens = self.accept_lens_buf[indices]\n", "")],
+      SEED),
+    M("future-indices-not-filtered",
+      "NgramVerifyInput.filter_batch returns without slicing future_indices",
+      "M10", f"{_NGRAM}.filter_batch",
+      [("            self.future_indices = self.future_indices[new_indices]\n"
+        "            return\n", "            return\n")],
+      SEED),
+    M("merge-order-swapped",
+      "NgramVerifyInput.merge_batch concatenates future_indices as (other, self), unlike "
+      "the requests",
+      "M10", f"{_NGRAM}.merge_batch",
+      [("(self.future_indices, spec_info.future_indices)",
+        "(spec_info.future_indices, self.future_indices)")],
+      SEED),
+    # --- the result copy (copy stream, copy_done) ----------------------------------------
+    M("copy-without-waiting-forward",
+      "Scheduler._copy_result_to_cpu does not make the copy stream wait on the forward "
+      "stream before the result D2H",
+      "M6", f"{_SCHED}._copy_result_to_cpu",
+      [("        self.copy_stream.wait_stream(self.forward_stream)\n", "")],
+      SEED),
+    M("copy-done-not-recorded",
+      "GenerationBatchResult.copy_to_cpu never records copy_done: the host's "
+      "synchronize() waits for nothing",
+      "M5", f"{_RESULT}.copy_to_cpu",
+      [("        self.copy_auxiliary_output_to_cpu()\n\n        self.copy_done.record()\n",
+        "        self.copy_auxiliary_output_to_cpu()\n")],
+      SEED),
+    M("copy-done-before-copies",
+      "GenerationBatchResult.copy_to_cpu records copy_done before the D2H copies",
+      "M5", f"{_RESULT}.copy_to_cpu",
+      [("        if return_logprob:\n            if self.logits_output.next_token_logprobs",
+        "        self.copy_done.record()\n        if return_logprob:\n"
+        "            if self.logits_output.next_token_logprobs"),
+       ("        self.copy_auxiliary_output_to_cpu()\n\n        self.copy_done.record()\n",
+        "        self.copy_auxiliary_output_to_cpu()\n")],
+      SEED),
+    # --- the FutureMap's private D2H stream and pinned mirror ----------------------------
+    M("d2h-stream-skips-publish-wait",
+      "resolve_seq_lens_cpu copies new_seq_lens_buf on the private D2H stream without "
+      "waiting on publish_ready",
+      "M4", f"{_FM}.resolve_seq_lens_cpu",
+      [("        # Mechanism: don't sync the schedule stream; gate a private stream on the\n"
+        "        # publish event and copy into the static pinned buffer.\n"
+        "        self.fwd_prepare_d2h_stream.wait_event(self.publish_ready)\n",
+        "        # Mechanism: don't sync the schedule stream; gate a private stream on the\n"
+        "        # publish event and copy into the static pinned buffer.\n")],
+      SEED),
+    M("pinned-mirror-read-before-sync",
+      "resolve_seq_lens_cpu reads the pinned seq_lens mirror on the host without waiting "
+      "for its D2H copy",
+      "M5", f"{_FM}.resolve_seq_lens_cpu",
+      [("            self.new_seq_lens_cpu_pinned.copy_(self.new_seq_lens_buf, non_blocking=True)\n"
+        "        self.fwd_prepare_d2h_stream.synchronize()\n",
+        "            self.new_seq_lens_cpu_pinned.copy_(self.new_seq_lens_buf, non_blocking=True)\n")],
+      SEED),
+    M("publish-event-before-scatter",
+      "FutureMap.publish records publish_ready before it scatters new_seq_lens",
+      "M4", f"{_FM}.publish",
+      [("        relay = self._relay\n        if relay is not None and new_seq_lens is "
+        "relay.published_seq_lens:",
+        "        if self.spec_algo.is_some():\n"
+        "            if self.publish_ready is None:\n"
+        "                self.publish_ready = torch.get_device_module(self.device).Event()\n"
+        "            self.publish_ready.record()\n"
+        "            self._publish_fresh = True\n"
+        "        relay = self._relay\n        if relay is not None and new_seq_lens is "
+        "relay.published_seq_lens:"),
+       ("        # Only spec_v2 needs the event; it gates the seq_lens D2H on the private stream.\n"
+        "        if self.spec_algo.is_some():\n"
+        "            if self.publish_ready is None:\n"
+        "                self.publish_ready = torch.get_device_module(self.device).Event()\n"
+        "            self.publish_ready.record()\n"
+        "            self._publish_fresh = True\n", "")],
+      SEED),
+    # --- grammar staging and traversal (seed 000) ----------------------------------------
+    M("tree-copy-no-event",
+      "GrammarTree.from_device records no event: resolve() does not wait for the D2H copies",
+      "seed 000 / M21", f"{_SPEC}:GrammarTree.from_device",
+      [("        return cls(host, done)\n", "        return cls(host, None)\n")],
+      ("grammar-eagle", "eagle-v2-grammar")),
+    M("tree-read-before-resolve",
+      "GrammarTree.resolve returns the host tree without waiting on the event",
+      "seed 000 / M21", f"{_SPEC}:GrammarTree.resolve",
+      [("            self._done.synchronize()\n", "            pass\n")],
+      ("grammar-eagle", "eagle-v2-grammar")),
+    M("stale-extend-mask",
+      "build_grammar_vocab_mask does not clear the extend-stage sampling_info.grammar_mask",
+      "seed 000 / M14", f"{_SPEC}:build_grammar_vocab_mask",
+      [("    sampling_info.grammar_mask = None\n", "")],
+      GRAMMAR),
+    M("missing-rollback",
+      "traverse_tree never rolls an accepted node's token back",
+      "M17", f"{_SPEC}:traverse_tree",
+      [("                grammar.rollback(1)\n", "                pass\n")],
+      GRAMMAR),
+    M("child-tested-against-own-row",
+      "traverse_tree tests a child's token against its own row instead of its parent's",
+      "M16", f"{_SPEC}:traverse_tree",
+      [("            parent_bitmask = allocate_token_bitmask[parent_pos]\n",
+        "            parent_bitmask = allocate_token_bitmask[curr]\n")],
+      GRAMMAR),
+    M("descend-below-terminated",
+      "traverse_tree fills rows and descends below a terminated grammar",
+      "M19", f"{_SPEC}:traverse_tree",
+      [("            if not grammar.is_terminated():\n", "            if True:\n")],
+      GRAMMAR),
+    # --- upstream's own loop (event_loop_overlap / run_batch), which drives the target --
+    # (The WAR barrier moved before run_batch is not here: on the fixed relay it guards
+    # no buffer of the toy engine yet -- no KV pool -- so no oracle can see it moved.)
+    M("loop-processes-current-result",
+      "event_loop_overlap processes the batch it just launched instead of the previous one "
+      "(the host reads a result whose forward may still be running)",
+      "issue 21 (upstream's loop)", f"{_SCHED}.event_loop_overlap",
+      [("                if not disable_overlap_for_batch:\n"
+        "                    pop_and_process()\n",
+        "                if not disable_overlap_for_batch:\n"
+        "                    self.result_queue.rotate(1)\n"
+        "                    pop_and_process()\n")],
+      SEED),
+    M("run-batch-resolve-before-wait",
+      "run_batch resolves the relayed inputs before the forward stream waits on the "
+      "schedule stream",
+      "issue 21 (upstream's loop) / M3", f"{_SCHED}.run_batch",
+      [("                    self.forward_stream.wait_stream(self.schedule_stream)\n"
+        "                    if gpu_only_lens:\n",
+        "                    resolve_forward_inputs(batch, self.future_map)\n"
+        "                    self.forward_stream.wait_stream(self.schedule_stream)\n"
+        "                    if gpu_only_lens:\n")],
+      SEED),
+    # --- DSpark: the confidence relay's ring, the bonus relay, filter/merge (issue 23) ----
+    M("ring-copy-skips-publish-wait",
+      "ConfidenceRelay.issue_ring_copy copies confidence_buf without waiting for "
+      "publish_ready (the copy can read the buffer before the forward's scatter)",
+      "issue 23 (ring)", f"{_RING}.issue_ring_copy",
+      [("        stream.wait_event(publish_ready)\n", "")],
+      DSPARK_RING),
+    M("ring-copy-done-not-recorded",
+      "ConfidenceRelay.issue_ring_copy never records copy_done[slot] (an unrecorded event "
+      "queries as done: the host reads the pinned slot before the copy lands)",
+      "issue 23 (ring)", f"{_RING}.issue_ring_copy",
+      [("            self.copy_done[slot].record()\n", "")],
+      DSPARK_RING),
+    M("ring-resolve-skips-query",
+      "ConfidenceRelay.resolve hands out the lagged slot without polling copy_done[slot]",
+      "issue 23 (ring)", f"{_RING}.resolve",
+      [("        if not self.copy_done[slot].query():\n            return None\n", "")],
+      DSPARK_RING),
+    M("ring-lag-off-by-one",
+      "ConfidenceRelay.resolve reads the slot one step newer than the lag says (the budget "
+      "planner takes that step's confidence as the lagged one's)",
+      "issue 23 (ring lag)", f"{_RING}.resolve",
+      [("        slot = (self.ring_pos - CONFIDENCE_RELAY_RING_LAG) % "
+        "CONFIDENCE_RELAY_RING_DEPTH\n",
+        "        slot = (self.ring_pos - CONFIDENCE_RELAY_RING_LAG + 1) % "
+        "CONFIDENCE_RELAY_RING_DEPTH\n")],
+      DSPARK_RING),
+    M("publish-ready-before-confidence-scatter",
+      "FutureMap.publish records publish_ready before the confidence scatter (the ring "
+      "copy's wait then admits a read of the buffer before it is written)",
+      "issue 23 (ring) / M5", f"{_FM}.publish",
+      [("        if publish_confidence:\n"
+        "            self.confidence_relay.scatter(indices, confidence)\n", ""),
+       ("            self._publish_fresh = True\n",
+        "            self._publish_fresh = True\n"
+        "        if publish_confidence:\n"
+        "            self.confidence_relay.scatter(indices, confidence)\n")],
+      DSPARK_RING),
+    M("stash-drops-bonus-tokens",
+      "FutureMap.stash does not write the relayed bonus token for a non-NGRAM algorithm "
+      "(the next verify starts from a stale bonus)",
+      "issue 23 (bonus relay) / M1", f"{_FM}.stash",
+      [("        else:\n"
+        "            self.output_tokens_buf[indices] = payload.bonus_tokens.to(\n"
+        "                self.output_tokens_buf.dtype\n"
+        "            )\n",
+        "        else:\n"
+        "            pass\n")],
+      DSPARK_RELAY),
+    M("dflash-filter-keeps-all-indices",
+      "DFlashDraftInputV2.filter_batch keeps every future index when requests leave the "
+      "batch (the survivors resolve the wrong rows)",
+      "issue 23 (filter) / seed 002", f"{_DFLASH}.filter_batch",
+      [("            self.future_indices = self.future_indices[new_indices]\n", "")],
+      DSPARK_RELAY),
+    M("dflash-merge-drops-new-indices",
+      "DFlashDraftInputV2.merge_batch keeps only the running batch's future indices when "
+      "a prefill joins",
+      "issue 23 (merge) / seed 002", f"{_DFLASH}.merge_batch",
+      [("            self.future_indices = torch.cat(\n"
+        "                [self.future_indices, spec_info.future_indices]\n"
+        "            )\n", "")],
+      DSPARK_RELAY),
+    # --- the memory pools behind the WAR barrier (issue 24): upstream's ReqToTokenPool and
+    # allocator, rows and slots reused; the forward is our toy's (targets.sglang.worker)
+    M("war-barrier-removed",
+      "_apply_war_barrier orders nothing: the schedule stream rewrites req_to_token rows "
+      "while the previous forward may not have gathered them",
+      "PR #26380", f"{_SCHED}._apply_war_barrier",
+      [("        if ev is not None and not envs.SGLANG_FORCE_COARSE_WAR_BARRIER.get():\n"
+        "            self.schedule_stream.wait_event(ev)\n"
+        "        else:\n"
+        "            self.schedule_stream.wait_stream(self.forward_stream)\n",
+        "        pass\n")],
+      KV_REUSE + ("eagle-v2",)),  # and upstream's EAGLE worker (sglang_eagle.py)
+    M("war-barrier-at-loop-top",
+      "event_loop_overlap applies the WAR barrier at the loop's top, as before #31687: "
+      "result processing after a launch -- a finished request's free clears its SWA "
+      "mapping -- is not fenced behind the just-launched forward's reads",
+      "PR #31687", f"{_SCHED}.event_loop_overlap",
+      [("                # Fence result processing behind this forward's shared reads.\n"
+        "                self._apply_war_barrier()\n", ""),
+       ("            # Receive requests\n",
+        "            self._apply_war_barrier()\n"
+        "            # Receive requests\n")],
+      KV_REUSE_SWA),
+    M("read-done-before-metadata",
+      "the toy verify records shared-read-done before its attention gathers req_to_token: "
+      "upstream's fine fence then covers none of the forward's reads of the pools",
+      "PR #28363 / #34052", "targets.sglang.worker:ToyNgramWorker.forward_batch_generation",
+      [("            meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,\n"
+        "                                                   prefill=False)\n"
+        "            self._record_shared_read_done()\n",
+        "            self._record_shared_read_done()\n"
+        "            meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,\n"
+        "                                                   prefill=False)\n")],
+      KV_REUSE),
+    M("read-done-from-draft-runner",
+      "the step's read-done taken from the draft runner, not the target's (the step's last "
+      "shared-buffer reader): the barrier waits for the draft, the target's attention "
+      "gathers the pools after it unfenced",
+      "PR #34052 (last_shared_read_runner)", "targets.sglang.worker:ToyNgramWorker.__init__",
+      [("        self._init_shared_read()\n",
+        "        self._init_shared_read()\n"
+        "        if self.draft_runner is not None:\n"
+        "            self.last_shared_read_runner = self.war_fastpath_runner = self.draft_runner\n")],
+      ("kv-reuse-eagle", "kv-reuse-eagle-lazy")),
+    # the same patches of specrace's pools code (impl.attention, impl.mem_cache), which
+    # both targets run: one definition serves both catalogues
+    _IMPL["accept-moved-via-req-to-token"],
+    M("kv-release-whole-row",
+      "a finished request's release frees its whole req_to_token row, not the columns it "
+      "holds: slot ids a previous owner of the row left in its tail are freed again, and "
+      "two live requests get the same slots (impl's mutation of the same name, here in "
+      "upstream's release_kv_cache)",
+      "mem_cache/common.py release_kv_cache", "sglang.srt.mem_cache.common:release_kv_cache",
+      [("    tree_cache.free_kv_row(req.kv, [(req.kv.cache_protected_len, owned_kv_len)])\n",
+        "    tree_cache.free_kv_row(req.kv, [(0, tree_cache.req_to_token_pool.req_to_token"
+        ".shape[1])])\n"),
+       ("    _release_overallocated_kv_indices(\n"
+        "        req, owned_kv_len, req.kv.kv_allocated_len, tree_cache\n"
+        "    )\n", "")],
+      KV_REUSE),
+    M("retracted-result-committed",
+      "the result of a step a retracted request had in flight is committed: the tokens "
+      "are committed again by its re-prefill and the steps after it (impl's mutation of "
+      "the same name, in upstream's own decode result processing)",
+      "upstream's result processor skips req.is_retracted (overlap only)",
+      f"{_BRP}.process_batch_result_decode",
+      [("                req.finished() or req.is_retracted\n", "                req.finished()\n")],
+      KV_RETRACT),
+    M("chunked-req-merged",
+      "the request being chunked is not excluded when the last prefill merges into the "
+      "running batch (impl's mutation of the same name, in the sglang target's batch "
+      "formation)",
+      "upstream's get_next_batch_to_run (reqs_to_exclude = {chunked_req})",
+      "targets.sglang.loop:Intake._next",
+      [("            loop.filter_finished(last_batch, exclude=chunked)\n",
+        "            loop.filter_finished(last_batch)\n")],
+      KV_CHUNKED),
+    # impl's patches of the code both targets run, probed on the EAGLE v2 slice too
+    M("middle-chunk-committed",
+      "a middle chunk's result is committed as the request's token: its output gains the "
+      "model's successor of a token in the middle of its prompt (impl's mutation of the "
+      "same name, in upstream's own prefill result processing)",
+      "upstream's result processor (inflight_middle_chunks > 0: skipped)",
+      f"{_BRP}.process_batch_result_prefill",
+      [("                    continue\n\n"
+        "                if req.inflight_middle_chunks <= 0:\n",
+        "                    continue\n\n"
+        "                if True:\n")],
+      KV_CHUNKED),
+    dataclasses.replace(_IMPL["chunk-prefix-dropped"], probes=KV_CHUNKED),
+    # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
+    M("pool-edge-off-by-one",
+      "FutureMap sizes its pool-indexed buffers without the padding row (one row short of "
+      "the request pool): the publish/stash for the pool's last slot indexes past them",
+      "issue 13 (pool edge)", f"{_FM}.__init__",
+      [("        self.req_pool_size = req_to_token_pool.req_to_token.shape[0]\n",
+        "        self.req_pool_size = req_to_token_pool.req_to_token.shape[0] - 1\n")],
+      SLOT_REUSE),
+]

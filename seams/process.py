@@ -1,0 +1,72 @@
+"""Every permanent change specrace makes to its own process, in one list, each with why.
+
+They are made at first use, once (each site is idempotent), and never undone: a
+process that ran a simulator trial or loaded the sglang target stays changed. Each site
+calls ``note(name)`` when it makes its change, so ``applied()`` says which of them this
+process has (reports and ``specrace list`` can show it; a test holds every site to the
+list). Nothing else in the tree may change the process for good.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+# name -> (where, what and why)
+CHANGES: Dict[str, Tuple[str, str]] = {
+    "sim-device": (
+        "harness/runtime/sim/__init__.py: install",
+        "torch's PrivateUse1 backend renamed to `sim` and `torch.sim` registered as its "
+        "device module: `torch.device('sim')` must parse and "
+        "`torch.get_device_module('sim')` give the simulator's streams and events, so "
+        "impl/ and sglang run on it unchanged"),
+    "gc-phase-callback": (
+        "harness/runtime/sim/__init__.py: install (allocator.watch_collector)",
+        "a callback in `gc.callbacks` that notes when the cyclic collector runs: a "
+        "storage the collector frees is not handed to the next allocation, since when "
+        "the collector runs is not a property of the program under test"),
+    "torch.tensor-pinning": (
+        "harness/runtime/pinning.py: install_sim_tensor_factory",
+        "`torch.tensor` wrapped: `torch.tensor(..., pin_memory=True)` asks a CUDA-capable "
+        "build for pinned memory, which a CPU-only torch refuses; under the simulator "
+        "the tensor is made and then pinned the simulator's way"),
+    "cuda-api-wrapped": (
+        "harness/runtime/cuda/api.py: ensure_api_wrapped",
+        "the stream/event/graph methods of torch.cuda wrapped (once): the CUDA backend's "
+        "trace must see every record, wait, sync and capture the code under test makes, "
+        "and these are C++ methods a dispatch mode does not reach"),
+    "sglang-stand-ins": (
+        "targets/sglang/bootstrap.py: install_stand_ins",
+        "an import finder at the front of `sys.meta_path` for absent GPU-only packages "
+        "(triton, sgl_kernel, ...): sglang imports them at module level, and the code "
+        "under test never calls them on the paths the target drives"),
+    "sglang-env-defaults": (
+        "targets/sglang/bootstrap.py: load; targets/sglang/__init__.py: load",
+        "`SGLANG_IS_IN_CI=0` and, without CUDA, `SGLANG_PLATFORM` = specrace's platform "
+        "plugin (setdefault: a value the user set wins): quiet CPU defaults, and pinned "
+        "staging as on a GPU when the simulator stands for one"),
+    "sglang-gpu-paths": (
+        "targets/sglang/upstream.py: take_gpu_paths",
+        "`overlap_utils._is_cuda = True`: the FutureMap's private D2H stream, pinned "
+        "mirror and confidence ring exist only on CUDA, and the simulator stands for "
+        "that GPU (set once, after the contract checked the attribute exists)"),
+    "sglang-kernel-seams": (
+        "targets/sglang/eagle_kernels.py: install; targets/sglang/kv_lifecycle.py: install",
+        "upstream modules' module-level names of Triton kernel launchers (EAGLE's tree "
+        "build and verify, the KV-column write `assign_req_to_token_pool_func`, ...) bound "
+        "to specrace's declared ops of the same effect: a Triton kernel has no simulator "
+        "path, and on CUDA its reads and writes would be outside the happens-before trace"),
+}
+
+_APPLIED: List[str] = []
+
+
+def note(name: str) -> None:
+    """Record that the change ``name`` (a key of ``CHANGES``) is now in effect."""
+    if name not in CHANGES:
+        raise KeyError(f"unlisted process change {name!r}: add it to seams.process")
+    if name not in _APPLIED:
+        _APPLIED.append(name)
+
+
+def applied() -> List[str]:
+    """The changes in effect in this process, in the order they were made."""
+    return list(_APPLIED)

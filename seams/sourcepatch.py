@@ -1,0 +1,138 @@
+"""Run-time source patches: a function's source, edited, compiled and swapped in for a block.
+
+Seeded bugs (``mutations``) and the sglang target's variants (the pre-#35198
+relay patched into the installed classes) are both this: a function or method named
+``"module:qualname"``, a list of ``(snippet, replacement)`` edits of its source, each
+snippet occurring exactly once -- so a change to the code it targets breaks the patch
+loudly (``PatchError``) instead of silently testing nothing. The patched function is
+compiled in its module's namespace and replaces the original for the duration of
+``applied()``, then the original is put back; the installed files are never edited.
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import inspect
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Tuple
+
+
+class PatchError(RuntimeError):
+    """The patch does not fit the code it targets (a harness error, never a finding)."""
+
+
+@dataclass(frozen=True)
+class SourcePatch:
+    target: str  # "module:qualname", e.g. "impl.spec_info:NgramVerifyInput.filter_batch"
+    edits: Tuple[Tuple[str, str], ...]  # (snippet, replacement), each snippet unique
+    label: str = ""  # what the patch is, for error messages
+
+    def check(self) -> None:
+        """Raise ``PatchError`` if the patch no longer applies."""
+        with self.applied():
+            pass
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        try:
+            owner, attr = resolve(self.target)
+            raw = inspect.getattr_static(owner, attr)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise PatchError(f"{self.label or 'patch'}: cannot find {self.target}: "
+                             f"{type(exc).__name__}: {exc}") from None
+        func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
+        func = func.fget if isinstance(func, property) else func  # its source re-makes it
+        module = inspect.getmodule(func)
+        namespace = dict(module.__dict__)
+        try:
+            exec(self._compiled(func), namespace)  # the code under test's source, patched
+            patched = namespace[func.__name__]
+        except (SyntaxError, KeyError) as exc:
+            raise PatchError(f"{self.label or 'patch'}: the patched {self.target} does not "
+                             f"compile: {type(exc).__name__}: {exc}") from None
+        if isinstance(raw, (classmethod, staticmethod)):
+            patched = type(raw)(patched)
+        aliases = [(m, k) for m, k in _aliases(raw, module) if m is not owner]
+        setattr(owner, attr, patched)
+        for m, k in aliases:
+            setattr(m, k, patched)
+        try:
+            yield
+        finally:
+            setattr(owner, attr, raw)
+            for m, k in aliases:
+                setattr(m, k, raw)
+
+    def _compiled(self, func) -> Any:
+        """The patched function's code, compiled once per patch and original (a state
+        machine applies a variant for every example it runs)."""
+        key = (self, func)
+        code = _COMPILED.get(key)
+        if code is not None:
+            return code
+        try:
+            src = inspect.getsource(func)  # snippets match the file's own indentation
+        except (OSError, TypeError) as exc:
+            raise PatchError(f"{self.label or 'patch'}: no source for {self.target}: "
+                             f"{exc}") from None
+        for old, new in self.edits:
+            count = src.count(old)
+            if count != 1:
+                raise PatchError(f"{self.label or 'patch'}: snippet occurs {count} times in "
+                                 f"{self.target}: {old!r}")
+            src = src.replace(old, new)
+        src = textwrap.dedent(src)  # decorators included: they are re-applied
+        # Compiled under the original file name and line numbers, so frames (and race
+        # reports) inside the patched function point at the function it patches.
+        tree = ast.parse(src)
+        ast.increment_lineno(tree, inspect.getsourcelines(func)[1] - 1)
+        code = _COMPILED[key] = compile(tree, inspect.getsourcefile(func), "exec")
+        return code
+
+
+_COMPILED: Dict[Tuple[SourcePatch, Any], Any] = {}
+_ALIASES: Dict[Tuple[int, int], List[Tuple[Any, str]]] = {}
+# packages that bind another package's functions by name: impl's are bound by the targets
+# that drive impl's code (``from impl.schedule_batch import form_prefill``)
+_BOUND_BY = {"impl": ("targets",)}
+
+
+def _aliases(raw: Any, module: Any) -> List[Tuple[Any, str]]:
+    """Other modules of the same package (and of the packages that bind its functions,
+    ``_BOUND_BY``) that bound ``raw`` under a name of their own (``from .verify import
+    verify_tree_greedy``): they are rebound too, or the patch would miss their callers.
+    Scanning every module of a large package (sglang has ~700) is slow, so the answer is
+    kept until the set of loaded modules changes."""
+    key = (id(raw), len(sys.modules))
+    hit = _ALIASES.get(key)
+    if hit is None:
+        package = module.__name__.split(".")[0]
+        packages = (package,) + _BOUND_BY.get(package, ())
+        hit = _ALIASES[key] = [
+            (m, k) for name, m in list(sys.modules.items())
+            if m is not None and name.split(".")[0] in packages
+            for k, v in list(vars(m).items()) if v is raw]
+    return hit
+
+
+def resolve(target: str) -> Tuple[Any, str]:
+    """(owner, attribute) named by ``"module:qualname"``."""
+    mod_name, qual = target.split(":")
+    owner = importlib.import_module(mod_name)
+    parts = qual.split(".")
+    for p in parts[:-1]:
+        owner = getattr(owner, p)
+    getattr(owner, parts[-1])  # exists
+    return owner, parts[-1]
+
+
+@contextlib.contextmanager
+def all_applied(patches) -> Iterator[None]:
+    """Apply several patches for the block (in order; reverted in reverse)."""
+    with contextlib.ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p.applied())
+        yield

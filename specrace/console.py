@@ -1,0 +1,173 @@
+"""The ``specrace`` console script: the process around ``specrace.cli.main``.
+
+Before anything else is imported it installs the signal policy (``seams.signals``: a
+SIGINT or SIGTERM at any moment, the first milliseconds included, is exit 130 / 143 and one
+line, never a traceback) and makes the standard streams safe to write:
+
+* a standard descriptor that is closed at start (``specrace ... >&-``) is opened on
+  ``/dev/null``, so no file the run opens lands on it and nothing meant for stderr goes
+  to stdout (``print(file=None)`` writes to stdout);
+* a write to stdout or stderr that fails -- the reader left (EPIPE), the disk is full
+  (ENOSPC), an I/O error -- does not raise into the command: that stream is pointed at
+  ``/dev/null`` and the command goes on to its own exit status. A pipe whose reader left
+  keeps that status (``specrace list | head`` is 0); lost output on stdout for any other
+  reason is exit 2, with one line on stderr if stderr can still take it.
+
+It ends without interpreter teardown (``os._exit`` after flushing): on torch 2.11 (H200)
+tensors freed during finalisation aborted the process in ``StorageImpl::decref_pyobject``
+after the work was done, and a signal landing in the teardown met no handler.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+
+from seams import signals
+
+EXIT_USAGE = 2
+
+
+class SafeStream:
+    """A text stream whose write errors are recorded, not raised (see the module)."""
+
+    def __init__(self, stream, fd: int, closed: bool = False) -> None:
+        self._stream, self._fd = stream, fd
+        self.failed = None  # the first OSError's errno
+        self._closed_at_start = closed  # the first write fails as on a closed descriptor
+
+    def _fail(self, exc: OSError) -> None:
+        if self.failed is None:
+            self.failed = exc.errno or errno.EIO
+        _null_fd(self._fd)  # what is still buffered drains into /dev/null
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        if self._closed_at_start and text and self.failed is None:
+            self.failed = errno.EBADF
+        if self.failed is not None:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            self._fail(exc)
+            return len(text)
+
+    def flush(self) -> None:
+        if self.failed is not None:
+            return
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            self._fail(exc)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _null_fd(fd: int) -> None:
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        os.dup2(null, fd)
+    except OSError:
+        pass
+    finally:
+        if null != fd:
+            os.close(null)
+
+
+def _open_std_fds() -> set:
+    """Open ``/dev/null`` on each standard descriptor that is closed; returns those."""
+    closed = set()
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.add(fd)
+            try:
+                null = os.open(os.devnull, os.O_RDWR)
+            except OSError:
+                continue
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    return closed
+
+
+def _safe_streams():
+    closed = _open_std_fds()
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if stream is None or fd in closed:  # closed at start: a stream on /dev/null
+            try:
+                stream = open(fd, "w", encoding="utf-8", errors="backslashreplace",
+                              closefd=False)
+            except OSError:
+                continue
+        setattr(sys, name, SafeStream(stream, fd, closed=fd in closed))
+    return sys.stdout, sys.stderr
+
+
+def console_main() -> None:
+    signals.install()  # first: nothing heavy is imported yet
+    rc = EXIT_USAGE
+    out = err = None
+    try:
+        out, err = _safe_streams()
+        from specrace.cli import main
+        rc = main()
+    except KeyboardInterrupt as exc:  # an interrupt before or around main's own handling
+        rc = signals.status_of(exc)
+        _say_interrupted(exc)
+    except SystemExit as exc:  # --help, --version: argparse exits
+        rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+    try:
+        for stream in (out, err):
+            if stream is not None:
+                stream.flush()
+    except KeyboardInterrupt as exc:
+        rc = signals.status_of(exc)
+    if isinstance(out, SafeStream) and out.failed not in (None, errno.EPIPE):
+        print(f"specrace: error: cannot write the output to stdout: "
+              f"{os.strerror(out.failed)}", file=sys.stderr)
+        rc = EXIT_USAGE
+        if err is not None:
+            err.flush()
+    _leave(rc)
+
+
+def _say_interrupted(exc: BaseException) -> None:
+    name = exc.signame if isinstance(exc, signals.Interrupted) else "SIGINT"
+    try:
+        print(f"specrace: interrupted ({name})", file=sys.stderr)
+    except Exception:  # noqa: BLE001 - a stream that cannot take it: the status says it
+        pass
+
+
+def _leave(rc: int) -> None:
+    """Out, without interpreter teardown: the work is done and the streams are flushed.
+    Teardown with torch loaded takes a while and is no place for a signal (a SIGTERM there
+    met the default disposition; an abort was seen once in 200 runs), and on torch 2.11
+    (H200) tensors freed during finalisation aborted the process. A signal from here on
+    is honoured at once: status 128 + N."""
+    for sig in signals.SIGNALS:
+        try:
+            signal.signal(sig, _exit_now)
+        except (OSError, ValueError):
+            pass
+    os._exit(rc)
+
+
+def _exit_now(signum: int, frame) -> None:
+    os._exit(128 + signum)
+
+
+if __name__ == "__main__":
+    console_main()
