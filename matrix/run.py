@@ -16,11 +16,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
+import targets
 from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from harness.runtime.limits import gpu_watchdog, watchdog_seconds
-from scenarios.registry import get
+from scenarios.resolve import RunRequest, resolve
 
 from mutations import Mutation, MutationError
 from mutations.catalogue import by_name, mutations_for
@@ -93,7 +94,6 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
 
 def probes_for(target: str) -> Dict[str, Probe]:
     """The probes whose scenario runs on ``target``."""
-    import targets
     tgt = targets.get(target)
     return {n: p for n, p in PROBES.items() if tgt.supports(p.scenario)}
 
@@ -110,17 +110,20 @@ def oracle_of(result) -> str:
 def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None,
               target: str = "impl") -> Tuple[bool, Optional[str], Optional[str]]:
     """(killed, oracle, one-line detail) -- stops at the first trial that finds something."""
-    sc = get(probe.scenario)
-    policy = parse_policy(probe.policy) if backend == "sim" else None  # the catalogue's text
+    run = resolve(RunRequest(probe.scenario, target=target, variant=probe.variant,
+                             war_barrier=probe.war_barrier, backend=backend,
+                             # the catalogue's text: parsed here, once
+                             policy=parse_policy(probe.policy) if backend == "sim" else None,
+                             trials=len(probe.seeds)))
+    patch = _patch(run.variant, run.target, mutation)
     for seed in probe.seeds:
-        wl = sc.workload(seed)
-        args = server_args(wl, {**sc.variants[probe.variant], "war_barrier": probe.war_barrier})
+        wl = run.scenario.workload(seed)
+        args = server_args(wl, {**run.variant.args, "war_barrier": str(run.war_barrier)})
         # On CUDA only the first trial is trace-captured (one captured engine run per
         # process: a second one crashed torch 2.11 on the H200); later seeds judge values.
-        res = run_trial(backend, policy, wl, args,
-                        sc.stalls(None), detect_races=backend == "sim" or seed == probe.seeds[0],
-                        mutation=_patch(sc, probe.variant, target, mutation),
-                        answers=sc.answers, target=target)
+        res = run_trial(str(run.backend), run.policy, wl, args, list(run.stalls),
+                        detect_races=run.backend == "sim" or seed == probe.seeds[0],
+                        mutation=patch, answers=dict(run.host_order), target=run.target)
         if res.reproduced:
             detail = (res.divergence.message if res.divergence
                       else res.races[0].summary())
@@ -139,14 +142,14 @@ class _Together:
         return all_applied(self.patches)
 
 
-def _patch(sc, variant: str, target: str, mutation: Optional[Mutation]):
+def _patch(variant, target, mutation: Optional[Mutation]):
     """What a probe run patches: the mutation under test -- on top of the variant's fix
     when the variant is a fixed form of an upstream finding -- or the variant's own
     patch."""
-    own = sc.mutation(variant, target)
+    own = variant.patch(target.name)
     if mutation is None:
         return own
-    if sc.variants[variant].get("fix") is not None:
+    if variant.fix is not None:
         return _Together(own, mutation.patch)
     return mutation
 
@@ -168,7 +171,6 @@ def _row(m: Mutation, status: str, **kw) -> dict:
 def _disabled(m: Mutation, target: str) -> str:
     """Why the code under test cannot take this mutation's patch (a release that moved the
     code: the mutation is disabled, named, and not counted), "" when it can."""
-    import targets
     return targets.get(target).patch_problem(m.target, m.edits)
 
 
@@ -345,7 +347,6 @@ def _gpu_healthy() -> bool:
 
 def _child(backend: str, target: str, cells: List[Tuple[str, str]]) -> int:
     """A child process's cells, in order, one JSON line each as it finishes."""
-    import targets
     targets.get(target)  # the code under test, loaded before a patch of it is checked
     by = by_name(target)
     for kind, name in cells:

@@ -5,14 +5,14 @@ Scenario files stay short and declarative; ``harness.trials`` runs them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from harness.oracle.workload import Workload
-from seams.faults.plan import StallAt
 from harness.policies import Eager, SchedulePolicy
+from harness.run import AS_INSTALLED, FIXED, Variant  # noqa: F401  (re-exported)
+from seams.faults.plan import StallAt
 
 
-AS_INSTALLED, FIXED = "as-installed", "fixed"
 
 
 def stall_at(point: str, default_ms: Optional[float] = None
@@ -23,16 +23,25 @@ def stall_at(point: str, default_ms: Optional[float] = None
     return lambda ms: [StallAt(point, default_ms if ms is None else ms)]
 
 
+def with_bug(mutation: str, **args: Any) -> Variant:
+    """A variant that runs a seeded bug (``mutations.catalogue``) with server args ``args``."""
+    return Variant("", args, mutation=mutation)
+
+
+def with_fix(fix: str, **args: Any) -> Variant:
+    """A variant that runs a candidate fix of upstream (``mutations.fixes``)."""
+    return Variant("", args, fix=fix)
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
     summary: str
     workload: Callable[[int], Workload]  # seed -> workload
     stalls: Callable[[Optional[float]], List[StallAt]]  # stall ms -> plan
-    # variant -> ServerArgs overrides; the key "mutation" names a seeded bug
-    # (mutations.catalogue), "fix" a candidate fix of upstream
-    # (mutations.fixes), applied around each trial
-    variants: Dict[str, Dict[str, object]]
+    # variant name -> its server-arg overrides (a plain mapping) or a Variant
+    # (``with_bug`` / ``with_fix``); read back, every value is a named ``Variant``
+    variants: Dict[str, Union[Mapping[str, Any], Variant]]
     default_variant: str
     # (variant, war_barrier) -> "race" | "clean"; war_barrier None = either
     expect: Dict[Tuple[str, Optional[str]], str] = field(default_factory=dict)
@@ -44,23 +53,12 @@ class Scenario:
     cuda_trials: int = 200
 
     def __post_init__(self) -> None:
-        # "as-installed": the code under test with no patch at all -- what a released
-        # sglang shipped (the sglang target's default); on impl/ the same as "fixed"
-        self.variants.setdefault(AS_INSTALLED, dict(self.variants[FIXED]))
-
-    def mutation(self, variant: str, target: str = "impl"):
-        """The patch a variant applies on ``target`` around each trial: a seeded bug
-        (``"mutation"``) or a candidate fix of upstream (``"fix"``); None: the code as it
-        is."""
-        fix = self.variants[variant].get("fix")
-        if fix is not None:
-            from mutations.fixes import get_fix
-            return get_fix(target, fix)
-        name = self.variants[variant].get("mutation")
-        if name is None:
-            return None
-        from mutations.catalogue import get
-        return get(target, name)
+        for name, v in list(self.variants.items()):
+            self.variants[name] = (v.named(name) if isinstance(v, Variant)
+                                   else Variant(name, v))
+        # "as-installed" (harness.run): the sglang target's default
+        if AS_INSTALLED not in self.variants:
+            self.variants[AS_INSTALLED] = Variant(AS_INSTALLED, self.variants[FIXED].args)
 
     def expected(self, variant: str, war_barrier: str) -> str:
         return self.expect.get((variant, war_barrier), self.expect.get((variant, None), "clean"))

@@ -16,7 +16,7 @@ configuration that reaches it, the configurations that do not, and the candidate
   before the readback. ``reports/upstream/findings/graph-result-readback.md``.
 """
 
-from scenarios.base import AS_INSTALLED, Scenario, stall_at
+from scenarios.base import AS_INSTALLED, Scenario, stall_at, with_fix
 from scenarios.workloads import random_workload
 
 _DSPARK = {"spec_algorithm": "dspark"}
@@ -45,7 +45,7 @@ DSPARK_CONFIDENCE_RING = Scenario(
     # the next scatter) for the host's copy_done.query() to hand the slot to the planner
     stalls=stall_at("d2h.before_ring_copy", RING_STALL_MS),
     variants={AS_INSTALLED: dict(_RING),
-              "fixed": {**_RING, "fix": "ring-copy-fenced"},
+              "fixed": with_fix("ring-copy-fenced", **_RING),
               # the other ragged mode builds the same ring
               "cap-accept": {**_RING, "ragged_verify_mode": "cap-accept"},
               "cpu-seq-lens": {**_RING, "needs_cpu_seq_lens": True},
@@ -62,7 +62,7 @@ DSPARK_RESULT_READBACK = Scenario(
     workload=_workload,
     stalls=stall_at("copy.before_result_d2h", READBACK_STALL_MS),
     variants={AS_INSTALLED: dict(_FOLDED),
-              "fixed": {**_FOLDED, "fix": "forward-waits-result-copy"},
+              "fixed": with_fix("forward-waits-result-copy", **_FOLDED),
               "eager-accept": {**_FOLDED, "folded_accept": False}},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "race"},

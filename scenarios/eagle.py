@@ -15,7 +15,7 @@ import dataclasses
 
 from seams.faults.plan import StallAt
 
-from scenarios.base import AS_INSTALLED, Scenario
+from scenarios.base import AS_INSTALLED, Scenario, with_bug
 from scenarios.grammar import grammar_workload
 from scenarios.workloads import slot_reuse_workload
 
@@ -54,7 +54,7 @@ EAGLE_V2 = Scenario(
                                   "retract_at": ((0, 9), (3, 2), (6, 2))},
               # the WAR barrier removed: the next iteration's row writes may overtake the
               # draft extend's (and a finished request's verify's) reads of the rows
-              "no-war-barrier": {**_EAGLE, "mutation": "war-barrier-removed"}},
+              "no-war-barrier": with_bug("war-barrier-removed", **_EAGLE)},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean",
             ("topk2", None): "clean", ("topk2-plan-stream", None): "clean",

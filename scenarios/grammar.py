@@ -7,7 +7,7 @@
 """
 import json
 
-from scenarios.base import Scenario, stall_at
+from scenarios.base import Scenario, stall_at, with_bug
 from scenarios.workloads import random_workload
 
 SCHEMAS = [
@@ -33,7 +33,7 @@ GRAMMAR_NGRAM = Scenario(
             "after the shared-read-done record",
     workload=grammar_workload,
     stalls=stall_at("forward.after_read_done"),
-    variants={"fixed": {}, "stale-mask": {"mutation": "stale-extend-mask"}},
+    variants={"fixed": {}, "stale-mask": with_bug("stale-extend-mask")},
     default_variant="fixed",
     expect={("fixed", None): "clean", ("stale-mask", None): "race"},
     sim_trials=6,
@@ -46,8 +46,8 @@ GRAMMAR_TREE_STAGING = Scenario(
     workload=grammar_workload,
     stalls=stall_at("forward.after_draft"),
     variants={"fixed": {"spec_algorithm": "eagle"},
-              "no-event": {"spec_algorithm": "eagle", "mutation": "tree-copy-no-event"},
-              "stale-mask": {"spec_algorithm": "eagle", "mutation": "stale-extend-mask"}},
+              "no-event": with_bug("tree-copy-no-event", spec_algorithm="eagle"),
+              "stale-mask": with_bug("stale-extend-mask", spec_algorithm="eagle")},
     default_variant="fixed",
     expect={("fixed", None): "clean", ("no-event", None): "race",
             ("stale-mask", None): "race"},

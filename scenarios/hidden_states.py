@@ -7,7 +7,7 @@ algorithm; the copy stream is stalled before the readback. The hidden states eac
 gets back are judged against the synchronous reference's (``hidden_states`` rows).
 """
 
-from scenarios.base import AS_INSTALLED, Scenario, stall_at
+from scenarios.base import AS_INSTALLED, Scenario, stall_at, with_fix
 from scenarios.dspark import READBACK_STALL_MS
 from scenarios.workloads import random_workload
 
@@ -20,7 +20,7 @@ NGRAM_HIDDEN_READBACK = Scenario(
     workload=lambda seed: random_workload(seed, n_requests=6, draft_token_num=4),
     stalls=stall_at("copy.before_result_d2h", READBACK_STALL_MS),
     variants={AS_INSTALLED: dict(_HIDDEN),
-              "fixed": {**_HIDDEN, "fix": "forward-waits-result-copy"},
+              "fixed": with_fix("forward-waits-result-copy", **_HIDDEN),
               "eager-verify": {**_HIDDEN, "cuda_graph": False}},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "race"},

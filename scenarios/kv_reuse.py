@@ -24,7 +24,7 @@ import dataclasses
 
 from seams.faults.plan import StallAt
 
-from scenarios.base import Scenario
+from scenarios.base import Scenario, with_bug
 from scenarios.workloads import slot_reuse_workload
 
 KV_POOL_SLOTS = 96  # the long request and two short ones at a time
@@ -48,7 +48,7 @@ KV_ROW_REUSE = Scenario(
     workload=kv_reuse_workload,
     stalls=lambda ms: [StallAt("forward.before_attn_metadata", ms),
                        StallAt("forward.after_read_done", ms)],
-    variants={"fixed": {}, "no-war-barrier": {"mutation": "war-barrier-removed"},
+    variants={"fixed": {}, "no-war-barrier": with_bug("war-barrier-removed"),
               # a hybrid sliding-window pool: freeing a finished request's slots clears
               # their SWA mapping during result processing, which the barrier right after
               # each launch (#31687) orders after the in-flight forward's translate
@@ -56,22 +56,20 @@ KV_ROW_REUSE = Scenario(
               # a device drafter before the target's verify (EAGLE-style): two runners
               # publish read-done; the barrier must take the target's
               "eagle": {"spec_algorithm": "eagle"},
-              "swa-barrier-at-loop-top": {"kv_layout": "swa",
-                                          "mutation": "war-barrier-at-loop-top"},
+              "swa-barrier-at-loop-top": with_bug("war-barrier-at-loop-top", kv_layout="swa"),
               # retraction: the long request and two short ones give their rows and
               # slots back mid-run (a step of theirs in flight) and are prefilled again
               "retract": {"retract_at": RETRACT_AT},
-              "retract-no-war-barrier": {"retract_at": RETRACT_AT,
-                                         "mutation": "war-barrier-removed"},
+              "retract-no-war-barrier": with_bug("war-barrier-removed", retract_at=RETRACT_AT),
               # chunked prefill: prompts (and the retracted requests' histories) go in
               # chunks of CHUNK tokens, the request being chunked kept out of the
               # running batch, its next chunk's columns written while its last chunk's
               # forward may still gather the row
               "chunked": {"chunked_prefill_size": CHUNK},
               "chunked-retract": {"chunked_prefill_size": CHUNK, "retract_at": RETRACT_AT},
-              "chunked-no-war-barrier": {"chunked_prefill_size": CHUNK,
-                                         "retract_at": RETRACT_AT,
-                                         "mutation": "war-barrier-removed"}},
+              "chunked-no-war-barrier": with_bug("war-barrier-removed",
+                                                 chunked_prefill_size=CHUNK,
+                                                 retract_at=RETRACT_AT)},
     default_variant="fixed",
     expect={("fixed", None): "clean", ("no-war-barrier", None): "race", ("swa", None): "clean", ("eagle", None): "clean",
             ("swa-barrier-at-loop-top", None): "race", ("retract", None): "clean",
@@ -95,7 +93,7 @@ KV_PRESSURE = Scenario(
     workload=kv_pressure_workload,
     stalls=KV_ROW_REUSE.stalls,
     variants={"fixed": {"admission": "optimistic"},
-              "no-war-barrier": {"admission": "optimistic", "mutation": "war-barrier-removed"},
+              "no-war-barrier": with_bug("war-barrier-removed", admission="optimistic"),
               # the same workload admitted on whole lifetimes: never short, no retraction
               "lifetime": {}},
     default_variant="fixed",

@@ -26,11 +26,3 @@ def get(name: str) -> Scenario:
     except KeyError:
         raise KeyError(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}") from None
 
-
-def run_scenario(name: str, **kw) -> dict:
-    """Run a registered scenario like ``specrace repro`` and return its result dict
-    (``kw``: the ``ReproConfig`` fields -- variant, war_barrier, backend, policy, stall_ms,
-    trials, seed, expect). For pytest (the ``scenario_runner`` fixture) and scripts."""
-    from harness.trials.repro import ReproConfig, run_repro
-    scenario = get(name)
-    return run_repro(ReproConfig(scenario=scenario.name, **kw), scenario).to_json()

@@ -28,6 +28,7 @@ from typing import Callable, Dict, Optional
 
 import torch
 
+import targets
 from specrace.bench_rounds import best_of, interleaved, paired_ratio
 from specrace.soak import soak_fixed  # noqa: F401  (tools/h200*.sh import it from here)
 
@@ -150,7 +151,7 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
             stats: Dict[str, int] = {}
             with make_rt() as rt:
                 t = time.perf_counter()
-                drive(rt, wl, args, FaultPlan(), target, stats)
+                drive(rt, wl, args, FaultPlan(), targets.get(target), stats)
                 total_t += time.perf_counter() - t
             total_it += stats["iterations"]
         return total_t / max(total_it, 1) * 1e3
@@ -183,7 +184,6 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
 
 
 def _sglang_loadable(required: bool) -> bool:
-    import targets
     try:
         targets.get("sglang")
         return True
@@ -211,15 +211,12 @@ STALL_SWEEP_MS = (0.0, 0.05, 0.1, 0.5, 1.0)
 
 
 def bench_cuda(trials: int = 50, soak_iterations: int = 10_000) -> Dict[str, object]:
-    from harness.trials.repro import ReproConfig, run_repro
-    from scenarios.registry import get
-    sc = get("ngram-filter-race")
+    from scenarios.resolve import run_scenario_result
     out: Dict[str, object] = {"gpu": torch.cuda.get_device_name(0)}
     sweep = []
     for ms in STALL_SWEEP_MS:
-        res = run_repro(ReproConfig(sc.name, variant="pre-fix", war_barrier="fine",
-                                    backend="cuda", stall_ms=ms, trials=trials, detect=False),
-                        sc)
+        res = run_scenario_result("ngram-filter-race", variant="pre-fix", war_barrier="fine",
+                                  backend="cuda", stall_ms=ms, trials=trials, detect=False)
         sweep.append({"stall_ms": ms, "reproduced": res.reproduced, "trials": trials,
                       "rate": res.rate, "median_trial_ms": res.median_trial_ms})
         print(f"bench: stall {ms} ms: reproduced {res.reproduced}/{trials}, "
@@ -299,9 +296,9 @@ def bench_grammar_overlap(trials: int = 4) -> Dict[str, object]:
             return default
     for seed in range(trials):
         wl = sc.workload(seed)
-        args = server_args(wl, sc.variants["fixed"])
+        args = server_args(wl, sc.variants["fixed"].args)
         with open_runtime("cuda", trace=False) as rt:
-            drive(rt, wl, args, Timer())
+            drive(rt, wl, args, Timer(), targets.get("impl"))
         shapes.append(len(wl.requests) * wl.draft_token_num)
     dev = torch.device("cuda")
     model = ToyTargetModel(dev)

@@ -213,49 +213,26 @@ def cmd_list(args) -> int:
     return EXIT_OK
 
 
-def _check_repro_args(args, scenario, target: str) -> None:
-    variant = args.variant or scenario.default_variant
-    from targets import get as get_target  # a patch that no longer fits disables it
-    problem = get_target(target).variant_problem(scenario.variants[variant])
-    if problem:
-        raise UsageError(f"variant {variant!r} is disabled here: {problem}")
-    if scenario.mutation(variant, target) is not None:
-        from mutations import MutationError
-        try:
-            scenario.mutation(variant, target).check()
-        except MutationError as exc:
-            raise UsageError(f"variant {variant!r}: {exc}") from None
+def _resolve(request):
+    """The run a request asks for; anything it cannot become is bad input (exit 2)."""
+    from harness.target import TargetError
+    from scenarios.resolve import ResolveError, resolve
+    try:
+        return resolve(request)
+    except TargetError as exc:
+        raise UsageError(str(exc), exc.problems) from None
+    except ResolveError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def cmd_repro(args) -> int:
-    from harness.trials.repro import ReproConfig, run_repro
-    from harness.runtime import resolve_backend
+    from harness.trials.repro import run_repro
     from harness.runtime.limits import gpu_watchdog
-    from scenarios.registry import get
-    try:
-        scenario = get(args.scenario)
-    except KeyError as exc:
-        raise UsageError(str(exc.args[0])) from None
-    if args.variant is not None and args.variant not in scenario.variants:  # before the
-        raise UsageError(f"unknown variant {args.variant!r} for {scenario.name}; "  # slow
-                         f"expected one of: {', '.join(scenario.variants)}")  # target load
-    target = _load_target(args.target)
-    if not target.supports(scenario.name):
-        raise UsageError(f"scenario {scenario.name} does not run on the {target.name} target; "
-                         f"it runs: {', '.join(s for s in (target.scenarios or ()))}")
-    if args.variant is None and target.name == "sglang":
-        from scenarios.base import AS_INSTALLED
-        args.variant = AS_INSTALLED  # a release as it shipped, unless a variant is asked for
-    if args.war_barrier is None:
-        args.war_barrier = target.default_war_barrier()
-    _check_repro_args(args, scenario, target.name)
-    backend = resolve_backend(args.backend)
-    if backend == "cuda" and args.policy is not None:
-        raise UsageError("--policy applies to the simulator only (--backend sim)")
-    cfg = ReproConfig(scenario=scenario.name, variant=args.variant or scenario.default_variant,
-                      war_barrier=args.war_barrier, backend=backend, policy=args.policy,
-                      stall_ms=args.stall_ms, trials=args.trials, seed=args.seed,
-                      expect=args.expect, target=target.name)
+    from scenarios.resolve import RunRequest
+    run = _resolve(RunRequest(
+        scenario=args.scenario, target=args.target, variant=args.variant,
+        war_barrier=args.war_barrier, backend=args.backend, policy=args.policy,
+        stall_ms=args.stall_ms, trials=args.trials, seed=args.seed, expect=args.expect))
     report_dir = args.report_dir or os.path.join("reports", "runs")
     if not args.no_report:  # before the run: a folder that cannot take the set costs no trial
         from harness.report import ReportDirError, check_report_dir
@@ -263,10 +240,9 @@ def cmd_repro(args) -> int:
             check_report_dir(report_dir)
         except ReportDirError as exc:
             raise UsageError(f"--report-dir: {exc}") from None
-    trials = args.trials or (scenario.cuda_trials if backend == "cuda" else scenario.sim_trials)
-    with gpu_watchdog(backend, trials, args.stall_ms, "specrace repro"):
-        result = A.with_progress(lambda prog: run_repro(cfg, scenario, prog), trials,
-                                f"{scenario.name} on {backend}", quiet=args.json)
+    with gpu_watchdog(str(run.backend), run.trials, args.stall_ms, "specrace repro"):
+        result = A.with_progress(lambda prog: run_repro(run, prog), run.trials,
+                                 f"{run.scenario.name} on {run.backend}", quiet=args.json)
     # Quoted, so it pastes into a shell as it ran (``--policy 'pct(7,3)'``).
     result.command = shlex.join(["specrace", *sys.argv[1:]]) if sys.argv else None
     write_error = None

@@ -357,7 +357,7 @@ def scenario_runner(specrace_backend: str, pytestconfig: pytest.Config):
     result dict (as ``specrace repro --json``), on the chosen backend and target unless
     ``backend=`` / ``target=`` is given. Assert on ``result["outcome"]`` /
     ``result["matches_expectation"]``."""
-    from scenarios.registry import run_scenario
+    from scenarios.resolve import run_scenario
     target = pytestconfig.getoption("--specrace-target") or os.environ.get(TARGET_ENV, "impl")
 
     def run(name: str, **kw: Any) -> Any:

@@ -134,23 +134,25 @@ def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
     loaded = source if isinstance(source, LoadedReport) else load_report(source)
     from_ = replay_source(loaded, from_)
     check_bounds(loaded, max_trials)
-    from harness.trials.repro import ReproConfig, run_repro
+    from harness.trials.repro import run_repro
     from harness.runtime import cuda_available
-    from scenarios.registry import SCENARIOS
+    from scenarios.resolve import RunRequest, resolve
 
     report, old = loaded.report, loaded.result
     if old.backend == "cuda" and not cuda_available():
         raise ValueError(f"report was recorded on cuda; this machine has no GPU (use "
                          f"--backend sim to reproduce on the simulator: "
                          f"{one_line(old.repro_command(backend='sim'), 200)})")
-    cfg = ReproConfig(scenario=old.scenario, variant=old.variant,
-                      war_barrier=old.war_barrier, backend=old.backend,
-                      policy=loaded.schedules if from_ == "schedule" else loaded.policy,
-                      stall_ms=float(old.stall_ms) if old.stall_ms is not None else None,
-                      trials=old.trials, seed=old.seed, expect=old.expect, target=old.target,
-                      stall_plan=list(old.stall_plan) if "stall_plan" in loaded.keys else None,
-                      host_order=dict(old.host_order) if "host_order" in loaded.keys else None)
-    new = run_repro(cfg, SCENARIOS[old.scenario], _budgeted(progress, cfg.trials, budget_s))
+    sim = old.backend == "sim"
+    run = resolve(RunRequest(
+        scenario=old.scenario, variant=old.variant, war_barrier=old.war_barrier,
+        backend=old.backend,
+        policy=(loaded.schedules if from_ == "schedule" else loaded.policy) if sim else None,
+        stall_ms=float(old.stall_ms) if old.stall_ms is not None else None,
+        trials=old.trials, seed=old.seed, expect=old.expect, target=old.target,
+        stall_plan=list(old.stall_plan) if "stall_plan" in loaded.keys else None,
+        host_order=dict(old.host_order) if "host_order" in loaded.keys else None))
+    new = run_repro(run, _budgeted(progress, run.trials, budget_s))
     original, replayed = verdict_of(old), verdict_of(new)
     same, summary = compare(original, replayed)
     notes = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Dict
 
+import targets
+
 
 def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
                target: str = "impl", scenario: str = "",
@@ -19,8 +21,9 @@ def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
     if scenario:
         from scenarios.registry import get
         sc = get(scenario)
-        overrides = {**sc.variants[variant or sc.default_variant], "war_barrier": "fine"}
-        if overrides.get("mutation"):
+        chosen = sc.variants[variant or sc.default_variant]
+        overrides = {**chosen.args, "war_barrier": "fine"}
+        if chosen.mutation is not None:
             raise ValueError(f"variant {variant} seeds a bug: not the fixed code")
 
         def setup(seed: int):
@@ -37,7 +40,8 @@ def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
     t0 = time.perf_counter()
     while iterations < min_iterations:
         wl, stalls, args = setup(seed)
-        res = run_trial("cuda", None, wl, args, stalls, detect_races=False, target=target)
+        res = run_trial("cuda", None, wl, args, stalls, detect_races=False,
+                        target=targets.get(target))
         if res.divergence is not None:
             stale += 1
             kinds[res.divergence.kind] = kinds.get(res.divergence.kind, 0) + 1

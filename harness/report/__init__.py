@@ -44,7 +44,7 @@ __all__ = ["write_reports", "report_name", "environment", "REPORT_FORMAT", "Repo
 
 def report_name(identity: Dict[str, Any]) -> str:
     """The set's folder name from a run's identity (``ReproResult.identity()``, or
-    ``ReproConfig.identity(scenario)`` before the run: the same dict)."""
+    ``Run.identity()`` before the run: the same dict)."""
     ms = identity.get("stall_ms")
     parts = [identity["scenario"]]
     if identity.get("target", "impl") != "impl":

@@ -2,51 +2,49 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
-import targets
-from seams import faults
 from harness.oracle.workload import Workload
+from harness.target import Target
+from seams import faults
 from seams.faults.plan import FaultPlan
 
 MAX_ITERATIONS = 400  # a run that does not finish by then is a finding, not a hang
 
 
-def server_args(workload: Workload, overrides: Dict[str, Any]):
-    """ServerArgs for a workload (its draft length and request pool) and a variant's
-    overrides; a variant's ``mutation`` / ``fix`` keys are not server args."""
+def server_args(workload: Workload, overrides: Mapping[str, Any]):
+    """ServerArgs for a workload (its draft length and request pool) and server-arg
+    ``overrides`` (a variant's ``args``, and any more)."""
     from impl.scheduler import ServerArgs
     args = ServerArgs(draft_token_num=workload.draft_token_num)
     if workload.req_pool_size is not None:
         args = dataclasses.replace(args, req_pool_size=workload.req_pool_size)
     if workload.kv_pool_size is not None:
         args = dataclasses.replace(args, kv_pool_size=workload.kv_pool_size)
-    return dataclasses.replace(args, **{k: v for k, v in overrides.items()
-                                          if k not in ("mutation", "fix")})
+    return dataclasses.replace(args, **overrides)
 
 
 _BACKEND_CACHE: Dict[str, Any] = {}
 
 
-def grammar_backend(target: str = "impl"):
+def grammar_backend(target: Target):
     """One grammar backend per target and process (compiling grammars is the expensive
     part)."""
-    gb = _BACKEND_CACHE.get(target)
+    gb = _BACKEND_CACHE.get(target.name)
     if gb is None:
-        gb = _BACKEND_CACHE[target] = targets.get(target).grammar_backend()
+        gb = _BACKEND_CACHE[target.name] = target.grammar_backend()
     return gb
 
 
-def drive(runtime, workload: Workload, args, plan: FaultPlan,
-          target: str = "impl", stats: Optional[Dict[str, int]] = None) -> Dict[int, List[int]]:
+def drive(runtime, workload: Workload, args, plan: FaultPlan, target: Target,
+          stats: Optional[Dict[str, int]] = None) -> Dict[int, List[int]]:
     """Run ``workload`` through a fresh scheduler of ``target`` on ``runtime`` with
     ``plan`` installed (``stats``, if given, gets the scheduler iterations it took)."""
-    tgt = targets.get(target)
     needs_grammar = any(r.schema for r in workload.requests)
     gb = grammar_backend(target) if needs_grammar else None
     plan.runtime = runtime
-    with tgt.variant(args, runtime.device):
-        sched = tgt.scheduler(args, runtime.device, grammar_backend=gb)
+    with target.variant(args, runtime.device):
+        sched = target.scheduler(args, runtime.device, grammar_backend=gb)
         for name, stream in sched.streams.items():
             if stream is not None:
                 runtime.label(stream, name)
@@ -59,7 +57,7 @@ def drive(runtime, workload: Workload, args, plan: FaultPlan,
                         spec = pending.pop(0)
                         grammar = (gb.grammar_for_json_schema(spec.schema) if spec.schema
                                    else None)
-                        reqs[spec.rid] = tgt.request(spec.rid, spec.prompt,
+                        reqs[spec.rid] = target.request(spec.rid, spec.prompt,
                                                      spec.max_new_tokens, grammar)
                         sched.add_request(reqs[spec.rid])
                     sched.step()

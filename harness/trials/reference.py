@@ -11,6 +11,7 @@ from harness.oracle.workload import Workload
 from harness.policies import Eager
 from seams.faults.plan import FaultPlan
 from harness.runtime import open_runtime
+from harness.target import Target
 
 from harness.trials.drive import drive
 
@@ -28,7 +29,7 @@ class ReferenceCrash(Exception):
         self.exc = exc
 
 
-def reference(workload: Workload, args, backend: str, target: str = "impl") -> Reference:
+def reference(workload: Workload, args, backend: str, target: Target) -> Reference:
     """The synchronous reference: the target's own engine, fixed code, no overlap, no CUDA
     graphs, on an eager device (an LRU cache holds the last ``REFERENCE_CACHE_SIZE``). ``ReferenceCrash``
     if the engine fails in it."""
@@ -36,7 +37,7 @@ def reference(workload: Workload, args, backend: str, target: str = "impl") -> R
                                    war_barrier="coarse", cuda_graph=False)
     # keyed by everything the reference run is made of: every server arg it runs with
     # (a variant's patches are applied around the trial only, never around it)
-    key = json.dumps([target, backend, workload.to_json(), dataclasses.asdict(ref_args)],
+    key = json.dumps([target.name, backend, workload.to_json(), dataclasses.asdict(ref_args)],
                      sort_keys=True)
     ref = _REFERENCE_CACHE.get(key)
     if ref is not None:

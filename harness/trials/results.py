@@ -110,7 +110,7 @@ class ReproResult:
         return sum(t.traced for t in self.trial_results)
 
     def identity(self) -> Dict[str, Any]:
-        """Every setting that changed what ran (``ReproConfig.identity`` before the run
+        """Every setting that changed what ran (``Run.identity`` before the run
         gives the same): the report set's name is made from it."""
         return {"scenario": self.scenario, "target": self.target, "variant": self.variant,
                 "war_barrier": self.war_barrier, "backend": self.backend,

@@ -22,6 +22,7 @@ from harness.policies import SchedulePolicy
 from seams.faults.plan import FaultPlan, StallAt
 from harness.runtime import open_runtime
 from harness.runtime.policy import Schedule
+from harness.target import Target
 
 from harness.trials.drive import drive, grammar_backend
 from harness.trials.reference import ReferenceCrash, quiesce, reference
@@ -44,12 +45,11 @@ class TrialResult:
 
 
 def run_trial(backend: str, policy: Optional[SchedulePolicy], workload: Workload, args,
-              stalls: List[StallAt],
+              stalls: List[StallAt], target: Target,
               detect_races: bool = True, keep_trace: bool = False,
               stop_early: bool = True, mutation: Any = None,
-              answers: Optional[Dict[str, Any]] = None,
-              target: str = "impl") -> TrialResult:
-    """One run; ``policy`` is the simulator's (ignored on CUDA, whose schedule is the
+              answers: Optional[Dict[str, Any]] = None) -> TrialResult:
+    """One run of ``workload`` on ``target``'s engine; ``policy`` is the simulator's (ignored on CUDA, whose schedule is the
     GPU's). ``mutation`` (a ``mutations.Mutation``) is applied around the run
     only -- never around the reference. A crash of the engine, in the run or in the
     reference, is a finding (divergence kind ``crash``/``deadlock``), never an exception."""

@@ -104,7 +104,7 @@ class EngineMachine(RuleBasedStateMachine):
                                war_barrier=self.war_barrier, req_pool_size=pool,
                                kv_pool_size=kv, kv_layout=layout, chunked_prefill_size=chunk,
                                admission="lifetime" if chunk else admission)
-        self.gb = grammar_backend(self.target_name) if self.schemas else None
+        self.gb = grammar_backend(self.tgt) if self.schemas else None
         self.stack.enter_context(self.tgt.variant(self.args, self.rt.device))
         with self._engine():
             self.sched = self.tgt.scheduler(self.args, self.rt.device, grammar_backend=self.gb)
@@ -163,7 +163,7 @@ class EngineMachine(RuleBasedStateMachine):
             self.args.retract_at = self.args.retract_at + ((rid, retract),)
         spec = RequestSpec(rid, 0, prompt, budget, schema)
         solo = reference(Workload([spec], self.args.draft_token_num), self.args, self.backend,
-                         self.target_name)
+                         self.tgt)
         self.ref.results.update(solo.results)
         self.ref.outputs.update(solo.outputs)
         self.specs[rid] = spec

@@ -12,7 +12,8 @@ import os
 import sys
 from typing import Any, Dict, Iterator, Optional
 
-from targets import Target, TargetError
+from harness.run import AS_INSTALLED
+from harness.target import Target, TargetError
 from targets.sglang import contract, static
 
 # Scenarios the upstream engine runs: all of them (grammar staging on sglang's own
@@ -102,16 +103,16 @@ class SglangTarget(Target):
         root = static.package_root()
         return static.patch_fits(root, target, edits) if root else "sglang's source is missing"
 
-    def variant_problem(self, overrides) -> str:
+    def variant_problem(self, variant) -> str:
         """Why a variant cannot run on this release: a patch of it no longer fits."""
         from targets.sglang.patches import relay_patches
-        patches = list(relay_patches(overrides.get("relay", "future_map")))
-        if overrides.get("fix"):
-            from mutations.fixes import get_fix
-            patches.append(get_fix(self.name, overrides["fix"]))
+        args = variant.args
+        patches = list(relay_patches(args.get("relay", "future_map")))
+        if variant.fix is not None:
+            patches.append(variant.patch(self.name))
         slices = {"dspark": ("dspark", "DSpark"), "eagle-v2": ("eagle_v2", "EAGLE v2")}
-        if overrides.get("spec_algorithm") in slices:
-            feature, name = slices[overrides["spec_algorithm"]]
+        if args.get("spec_algorithm") in slices:
+            feature, name = slices[args["spec_algorithm"]]
             root = static.package_root()
             missing = contract.missing_code(root, feature) if root else "its source"
             if missing:
@@ -122,6 +123,10 @@ class SglangTarget(Target):
             if problem:
                 return f"{p.label} does not fit sglang {self.version}: {problem}"
         return ""
+
+    def default_variant(self, scenario) -> str:
+        """A release as it shipped, unless a variant is asked for."""
+        return AS_INSTALLED
 
     def default_war_barrier(self) -> str:
         """The release's own fence for an NGRAM step. Its WAR barrier is fine only when

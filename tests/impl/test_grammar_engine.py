@@ -13,6 +13,7 @@ from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from impl.vocab import EOS_ID, decode
 from scenarios.registry import get
+import targets
 
 POLICIES = ["eager", "lazy", "stall(forward)", "random(5)", "pct(3,3)"]
 
@@ -24,11 +25,11 @@ def test_constrained_outputs_valid_and_others_unaffected(scenario, policy):
     completed = constrained = 0
     for seed in (0, 1):
         wl = sc.workload(seed)
-        args = server_args(wl, sc.variants["fixed"])
-        res = run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None))
+        args = server_args(wl, sc.variants["fixed"].args)
+        res = run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None), target=targets.get("impl"))
         assert res.divergence is None, res.divergence
         assert res.races == []
-        ref = reference(wl, args, "sim")
+        ref = reference(wl, args, "sim", targets.get("impl"))
         for spec in wl.requests:
             out = res.outputs[spec.rid]
             assert out == ref.outputs[spec.rid]  # every request, constrained or not

@@ -18,14 +18,15 @@ from impl.scheduler import Scheduler, ServerArgs
 from matrix.run import PROBES, run_probe
 from mutations import BY_NAME
 from scenarios.registry import get
+import targets
 
 SC = get("ngram-filter-race")
 
 
 def _trial(policy, seed, **overrides):
     wl = SC.workload(seed)
-    args = server_args(wl, {**SC.variants["fixed"], **overrides})
-    return run_trial("sim", parse_policy(policy), wl, args, SC.stalls(None), keep_trace=True)
+    args = server_args(wl, {**SC.variants["fixed"].args, **overrides})
+    return run_trial("sim", parse_policy(policy), wl, args, SC.stalls(None), keep_trace=True, target=targets.get("impl"))
 
 
 def test_graphs_on_by_default_where_the_device_captures():
@@ -86,7 +87,7 @@ def test_the_synchronous_reference_is_graph_free(monkeypatch):
         monkeypatch.setattr(room, "drive", spy)
     monkeypatch.setattr(reference, "_REFERENCE_CACHE", type(reference._REFERENCE_CACHE)())
     wl = SC.workload(4)
-    trial.run_trial("sim", parse_policy("eager"), wl, server_args(wl, {}), [], detect_races=False)
+    trial.run_trial("sim", parse_policy("eager"), wl, server_args(wl, {}), [], detect_races=False, target=targets.get("impl"))
     assert seen[0] == (False, False) and seen[1] == (True, True)
 
 
@@ -104,9 +105,9 @@ def test_graph_mutations_are_caught_on_every_seed_probe(name, oracles):
 
 def test_graph_races_name_the_capture_and_replay_sites():
     wl = SC.workload(0)
-    args = server_args(wl, SC.variants["fixed"])
+    args = server_args(wl, SC.variants["fixed"].args)
     res = run_trial("sim", parse_policy("eager"), wl, args, [],
-                    mutation=BY_NAME["graph-replay-on-side-stream"])
+                    mutation=BY_NAME["graph-replay-on-side-stream"], target=targets.get("impl"))
     mm = [r for r in res.races if r.first.op == "mm.default"]
     assert mm, [r.summary() for r in res.races]
     text = mm[0].summary()

@@ -20,6 +20,7 @@ from impl.schedule_batch import Req
 from matrix.run import PROBES, run_probe
 from mutations import BY_NAME
 from scenarios.registry import get
+import targets
 
 POOL_MUTATIONS = ("war-barrier-removed", "war-barrier-at-loop-top",
                   "read-done-before-metadata", "accept-moved-via-req-to-token",
@@ -136,7 +137,7 @@ def test_fixed_code_is_clean_on_reused_pools(policy, fence, layout):
     wl = sc.workload(0)
     res = run_trial("sim", parse_policy(policy), wl,
                     server_args(wl, {"war_barrier": fence, "kv_layout": layout}),
-                    sc.stalls(None))
+                    sc.stalls(None), target=targets.get("impl"))
     assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
     assert res.checked > 50  # every launch's attention read was judged
 
@@ -171,7 +172,7 @@ def test_the_barrier_removed_reads_a_row_rewritten_under_the_forward():
     sc = get("kv-row-reuse")
     wl = sc.workload(0)
     res = run_trial("sim", Eager(), wl, server_args(wl, {}), sc.stalls(None),
-                    mutation=BY_NAME["war-barrier-removed"])
+                    mutation=BY_NAME["war-barrier-removed"], target=targets.get("impl"))
     d = res.divergence
     assert d is not None and d.kind == "kv_context" and "past its finish" in d.message, d
     assert any(r.first.op.startswith("attn_metadata") and "init_forward_metadata" in r.first.where()

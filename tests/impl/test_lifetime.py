@@ -12,14 +12,15 @@ from harness.policies import parse_policy
 from harness.runtime.trace import COPY_H2D
 from mutations import BY_NAME
 from scenarios.registry import get
+import targets
 
 
 def _trial(scenario: str, policy: str, mutation=None, seed: int = 0):
     sc = get(scenario)
     wl = sc.workload(seed)
-    args = server_args(wl, {**sc.variants["fixed"], "war_barrier": "fine"})
+    args = server_args(wl, {**sc.variants["fixed"].args, "war_barrier": "fine"})
     return run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None), stop_early=False,
-                     mutation=mutation)
+                     mutation=mutation, target=targets.get("impl"))
 
 
 def test_schedule_inputs_not_recorded_race_across_a_reuse():

@@ -23,20 +23,21 @@ from mutations.catalogue import get as get_mutation
 from matrix.run import PROBES, run_probe
 from tests.impl.test_retraction import POLICIES, run_retract
 from scenarios.registry import get
+import targets
 
 
 def retraction_points(target: str, seed: int, overlap: bool):
     """``{rid: [from_step, ...]}`` of one run of the pressure variant, and its outputs."""
     sc = get("kv-pressure")
     wl = sc.workload(seed)
-    args = dataclasses.replace(server_args(wl, sc.variants["fixed"]), overlap=overlap)
+    args = dataclasses.replace(server_args(wl, sc.variants["fixed"].args), overlap=overlap)
     seen = collections.defaultdict(list)
 
     def observer(name, ctx):
         if name == "retracted":
             seen[ctx["req"].rid].append(ctx["from_step"])
     with open_runtime("sim", parse_policy("eager")) as rt:
-        outputs = drive(rt, wl, args, FaultPlan(observer=observer), target=target)
+        outputs = drive(rt, wl, args, FaultPlan(observer=observer), target=targets.get(target))
     return dict(seen), outputs, wl
 
 

@@ -19,6 +19,7 @@ from mutations.catalogue import get as get_mutation
 from matrix.run import PROBES, run_probe
 from scenarios.kv_reuse import RETRACT_AT
 from scenarios.registry import get
+import targets
 
 POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "pct(2,3)"]
 
@@ -27,9 +28,9 @@ def run_retract(target: str, policy: str, seed: int = 0, variant: str = "retract
                 scenario: str = "kv-row-reuse"):
     sc = get(scenario)
     wl = sc.workload(seed)
-    overrides = {k: v for k, v in sc.variants[variant].items() if k != "mutation"}
-    return run_trial("sim", parse_policy(policy), wl, server_args(wl, overrides),
-                     sc.stalls(None), target=target, mutation=sc.mutation(variant, target))
+    v = sc.variants[variant]
+    return run_trial("sim", parse_policy(policy), wl, server_args(wl, v.args),
+                     sc.stalls(None), target=targets.get(target), mutation=v.patch(target))
 
 
 def watch_retractions(monkeypatch, target: str, policy: str = "eager"):
@@ -76,7 +77,7 @@ def run_to_end(target: str, variant: str, seed: int = 0):
     import targets
     sc = get("kv-row-reuse")
     wl = sc.workload(seed)
-    args = server_args(wl, dict(sc.variants[variant]))
+    args = server_args(wl, dict(sc.variants[variant].args))
     tgt = targets.get(target)
     with open_runtime("sim", trace=False) as rt, tgt.variant(args, rt.device):
         sched = tgt.scheduler(args, rt.device)

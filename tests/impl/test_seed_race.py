@@ -7,6 +7,7 @@ from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from scenarios.registry import get
+import targets
 
 SC = get("ngram-filter-race")
 POLICIES = ["eager", "lazy", "stall(forward)", "random(3)", "pct(5,3)"]
@@ -14,8 +15,8 @@ POLICIES = ["eager", "lazy", "stall(forward)", "random(3)", "pct(5,3)"]
 
 def trial(variant, war_barrier, policy, seed, stall_ms=None):
     wl = SC.workload(seed)
-    args = server_args(wl, {**SC.variants[variant], "war_barrier": war_barrier})
-    return run_trial("sim", parse_policy(policy), wl, args, SC.stalls(stall_ms))
+    args = server_args(wl, {**SC.variants[variant].args, "war_barrier": war_barrier})
+    return run_trial("sim", parse_policy(policy), wl, args, SC.stalls(stall_ms), target=targets.get("impl"))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -61,8 +62,8 @@ def test_fixed_outputs_equal_reference_token_for_token():
     from harness.trials.reference import reference
     wl = SC.workload(4)
     args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
-    res = run_trial("sim", parse_policy("lazy"), wl, args, SC.stalls(None))
-    ref = reference(wl, args, "sim")
+    res = run_trial("sim", parse_policy("lazy"), wl, args, SC.stalls(None), target=targets.get("impl"))
+    ref = reference(wl, args, "sim", targets.get("impl"))
     assert res.outputs == ref.outputs
     assert all(len(v) > 0 for v in res.outputs.values())
 
@@ -83,8 +84,8 @@ def test_host_order_and_dp_idle_scenarios(name, policy):
     sc = get(name)
     wl = sc.workload(0)
     for variant, clean in (("fixed", True), ("pre-fix", False)):
-        args = server_args(wl, {**sc.variants[variant], "war_barrier": "fine"})
-        res = run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None), answers=sc.answers)
+        args = server_args(wl, {**sc.variants[variant].args, "war_barrier": "fine"})
+        res = run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None), answers=sc.answers, target=targets.get("impl"))
         if clean:
             assert res.divergence is None and res.races == [], (res.divergence, res.races)
         else:

@@ -13,7 +13,7 @@ from seams.faults.plan import FaultPlan
 from harness.runtime import open_runtime
 from harness.trials.drive import drive, server_args
 from scenarios.eagle import EAGLE_V2
-from scenarios.registry import run_scenario
+from scenarios.resolve import run_scenario
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,13 +34,13 @@ def _run(backend, variant, graphs: bool, monkeypatch=None):
                 return _f(self, *a, **kw)
             monkeypatch.setattr(cls, name, counted)
     wl = EAGLE_V2.workload(0)
-    args = dataclasses.replace(server_args(wl, EAGLE_V2.variants[variant]), cuda_graph=graphs)
+    args = dataclasses.replace(server_args(wl, EAGLE_V2.variants[variant].args), cuda_graph=graphs)
     accepts, decodes = [], []
     plan = FaultPlan(observer=lambda name, v: (
         accepts.append(v["accept_len"]) if name == "result" else None,
         decodes.append(1) if name == "seq_lens" else None))
     with open_runtime(backend, parse_policy("eager")) as rt:
-        out = drive(rt, wl, args, plan, target="sglang")
+        out = drive(rt, wl, args, plan, target=targets.get("sglang"))
     return out, accepts, len(decodes), calls
 
 

@@ -11,7 +11,8 @@ from harness.trials.drive import drive, server_args
 from harness.policies import parse_policy
 from seams.faults.plan import FaultPlan
 from harness.runtime import open_runtime
-from scenarios.registry import get, run_scenario
+from scenarios.registry import get
+from scenarios.resolve import run_scenario
 from scenarios.sglang_relay import POLICIES
 
 
@@ -80,10 +81,10 @@ def test_prefill_batches_between_decodes_do_not_open_the_ring_race():
     sc = get("dspark-confidence-ring")
     for seed in range(3):
         wl = random_workload(seed, n_requests=8, draft_token_num=4, max_arrive=14)
-        args = server_args(wl, sc.variants["cpu-seq-lens"])
+        args = server_args(wl, sc.variants["cpu-seq-lens"].args)
         for policy in ("eager", "random(1)", "pct(2,2)"):
             res = run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None),
-                            target="sglang")
+                            target=targets.get("sglang"))
             assert not res.reproduced, (seed, policy, res.divergence, res.races)
 
 
@@ -95,8 +96,8 @@ def test_the_planner_and_the_oracle_see_every_resolved_slot():
     seen = []
     plan = FaultPlan(observer=lambda name, ctx: seen.append(name))
     with open_runtime("sim", parse_policy("eager"), trace=False) as rt, \
-            sc.mutation("fixed", "sglang").applied():
-        drive(rt, wl, server_args(wl, sc.variants["fixed"]), plan, "sglang")
+            sc.variants["fixed"].patch("sglang").applied():
+        drive(rt, wl, server_args(wl, sc.variants["fixed"].args), plan, targets.get("sglang"))
     assert seen.count("confidence_resolved") >= 3
     assert seen.count("confidence_published") > seen.count("confidence_resolved")
 

@@ -15,7 +15,7 @@ from seams.faults.plan import FaultPlan
 from harness.runtime import open_runtime
 from harness.trials.drive import drive, server_args
 from scenarios.eagle import EAGLE_V2
-from scenarios.registry import run_scenario
+from scenarios.resolve import run_scenario
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -25,12 +25,12 @@ def sglang():
 
 def _run(backend, variant="fixed"):
     wl = EAGLE_V2.workload(0)
-    args = server_args(wl, EAGLE_V2.variants[variant])
+    args = server_args(wl, EAGLE_V2.variants[variant].args)
     seen = collections.Counter()
     plan = FaultPlan(observer=lambda name, v: seen.update(
         [("accept", v["accept_len"])] if name == "result" else []))
     with open_runtime(backend, parse_policy("eager")) as rt:
-        out = drive(rt, wl, args, plan, target="sglang")
+        out = drive(rt, wl, args, plan, target=targets.get("sglang"))
     return wl, out, seen
 
 
@@ -60,7 +60,7 @@ def test_the_output_is_the_target_models_greedy_output(specrace_backend):
     assert eagle3 == out
     args = server_args(wl, {})
     with open_runtime(specrace_backend, parse_policy("eager")) as rt:
-        ngram = drive(rt, wl, args, FaultPlan(), target="sglang")
+        ngram = drive(rt, wl, args, FaultPlan(), target=targets.get("sglang"))
     assert ngram == out
 
 
@@ -108,7 +108,7 @@ def test_the_kv_oracle_judges_every_eagle_launch(variant):
     passes."""
     from harness.oracle.stale import Reference, StaleValueOracle
     wl = EAGLE_V2.workload(0)
-    args = server_args(wl, EAGLE_V2.variants[variant])
+    args = server_args(wl, EAGLE_V2.variants[variant].args)
     oracle = StaleValueOracle(Reference({}, {}), stop_early=False)
     seen = collections.Counter()
 
@@ -116,7 +116,7 @@ def test_the_kv_oracle_judges_every_eagle_launch(variant):
         seen[name] += 1
         oracle(name, ctx)
     with open_runtime("sim", parse_policy("eager")) as rt:
-        drive(rt, wl, args, FaultPlan(observer=observe), target="sglang")
+        drive(rt, wl, args, FaultPlan(observer=observe), target=targets.get("sglang"))
     assert seen["kv_context"] >= seen["result"] > 0
     assert oracle.checked >= seen["kv_context"] and not oracle.divergences
 
@@ -174,10 +174,10 @@ def test_grammar_runs_behind_upstreams_barrier_and_matches_ngram(monkeypatch):
     wl = EAGLE_V2_GRAMMAR.workload(0)
     assert any(r.schema for r in wl.requests)
     outs = {}
-    for name, overrides in (("eagle", EAGLE_V2_GRAMMAR.variants["fixed"]), ("ngram", {})):
+    for name, overrides in (("eagle", EAGLE_V2_GRAMMAR.variants["fixed"].args), ("ngram", {})):
         with open_runtime("sim", parse_policy("eager")) as rt:
             outs[name] = drive(rt, wl, server_args(wl, overrides), FaultPlan(),
-                               target="sglang")
+                               target=targets.get("sglang"))
     assert outs["eagle"] == outs["ngram"]
     assert advanced["results"] > 0
 

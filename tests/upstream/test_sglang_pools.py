@@ -15,6 +15,7 @@ from matrix.run import PROBES, run_probe
 from mutations.catalogue import get as get_mutation
 from scenarios.registry import get
 from tests.impl.test_kv_pools import POOL_MUTATIONS, watch_pools
+import targets
 
 
 def test_the_pools_are_upstreams():
@@ -43,7 +44,7 @@ def test_released_code_is_clean_on_reused_pools(policy):
     sc = get("kv-row-reuse")
     wl = sc.workload(1)
     res = run_trial("sim", parse_policy(policy), wl, server_args(wl, {}), sc.stalls(None),
-                    target="sglang")
+                    target=targets.get("sglang"))
     assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
     assert res.checked > 50
 

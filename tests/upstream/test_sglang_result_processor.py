@@ -12,6 +12,7 @@ from harness.policies import parse_policy
 from harness.runtime import open_runtime
 from harness.trials.drive import drive, server_args
 from scenarios.registry import get
+import targets
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +28,9 @@ def sglang():
 def _run(sglang, scenario, variant, seed=0, policy="eager", spy=None):
     sc = get(scenario)
     wl = sc.workload(seed)
-    args = server_args(wl, sc.variants[variant])
+    args = server_args(wl, sc.variants[variant].args)
     with open_runtime("sim", parse_policy(policy)) as rt:
-        outputs = drive(rt, wl, args, FaultPlan(), target="sglang")
+        outputs = drive(rt, wl, args, FaultPlan(), target=targets.get("sglang"))
     return wl, outputs
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.impl import test_retraction as impl_tests
+import targets
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -65,8 +66,8 @@ def test_upstreams_eagle_worker_is_clean_through_retractions(monkeypatch, policy
     for seed in (0, 1):
         wl = sc.workload(seed)
         res = run_trial("sim", parse_policy(policy), wl,
-                        server_args(wl, dict(sc.variants["retract"])), sc.stalls(None),
-                        target="sglang")
+                        server_args(wl, sc.variants["retract"].args), sc.stalls(None),
+                        target=targets.get("sglang"))
         assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
     assert any(seen)  # a step in flight at a retraction
 

@@ -12,7 +12,7 @@ import pytest
 import targets
 from harness.policies import parse_policy
 from seams.sourcepatch import PatchError, SourcePatch
-from scenarios.registry import run_scenario
+from scenarios.resolve import run_scenario
 
 POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "pct(2,3)"]
 

@@ -13,6 +13,7 @@ import sys
 ONE = r"""
 import sys, torch
 from harness.runtime import open_runtime
+import targets
 kind, name = sys.argv[1], sys.argv[2]
 try:
     if kind == "litmus":
@@ -27,9 +28,9 @@ try:
         from scenarios.registry import get
         sc = get("ngram-filter-race"); variant, barrier = name.split(":")
         wl = sc.workload(0)
-        args = server_args(wl, {**sc.variants[variant], "war_barrier": barrier})
+        args = server_args(wl, {**sc.variants[variant].args, "war_barrier": barrier})
         with open_runtime("cuda", trace=False) as rt:
-            drive(rt, wl, args, FaultPlan(stalls=sc.stalls(None)))
+            drive(rt, wl, args, FaultPlan(stalls=sc.stalls(None)), target=targets.get("impl"))
     print("CSAN-CLEAN")
 except Exception as exc:
     print("CSAN-RACE" if "CUDASanitizer" in type(exc).__name__ or "data race" in str(exc)

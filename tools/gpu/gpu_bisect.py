@@ -24,11 +24,12 @@ from harness.runtime import hostmem
 from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
 from scenarios.registry import get
+import targets
 sc = get("ngram-filter-race")
 for i in range(3):
     wl = sc.workload(i)
     args = server_args(wl, {{"relay": "spec_info", "war_barrier": "fine"}})
-    r = run_trial("cuda", None, wl, args, sc.stalls(None), detect_races=True)
+    r = run_trial("cuda", None, wl, args, sc.stalls(None), detect_races=True, target=targets.get("impl"))
     print("trial", i, "ok", len(r.races), flush=True)
 '''
 

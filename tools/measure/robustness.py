@@ -132,10 +132,8 @@ def _writer(folder: str, tag: str, rounds: int, barrier, result_json: str) -> No
 
 def writers(rounds: int) -> dict:
     import pickle
-    from harness.trials.repro import ReproConfig, run_repro
-    from scenarios.registry import get
-    sc = get("ngram-filter-race")
-    result = run_repro(ReproConfig(sc.name, backend="sim", trials=1), sc)
+    from scenarios.resolve import run_scenario_result
+    result = run_scenario_result("ngram-filter-race", backend="sim", trials=1)
     folder = tempfile.mkdtemp(prefix="specrace-writers-")
     blob = os.path.join(folder, "..", os.path.basename(folder) + ".pickle")
     with open(blob, "wb") as f:

@@ -38,10 +38,10 @@ def released_cells(sc) -> list:
     candidate fix: retraction, chunked prefill, the SWA layout, the EAGLE shapes ...)."""
     from scenarios.base import AS_INSTALLED, FIXED
     cells = [(FIXED, fence) for fence in ("fine", "coarse")]
-    for variant, overrides in sc.variants.items():
-        if variant in (FIXED, AS_INSTALLED) or "mutation" in overrides or "fix" in overrides:
+    for variant, v in sc.variants.items():
+        if variant in (FIXED, AS_INSTALLED) or v.mutation is not None or v.fix is not None:
             continue
-        if overrides.get("relay") == "spec_info":
+        if v.args.get("relay") == "spec_info":
             continue  # the pre-#35198 relay patched back in: not this release's code
         cells += [(variant, fence) for fence in ("fine", "coarse")
                   if sc.expected(variant, fence) == "clean"]
@@ -50,7 +50,7 @@ def released_cells(sc) -> list:
 
 def audit_scenarios(seeds: int) -> list:
     import targets
-    from harness.trials.repro import ReproConfig, run_repro
+    from scenarios.resolve import run_scenario
     from harness.policies import parse_policy
     from scenarios.registry import get
     rows = []
@@ -59,9 +59,8 @@ def audit_scenarios(seeds: int) -> list:
         sc = get(name)
         for variant, fence in released_cells(sc):
             for policy in POLICIES:
-                res = run_repro(ReproConfig(name, variant=variant, war_barrier=fence,
-                                            backend="sim", policy=parse_policy(policy),
-                                            trials=seeds, target="sglang"), sc).to_json()
+                res = run_scenario(name, variant=variant, war_barrier=fence, backend="sim",
+                                   policy=parse_policy(policy), trials=seeds, target="sglang")
                 rows.append({"scenario": name, "variant": variant, "fence": fence,
                              "policy": policy, "trials": res["trials"],
                              "reproduced": res["reproduced"],
@@ -70,9 +69,8 @@ def audit_scenarios(seeds: int) -> list:
                              "races": [r["summary"] for r in res["races"]]})
                 print(f"audit: {name} {variant} {fence} {policy}: {res['reproduced']}/"
                       f"{res['trials']}", file=sys.stderr, flush=True)
-    control = run_repro(ReproConfig("ngram-filter-race", variant="pre-fix", war_barrier="fine",
-                                    backend="sim", trials=seeds, target="sglang"),
-                        get("ngram-filter-race")).to_json()
+    control = run_scenario("ngram-filter-race", variant="pre-fix", war_barrier="fine",
+                           backend="sim", trials=seeds, target="sglang")
     return rows, {"scenario": "ngram-filter-race", "variant": "pre-fix", "fence": "fine",
                   "reproduced": control["reproduced"], "trials": control["trials"],
                   "races": len(control["races"])}

@@ -25,13 +25,11 @@ from specrace.replay import replay_report
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
     """A real simulator report of the seed race (2 trials) and its folder."""
-    from harness.trials.repro import ReproConfig, run_repro
     from harness.report import write_reports
-    from scenarios.registry import get
+    from scenarios.resolve import run_scenario_result
     out = tmp_path_factory.mktemp("hostile")
-    sc = get("ngram-filter-race")
-    result = run_repro(ReproConfig(sc.name, variant="pre-fix", backend="sim", trials=2,
-                                   expect="race"), sc)
+    result = run_scenario_result("ngram-filter-race", variant="pre-fix", backend="sim",
+                                 trials=2, expect="race")
     paths = write_reports(result, str(out))
     with open(paths["json"], encoding="utf-8") as f:
         return json.load(f), paths["json"]

@@ -91,16 +91,15 @@ def test_without_the_policy_a_deferred_signal_meets_the_handler_it_would_have():
 def _old_set(folder, trials):
     """A set (no trace, nothing run) under the name that ``specrace repro
     ngram-filter-race --backend sim --trials N`` writes."""
-    from harness.trials.repro import ReproConfig
     from harness.trials.results import ReproResult
     from harness.report import write_reports
-    from scenarios.registry import get
-    sc = get("ngram-filter-race")
-    cfg = ReproConfig(sc.name, backend="sim", trials=trials)
-    ident = cfg.identity(sc)
+    from scenarios.resolve import RunRequest, resolve
+    run = resolve(RunRequest("ngram-filter-race", backend="sim", trials=trials))
+    sc = run.scenario
+    ident = run.identity()
     result = ReproResult(sc.name, ident["variant"], "fine", "sim", ident["policy"], None, 0,
-                         trials, 0, None, stall_plan=cfg._stalls(sc),
-                         host_order=cfg._answers(sc), command="the old set")
+                         trials, 0, None, stall_plan=list(run.stalls),
+                         host_order=dict(run.host_order), command="the old set")
     assert result.identity() == ident
     paths = write_reports(result, str(folder))
     with open(paths["json"], encoding="utf-8") as f:

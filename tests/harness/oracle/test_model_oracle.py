@@ -16,6 +16,7 @@ from harness.trials.trial import run_trial
 from impl.model import ToyTargetModel
 from impl.vocab import EOS_ID
 from scenarios.registry import get
+import targets
 
 
 def test_the_greedy_continuation_is_the_models_argmax_chain():
@@ -35,9 +36,9 @@ def test_the_greedy_continuation_is_the_models_argmax_chain():
 def _seed_trial():
     sc = get("ngram-filter-race")
     wl = sc.workload(0)
-    args = server_args(wl, sc.variants["fixed"])
+    args = server_args(wl, sc.variants["fixed"].args)
     return run_trial("sim", parse_policy("eager"), wl, args, sc.stalls(None),
-                     answers=sc.answers)
+                     answers=sc.answers, target=targets.get("impl"))
 
 
 def test_the_fixed_engine_passes():

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 
+import targets
 from seams.paths import REPO_ROOT as ROOT
 EVIL = "bad \ud800 bidi \u202e c1 \x85 esc \x1b[2J math $\\frac{$"
 
@@ -280,9 +281,9 @@ def test_the_reference_cache_keeps_only_the_most_recent(monkeypatch):
     args = ServerArgs(draft_token_num=2)
     loads = [Workload([RequestSpec(0, 0, [5 + k, 6], 1, None)], 2) for k in range(3)]
     for wl in loads:
-        room.reference(wl, args, "sim")
-    room.reference(loads[1], args, "sim")  # a hit makes it the most recent
-    room.reference(loads[0], args, "sim")  # evicts loads[2], not loads[1]
+        room.reference(wl, args, "sim", targets.get("impl"))
+    room.reference(loads[1], args, "sim", targets.get("impl"))  # a hit makes it the most recent
+    room.reference(loads[0], args, "sim", targets.get("impl"))  # evicts loads[2], not loads[1]
     keys = list(room._REFERENCE_CACHE)
     assert len(keys) == 2
     # key: [target, backend, workload, spec_algorithm]

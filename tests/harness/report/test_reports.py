@@ -12,7 +12,8 @@ import jsonschema
 import pytest
 
 from harness.detect.hb import AccessInfo, Race
-from harness.trials.repro import ReproConfig, run_repro
+from harness.trials.repro import run_repro
+from scenarios.resolve import RunRequest, resolve
 from harness.trials.results import ReproResult
 from harness.report import Report, report_name, write_reports
 from harness.report.chrome import chrome_trace
@@ -30,9 +31,9 @@ PHASES = {"X", "i", "s", "f", "M"}
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     out = tmp_path_factory.mktemp("reports")
-    cfg = ReproConfig("ngram-filter-race", variant="pre-fix", war_barrier="fine",
-                      backend="sim", trials=2, expect="race")
-    result = run_repro(cfg, get("ngram-filter-race"))
+    result = run_repro(resolve(RunRequest("ngram-filter-race", variant="pre-fix",
+                                          war_barrier="fine", backend="sim", trials=2,
+                                          expect="race")))
     paths = write_reports(result, str(out))
     return result, paths, out
 
@@ -62,11 +63,9 @@ def test_four_files_in_one_set_folder(written):
 
 
 def test_the_name_carries_every_setting_of_the_run():
-    from harness.trials.repro import ReproConfig
     from harness.policies import parse_policy
-    sc = get("ngram-filter-race")
-    base = ReproConfig(sc.name, variant="pre-fix", backend="sim")
-    names = {report_name(c.identity(sc)) for c in (
+    base = RunRequest("ngram-filter-race", variant="pre-fix", backend="sim")
+    names = {report_name(resolve(c).identity()) for c in (
         base, dataclasses.replace(base, policy=parse_policy("pct(7,3)")),
         dataclasses.replace(base, trials=3), dataclasses.replace(base, stall_ms=0.5),
         dataclasses.replace(base, seed=1), dataclasses.replace(base, war_barrier="coarse"),
@@ -76,16 +75,16 @@ def test_the_name_carries_every_setting_of_the_run():
     assert len(names) == 10
     assert all(len(n) < 255 and "/" not in n for n in names)
     # the expectation is not a setting of the run: the same run, the same set
-    assert report_name(dataclasses.replace(base, expect="race").identity(sc)) in names
-    assert "pct_7_3" in report_name(dataclasses.replace(
-        base, policy=parse_policy("pct(7,3)")).identity(sc))
+    assert report_name(resolve(dataclasses.replace(base, expect="race")).identity()) in names
+    assert "pct_7_3" in report_name(resolve(dataclasses.replace(
+        base, policy=parse_policy("pct(7,3)"))).identity())
 
 
 def test_the_name_before_the_run_is_the_name_after_it(written):
     outcome, _, _ = written
-    cfg = ReproConfig("ngram-filter-race", variant="pre-fix", war_barrier="fine",
-                      backend="sim", trials=2, expect="race")
-    assert cfg.identity(get("ngram-filter-race")) == outcome.identity()
+    run = resolve(RunRequest("ngram-filter-race", variant="pre-fix", war_barrier="fine",
+                             backend="sim", trials=2, expect="race"))
+    assert run.identity() == outcome.identity()
 
 
 def test_json_report_validates_and_round_trips(written):

@@ -14,6 +14,7 @@ from harness.policies import parse_policy
 from harness.runtime.sim.allocator import ROUND
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import AllocRecord, FreeRecord, RecordStreamRecord
+import targets
 
 
 def _streams(rt):
@@ -240,9 +241,9 @@ def test_engine_runs_are_deterministic_with_reuse(policy):
     from scenarios.registry import get
     sc = get("ngram-filter-race")
     wl = sc.workload(1)
-    args = server_args(wl, {**sc.variants["fixed"], "war_barrier": "fine"})
+    args = server_args(wl, {**sc.variants["fixed"].args, "war_barrier": "fine"})
     traces = [run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None),
-                        keep_trace=True).trace for _ in range(2)]
+                        keep_trace=True, target=targets.get("impl")).trace for _ in range(2)]
     a, b = (_normalised(t) for t in traces)
     assert a == b
     assert any(r[0] == "alloc" and r[5] is not None for r in a)  # blocks really were reused

@@ -27,6 +27,7 @@ from harness.runtime.cuda import calibration as CAL
 from harness.runtime.trace import (WAIT_EVENT, AllocRecord, EventRecord, FreeRecord,
                                    HostAccess, OpKind, OpRecord, QueryRecord,
                                    RecordStreamRecord, SyncRecord, Trace)
+import targets
 
 ROOT = Path(__file__).resolve().parents[3]
 HAS_CUDA = torch.cuda.is_available()
@@ -886,7 +887,7 @@ def test_gpu_traced_engine_runs_back_to_back_in_one_process():
     for seed in range(3):
         wl = sc.workload(seed)
         args = server_args(wl, {"relay": "spec_info", "war_barrier": "fine"})
-        res = run_trial("cuda", None, wl, args, sc.stalls(None), detect_races=True)
+        res = run_trial("cuda", None, wl, args, sc.stalls(None), detect_races=True, target=targets.get("impl"))
         assert res.races, seed  # happens-before on every trial, schedule-independent
 
 

@@ -4,8 +4,7 @@ import collections
 
 import impl.scheduler
 from harness.trials import reference as reference_module
-from harness.trials.repro import ReproConfig, run_repro
-from scenarios.registry import get
+from scenarios.resolve import run_scenario_result
 
 
 def _crashing_repro(monkeypatch, expect):
@@ -13,9 +12,8 @@ def _crashing_repro(monkeypatch, expect):
         raise RuntimeError("the engine is broken in every run")
     monkeypatch.setattr(impl.scheduler, "accept_tokens", broken)
     monkeypatch.setattr(reference_module, "_REFERENCE_CACHE", collections.OrderedDict())
-    cfg = ReproConfig("ngram-filter-race", variant="fixed", backend="sim", trials=2,
-                      expect=expect)
-    return run_repro(cfg, get("ngram-filter-race"))
+    return run_scenario_result("ngram-filter-race", variant="fixed", backend="sim",
+                               trials=2, expect=expect)
 
 
 def test_a_crashing_reference_does_not_pass_for_a_race(monkeypatch):
@@ -31,7 +29,6 @@ def test_a_crashing_reference_fails_a_clean_gate_too(monkeypatch):
 
 
 def test_a_real_race_still_meets_a_race_expectation():
-    cfg = ReproConfig("ngram-filter-race", variant="pre-fix", war_barrier="fine",
-                      backend="sim", trials=2, expect="race")
-    res = run_repro(cfg, get("ngram-filter-race"))
+    res = run_scenario_result("ngram-filter-race", variant="pre-fix", war_barrier="fine",
+                              backend="sim", trials=2, expect="race")
     assert not res.reference_crashed and res.matches_expectation is True

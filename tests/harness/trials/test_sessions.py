@@ -17,6 +17,7 @@ from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import WAIT_EVENT, OpKind, OpRecord
 from harness.policies import parse_policy
 from scenarios.registry import get
+import targets
 
 
 # --- same input, same trace, also in-process --------------------------------------------
@@ -24,9 +25,9 @@ from scenarios.registry import get
 def _seed_trial(variant="pre-fix"):
     sc = get("ngram-filter-race")
     wl = sc.workload(0)
-    args = server_args(wl, {**sc.variants[variant], "war_barrier": "fine"})
+    args = server_args(wl, {**sc.variants[variant].args, "war_barrier": "fine"})
     return run_trial("sim", parse_policy("eager"), wl, args, sc.stalls(None), keep_trace=True,
-                     answers=sc.answers)
+                     answers=sc.answers, target=targets.get("impl"))
 
 
 def test_the_same_run_twice_in_one_process_gives_the_same_trace():

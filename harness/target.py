@@ -1,0 +1,81 @@
+"""The target interface: what a server under test gives the engine.
+
+``harness`` drives *objects* of this interface and never looks a target up by name (the
+registry, ``targets.get``, sits a floor above). Two servers implement it: specrace's own
+mirror (``targets.ImplTarget``) and installed upstream sglang (``targets.sglang``); a
+second upstream server plugs in through the same methods.
+
+A target supplies
+
+* the engine: ``scheduler(args, device, grammar_backend)``, an object with ``step`` /
+  ``has_work`` / ``run_to_completion(limit)`` / ``add_request`` / ``close`` / ``iteration``
+  and ``streams`` (name -> stream, labelled in traces);
+* its request type (``request``) and grammar backend (``grammar_backend``);
+* the run-time patches a set of server args needs (``variant``), and why a variant or a
+  source patch cannot run on the installed code (``variant_problem``, ``patch_problem``);
+* its own defaults: the variant a run gets when none is asked for, and the fence;
+* a description for reports (``describe``: version, tier, digest of the files driven).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+
+class TargetError(ValueError):
+    """The target cannot run here (not installed, unsupported version): bad input.
+    ``problems``: every reason, each shown on a line of its own."""
+
+    def __init__(self, message: str, problems=()) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
+
+
+class Target:
+    name = "target"
+    summary = ""
+    # scenario names this target runs (None: every scenario)
+    scenarios: Optional[Tuple[str, ...]] = None
+
+    def load(self) -> None:
+        """Import and check the code under test (raises ``TargetError``)."""
+
+    def scheduler(self, args, device, grammar_backend: Any = None):
+        raise NotImplementedError
+
+    def request(self, rid: int, prompt, max_new_tokens: int, grammar: Any = None):
+        raise NotImplementedError
+
+    def grammar_backend(self):
+        raise TargetError(f"the {self.name} target has no grammar backend")
+
+    @contextlib.contextmanager
+    def variant(self, args, device) -> Iterator[None]:
+        """Run-time patches a run with these server args on ``device`` needs (none by
+        default)."""
+        yield
+
+    def describe(self) -> Dict[str, Any]:
+        return {"target": self.name}
+
+    def patch_problem(self, target: str, edits) -> str:
+        """Why a source patch of ``target`` cannot be applied to this code ("" if it fits).
+        On our own tree a patch that does not fit is a harness error (``PatchError``, raised
+        when it is applied), so nothing is disabled here."""
+        return ""
+
+    def variant_problem(self, variant) -> str:
+        """Why ``variant`` (a ``harness.run.Variant``) cannot run on this code ("": it
+        can)."""
+        return ""
+
+    def default_variant(self, scenario) -> str:
+        """The variant a run of ``scenario`` gets when none is asked for."""
+        return scenario.default_variant
+
+    def default_war_barrier(self) -> str:
+        """The fence a run gets when none is asked for: the code's own."""
+        return "fine"
+
+    def supports(self, scenario: str) -> bool:
+        return self.scenarios is None or scenario in self.scenarios

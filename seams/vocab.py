@@ -1,0 +1,62 @@
+"""The words specrace's runs are made of, as enums: a misspelt word is an error where it
+comes in, not a comparison that is silently false.
+
+Each member *is* its string (a ``str`` subclass whose ``str()`` and format are the value),
+so reports, JSON and server args carry the same words as before and compare equal to
+them; code that means one of these words names the member.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Word(str, enum.Enum):
+    """A ``str`` enum that prints as its value (``enum.StrEnum`` is Python 3.11+)."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    __format__ = str.__format__
+
+    @classmethod
+    def parse(cls, text: str, what: str) -> "Word":
+        """The member spelt ``text``; ``ValueError`` naming ``what`` and the choices."""
+        try:
+            return cls(text)
+        except ValueError:
+            raise ValueError(f"unknown {what} {text!r}; expected one of: "
+                             f"{', '.join(m.value for m in cls)}") from None
+
+
+class Backend(Word):
+    AUTO = "auto"  # CUDA when a GPU is present, else the simulator
+    SIM = "sim"    # the deterministic CPU stream simulator
+    CUDA = "cuda"  # real CUDA streams
+
+
+class Fence(Word):
+    """The scheduler's WAR barrier before a forward."""
+    FINE = "fine"      # wait on the read-done event the forward published
+    COARSE = "coarse"  # wait for the whole previous forward
+
+
+class Relay(Word):
+    """How accept state travels from one step's verify to the next step's draft."""
+    FUTURE_MAP = "future_map"  # stashed and resolved through the FutureMap (the fix)
+    SPEC_INFO = "spec_info"    # carried on the batch's spec info (before the fix)
+
+
+class Verdict(Word):
+    RACE = "race"
+    CLEAN = "clean"
+
+
+class RaceKind(Word):
+    RAW = "RAW"
+    WAR = "WAR"
+    WAW = "WAW"
+
+
+def dtype_name(dtype) -> str:
+    """``torch.int32`` -> ``int32``: how traces and reports name a tensor's dtype."""
+    return str(dtype).removeprefix("torch.")
