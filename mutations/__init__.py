@@ -30,15 +30,15 @@ KV_RETRACT = ("kv-retract", "kv-retract-lazy", "kv-pressure")
 KV_CHUNKED = ("kv-chunked", "kv-chunked-lazy")
 
 MUTATIONS: List[Mutation] = [
-    # --- the NGRAM relay and its streams (seed 002, digest §2.8, M1-M12) --------------
+    # --- the NGRAM relay and its streams (PR #35198, digest §2.8, M1-M12) --------------
     M("filter-gathers-accept-on-schedule",
       "filter_batch gathers accept_tokens/accept_lens on the schedule stream (fine fence)",
-      "seed 002 / M1", "impl.spec_info:NgramVerifyInput.filter_batch",
+      "PR #35198 / M1", "impl.spec_info:NgramVerifyInput.filter_batch",
       [('if self.relay == "future_map" and self.future_indices is not None:', "if False:")],
       SEED),
     M("merge-cats-accept-on-schedule",
       "merge_batch concatenates accept state on the schedule stream (fine fence)",
-      "seed 002 / M1", "impl.spec_info:NgramVerifyInput.merge_batch",
+      "PR #35198 / M1", "impl.spec_info:NgramVerifyInput.merge_batch",
       [('if self.relay == "future_map" and self.future_indices is not None:', "if False:")],
       SEED),
     M("resolve-before-forward-waits",
@@ -161,20 +161,20 @@ MUTATIONS: List[Mutation] = [
       "impl.worker:GenerationBatchResult.copy_to_cpu",
       [("        self.keep_alive = [self.next_token_ids, self.accept_lens]\n", "")],
       SEED),
-    # --- grammar staging and traversal (seed 000, digest §1, M14-M23) ------------------
+    # --- grammar staging and traversal (PR #32393, digest §1, M14-M23) ------------------
     M("tree-copy-no-event",
       "GrammarTree.from_device records no event: resolve() does not wait for the copies",
-      "seed 000 / M21", "impl.grammar:GrammarTree.from_device",
+      "PR #32393 / M21", "impl.grammar:GrammarTree.from_device",
       [("        return cls(host, done)", "        return cls(host, None)")],
       ("grammar-eagle",)),
     M("tree-read-before-resolve",
       "the host reads the staged tree without resolve() waiting on the event",
-      "seed 000 / M21", "impl.grammar:GrammarTree.resolve",
+      "PR #32393 / M21", "impl.grammar:GrammarTree.resolve",
       [("self._done.synchronize()", "pass")],
       ("grammar-eagle",)),
     M("stale-extend-mask",
       "build_grammar_vocab_mask does not clear the extend-stage sampling_info.vocab_mask",
-      "seed 000 / M14", "impl.grammar:build_grammar_vocab_mask",
+      "PR #32393 / M14", "impl.grammar:build_grammar_vocab_mask",
       [("    sampling_info.vocab_mask = None\n", "")],
       GRAMMAR),
     M("grammar-mask-not-applied",
@@ -232,12 +232,12 @@ MUTATIONS: List[Mutation] = [
       GRAMMAR),
 ]
 
-# --- the verify forward under a CUDA graph (issue 16: graph_runner.py) ---------------------
+# --- the verify forward under a CUDA graph (graph_runner.py) ---------------------
 MUTATIONS += [
     M("graph-input-on-side-stream",
       "the static input_ids are refilled on the graph runner's own stream: unordered with "
       "the previous replay reading them and with the replay about to read them",
-      "issue 16 (static input refill)", "impl.graph_runner:VerifyGraphRunner.replay",
+      "the verify CUDA graph (static input refill)", "impl.graph_runner:VerifyGraphRunner.replay",
       [("        self.input_ids[bs][:n].copy_(input_ids)\n",
         "        with self.mod.stream(self.stream):\n"
         "            self.input_ids[bs][:n].copy_(input_ids)\n")],
@@ -245,7 +245,7 @@ MUTATIONS += [
     M("graph-replay-on-side-stream",
       "the graph is replayed on its capture stream; the forward stream reads the static "
       "logits without waiting for the replay",
-      "issue 16 (replay stream)", "impl.graph_runner:VerifyGraphRunner.replay",
+      "the verify CUDA graph (replay stream)", "impl.graph_runner:VerifyGraphRunner.replay",
       [("        self.graphs[bs].replay()\n",
         "        self.stream.wait_stream(self.mod.current_stream())\n"
         "        with self.mod.stream(self.stream):\n"
@@ -254,17 +254,17 @@ MUTATIONS += [
     M("graph-replay-before-fill",
       "the graph is replayed before the static input_ids are refilled: it computes the "
       "previous batch's logits",
-      "issue 16 (replay order)", "impl.graph_runner:VerifyGraphRunner.replay",
+      "the verify CUDA graph (replay order)", "impl.graph_runner:VerifyGraphRunner.replay",
       [("        self.input_ids[bs][:n].copy_(input_ids)\n        self.graphs[bs].replay()\n",
         "        self.graphs[bs].replay()\n        self.input_ids[bs][:n].copy_(input_ids)\n")],
       SEED),
 ]
 
-# --- the request pool: slot reuse (issue 13) ------------------------------------------------
+# --- the request pool: slot reuse ------------------------------------------------
 # Each is harmless while every request gets a fresh slot; only a pool that wraps around
 # (``slot-reuse``: many short requests through a few slots) reaches them.
 MUTATIONS += [
-    # --- the memory pools behind the WAR barrier (issue 24; PRs #26380, #28363, #31687) --
+    # --- the memory pools behind the WAR barrier (PRs #26380, #28363, #31687) --
     M("war-barrier-removed",
       "no WAR barrier: the schedule stream rewrites req_to_token rows while the previous "
       "forward may not have gathered them",
@@ -322,7 +322,7 @@ MUTATIONS += [
       "impl.scheduler:Scheduler.pop_and_process",
       [("            if req.finished or req.is_retracted:\n", "            if req.finished:\n")],
       KV_RETRACT),
-    # --- chunked prefill (issue 24) ---------------------------------------------------------
+    # --- chunked prefill ---------------------------------------------------------
     M("chunked-req-merged",
       "the request being chunked is not excluded when the last prefill merges into the "
       "running batch: it decodes from a prompt whose KV is half written, beside its own "
@@ -351,7 +351,7 @@ MUTATIONS += [
     M("pool-edge-off-by-one",
       "the FutureMap sizes its relay buffers without the padding row (req_pool_size - 1 "
       "rows): the stash for the pool's last slot indexes past them",
-      "issue 13 (pool edge)", "impl.overlap:FutureMap.__init__",
+      "slot reuse (pool edge)", "impl.overlap:FutureMap.__init__",
       [("        self.req_pool_size = req_pool_size\n",
         "        self.req_pool_size = req_pool_size - 1\n")],
       SLOT_REUSE),
@@ -359,7 +359,7 @@ MUTATIONS += [
       "a finished request's slot is released at finish detection and again when its batch "
       "filters it out: once the pool wraps, two live requests share one slot and one "
       "resolves the other's relayed accept state",
-      "issue 13 (slot freed early)", "impl.scheduler:Scheduler._filter_finished",
+      "slot reuse (slot freed early)", "impl.scheduler:Scheduler._filter_finished",
       [("            batch.filter_batch(keep, self.device)\n",
         "            self.kv_cache.free_rows.extend(r.pool_idx for r in batch.reqs if r.finished)\n"
         "            batch.filter_batch(keep, self.device)\n")],
@@ -368,7 +368,7 @@ MUTATIONS += [
       "in an iteration that merges a prefill, the running batch is not filtered: a finished "
       "request whose slot was already handed to a new one runs beside it, and one resolves "
       "the other's relayed accept state from the shared row",
-      "issue 13 (finish and join in one iteration)",
+      "slot reuse (finish and join in one iteration)",
       "impl.scheduler:Scheduler.get_next_batch_to_run",
       [("        if self.running_batch is not None:\n            self._filter_finished(",
         "        elif self.running_batch is not None:\n            self._filter_finished(")],

@@ -40,18 +40,18 @@ _DFLASH = "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2"
 
 
 MUTATIONS: List[Mutation] = [
-    # --- the relay and filter/merge (seed 002, PR #35198) ---------------------------------
+    # --- the relay and filter/merge (PR #35198) ---------------------------------
     M("filter-gathers-accept-on-schedule",
       "NgramVerifyInput.filter_batch gathers accept_tokens/accept_lens on the schedule "
       "stream again (the pre-#35198 slice), fine fence",
-      "seed 002 / M1", f"{_NGRAM}.filter_batch",
+      "PR #35198 / M1", f"{_NGRAM}.filter_batch",
       [("            self.future_indices = self.future_indices[new_indices]\n"
         "            return\n",
         "            self.future_indices = self.future_indices[new_indices]\n")],
       SEED),
     M("merge-cats-accept-on-schedule",
       "NgramVerifyInput.merge_batch concatenates accept state on the schedule stream again",
-      "seed 002 / M1", f"{_NGRAM}.merge_batch",
+      "PR #35198 / M1", f"{_NGRAM}.merge_batch",
       [("                (self.future_indices, spec_info.future_indices), dim=0\n"
         "            )\n"
         "            return\n",
@@ -148,20 +148,20 @@ MUTATIONS: List[Mutation] = [
         "            self.publish_ready.record()\n"
         "            self._publish_fresh = True\n", "")],
       SEED),
-    # --- grammar staging and traversal (seed 000) ----------------------------------------
+    # --- grammar staging and traversal (PR #32393) ----------------------------------------
     M("tree-copy-no-event",
       "GrammarTree.from_device records no event: resolve() does not wait for the D2H copies",
-      "seed 000 / M21", f"{_SPEC}:GrammarTree.from_device",
+      "PR #32393 / M21", f"{_SPEC}:GrammarTree.from_device",
       [("        return cls(host, done)\n", "        return cls(host, None)\n")],
       ("grammar-eagle", "eagle-v2-grammar")),
     M("tree-read-before-resolve",
       "GrammarTree.resolve returns the host tree without waiting on the event",
-      "seed 000 / M21", f"{_SPEC}:GrammarTree.resolve",
+      "PR #32393 / M21", f"{_SPEC}:GrammarTree.resolve",
       [("            self._done.synchronize()\n", "            pass\n")],
       ("grammar-eagle", "eagle-v2-grammar")),
     M("stale-extend-mask",
       "build_grammar_vocab_mask does not clear the extend-stage sampling_info.grammar_mask",
-      "seed 000 / M14", f"{_SPEC}:build_grammar_vocab_mask",
+      "PR #32393 / M14", f"{_SPEC}:build_grammar_vocab_mask",
       [("    sampling_info.grammar_mask = None\n", "")],
       GRAMMAR),
     M("missing-rollback",
@@ -186,7 +186,7 @@ MUTATIONS: List[Mutation] = [
     M("loop-processes-current-result",
       "event_loop_overlap processes the batch it just launched instead of the previous one "
       "(the host reads a result whose forward may still be running)",
-      "issue 21 (upstream's loop)", f"{_SCHED}.event_loop_overlap",
+      "upstream's loop", f"{_SCHED}.event_loop_overlap",
       [("                if not disable_overlap_for_batch:\n"
         "                    pop_and_process()\n",
         "                if not disable_overlap_for_batch:\n"
@@ -196,35 +196,35 @@ MUTATIONS: List[Mutation] = [
     M("run-batch-resolve-before-wait",
       "run_batch resolves the relayed inputs before the forward stream waits on the "
       "schedule stream",
-      "issue 21 (upstream's loop) / M3", f"{_SCHED}.run_batch",
+      "upstream's loop / M3", f"{_SCHED}.run_batch",
       [("                    self.forward_stream.wait_stream(self.schedule_stream)\n"
         "                    if gpu_only_lens:\n",
         "                    resolve_forward_inputs(batch, self.future_map)\n"
         "                    self.forward_stream.wait_stream(self.schedule_stream)\n"
         "                    if gpu_only_lens:\n")],
       SEED),
-    # --- DSpark: the confidence relay's ring, the bonus relay, filter/merge (issue 23) ----
+    # --- DSpark: the confidence relay's ring, the bonus relay, filter/merge ----
     M("ring-copy-skips-publish-wait",
       "ConfidenceRelay.issue_ring_copy copies confidence_buf without waiting for "
       "publish_ready (the copy can read the buffer before the forward's scatter)",
-      "issue 23 (ring)", f"{_RING}.issue_ring_copy",
+      "DSpark (ring)", f"{_RING}.issue_ring_copy",
       [("        stream.wait_event(publish_ready)\n", "")],
       DSPARK_RING),
     M("ring-copy-done-not-recorded",
       "ConfidenceRelay.issue_ring_copy never records copy_done[slot] (an unrecorded event "
       "queries as done: the host reads the pinned slot before the copy lands)",
-      "issue 23 (ring)", f"{_RING}.issue_ring_copy",
+      "DSpark (ring)", f"{_RING}.issue_ring_copy",
       [("            self.copy_done[slot].record()\n", "")],
       DSPARK_RING),
     M("ring-resolve-skips-query",
       "ConfidenceRelay.resolve hands out the lagged slot without polling copy_done[slot]",
-      "issue 23 (ring)", f"{_RING}.resolve",
+      "DSpark (ring)", f"{_RING}.resolve",
       [("        if not self.copy_done[slot].query():\n            return None\n", "")],
       DSPARK_RING),
     M("ring-lag-off-by-one",
       "ConfidenceRelay.resolve reads the slot one step newer than the lag says (the budget "
       "planner takes that step's confidence as the lagged one's)",
-      "issue 23 (ring lag)", f"{_RING}.resolve",
+      "DSpark (ring lag)", f"{_RING}.resolve",
       [("        slot = (self.ring_pos - CONFIDENCE_RELAY_RING_LAG) % "
         "CONFIDENCE_RELAY_RING_DEPTH\n",
         "        slot = (self.ring_pos - CONFIDENCE_RELAY_RING_LAG + 1) % "
@@ -233,7 +233,7 @@ MUTATIONS: List[Mutation] = [
     M("publish-ready-before-confidence-scatter",
       "FutureMap.publish records publish_ready before the confidence scatter (the ring "
       "copy's wait then admits a read of the buffer before it is written)",
-      "issue 23 (ring) / M5", f"{_FM}.publish",
+      "DSpark (ring) / M5", f"{_FM}.publish",
       [("        if publish_confidence:\n"
         "            self.confidence_relay.scatter(indices, confidence)\n", ""),
        ("            self._publish_fresh = True\n",
@@ -244,7 +244,7 @@ MUTATIONS: List[Mutation] = [
     M("stash-drops-bonus-tokens",
       "FutureMap.stash does not write the relayed bonus token for a non-NGRAM algorithm "
       "(the next verify starts from a stale bonus)",
-      "issue 23 (bonus relay) / M1", f"{_FM}.stash",
+      "DSpark (bonus relay) / M1", f"{_FM}.stash",
       [("        else:\n"
         "            self.output_tokens_buf[indices] = payload.bonus_tokens.to(\n"
         "                self.output_tokens_buf.dtype\n"
@@ -255,18 +255,18 @@ MUTATIONS: List[Mutation] = [
     M("dflash-filter-keeps-all-indices",
       "DFlashDraftInputV2.filter_batch keeps every future index when requests leave the "
       "batch (the survivors resolve the wrong rows)",
-      "issue 23 (filter) / seed 002", f"{_DFLASH}.filter_batch",
+      "DSpark (filter) / PR #35198", f"{_DFLASH}.filter_batch",
       [("            self.future_indices = self.future_indices[new_indices]\n", "")],
       DSPARK_RELAY),
     M("dflash-merge-drops-new-indices",
       "DFlashDraftInputV2.merge_batch keeps only the running batch's future indices when "
       "a prefill joins",
-      "issue 23 (merge) / seed 002", f"{_DFLASH}.merge_batch",
+      "DSpark (merge) / PR #35198", f"{_DFLASH}.merge_batch",
       [("            self.future_indices = torch.cat(\n"
         "                [self.future_indices, spec_info.future_indices]\n"
         "            )\n", "")],
       DSPARK_RELAY),
-    # --- the memory pools behind the WAR barrier (issue 24): upstream's ReqToTokenPool and
+    # --- the memory pools behind the WAR barrier: upstream's ReqToTokenPool and
     # allocator, rows and slots reused; the forward is our toy's (targets.sglang.worker)
     M("war-barrier-removed",
       "_apply_war_barrier orders nothing: the schedule stream rewrites req_to_token rows "
@@ -356,11 +356,11 @@ MUTATIONS: List[Mutation] = [
         "                if True:\n")],
       KV_CHUNKED),
     dataclasses.replace(_IMPL["chunk-prefix-dropped"], probes=KV_CHUNKED),
-    # --- the request pool (issue 13): reached only once the pool's last slot is in use -----
+    # --- the request pool: reached only once the pool's last slot is in use -----
     M("pool-edge-off-by-one",
       "FutureMap sizes its pool-indexed buffers without the padding row (one row short of "
       "the request pool): the publish/stash for the pool's last slot indexes past them",
-      "issue 13 (pool edge)", f"{_FM}.__init__",
+      "slot reuse (pool edge)", f"{_FM}.__init__",
       [("        self.req_pool_size = req_to_token_pool.req_to_token.shape[0]\n",
         "        self.req_pool_size = req_to_token_pool.req_to_token.shape[0] - 1\n")],
       SLOT_REUSE),

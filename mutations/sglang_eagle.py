@@ -1,4 +1,4 @@
-"""Seeded bugs in the installed sglang's EAGLE v2 code (issue 25): run-time source patches
+"""Seeded bugs in the installed sglang's EAGLE v2 code: run-time source patches
 of upstream's ``EagleDraftInput``, ``EAGLEWorkerV2`` / ``EagleDraftWorker`` and
 ``run_eagle_verify``, as in ``sglang.py`` (whose helper they use). Probed on the
 ``eagle-v2`` scenario (``targets/sglang/eagle.py``): the release as it is, with upstream's

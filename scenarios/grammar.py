@@ -1,4 +1,4 @@
-"""Grammar-constrained verify (seed 000): JSON-schema requests beside unconstrained ones.
+"""Grammar-constrained verify (PR #32393): JSON-schema requests beside unconstrained ones.
 
 * ``grammar-ngram``: the NGRAM path, tree derived on the host (``GrammarTree.from_host``).
 * ``grammar-tree-staging``: the device-drafted (EAGLE-style) path; the forward stream is

@@ -1,4 +1,4 @@
-"""Rows and KV slots reused under overlap (issue 24): the WAR barrier guards real buffers.
+"""Rows and KV slots reused under overlap: the WAR barrier guards real buffers.
 
 The slot-reuse workload (many short requests through three request-pool rows, beside one
 long request) with a KV pool small enough that requests also wait for slots: every row

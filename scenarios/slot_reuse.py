@@ -1,4 +1,4 @@
-"""Slot reuse (issue 13): many short requests through a request pool of three slots.
+"""Slot reuse: many short requests through a request pool of three slots.
 
 Requests always wait for a slot, so every slot a finished request releases goes to the
 next one in the following iteration -- while the finished request's last forward (the

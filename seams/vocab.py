@@ -60,3 +60,8 @@ class RaceKind(Word):
 def dtype_name(dtype) -> str:
     """``torch.int32`` -> ``int32``: how traces and reports name a tensor's dtype."""
     return str(dtype).removeprefix("torch.")
+
+
+def shaped_name(dtype, shape) -> str:
+    """``torch.int32``, ``(3, 4)`` -> ``int32[3, 4]``: how traces and reports name a tensor."""
+    return f"{dtype_name(dtype)}{list(shape)}"

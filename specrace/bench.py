@@ -269,7 +269,7 @@ def capture_vs_csan() -> Dict[str, float]:
 
 
 def bench_grammar_overlap(trials: int = 4) -> Dict[str, object]:
-    """Does the host grammar work hide under the verify forward (seed 000's intent)?
+    """Does the host grammar work hide under the verify forward (PR #32393's intent)?
 
     Host side: from just before the verify launch (``forward.after_read_done``) to the end
     of the traversal (``grammar.before_mask_upload``): launch + ``resolve()`` + traversal,

@@ -19,6 +19,7 @@ import torch
 from seams.context import current
 from harness.runtime import native
 from harness.runtime.trace import Frame, tensor_range, user_frame
+from seams.vocab import shaped_name
 
 # The registry and the storage-id count are the current run's (``seams.context``): a
 # runtime opening starts both afresh, so the same run gives the same trace also when it is
@@ -56,7 +57,7 @@ def register(t: torch.Tensor, name: str = "") -> "PinnedHostTensor":
     with _METADATA_ONLY():
         ptr = t.untyped_storage().data_ptr()
         if ptr not in pinned:
-            pinned[ptr] = (new_sid(), name or f"pinned {str(t.dtype)[6:]}{list(t.shape)}", t)
+            pinned[ptr] = (new_sid(), name or f"pinned {shaped_name(t.dtype, t.shape)}", t)
     if type(t) is PinnedHostTensor:
         return t
     return t.as_subclass(PinnedHostTensor)

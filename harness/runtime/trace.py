@@ -39,6 +39,7 @@ from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tupl
 from seams.paths import REPO_ROOT
 
 from harness.runtime.policy import HOST, Schedule  # HOST: the host's actor id in vector clocks too
+from seams.vocab import shaped_name
 
 Access = Tuple[int, int, int]  # (storage id, first byte, one past the last byte)
 Position = Tuple[int, int]  # (stream id, seq)
@@ -272,7 +273,7 @@ class Trace:
             return f"storage {sid}"
         frame = site.frame
         where = f" at {short_path(frame[0])}:{frame[1]}" if frame else ""
-        return f"{str(site.dtype)[6:]}{list(site.shape)} from {site.op}{where}"
+        return f"{shaped_name(site.dtype, site.shape)} from {site.op}{where}"
 
     def ops(self) -> List[OpRecord]:
         return [r for r in self.log if isinstance(r, OpRecord)]

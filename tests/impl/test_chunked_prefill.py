@@ -1,4 +1,4 @@
-"""Chunked prefill (issue 24): a prefill takes at most ``chunked_prefill_size`` prompt
+"""Chunked prefill: a prefill takes at most ``chunked_prefill_size`` prompt
 tokens; the request it cuts short (``chunked_req``) keeps its row, stays out of the
 running batch and comes first in the next prefill, its middle chunks' results dropped
 (``impl.schedule_batch.form_prefill``; variants ``chunked*`` of kv-row-reuse). The

@@ -1,4 +1,4 @@
-"""The memory pools behind the WAR barrier (issue 24): the allocator and the schedule
+"""The memory pools behind the WAR barrier: the allocator and the schedule
 stream's row write against brute force, the KV oracle on what the attention read, and
 the ``kv-row-reuse`` scenario -- rows and slots really reused, the fixed code clean under
 every policy and both fences, each seeded pool bug killed on every seed of its probes."""

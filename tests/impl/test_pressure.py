@@ -1,4 +1,4 @@
-"""Retraction under real memory pressure (issue 24): requests admitted on their prefill
+"""Retraction under real memory pressure: requests admitted on their prefill
 alone (``ServerArgs.admission="optimistic"``) run the KV pool short in decode, and the
 scheduler chooses whom to retract (``impl.schedule_batch.retract_for_memory``, upstream's
 ``check_decode_mem`` / ``retract_decode`` order). Whom and when differs between an

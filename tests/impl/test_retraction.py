@@ -1,4 +1,4 @@
-"""Retraction (issue 24): running requests give their row and slots back mid-run -- a step
+"""Retraction: running requests give their row and slots back mid-run -- a step
 of theirs possibly in flight -- and are prefilled again from their prompt and tokens
 (``impl.schedule_batch.retract``; variant ``retract`` of kv-row-reuse). The helpers take
 a target: ``tests/upstream/test_sglang_retraction.py`` runs them on upstream's

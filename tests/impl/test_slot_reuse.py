@@ -1,4 +1,4 @@
-"""Slot reuse (issue 13): the ``slot-reuse`` workloads really wrap the request pool around
+"""Slot reuse: the ``slot-reuse`` workloads really wrap the request pool around
 -- asserted on what the engine does, step by step, not on the generator's parameters --
 and every seeded slot-reuse bug is killed by every seed of both slot-reuse probes, while
 the fixed code stays clean on them."""

@@ -36,7 +36,7 @@ def test_prefix_relay_is_found_and_shrunk():
     assert "stale" in str(info.value) or "RAW" in str(info.value), str(info.value)
 
 
-# --- slot reuse (issue 13): small pools wrap around ---------------------------------------
+# --- slot reuse: small pools wrap around ---------------------------------------
 
 # Find, don't shrink: the shrunk program is not what these tests are about (and shrinking
 # a 30-step program through reference runs is the slow part).

@@ -1,4 +1,4 @@
-"""Chunked prefill on the sglang target (issue 24): under upstream's loop, the request
+"""Chunked prefill on the sglang target: under upstream's loop, the request
 being chunked kept out of upstream's ``merge_batch``, resumed through upstream's
 ``checkpoint_kv_cache`` (0.5.23's lifecycle), its middle chunks' results dropped; under
 the NGRAM worker and upstream's EAGLE v2 worker. The same checks as impl's

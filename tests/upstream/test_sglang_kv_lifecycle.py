@@ -1,5 +1,5 @@
-"""A request's row and slots through upstream's own functions on the sglang target
-(issue 24): ``alloc_for_extend`` (rows through ``alloc_req_slots``), ``alloc_for_spec_decode``
+"""A request's row and slots through upstream's own functions on the sglang target:
+``alloc_for_extend`` (rows through ``alloc_req_slots``), ``alloc_for_spec_decode``
 over a disabled ``RadixCache``, ``checkpoint_kv_cache`` between chunks, ``release_kv_cache`` -- what they hand out and take back, under upstream's loop."""
 from __future__ import annotations
 

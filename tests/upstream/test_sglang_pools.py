@@ -1,4 +1,4 @@
-"""The memory pools on the sglang target (issue 24): upstream's ReqToTokenPool and
+"""The memory pools on the sglang target: upstream's ReqToTokenPool and
 TokenToKVPoolAllocator under upstream's loop, rows and slots reused within a run, the
 released code clean on them, and the pool bugs killed on every seed of their probes."""
 from __future__ import annotations

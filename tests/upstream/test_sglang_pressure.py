@@ -1,4 +1,4 @@
-"""Retraction under memory pressure on the sglang target (issue 24): on 0.5.23 upstream's
+"""Retraction under memory pressure on the sglang target: on 0.5.23 upstream's
 own ``ScheduleBatch.check_decode_mem`` and ``retract_decode`` decide whom to retract and
 release them (``release_req``), under upstream's loop. The same checks as impl's
 (``tests/impl/test_pressure.py``)."""

@@ -1,5 +1,5 @@
-"""Upstream's own ``Req`` and ``SchedulerBatchResultProcessor`` under upstream's loop
-(issue 24): where the release has them, every result is processed by upstream -- its
+"""Upstream's own ``Req`` and ``SchedulerBatchResultProcessor`` under upstream's loop:
+where the release has them, every result is processed by upstream -- its
 finish logic, its KV settling and release, its grammar advance -- and the harness only
 observes what it committed."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Retraction on the sglang target (issue 24): upstream's ``release_req`` --
+"""Retraction on the sglang target: upstream's ``release_req`` --
 ``release_kv_cache(checkpoint=False)`` and ``Req.reset_for_retract`` -- under upstream's
 loop, the retracted requests filtered out with upstream's ``filter_batch`` and prefilled
 again. The same checks as impl's (``tests/impl/test_retraction.py``)."""

@@ -28,13 +28,14 @@ from harness.runtime import hostmem
 from harness.runtime.graphs import GraphCapture
 from harness.runtime.trace import (Access, AllocRecord, FreeRecord, HostAccess, OpKind, OpRecord,
                      Position, RecordStreamRecord, SyncRecord, Trace, tensor_range)
+from seams.vocab import shaped_name
 
 _CAPTURE_TOKENS = itertools.count(1)
 EVENT_STATE = "_specrace_event"  # attribute on an event: (capture token, eid, position)
 
 
 def _describe(t: torch.Tensor) -> str:
-    return f"{t.device.type} {str(t.dtype)[6:]}{list(t.shape)}"
+    return f"{t.device.type} {shaped_name(t.dtype, t.shape)}"
 
 
 class Capture:

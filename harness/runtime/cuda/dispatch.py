@@ -26,6 +26,7 @@ from harness.runtime import hostmem, ops
 from harness.runtime.pinning import cuda_is_pinned
 from harness.runtime.trace import Access, OpKind, user_frame
 from harness.runtime.cuda.capture import Capture
+from seams.vocab import shaped_name
 
 aten = torch.ops.aten
 
@@ -143,7 +144,7 @@ class CudaBackend(ops.Backend):
         writes: List[Access] = []
         pinned = call.pins_result and isinstance(out, torch.Tensor) and cuda_is_pinned(out)
         if pinned:
-            out = hostmem.register(out, f"pinned {str(out.dtype)[6:]}{list(out.shape)} (to cpu)")
+            out = hostmem.register(out, f"pinned {shaped_name(out.dtype, out.shape)} (to cpu)")
             acc = cap.pinned_access(out)
             if acc is not None:
                 writes.append(acc)

@@ -31,6 +31,7 @@ from harness.runtime.sim.streams import current_device
 from harness.runtime.sim.launch import launch
 from harness.runtime.sim.tensor import (SimTensor, access, alias, new_storage, note_record_stream,
                      poisoned_empty, relaid, unwrap, unwrap_call)
+from seams.vocab import shaped_name
 
 aten = torch.ops.aten
 _CPU = torch.device("cpu")
@@ -127,7 +128,7 @@ class SimBackend(ops.Backend):
         dtype = kwargs.get("dtype") or src.dtype
         host = poisoned_empty(src.shape, _contig_stride(src.shape), dtype)
         if call.pins_result:
-            host = hostmem.register(host, f"pinned {str(dtype)[6:]}{list(src.shape)} (to cpu)")
+            host = hostmem.register(host, f"pinned {shaped_name(dtype, src.shape)} (to cpu)")
         dst_acc = hostmem.access_of(host)
         sbuf = src._buf
 
