@@ -25,11 +25,11 @@ $(VENV)/.specrace-ready: pyproject.toml requirements.txt requirements.lock
 # pure-Python packages its driven modules import, --no-deps (sglang's own metadata pins
 # torch 2.14.1 and CUDA-only wheels, which the code under test never needs).
 # `make upstream SGLANG=0.5.17`: that release in an environment of its own, with its own
-# pins (.releases/0.5.17; targets/sglang/envs.py). `make releases` runs the release gate
+# pins (.releases/0.5.17; targets/sglang/environments/envs.py). `make releases` runs the release gate
 # on every release set up.
 ifdef SGLANG
 upstream: setup
-	$(PY) -m targets.sglang.envs setup $(SGLANG)
+	$(PY) -m targets.sglang.environments.envs setup $(SGLANG)
 else
 upstream: $(VENV)/.specrace-upstream
 endif
@@ -71,7 +71,7 @@ FIXED_RELAY  ?= 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23
 each = $(foreach v,$(1),--release $(v))
 
 upstream-releases: setup
-	for v in $(PREFIX_RELAY) $(FIXED_RELAY); do $(PY) -m targets.sglang.envs setup $$v || exit 1; done
+	for v in $(PREFIX_RELAY) $(FIXED_RELAY); do $(PY) -m targets.sglang.environments.envs setup $$v || exit 1; done
 
 releases: setup
 	$(VENV)/bin/specrace releases ngram-filter-race $(call each,$(PREFIX_RELAY) $(FIXED_RELAY)) --trials 5 --expect clean
@@ -87,12 +87,12 @@ bench: setup
 	$(VENV)/bin/specrace bench
 
 # Re-pin requirements.lock to this core venv, and each release set up here to its venv
-# (targets/sglang/locks/), after .ci/run passes with newer packages.
+# (targets/sglang/environments/locks/), after .ci/run passes with newer packages.
 lock: upstream
 	{ sed -n '/^#/p' requirements.lock; $(PY) -m pip freeze --local --exclude-editable \
 	    | grep -v -i -E '^(torch|xgrammar|sglang)=='; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
-	for v in $$($(PY) -m targets.sglang.envs list); do $(PY) -m targets.sglang.envs lock $$v || exit 1; done
+	for v in $$($(PY) -m targets.sglang.environments.envs list); do $(PY) -m targets.sglang.environments.envs lock $$v || exit 1; done
 
 clean:
 	rm -rf $(VENV) .hypothesis .releases

@@ -267,7 +267,7 @@ MUTATIONS: List[Mutation] = [
         "            )\n", "")],
       DSPARK_RELAY),
     # --- the memory pools behind the WAR barrier: upstream's ReqToTokenPool and
-    # allocator, rows and slots reused; the forward is our toy's (targets.sglang.worker)
+    # allocator, rows and slots reused; the forward is our toy's (targets.sglang.engine.worker)
     M("war-barrier-removed",
       "_apply_war_barrier orders nothing: the schedule stream rewrites req_to_token rows "
       "while the previous forward may not have gathered them",
@@ -292,7 +292,7 @@ MUTATIONS: List[Mutation] = [
     M("read-done-before-metadata",
       "the toy verify records shared-read-done before its attention gathers req_to_token: "
       "upstream's fine fence then covers none of the forward's reads of the pools",
-      "PR #28363 / #34052", "targets.sglang.worker:ToyNgramWorker.forward_batch_generation",
+      "PR #28363 / #34052", "targets.sglang.engine.worker:ToyNgramWorker.forward_batch_generation",
       [("            meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,\n"
         "                                                   prefill=False)\n"
         "            self._record_shared_read_done()\n",
@@ -304,7 +304,7 @@ MUTATIONS: List[Mutation] = [
       "the step's read-done taken from the draft runner, not the target's (the step's last "
       "shared-buffer reader): the barrier waits for the draft, the target's attention "
       "gathers the pools after it unfenced",
-      "PR #34052 (last_shared_read_runner)", "targets.sglang.worker:ToyNgramWorker.__init__",
+      "PR #34052 (last_shared_read_runner)", "targets.sglang.engine.worker:ToyNgramWorker.__init__",
       [("        self._init_shared_read()\n",
         "        self._init_shared_read()\n"
         "        if self.draft_runner is not None:\n"
@@ -339,7 +339,7 @@ MUTATIONS: List[Mutation] = [
       "running batch (impl's mutation of the same name, in the sglang target's batch "
       "formation)",
       "upstream's get_next_batch_to_run (reqs_to_exclude = {chunked_req})",
-      "targets.sglang.loop:Intake._next",
+      "targets.sglang.engine.loop:Intake._next",
       [("            loop.filter_finished(last_batch, exclude=chunked)\n",
         "            loop.filter_finished(last_batch)\n")],
       KV_CHUNKED),

@@ -1,7 +1,7 @@
 """Seeded bugs in the installed sglang's EAGLE v2 code: run-time source patches
 of upstream's ``EagleDraftInput``, ``EAGLEWorkerV2`` / ``EagleDraftWorker`` and
 ``run_eagle_verify``, as in ``sglang.py`` (whose helper they use). Probed on the
-``eagle-v2`` scenario (``targets/sglang/eagle.py``): the release as it is, with upstream's
+``eagle-v2`` scenario (``targets/sglang/slices/eagle.py``): the release as it is, with upstream's
 plan streams, and a tree draft (topk 2).
 """
 from __future__ import annotations

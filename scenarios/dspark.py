@@ -1,5 +1,5 @@
 """DSpark's overlap path on the sglang target (``spec_algorithm="dspark"``,
-``targets/sglang/dspark.py``): the two suspected races of the release, each with the
+``targets/sglang/slices/dspark.py``): the two suspected races of the release, each with the
 configuration that reaches it, the configurations that do not, and the candidate fix.
 
 * ``dspark-confidence-ring``: a ragged verify mode (the relay carries the draft's

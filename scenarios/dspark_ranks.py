@@ -70,7 +70,7 @@ def run_two_ranks(policy: str = "eager", seed: int = 0, stall_rank: Optional[int
     from harness.trials.drive import server_args
     from harness.policies import parse_policy
     from harness.runtime import open_runtime
-    from targets.sglang.loop import UpstreamLoop
+    from targets.sglang.engine.loop import UpstreamLoop
 
     tgt = targets.get("sglang")
     wl = random_workload(seed, n_requests=6, draft_token_num=4)

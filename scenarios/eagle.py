@@ -1,5 +1,5 @@
 """Upstream's EAGLE v2 overlap path on the sglang target (``spec_algorithm="eagle-v2"``,
-``targets/sglang/eagle.py``): ``EAGLEWorkerV2`` (draft, verify, publish, draft extend),
+``targets/sglang/slices/eagle.py``): ``EAGLEWorkerV2`` (draft, verify, publish, draft extend),
 the FutureMap's EAGLE relay and ``EagleDraftInput``'s filter/merge, under upstream's loop,
 with the pools of the slot-reuse workload (rows and KV slots handed from finished requests
 to waiting ones).

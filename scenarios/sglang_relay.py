@@ -31,7 +31,7 @@ def confidence_ring(policy: str, needs_cpu_seq_lens: bool = True, steps: int = 8
     from harness.policies import parse_policy
     from harness.runtime.sim.runtime import sim_runtime
     from seams.sourcepatch import SourcePatch
-    from targets.sglang import upstream
+    from targets.sglang.boundary import upstream
 
     ou = upstream.overlap_utils
     patch = (SourcePatch("sglang.srt.managers.overlap_utils:ConfidenceRelay.resolve", ((

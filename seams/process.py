@@ -34,22 +34,22 @@ CHANGES: Dict[str, Tuple[str, str]] = {
         "trace must see every record, wait, sync and capture the code under test makes, "
         "and these are C++ methods a dispatch mode does not reach"),
     "sglang-stand-ins": (
-        "targets/sglang/bootstrap.py: install_stand_ins",
+        "targets/sglang/boundary/bootstrap.py: install_stand_ins",
         "an import finder at the front of `sys.meta_path` for absent GPU-only packages "
         "(triton, sgl_kernel, ...): sglang imports them at module level, and the code "
         "under test never calls them on the paths the target drives"),
     "sglang-env-defaults": (
-        "targets/sglang/bootstrap.py: load; targets/sglang/__init__.py: load",
+        "targets/sglang/boundary/bootstrap.py: load; targets/sglang/__init__.py: load",
         "`SGLANG_IS_IN_CI=0` and, without CUDA, `SGLANG_PLATFORM` = specrace's platform "
         "plugin (setdefault: a value the user set wins): quiet CPU defaults, and pinned "
         "staging as on a GPU when the simulator stands for one"),
     "sglang-gpu-paths": (
-        "targets/sglang/upstream.py: take_gpu_paths",
+        "targets/sglang/boundary/upstream.py: take_gpu_paths",
         "`overlap_utils._is_cuda = True`: the FutureMap's private D2H stream, pinned "
         "mirror and confidence ring exist only on CUDA, and the simulator stands for "
         "that GPU (set once, after the contract checked the attribute exists)"),
     "sglang-kernel-seams": (
-        "targets/sglang/eagle_kernels.py: install; targets/sglang/kv_lifecycle.py: install",
+        "targets/sglang/slices/eagle_kernels.py: install; targets/sglang/engine/kv_lifecycle.py: install",
         "upstream modules' module-level names of Triton kernel launchers (EAGLE's tree "
         "build and verify, the KV-column write `assign_req_to_token_pool_func`, ...) bound "
         "to specrace's declared ops of the same effect: a Triton kernel has no simulator "

@@ -329,8 +329,8 @@ def cmd_matrix(args) -> int:
 
 def cmd_releases(args) -> int:
     from scenarios.registry import get
-    from targets.sglang import envs
-    from targets.sglang.releases import format_table, repro_options, run_releases
+    from targets.sglang.environments import envs
+    from targets.sglang.environments.releases import format_table, repro_options, run_releases
     try:
         scenario = get(args.scenario)
         versions = envs.chosen(args.release)

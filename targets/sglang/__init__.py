@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, Optional
 
 from harness.run import AS_INSTALLED
 from harness.target import Target, TargetError
-from targets.sglang import contract, static
+from targets.sglang.boundary import contract, static
 
 # Scenarios the upstream engine runs: all of them (grammar staging on sglang's own
 # xgrammar backend)
@@ -58,12 +58,12 @@ class SglangTarget(Target):
             print(f"specrace: {verdict.line()}", file=sys.stderr)
         # Simulator runs present specrace's platform to sglang (pinned staging as on a
         # GPU); on a GPU machine sglang's CUDA platform stays in charge.
-        from targets.sglang.platform import PLUGIN_NAME
+        from targets.sglang.boundary.platform import PLUGIN_NAME
         import torch
         if not torch.cuda.is_available():
             os.environ.setdefault("SGLANG_PLATFORM", PLUGIN_NAME)  # seams.process
         try:
-            from targets.sglang import upstream
+            from targets.sglang.boundary import upstream
         except Exception as exc:  # an import failure of the installed package
             raise TargetError(f"--target sglang: importing sglang {self.version} failed: "
                               f"{type(exc).__name__}: {exc}") from None
@@ -71,22 +71,23 @@ class SglangTarget(Target):
         self._files = {name: m.__file__ for name, m in upstream._modules.items()}
 
     def scheduler(self, args, device, grammar_backend: Any = None):
-        from targets.sglang.loop import UpstreamLoop
+        from targets.sglang.engine.loop import UpstreamLoop
         return UpstreamLoop(args, device, grammar_backend=grammar_backend)
 
     def grammar_backend(self):
-        from targets.sglang.grammar import UpstreamGrammarBackend
+        from targets.sglang.engine.grammar import UpstreamGrammarBackend
         return UpstreamGrammarBackend()
 
     def request(self, rid, prompt, max_new_tokens, grammar=None):
-        from targets.sglang.requests import make_request
+        from targets.sglang.engine.requests import make_request
         return make_request(rid, prompt, max_new_tokens, grammar)
 
     @contextlib.contextmanager
     def variant(self, args, device) -> Iterator[None]:
-        from targets.sglang import dspark, eagle, kv_lifecycle
-        from targets.sglang.patches import variant_patches
-        from targets.sglang.platform import as_without_gpu
+        from targets.sglang.slices import dspark, eagle
+        from targets.sglang.engine import kv_lifecycle
+        from targets.sglang.boundary.patches import variant_patches
+        from targets.sglang.boundary.platform import as_without_gpu
         if args.spec_algorithm == "eagle-v2":
             eagle.modules()  # imported with the machine's flags, then masked for the run
         with variant_patches(args), dspark.server_context(args), eagle.server_context(args), \
@@ -105,7 +106,7 @@ class SglangTarget(Target):
 
     def variant_problem(self, variant) -> str:
         """Why a variant cannot run on this release: a patch of it no longer fits."""
-        from targets.sglang.patches import relay_patches
+        from targets.sglang.boundary.patches import relay_patches
         args = variant.args
         patches = list(relay_patches(args.get("relay", "future_map")))
         if variant.fix is not None:
@@ -141,9 +142,9 @@ class SglangTarget(Target):
             return "fine"
 
     def describe(self) -> Dict[str, Any]:
-        from targets.sglang.bootstrap import stood_in
-        from targets.sglang import kv_lifecycle, requests, result_processor
-        from targets.sglang.pools import upstream_pools_fit
+        from targets.sglang.boundary.bootstrap import stood_in
+        from targets.sglang.engine import kv_lifecycle, requests, result_processor
+        from targets.sglang.engine.pools import upstream_pools_fit
         v = self.verdict
         return {"target": self.name, "sglang_version": self.version,
                 "sglang_tier": v.tier if v else None,

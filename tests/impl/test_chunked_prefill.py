@@ -98,7 +98,7 @@ def watch_chunks(monkeypatch, target: str, policy: str = "eager",
     import impl.scheduler
     monkeypatch.setattr(impl.scheduler, "form_prefill", spy)
     if target == "sglang":
-        import targets.sglang.loop as loop
+        import targets.sglang.engine.loop as loop
         monkeypatch.setattr(loop, "form_prefill", spy)
     return formed, run_chunked(target, policy, scenario=scenario)
 

@@ -1,4 +1,4 @@
-"""The EAGLE v2 slice's three forwards as graph replays (``targets/sglang/eagle_graphs.py``):
+"""The EAGLE v2 slice's three forwards as graph replays (``targets/sglang/slices/eagle_graphs.py``):
 upstream's ``draft_forward`` captured and replayed, the draft extend and the verify too;
 the replays compute exactly what the eager forwards do; the race detector sees the
 reads inside a replay."""
@@ -24,7 +24,7 @@ def sglang():
 def _run(backend, variant, graphs: bool, monkeypatch=None):
     """Output and accept lengths of one eager-policy run; with ``monkeypatch``, also how
     often each graph runner ran."""
-    from targets.sglang import eagle_graphs as g
+    from targets.sglang.slices import eagle_graphs as g
     calls = collections.Counter()
     if monkeypatch is not None:
         for cls, name in ((g.ToyDraftGraphs, "execute"), (g.ToyDraftExtendGraphs, "execute"),

@@ -1,10 +1,10 @@
-"""The EAGLE kernel stand-ins (``targets/sglang/eagle_kernels.py``) against brute-force
+"""The EAGLE kernel stand-ins (``targets/sglang/slices/eagle_kernels.py``) against brute-force
 references written from the kernels' contracts: loops over requests and nodes, the way
 the Triton/CUDA kernels walk them, on generated inputs."""
 import torch
 from hypothesis import given, settings, strategies as st
 
-from targets.sglang import eagle_kernels as ek
+from targets.sglang.slices import eagle_kernels as ek
 
 
 class QLEN_ONLY:  # the tree-mask mode, by name (upstream's enum member is named so)

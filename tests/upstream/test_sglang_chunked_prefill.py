@@ -60,7 +60,7 @@ def test_a_patch_of_impl_reaches_the_targets_that_bound_it_by_name():
     """The sglang target's loop binds impl's formation helpers by name (``from
     impl.schedule_batch import middle_chunk``): a patch of impl's function rebinds its
     name there too, for the patch's duration only."""
-    import targets.sglang.loop as loop
+    import targets.sglang.engine.loop as loop
     from impl import schedule_batch
     from mutations import BY_NAME
     raw = schedule_batch.middle_chunk

@@ -1,4 +1,4 @@
-"""The DSpark slice on the sglang target (``targets/sglang/dspark.py``,
+"""The DSpark slice on the sglang target (``targets/sglang/slices/dspark.py``,
 ``scenarios/dspark.py``): upstream's DSpark relay, planner and result readback under
 upstream's loop. The two findings (``reports/upstream/findings/``) as tests: each race is
 found, is value-visible with a late copy, is gone with its candidate fix (outputs equal to
@@ -109,7 +109,7 @@ def test_same_seed_same_verdict():
 
 
 def test_the_slice_is_declared_by_the_code_it_needs():
-    from targets.sglang import contract, static
+    from targets.sglang.boundary import contract, static
     assert contract.missing_code(static.package_root(), "dspark") is None
     tgt = targets.get("sglang")
     assert tgt.variant_problem(get("dspark-confidence-ring").variants["fixed"]) == ""

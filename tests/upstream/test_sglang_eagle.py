@@ -1,4 +1,4 @@
-"""The EAGLE v2 slice on the sglang target (``targets/sglang/eagle.py``,
+"""The EAGLE v2 slice on the sglang target (``targets/sglang/slices/eagle.py``,
 ``scenarios/eagle.py``): upstream's ``EAGLEWorkerV2`` under upstream's loop, on the
 simulator. It runs the release's own draft / verify / draft-extend code (not ours), the
 draft misses as the toy means it to (acceptance varies, the output never does), the
@@ -43,7 +43,7 @@ def test_upstreams_eagle_worker_drafts_verifies_and_extends(specrace_backend):
     # prefill commits 1; decode steps accept whole drafts and stop at the draft's misses
     assert D in accepts and any(1 < n < D for n in accepts), accepts
     from sglang.srt.speculative import eagle_utils, eagle_worker_common
-    from targets.sglang import eagle_kernels
+    from targets.sglang.slices import eagle_kernels
     # the kernels are ours, bound where upstream imported them; the rest is upstream's
     assert eagle_utils.verify_tree_greedy_func is eagle_kernels.verify_tree_greedy_func
     assert eagle_worker_common.run_eagle_verify.__module__ == \
@@ -131,7 +131,7 @@ def test_without_the_war_barrier_the_row_writes_race_the_eagle_forward():
 def test_eagle3_feeds_the_draft_three_target_layers(monkeypatch):
     """The EAGLE3 shape: the draft extend reads the target's aux hidden states (three
     layers side by side), and relays its own one-layer hidden states."""
-    from targets.sglang.eagle_runners import ToyModelRunner
+    from targets.sglang.slices.eagle_runners import ToyModelRunner
     widths = collections.Counter()
     forward_all = ToyModelRunner.forward_all
 
@@ -154,7 +154,8 @@ def test_grammar_runs_behind_upstreams_barrier_and_matches_ngram(monkeypatch):
     still in the queue, and the constrained output is NGRAM's (whose grammar batches run
     synchronously)."""
     from scenarios.eagle import EAGLE_V2_GRAMMAR
-    from targets.sglang import eagle, result_processor
+    from targets.sglang.slices import eagle
+    from targets.sglang.engine import result_processor
     # the grammar barrier advances through the scheduler's batch_result_processor:
     # upstream's where the release has it, else the target's GrammarAdvance
     processor = eagle.GrammarAdvance
@@ -188,7 +189,7 @@ def test_the_slice_needs_the_kernel_seams_it_binds(tmp_path):
     module imported it; a release without one lacks the feature."""
     import os
     import shutil
-    from targets.sglang import contract, static
+    from targets.sglang.boundary import contract, static
     root = static.package_root()
     assert contract.missing_code(root, "eagle_v2") is None
     seams = [f"{m}:{n}" for m, names in contract.EAGLE_KERNEL_SEAMS.items() for n in names]

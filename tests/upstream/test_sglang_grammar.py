@@ -34,8 +34,8 @@ SCHEMAS = [
 @pytest.fixture(scope="module")
 def up():
     targets.get("sglang")
-    from targets.sglang import upstream
-    from targets.sglang.grammar import UpstreamGrammarBackend
+    from targets.sglang.boundary import upstream
+    from targets.sglang.engine.grammar import UpstreamGrammarBackend
     return SimpleNamespace(spec_utils=upstream.spec_utils, backend=UpstreamGrammarBackend(),
                            GrammarTree=upstream.GrammarTree)
 

@@ -20,14 +20,14 @@ def sglang():
 
 def _pools(layout="full"):
     from impl.scheduler import ServerArgs
-    from targets.sglang.pools import build_pools
+    from targets.sglang.engine.pools import build_pools
     return build_pools(ServerArgs(req_pool_size=4, kv_pool_size=64, draft_token_num=4,
                                   kv_layout=layout), "cpu")
 
 
 def test_the_release_functions_run_where_the_release_has_them(sglang):
     from sglang.srt.mem_cache.radix_cache import RadixCache
-    from targets.sglang import kv_lifecycle
+    from targets.sglang.engine import kv_lifecycle
     pools = _pools()
     assert kv_lifecycle.fits() and pools.lifecycle == "upstream"
     assert type(pools.manager) is kv_lifecycle.UpstreamKVCache
@@ -57,7 +57,7 @@ def test_rows_come_back_last_freed_first_and_slots_all_return(sglang):
     """A prefill's rows and slots through upstream's ``alloc_for_extend``; upstream's
     ReqToTokenPool hands a freed row out again first (impl's mirror hands rows out in
     order): a finished request's row goes to the very next admission."""
-    from targets.sglang.worker import Req
+    from targets.sglang.engine.worker import Req
     a, b, c = (Req(i, [5, 6, 7], 4) for i in range(3))
     with _loop(sglang) as loop:
         kv = loop.kv_cache
@@ -86,7 +86,7 @@ def test_rows_come_back_last_freed_first_and_slots_all_return(sglang):
 def test_a_chunk_keeps_its_row_and_its_prefix(sglang):
     """The next chunk of a chunked prefill: ``alloc_for_extend`` keeps the request's row,
     reads its prefix back from it and writes it again before the new chunk's slots."""
-    from targets.sglang.worker import Req
+    from targets.sglang.engine.worker import Req
     long = Req(0, list(range(1, 11)), 4)
     with _loop(sglang, chunked_prefill_size=4) as loop:
         kv = loop.kv_cache
@@ -105,7 +105,7 @@ def test_a_chunk_keeps_its_row_and_its_prefix(sglang):
 @pytest.mark.parametrize("policy", ["eager", "lazy"])
 def test_a_run_under_upstreams_loop_gives_every_row_and_slot_back(sglang, policy):
     from harness.policies import parse_policy
-    from targets.sglang import kv_lifecycle
+    from targets.sglang.engine import kv_lifecycle
     sc = get("kv-row-reuse")
     wl = sc.workload(0)
     args = server_args(wl, {})
@@ -144,7 +144,7 @@ def test_a_run_under_upstreams_loop_gives_every_row_and_slot_back(sglang, policy
 def test_one_prefill_admits_no_more_requests_than_free_rows(sglang):
     """Upstream's rows are taken by ``alloc_for_extend``, after the whole prefill is
     formed: the admissions of one prefill count the rows they have promised."""
-    from targets.sglang.worker import Req
+    from targets.sglang.engine.worker import Req
     reqs = [Req(i, [5, 6, 7], 2) for i in range(5)]
     with _loop(sglang, kv_pool_size=512) as loop:  # room for all five: rows bound it
         batch = _prefill(loop, *reqs)

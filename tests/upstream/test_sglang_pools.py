@@ -22,7 +22,7 @@ def test_the_pools_are_upstreams():
     import targets
     targets.get("sglang")  # loaded first: its stand-ins for absent GPU packages
     from impl.scheduler import ServerArgs
-    from targets.sglang.pools import build_pools
+    from targets.sglang.engine.pools import build_pools
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
     pools = build_pools(ServerArgs(req_pool_size=5, kv_pool_size=32), "cpu")
@@ -65,7 +65,7 @@ def test_each_pool_bug_is_killed_on_every_seed_of_its_probes(name):
 def test_the_barrier_mutations_patch_upstreams_own_code(name, method):
     import targets
     targets.get("sglang")
-    from targets.sglang import upstream
+    from targets.sglang.boundary import upstream
     m = get_mutation("sglang", name)
     assert m.target == f"sglang.srt.managers.scheduler:Scheduler.{method}"
     before = inspect.getattr_static(upstream.Scheduler, method)

@@ -37,7 +37,7 @@ def test_upstreams_retract_decode_chooses(monkeypatch):
     """On 0.5.23 the choice is upstream's: every retraction under pressure comes out of
     its ``ScheduleBatch.retract_decode``."""
     from sglang.srt.managers.schedule_batch import ScheduleBatch
-    from targets.sglang import kv_lifecycle
+    from targets.sglang.engine import kv_lifecycle
     if not kv_lifecycle.fits():
         pytest.skip("this release has not 0.5.23's KV lifecycle")
     chosen = []

@@ -19,7 +19,7 @@ import targets
 def sglang():
     import targets
     target = targets.get("sglang")
-    from targets.sglang import result_processor
+    from targets.sglang.engine import result_processor
     if not result_processor.fits():
         pytest.skip(f"sglang {target.version} has not 0.5.23's result processor")
     return target

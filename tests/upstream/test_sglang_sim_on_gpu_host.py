@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import targets
-from targets.sglang.platform import as_without_gpu
+from targets.sglang.boundary.platform import as_without_gpu
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,7 +38,7 @@ def test_a_sim_run_sees_no_gpu_and_all_comes_back(gpu_host):
     import sglang.srt.platforms as platforms
     from sglang.kernels.ops.speculative.cache_locs import _get_oot_speculative_cache_locs_fn
     from sglang.srt.managers import overlap_utils
-    from targets.sglang.eagle_kernels import extend_cache_locs
+    from targets.sglang.slices.eagle_kernels import extend_cache_locs
     assert _get_oot_speculative_cache_locs_fn() is None
     with as_without_gpu("sim"):
         assert module._is_cuda is False

@@ -45,7 +45,7 @@ def test_released_code_and_coarse_fence_are_clean(sglang, policy):
 
 
 def test_variant_patches_are_reverted_after_the_run(sglang):
-    from targets.sglang import upstream
+    from targets.sglang.boundary import upstream
     before = {n: inspect.getattr_static(upstream.NgramVerifyInput, n)
               for n in ("filter_batch", "merge_batch")}
     stash = inspect.getattr_static(upstream.FutureMap, "stash")
@@ -85,7 +85,7 @@ def test_the_simulator_is_sglangs_platform(sglang):
 def _fake_release(tmp_path):
     """A copy of the installed package's sources the contract reads (a fake release)."""
     import shutil
-    from targets.sglang import static
+    from targets.sglang.boundary import static
     root = static.package_root()
     fake = tmp_path / "sglang"
     for sub in ("srt/managers", "srt/speculative", "srt/disaggregation", "srt/observability",
@@ -97,7 +97,7 @@ def _fake_release(tmp_path):
 
 
 def _evaluate(version, root):
-    from targets.sglang import contract
+    from targets.sglang.boundary import contract
     return contract.evaluate(version, str(root), contract.SCHEDULER_ATTRIBUTES,
                              contract.WORKER_KEYWORDS)
 
@@ -150,7 +150,7 @@ def test_a_function_turned_into_a_value_is_a_problem_not_a_crash(sglang, tmp_pat
 
 def test_an_unsupported_release_is_exit_2_naming_every_problem(sglang, monkeypatch, capsys):
     from specrace import cli
-    from targets.sglang import contract
+    from targets.sglang.boundary import contract
     monkeypatch.setattr(contract, "installed_version", lambda: "0.4.0")
     monkeypatch.delitem(targets._TARGETS, "sglang", raising=False)
     assert cli.main(["list", "--target", "sglang"]) == 2
@@ -159,7 +159,8 @@ def test_an_unsupported_release_is_exit_2_naming_every_problem(sglang, monkeypat
 
 
 def test_unsupported_or_missing_sglang_is_a_target_error(monkeypatch):
-    from targets.sglang import SglangTarget, contract
+    from targets.sglang import SglangTarget
+    from targets.sglang.boundary import contract
     monkeypatch.setattr(contract, "installed_version", lambda: "0.4.0")
     with pytest.raises(targets.TargetError, match="0.4.0 is unsupported"):
         SglangTarget().load()
@@ -211,7 +212,7 @@ def test_a_variant_whose_patch_does_not_fit_is_exit_2_naming_it(sglang, monkeypa
 
 
 def test_a_measured_release_is_verified_only_with_its_measured_digest(sglang, tmp_path):
-    from targets.sglang import contract
+    from targets.sglang.boundary import contract
     fake = _fake_release(tmp_path)
     v = _evaluate("0.5.23", fake)
     assert (v.tier == "verified") == (contract.VERIFIED.get("0.5.23") == v.digest)

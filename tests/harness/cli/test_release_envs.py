@@ -1,4 +1,4 @@
-"""A release environment meets its release's own requirements (targets/sglang/envs.py).
+"""A release environment meets its release's own requirements (targets/sglang/environments/envs.py).
 
 The case that broke CI: the core's newer ``transformers`` pulled in ``kernels`` 0.19,
 which 0.5.17's ``transformers`` saw through the core's site-packages and could not load.
@@ -9,7 +9,7 @@ import zipfile
 
 import pytest
 
-from targets.sglang import envs
+from targets.sglang.environments import envs
 
 
 def _wheel(tmp_path, requires):

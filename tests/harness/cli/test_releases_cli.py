@@ -11,7 +11,7 @@ from specrace import cli
     ("0.5.20", "not set up here"),
 ])
 def test_a_bad_release_is_one_line_and_exit_2(release, says, capsys, monkeypatch):
-    from targets.sglang import envs
+    from targets.sglang.environments import envs
     monkeypatch.setattr(envs, "installed", lambda: [])
     assert cli.main(["releases", "ngram-filter-race", "--release", release]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -19,7 +19,7 @@ def test_a_bad_release_is_one_line_and_exit_2(release, says, capsys, monkeypatch
 
 
 def test_no_release_set_up_is_exit_2(capsys, monkeypatch):
-    from targets.sglang import envs
+    from targets.sglang.environments import envs
     monkeypatch.setattr(envs, "installed", lambda: [])
     assert cli.main(["releases", "ngram-filter-race"]) == 2
     assert "make upstream SGLANG=" in capsys.readouterr().err
@@ -27,7 +27,7 @@ def test_no_release_set_up_is_exit_2(capsys, monkeypatch):
 
 def test_a_release_without_the_scenarios_code_is_not_applicable(tmp_path, monkeypatch):
     """A release whose source lacks GrammarTree (before 0.5.17) says so, never crashes."""
-    from targets.sglang import releases
+    from targets.sglang.environments import releases
     root = tmp_path / "sglang"
     (root / "srt/speculative").mkdir(parents=True)
     (root / "srt/speculative/spec_utils.py").write_text("def generate_token_bitmask(): pass\n")
@@ -37,7 +37,7 @@ def test_a_release_without_the_scenarios_code_is_not_applicable(tmp_path, monkey
 
 
 def test_the_table_lists_every_row():
-    from targets.sglang.releases import format_table
+    from targets.sglang.environments.releases import format_table
     rows = [{"release": "0.5.17", "war_barrier": "coarse", "outcome": "clean", "trials": 5,
              "reproduced": 0, "race_sites": 0, "report": "r.md", "note": ""},
             {"release": "0.5.16", "war_barrier": None, "outcome": "not applicable",
@@ -49,7 +49,7 @@ def test_the_table_lists_every_row():
 
 def test_one_set_up_release_prints_its_row(capsys, tmp_path):
     """The whole path, on the newest release set up here (CI builds three)."""
-    from targets.sglang import envs
+    from targets.sglang.environments import envs
     have = envs.installed()
     if not have:
         pytest.skip("no release environment here (make upstream SGLANG=VERSION)")
@@ -70,6 +70,6 @@ def test_one_set_up_release_prints_its_row(capsys, tmp_path):
 def test_a_crash_is_not_labelled_a_race(first, races, says):
     """A release whose run (or reference run) only crashed says so: a crash is not the
     race a gate may expect, and a row must not pass for one."""
-    from targets.sglang.releases import _outcome
+    from targets.sglang.environments.releases import _outcome
     assert _outcome({"outcome": "race", "first_divergence": first, "races": races}) == says
     assert _outcome({"outcome": "clean", "first_divergence": None, "races": []}) == "clean"

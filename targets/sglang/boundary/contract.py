@@ -1,0 +1,346 @@
+"""The contract: what the sglang target relies on in the installed package, and its tier.
+
+Everything here is read statically from the source files (``static``: no import, nothing
+executed, nothing patched), before the target touches the package -- so a release that
+turned a function into something else, dropped a dataclass or renamed a module attribute
+is a named problem, never a crash, and the check cannot be satisfied by our own changes.
+
+Tiers:
+
+* *verified* -- a release we measured, with the files digest we measured
+  (``VERIFIED``);
+* *compatible* -- in ``SUPPORTED`` (a ``packaging`` specifier, pre-releases and local
+  versions such as a main checkout's ``0.5.24.dev3+gabc`` included) and no problem
+  below; the run goes ahead with one line on stderr, and the report records the tier;
+* *unsupported* -- out of range, or any problem: exit 2, every problem named.
+
+Problems: a function the target calls or patches whose parameters changed; a dataclass
+field it fills or reads gone; a module attribute it sets gone; an attribute upstream's
+loop methods read on ``self`` that the target's scheduler object does not provide
+(derived from the installed ``Scheduler``'s source by an AST walk); a keyword the loop
+passes to the worker that the toy worker does not take. Source patches (variants and
+mutations) are dry-fitted separately (``patch_problems``): one that no longer fits
+disables only what needs it.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple, Union
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from targets.sglang.boundary import bootstrap, static
+
+SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
+
+# release -> the digest of its driven files, as measured: the release gate on the
+# simulator and the seed scenario on the H200 (reports/upstream/releases.md,
+# reports/h200/releases/). The module set grew over sessions, over the same release
+# files; each earlier set's digests reproduce from the installed wheels (session 8 added
+# the result processor and sampling params: before, 51a2dece54485432 / 3ad031963873b6c8 /
+# 36c298e3dbf9b5fb; session 6: 352adbbd17f4b9ad / 549547635c77ce29 / 7ed884067df77bb2)
+VERIFIED: Dict[str, str] = {
+    "0.5.17": "23b34f6456d015c8",
+    "0.5.18": "689699c740ec714d",
+    "0.5.23": "972344de562a485d",
+}
+
+# The modules whose files the target drives (the report's digest covers them): the relay,
+# batch, loop and grammar staging; the memory pools and the KV lifecycle
+# (targets.sglang.engine.pools, kv_lifecycle); the EAGLE v2 and DSpark slices. A module a
+# release does not have counts as missing.
+DRIVEN_MODULES = bootstrap.MODULES + (  # the ones loaded at start, then:
+    "sglang.srt.mem_cache.memory_pool", "sglang.srt.mem_cache.allocator.token",
+    "sglang.srt.mem_cache.allocation", "sglang.srt.mem_cache.allocation_sizing",
+    "sglang.srt.mem_cache.common", "sglang.srt.mem_cache.radix_cache",
+    "sglang.srt.mem_cache.base_prefix_cache",
+    "sglang.srt.speculative.eagle_utils", "sglang.srt.speculative.eagle_worker_v2",
+    "sglang.srt.speculative.eagle_worker_common",
+    "sglang.srt.model_executor.forward_batch_info",
+    "sglang.srt.speculative.dspark_components.dspark_planner",
+    "sglang.srt.speculative.ragged_verify", "sglang.srt.speculative.draft_worker_common",
+    # the result processing and the request (targets.sglang.engine.result_processor, requests)
+    "sglang.srt.managers.scheduler_components.batch_result_processor",
+    "sglang.srt.sampling.sampling_params",
+)
+
+_OU = "sglang.srt.managers.overlap_utils"
+_SB = "sglang.srt.managers.schedule_batch"
+_SCHED = "sglang.srt.managers.scheduler"
+_SPEC = "sglang.srt.speculative.spec_utils"
+
+# Functions the target calls itself -> the parameter names it calls them with, which
+# must be a prefix (positional) or a subset (keyword) of what the release takes.
+CALLED: Dict[str, Tuple[str, ...]] = {
+    f"{_OU}:FutureMap.__init__": ("self", "device", "spec_algo", "req_to_token_pool"),
+    f"{_SB}:ScheduleBatch.init_new": ("cls", "reqs", "req_to_token_pool",
+                                      "token_to_kv_pool_allocator", "tree_cache",
+                                      "model_config", "enable_overlap", "spec_algorithm"),
+    f"{_SB}:ScheduleBatch.filter_batch": ("self",),
+    f"{_SB}:ScheduleBatch.merge_batch": ("self", "other"),
+    f"{_SCHED}:Scheduler.event_loop_overlap": ("self",),
+    f"{_SCHED}:Scheduler.is_disable_overlap_for_batch": ("self", "batch"),
+    f"{_SPEC}:record_stream_for_v2_verify": ("batch", "verify_input", "fwd_stream"),
+}
+CALLED_KEYWORDS: Dict[str, Tuple[str, ...]] = {
+    f"{_SB}:ScheduleBatch.filter_batch": ("keep_indices",),
+}
+# The names upstream's EAGLE v2 modules imported its GPU kernels' launchers under, to which
+# the EAGLE slice binds its declared stand-ins (``eagle_kernels.install``)
+EAGLE_KERNEL_SEAMS: Dict[str, Tuple[str, ...]] = {
+    "sglang.srt.managers.overlap_utils": ("gather_spec_extras",),
+    "sglang.srt.speculative.eagle_worker_common": ("assign_draft_cache_locs_contiguous_func",
+                                                   "fill_bonus_tokens_func"),
+    "sglang.srt.speculative.eagle_utils": ("build_tree_kernel_efficient_func",
+                                           "verify_tree_greedy_func"),
+    # topk > 1: the accepted tree path's KV move (move_accept_tokens_to_target_kvcache)
+    "sglang.srt.speculative.spec_utils": ("fill_front_out_cache_loc_func",
+                                          "fill_accept_out_cache_loc_func"),
+}
+# Optional parts: absent in some releases, and then the scenarios that need them are
+# "not applicable" there (``features``), not a contract problem.
+# feature -> the code that has it: one target, or several that must all exist
+FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
+    "grammar_tree": f"{_SPEC}:GrammarTree.from_device",
+    "ngram_relay": f"{_OU}:FutureMap._maybe_init_ngram_bufs",
+    "coarse_switch": "sglang.srt.environ:Envs.SGLANG_FORCE_COARSE_WAR_BARRIER",
+    "war_barrier": f"{_SCHED}:Scheduler._apply_war_barrier",
+    # the DSpark slice (targets/sglang/slices/dspark.py): the budget planner and the confidence
+    # relay (0.5.16 on) and the runtime-context API it builds DSpark's config with (0.5.22)
+    "dspark": ("sglang.srt.speculative.dspark_components.dspark_planner:"
+               "DSparkVerifyPlanner.prepare_verify_budget",
+               f"{_OU}:ConfidenceRelay.issue_ring_copy",
+               "sglang.srt.speculative.draft_worker_common:make_draft_input_v2",
+               "sglang.srt.runtime_context:use_context"),
+    # the EAGLE v2 slice (targets/sglang/slices/eagle.py): the shared verify step and the draft
+    # worker's decode extend of the v2 worker, and the runtime-context API (0.5.22) it
+    # builds EAGLE's config with (earlier releases resolve a whole ServerArgs instead), and
+    # the kernel launchers its stand-ins are bound to (EAGLE_KERNEL_SEAMS; 0.5.22 launches
+    # its Triton kernels directly, ``kernel[grid](...)``, which has no stand-in here)
+    "eagle_v2": ("sglang.srt.speculative.eagle_worker_common:run_eagle_verify",
+                 "sglang.srt.speculative.eagle_worker_v2:EagleDraftWorker._draft_extend_for_decode",
+                 "sglang.srt.runtime_context:use_context",
+                 *(f"{module}:{name}" for module, names in EAGLE_KERNEL_SEAMS.items()
+                   for name in names)),
+}
+
+RESULT_CLASS = "sglang.srt.managers.utils:GenerationBatchResult"
+RESULT_FIELDS = ("next_token_ids", "accept_lens", "new_seq_lens", "next_draft_input",
+                 "copy_done", "speculative_num_draft_tokens")
+
+# Module attributes the target reads or sets: (module, name)
+ATTRIBUTES: Tuple[Tuple[str, str], ...] = (
+    (_OU, "_is_cuda"),
+    ("sglang.srt.environ", "envs"),
+    (_SCHED, "is_cuda"),
+)
+
+# What the target's scheduler object carries (``scheduler_object.build_scheduler`` sets
+# exactly these; a test holds it to that): real values, our four server-facing methods and
+# the values of paths the target does not take (``scheduler_object.NotModelled``).
+SCHEDULER_ATTRIBUTES = (
+    "device", "device_module", "schedule_stream", "forward_stream", "copy_stream",
+    "forward_stream_ctx", "copy_stream_ctx", "req_to_token_pool", "spec_algorithm",
+    "future_map", "model_worker", "model_config", "_war_barrier_enabled", "enable_overlap",
+    "is_generation", "enable_pdmux", "enable_unified_memory",
+    "enable_unified_cache_external_linker", "enable_async_d2h_copy", "async_d2h_worker",
+    "attn_dp_enabled", "enable_dp_attention", "require_mlp_sync", "disaggregation_mode",
+    "chunked_req", "_confidence_budget_prepare", "gracefully_exit", "_engine_paused",
+    "running_batch", "last_batch", "cur_batch", "cur_batch_for_debug", "result_queue",
+    "scheduler_stage_metrics", "scripted_scheduler_hook", "forward_sleep_time",
+    "metrics_reporter", "profiler_manager", "forward_ct", "processed_tokens_counter",
+    "_sched_idled", "batch_record_buf", "batch_record_ct", "server_args", "beam_coordinator",
+    # ours: intake, batch formation, result commit, idle
+    "ingest_requests", "process_input_requests", "get_next_batch_to_run",
+    "process_batch_result", "on_idle",
+    "token_to_kv_pool_allocator",
+    # read only on paths the target does not take
+    "tp_worker", "pp_group", "tree_cache",
+    "invariant_checker", "batch_result_processor", "ps",
+    # releases before 0.5.20 receive through self.request_receiver.recv_requests()
+    "request_receiver",
+)
+NOT_MODELLED = ("tp_worker", "pp_group", "tree_cache", "invariant_checker",
+                "batch_result_processor", "ps")
+# The keywords the toy worker's forward_batch_generation takes.
+WORKER_KEYWORDS = ("on_publish", "grammar_barrier")
+
+# The Scheduler methods whose ``self`` reads the target must provide: upstream's loop
+# and everything it calls that runs unmodified.
+LOOP_METHODS = ("event_loop_overlap", "run_batch", "is_disable_overlap_for_batch",
+                "_apply_war_barrier", "launch_batch_sample_if_needed",
+                "_relay_forward_payload", "_copy_result_to_cpu", "_forward_isolation",
+                "record_batch_in_overlap", "_advance_pending_grammar")
+
+
+@dataclass
+class Verdict:
+    version: str
+    tier: str  # verified | compatible | unsupported
+    problems: List[str] = field(default_factory=list)
+    digest: str = ""
+    features: Dict[str, bool] = field(default_factory=dict)
+    commit: Optional[str] = None  # a source checkout's git commit
+
+    @property
+    def ok(self) -> bool:
+        return self.tier != "unsupported"
+
+    def line(self) -> str:
+        what = f"sglang {self.version}"
+        if self.tier == "compatible":
+            return (f"{what} is not a verified release; compatible (in {SUPPORTED}, its "
+                    f"API checked; a variant or mutation whose patch no longer fits is "
+                    f"disabled, named): running it")
+        return f"{what}: {self.tier}"
+
+
+def installed_version() -> str:
+    """The installed sglang's version, or raise LookupError when it is not installed."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        raise LookupError("sglang is not installed") from None
+
+
+def check_version(version: str) -> List[str]:
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return [f"sglang's version {version[:80]!r} is not a version number"]
+    if v not in SUPPORTED:
+        return [f"sglang {version} is outside the supported range {SUPPORTED}"]
+    return []
+
+
+def check_api(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, ...]
+              ) -> List[str]:
+    """Every difference between the source under ``root`` and what the target relies on.
+    ``provided``: the attributes the target's scheduler object carries."""
+    problems: List[str] = []
+    for target, expected in CALLED.items():
+        got, problem = static.params(root, target)
+        if got is None:
+            problems.append(problem)
+            continue
+        name = target.replace(":", ".")
+        if got[:len(expected)] != expected:
+            problems.append(f"{name}{got} does not start with {expected}")
+        for kw in CALLED_KEYWORDS.get(target, ()):
+            if kw not in got and not any(p.startswith("**") for p in got):
+                problems.append(f"{name} takes no {kw!r}")
+    fields, problem = static.dataclass_fields(root, RESULT_CLASS)
+    if fields is None:
+        problems.append(problem)
+    else:
+        problems += [f"GenerationBatchResult.{f} is missing" for f in RESULT_FIELDS
+                     if f not in fields]
+    for module, name in ATTRIBUTES:
+        if not static.has_module_attribute(root, module, name):
+            problems.append(f"{module}.{name} is missing")
+    problems += loop_problems(root, provided, worker_keywords)
+    return problems
+
+
+def loop_problems(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, ...]
+                  ) -> List[str]:
+    """What upstream's loop methods read on ``self`` that the scheduler object lacks."""
+    problems: List[str] = []
+    methods = scheduler_methods(root)
+    have = set(provided) | methods
+    for name in LOOP_METHODS:
+        node, _ = static.find(root, f"{_SCHED}:Scheduler.{name}")
+        if node is None:
+            continue  # an older release without this helper: the loop does not call it
+        for attr, kind in sorted(static.self_reads(node).items()):
+            if attr not in have:
+                problems.append(f"Scheduler.{name} reads self.{attr}, which the target's "
+                                f"scheduler does not provide")
+    loop, _ = static.find(root, f"{_SCHED}:Scheduler.run_batch")
+    if loop is not None:
+        extra = static.call_keywords(loop, "self.model_worker",
+                                    "forward_batch_generation") - set(worker_keywords)
+        extra -= {"pp_proxy_tensors"}  # the pipeline-parallel branch, not taken
+        problems += [f"run_batch passes {kw}= to the worker, which the toy worker does "
+                     f"not take" for kw in sorted(extra)]
+    return problems
+
+
+def scheduler_methods(root: str) -> set:
+    """Names defined in the bodies of ``Scheduler`` and of its base classes (each found in
+    the module the scheduler's module imports it from)."""
+    node, _ = static.find(root, f"{_SCHED}:Scheduler")
+    if node is None:
+        return set()
+    names = _class_names(node)
+    where = static.imported_names(root, _SCHED)
+    for base in node.bases:
+        name = getattr(base, "id", None)
+        if name in where:
+            cls, _ = static.find(root, f"{where[name]}:{name}")
+            if cls is not None and hasattr(cls, "body"):
+                names |= _class_names(cls)
+    return names
+
+
+def _class_names(cls) -> set:
+    import ast
+    out = set()
+    for s in cls.body:
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(s.name)
+        elif isinstance(s, ast.Assign):
+            out |= {t.id for t in s.targets if isinstance(t, ast.Name)}
+        elif isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
+            out.add(s.target.id)
+    return out
+
+
+def missing_code(root: str, feature: str) -> Optional[str]:
+    """The first piece of ``feature``'s code the release at ``root`` lacks (None: all)."""
+    needed = FEATURES[feature]
+    for target in (needed,) if isinstance(needed, str) else needed:
+        node, _ = static.find(root, target)
+        module, _, name = target.partition(":")
+        # a module-level name may be imported there (a kernel launcher the module calls)
+        if node is None and ("." in name
+                             or not static.has_module_attribute(root, module, name)):
+            return target
+    return None
+
+
+def features(root: str) -> Dict[str, bool]:
+    return {name: missing_code(root, name) is None for name in FEATURES}
+
+
+def source_commit(root: str) -> Optional[str]:
+    """The git commit of a source checkout (``pip install -e`` of sglang's repo)."""
+    import os
+    import subprocess
+    top = os.path.dirname(os.path.dirname(root))  # .../python/sglang -> repo
+    if not os.path.isdir(os.path.join(top, ".git")):
+        return None
+    try:
+        out = subprocess.run(["git", "-C", top, "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def evaluate(version: str, root: Optional[str], provided: Tuple[str, ...],
+             worker_keywords: Tuple[str, ...]) -> Verdict:
+    """The tier of the release at ``root`` (its version string from the metadata)."""
+    problems = check_version(version)
+    if root is None:
+        problems.append("the sglang package's source cannot be found")
+        return Verdict(version, "unsupported", problems)
+    problems += check_api(root, provided, worker_keywords)
+    digest = static.files_digest(root, list(DRIVEN_MODULES))
+    verdict = Verdict(version, "unsupported" if problems else "compatible", problems,
+                      digest, features(root), source_commit(root))
+    if not problems and VERIFIED.get(version) == digest:
+        verdict.tier = "verified"
+    return verdict

@@ -1,0 +1,127 @@
+"""specrace's simulator as an sglang hardware platform (sglang's own plugin entry point).
+
+sglang asks its platform, not torch, whether host staging may be pinned
+(``current_platform.is_pin_memory_available``). The generic platform answers no on a
+machine without a GPU, and then ``async_d2h`` becomes a blocking ``.to("cpu")`` and
+``filter_batch`` stages its keep indices in pageable memory: the overlap collapses and
+the seed's race cannot happen (measured: 0 races, 0 stale). This platform answers as
+``CudaSRTPlatform`` does, so upstream takes its GPU code paths on the ``sim`` device.
+
+Registered in ``pyproject.toml`` under ``[project.entry-points."sglang.srt.platforms"]``
+as ``specrace_sim``. ``activate()`` selects it when asked for by name
+(``SGLANG_PLATFORM=specrace_sim``, which the sglang target sets for simulator runs) or
+when no GPU is present; on a GPU machine sglang's own CUDA platform stays in charge.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator, Optional
+
+PLUGIN_NAME = "specrace_sim"
+QUALNAME = "targets.sglang.boundary.platform.SimSRTPlatform"
+
+
+def activate() -> Optional[str]:
+    import torch
+    if os.environ.get("SGLANG_PLATFORM") == PLUGIN_NAME or not torch.cuda.is_available():
+        return QUALNAME
+    return None
+
+
+# The module flags sglang computes from the machine at import (``_is_cuda = is_cuda()``
+# and its kin) and reads at call time to choose a GPU kernel or its torch fallback.
+HOST_FLAGS = ("_is_cuda", "_is_hip", "_is_musa", "_is_xpu", "_is_npu", "_is_cpu")
+# ... except the one the harness sets on purpose (``upstream.take_gpu_paths``)
+KEPT_FLAGS = {("sglang.srt.managers.overlap_utils", "_is_cuda")}
+
+
+@contextlib.contextmanager
+def as_without_gpu(device) -> Iterator[None]:
+    """A simulator run on a machine that has a GPU sees what it sees on one without.
+
+    sglang's platform there is CUDA's, and its modules computed their flags from the GPU
+    at import: upstream would launch its Triton kernels (the draft's top-k postprocess,
+    ``compute_position``) with simulator tensors -- addresses that mean nothing to the
+    GPU, an illegal access that poisons the process's CUDA context for every run after
+    it (measured on the H200) -- and would not consult the simulator platform's seams
+    (the verify window's slots). For the run, specrace's platform is sglang's current
+    one (``_current_platform`` and every loaded module's ``current_platform`` name) and
+    every loaded sglang module's host flags read as on a machine without a GPU: upstream
+    takes the code paths CI runs, so a simulator verdict is the same on any machine.
+    Restored after the run. (A module first imported during the run keeps its own
+    flags: the slices import theirs when the engine is built, before this.)"""
+    import torch
+    if str(device).split(":")[0] != "sim" or not torch.cuda.is_available():
+        yield
+        return
+    import sys
+
+    import sglang.srt.platforms as platforms
+    gpu_platform = platforms.current_platform
+    sim_platform = _platform_class()()
+    saved = [(platforms, "_current_platform", platforms._current_platform)]
+    platforms._current_platform = sim_platform
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("sglang.") or module is None or module is platforms:
+            continue
+        values = vars(module)
+        if values.get("current_platform") is gpu_platform:
+            saved.append((module, "current_platform", gpu_platform))
+            module.current_platform = sim_platform
+        for flag in HOST_FLAGS:
+            if values.get(flag) is True and (name, flag) not in KEPT_FLAGS:
+                saved.append((module, flag, True))
+                setattr(module, flag, False)
+    try:
+        yield
+    finally:
+        for module, attr, value in reversed(saved):
+            setattr(module, attr, value)
+
+
+def _platform_class():
+    from sglang.srt.platforms.device_mixin import PlatformEnum
+    from sglang.srt.platforms.interface import SRTPlatform
+
+    class SimSRTPlatform(SRTPlatform):
+        """An out-of-tree platform whose device is specrace's simulator."""
+
+        _enum = PlatformEnum.OOT
+        device_name = "sim"
+        device_type = "sim"
+
+        def is_pin_memory_available(self, device=None) -> bool:
+            # As CudaSRTPlatform: pinned staging for anything headed to the device.
+            return not (device is not None and str(device) == "cpu")
+
+        def get_device(self, device_id: int = 0):
+            import torch
+            return torch.device("sim", device_id)
+
+        def get_device_name(self, device_id: int = 0) -> str:
+            return "specrace sim"
+
+        def synchronize(self) -> None:
+            import torch
+            torch.get_device_module("sim").synchronize()
+
+        def get_speculative_cache_locs_fn(self):
+            # upstream's out-of-tree seam for the verify window's KV slots (its Triton
+            # kernel on a GPU): specrace's declared stand-in
+            from targets.sglang.slices.eagle_kernels import extend_cache_locs
+            return extend_cache_locs
+
+    SimSRTPlatform.__module__ = __name__
+    SimSRTPlatform.__qualname__ = "SimSRTPlatform"
+    return SimSRTPlatform
+
+
+def __getattr__(name: str):
+    # sglang loads the class by qualname; build it lazily so importing this module (the
+    # entry point) never imports sglang itself.
+    if name == "SimSRTPlatform":
+        cls = _platform_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)

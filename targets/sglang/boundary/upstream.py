@@ -1,0 +1,86 @@
+"""The upstream names the sglang target drives, imported once from the installed package
+(``bootstrap.load``: stand-ins for absent GPU packages first). Importing this module
+imports sglang: only the sglang target does.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+from seams import process
+
+from targets.sglang.boundary.bootstrap import load
+
+with warnings.catch_warnings():
+    # sglang warns at import that AWQ/GGUF/Triton need a GPU: true, and not our concern
+    warnings.simplefilter("ignore")
+    _modules = load()
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+    from sglang.srt.layers.logits_processor import LogitsProcessorOutput
+
+overlap_utils = _modules["sglang.srt.managers.overlap_utils"]
+ngram_info = _modules["sglang.srt.speculative.ngram_info"]
+schedule_batch = _modules["sglang.srt.managers.schedule_batch"]
+managers_utils = _modules["sglang.srt.managers.utils"]
+scheduler = _modules["sglang.srt.managers.scheduler"]
+spec_utils = _modules["sglang.srt.speculative.spec_utils"]
+xgrammar_backend = _modules["sglang.srt.constrained.xgrammar_backend"]
+
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
+from sglang.srt.disaggregation.utils import DisaggregationMode  # noqa: E402
+from sglang.srt.environ import envs  # noqa: E402
+
+# Classes by name (a run-time patch replaces an attribute *of* the class, which every
+# holder of the class sees). Module-level functions are always called through their
+# module (``spec_utils.build_grammar_vocab_mask(...)``): a name bound here would keep the
+# original when a variant or a mutation patches the function.
+FutureMap = overlap_utils.FutureMap
+NgramVerifyInput = ngram_info.NgramVerifyInput
+ScheduleBatch = schedule_batch.ScheduleBatch
+GenerationBatchResult = managers_utils.GenerationBatchResult
+Scheduler = scheduler.Scheduler
+# absent from older releases (no RelayPayload before 0.5.15, no GrammarTree before 0.5.17):
+# the scenarios that need them are "not applicable" there (releases.NEEDS)
+RelayPayload = getattr(overlap_utils, "RelayPayload", None)
+GrammarTree = getattr(spec_utils, "GrammarTree", None)
+from sglang.srt.constrained import base_grammar_backend  # noqa: E402
+
+GrammarMask = getattr(base_grammar_backend, "GrammarMask", None)  # with GrammarTree
+
+
+def take_gpu_paths() -> None:
+    """The GPU code paths: the FutureMap's private D2H stream and pinned seq-lens mirror
+    (and the confidence relay's ring) exist only when ``overlap_utils._is_cuda``, which is
+    computed from torch.cuda at import. On a GPU it is True; the simulator stands for that
+    GPU, so it is set as it is there (once, after the contract has checked the attribute
+    exists: it is read when a FutureMap is built)."""
+    overlap_utils._is_cuda = True
+    process.note("sglang-gpu-paths")
+
+
+def import_named(names):
+    """``{key: module}`` for ``{key: dotted module name}``: a slice's upstream modules,
+    imported on first use (a release without the slice's code fails only when it runs)."""
+    import importlib
+    return {k: importlib.import_module(v) for k, v in names.items()}
+
+
+@contextlib.contextmanager
+def server_config(speculative_algorithm: str, **server_args):
+    """Upstream's runtime context for one run, projected from ``ServerArgs(...)`` by its
+    ``set_server_args`` (the resolution pipeline, which loads the model's HF config, is
+    not run: what it would resolve is given here -- page size 1, the toy's) and made
+    current with upstream's ``use_context``: what the slices' code reads of the server's
+    config (the spec algorithm and its draft shape, the page size)."""
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.server_args import ServerArgs
+    ctx = rc.RuntimeContext(parallel=rc.ParallelContext())
+    # the attention is the toy's; a backend without Triton makes upstream's prefill row
+    # writer (write_cache_indices) take its host-looped path -- its Triton kernel reads
+    # the prefix rows through raw device pointers, which neither the simulator nor a CUDA
+    # trace can see
+    ctx.set_server_args(ServerArgs(model_path="specrace-toy", page_size=1,
+                                   attention_backend="torch_native",
+                                   speculative_algorithm=speculative_algorithm, **server_args))
+    with rc.use_context(ctx):
+        yield

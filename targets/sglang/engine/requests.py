@@ -1,0 +1,130 @@
+"""The request the sglang target runs: upstream's own ``Req`` where the release's fits.
+
+On a release whose ``Req`` takes 0.5.23's constructor (``fits``), a request *is* one of
+upstream's: built by its ``__init__`` with upstream's ``SamplingParams`` (the budget as
+``max_new_tokens``, EOS as the stop token, normalised as the tokenizer manager does;
+no tokenizer, so no stop strings), so its finish logic (``update_finish_state``,
+``finished_len``, ``output_ids_through_stop``), its KV record (``req.kv``), retraction
+(``reset_for_retract``) and every field upstream's batch and result code reads are
+upstream's. What the class adds is the harness's bookkeeping -- ``RequestState``'s
+fields upstream's ``Req`` has no name for (the step counters the oracles key on, the
+columns the admission reserved) -- and ``mark_finished``, the finish a result
+processor of ours makes where upstream's is not driven (``loop.UpstreamLoop.commit``).
+
+Older releases (another constructor) run ``worker.Req``, specrace's request carrying the
+attributes their batch code reads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from array import array
+from typing import Any, List
+
+from impl.schedule_batch import RequestState
+from impl.vocab import EOS_ID, VOCAB_SIZE
+
+_CLASS: Any = None
+# RequestState's fields that upstream's Req (0.5.22 on) sets in its constructor, under the
+# same names and meaning
+_UPSTREAM_FIELDS = ("is_retracted", "prefix_len", "extend_end", "inflight_middle_chunks")
+
+
+@functools.lru_cache(maxsize=None)
+def fits() -> bool:
+    """Has this release 0.5.23's ``Req``: its constructor's keywords, the finish state
+    the result processor reads and sets, and ``SamplingParams`` with stop token ids?"""
+    try:
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+        inspect.signature(Req.__init__).bind(
+            None, 0, "", array("q"), None, eos_token_ids=set(), vocab_size=1)
+        inspect.signature(SamplingParams.__init__).bind(None, max_new_tokens=1,
+                                                        stop_token_ids=[])
+        # the fields the harness takes as upstream's own (``_define``) are set by its
+        # constructor (0.5.21's has no prefix_len / extend_end yet)
+        if not set(_UPSTREAM_FIELDS) <= set(Req.__init__.__code__.co_names):
+            return False
+        return all(hasattr(Req, m) for m in ("update_finish_state", "finished",
+                                             "output_ids_through_stop", "reset_for_retract",
+                                             "owned_kv_len"))
+    except (ImportError, TypeError, AttributeError):  # AttributeError: a wrapped __init__
+        return False
+
+
+def request_class():
+    """``UpstreamReq``: upstream's ``Req`` with the harness's bookkeeping (made once,
+    when first asked for: the class derives from the installed package's)."""
+    global _CLASS
+    if _CLASS is None:
+        _CLASS = _define()
+    return _CLASS
+
+
+def _define():
+    from sglang.srt.managers.schedule_batch import FINISH_LENGTH, FINISH_MATCHED_TOKEN, Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    # the harness's fields upstream's Req has no attribute for (the rest -- rid,
+    # output_ids, grammar and _UPSTREAM_FIELDS -- are upstream's own, under the same
+    # names and meaning)
+    own = [f for f in dataclasses.fields(RequestState)
+           if f.name not in ("rid", "prompt", "max_new_tokens", "grammar", "output_ids",
+                             *_UPSTREAM_FIELDS)]
+
+    class UpstreamReq(Req):
+        """Upstream's ``Req`` plus ``RequestState``'s bookkeeping (module docstring)."""
+
+        def __init__(self, rid: int, prompt: List[int], max_new_tokens: int,
+                     grammar: Any = None) -> None:
+            params = SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=[EOS_ID])
+            params.normalize(None)
+            super().__init__(rid, "", array("q", prompt), params,
+                             eos_token_ids={EOS_ID}, vocab_size=VOCAB_SIZE)
+            self.grammar = grammar
+            self.prompt = list(prompt)
+            self.max_new_tokens = max_new_tokens
+            for f in own:
+                value = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+                    else f.default
+                setattr(self, f.name, value)
+            self.grammar_seen = 0  # the grammar barrier of a result processor of ours
+
+        needs_splice = RequestState.needs_splice
+        context = RequestState.context
+
+        @property
+        def done(self) -> bool:
+            return self.finished()
+
+        def output(self) -> List[int]:
+            """What the client gets: up to and including the stop (``finished_len``)."""
+            return list(self.output_ids_through_stop)
+
+        def ask_hidden_states(self, wanted: bool) -> None:
+            """What the client asked (``return_hidden_states``), as upstream's
+            constructor records it: the flag and the capture mode batches are formed by."""
+            from sglang.srt.managers.schedule_batch import get_return_hidden_states_mode
+            self.return_hidden_states = wanted
+            self.return_hidden_states_mode = get_return_hidden_states_mode(wanted)
+
+        def mark_finished(self) -> None:
+            """A commit of ours finished it on its last token (EOS) or its budget: the
+            finish reason upstream's ``update_finish_state`` gives those."""
+            n = len(self.output_ids)
+            if self.output_ids and self.output_ids[-1] == EOS_ID:
+                self.finished_reason = FINISH_MATCHED_TOKEN(matched=EOS_ID)
+            else:
+                self.finished_reason = FINISH_LENGTH(length=self.max_new_tokens)
+            self.finished_len = n
+
+    return UpstreamReq
+
+
+def make_request(rid: int, prompt, max_new_tokens: int, grammar: Any = None):
+    """The target's request: upstream's where the release's fits, else ``worker.Req``."""
+    if fits():
+        return request_class()(rid, list(prompt), max_new_tokens, grammar)
+    from targets.sglang.engine.worker import Req
+    return Req(rid, list(prompt), max_new_tokens, grammar)
