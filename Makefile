@@ -25,11 +25,13 @@ $(VENV)/.specrace-ready: pyproject.toml requirements.txt requirements.lock
 # pure-Python packages its driven modules import, --no-deps (sglang's own metadata pins
 # torch 2.14.1 and CUDA-only wheels, which the code under test never needs).
 # `make upstream SGLANG=0.5.17`: that release in an environment of its own, with its own
-# pins (.releases/0.5.17; targets/sglang/environments/envs.py). `make releases` runs the release gate
-# on every release set up.
+# pins (.releases/sglang/0.5.17; targets/envs.py). `make releases` runs the release gate
+# on every release set up. A release reaches the shell only as the quoted value of its
+# variable ("$$SGLANG": make exports command-line variables), never as recipe text, and
+# targets.envs refuses anything but a version in the supported range.
 ifdef SGLANG
 upstream: setup
-	$(PY) -m targets.sglang.environments.envs setup $(SGLANG)
+	$(PY) -m targets.envs sglang setup "$$SGLANG"
 else
 upstream: $(VENV)/.specrace-upstream
 endif
@@ -68,17 +70,20 @@ upstream-gate: upstream
 # e.g. `make releases PREFIX_RELAY=0.5.17 FIXED_RELAY="0.5.18 0.5.23"`.
 PREFIX_RELAY ?= 0.5.14 0.5.15 0.5.16 0.5.17
 FIXED_RELAY  ?= 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23
-each = $(foreach v,$(1),--release $(v))
+# The lists reach the shell as variables too (word-split, never evaluated): each is
+# "--release V" per word, which specrace checks against the version grammar.
+export PREFIX_RELAY FIXED_RELAY
+each = $$(for v in $(1); do printf -- '--release %s ' "$$v"; done)
 
 upstream-releases: setup
-	for v in $(PREFIX_RELAY) $(FIXED_RELAY); do $(PY) -m targets.sglang.environments.envs setup $$v || exit 1; done
+	for v in $$PREFIX_RELAY $$FIXED_RELAY; do $(PY) -m targets.envs sglang setup "$$v" || exit 1; done
 
 releases: setup
-	$(VENV)/bin/specrace releases ngram-filter-race $(call each,$(PREFIX_RELAY) $(FIXED_RELAY)) --trials 5 --expect clean
-	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$(PREFIX_RELAY)) --trials 5 --expect race
-	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$(FIXED_RELAY)) --trials 5 --expect clean
-	$(VENV)/bin/specrace releases dspark-result-readback $(call each,$(PREFIX_RELAY) $(FIXED_RELAY)) --trials 3 --expect race
-	$(VENV)/bin/specrace releases eagle-v2 $(call each,$(PREFIX_RELAY) $(FIXED_RELAY)) --trials 2 --expect clean
+	$(VENV)/bin/specrace releases ngram-filter-race $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 5 --expect clean
+	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$$PREFIX_RELAY) --trials 5 --expect race
+	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$$FIXED_RELAY) --trials 5 --expect clean
+	$(VENV)/bin/specrace releases dspark-result-readback $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 3 --expect race
+	$(VENV)/bin/specrace releases eagle-v2 $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 2 --expect clean
 
 litmus: setup
 	$(VENV)/bin/specrace litmus
@@ -92,7 +97,7 @@ lock: upstream
 	{ sed -n '/^#/p' requirements.lock; $(PY) -m pip freeze --local --exclude-editable \
 	    | grep -v -i -E '^(torch|xgrammar|sglang)=='; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
-	for v in $$($(PY) -m targets.sglang.environments.envs list); do $(PY) -m targets.sglang.environments.envs lock $$v || exit 1; done
+	for v in $$($(PY) -m targets.envs sglang list); do $(PY) -m targets.envs sglang lock "$$v" || exit 1; done
 
 clean:
 	rm -rf $(VENV) .hypothesis .releases

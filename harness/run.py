@@ -2,8 +2,8 @@
 
 ``Variant`` is one way of running a scenario's code -- its server-arg overrides, and at
 most one patch around each trial: a seeded bug (``mutation``, from
-``mutations.catalogue``) or a candidate fix of upstream (``fix``, from
-``mutations.fixes``). ``Run`` is a whole run with every default already taken: the
+the target's ``mutations()``) or a candidate fix of upstream (``fix``, from its
+``fixes()``). ``Run`` is a whole run with every default already taken: the
 scenario and target *objects*, the variant, fence, backend, policy, trials, stalls and
 host-order answers. ``scenarios.resolve.resolve`` makes one from what a user asked (the
 CLI, ``replay``, the pytest plugin, the matrix, bench); ``harness.trials.run_repro``
@@ -46,15 +46,13 @@ class Variant:
     def named(self, name: str) -> "Variant":
         return Variant(name, self.args, self.mutation, self.fix)
 
-    def patch(self, target: str):
-        """The patch this variant applies around each trial on target ``target`` (a
-        ``mutations.Mutation``), or None: the code as it is."""
+    def patch(self, target: Target):
+        """The patch this variant applies around each trial on ``target`` (a
+        ``mutations.Mutation`` or a fix's ``SourcePatch``), or None: the code as it is."""
         if self.fix is not None:
-            from mutations.fixes import get_fix
-            return get_fix(target, self.fix)
+            return target.fix(self.fix)
         if self.mutation is not None:
-            from mutations.catalogue import get
-            return get(target, self.mutation)
+            return target.mutation(self.mutation)
         return None
 
 

@@ -14,12 +14,19 @@ A target supplies
 * the run-time patches a set of server args needs (``variant``), and why a variant or a
   source patch cannot run on the installed code (``variant_problem``, ``patch_problem``);
 * its own defaults: the variant a run gets when none is asked for, and the fence;
-* a description for reports (``describe``: version, tier, digest of the files driven).
+* a description for reports (``describe``: version, tier, digest of the files driven);
+* its seeded bugs (``mutations``: the mutation matrix's catalogue) and the candidate fixes
+  of upstream findings (``fixes``), each a run-time source patch;
+* for an upstream server, its release environments (``environments``: one environment per
+  release with that release's own pins, for ``specrace releases``).
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from mutations.base import Mutation
+from seams.sourcepatch import SourcePatch
 
 
 class TargetError(ValueError):
@@ -79,3 +86,54 @@ class Target:
 
     def supports(self, scenario: str) -> bool:
         return self.scenarios is None or scenario in self.scenarios
+
+    def mutations(self) -> List[Mutation]:
+        """The seeded bugs of this target's code (the mutation matrix's rows)."""
+        return []
+
+    def fixes(self) -> Dict[str, SourcePatch]:
+        """Candidate fixes of upstream findings, by name (none for our own code)."""
+        return {}
+
+    def mutation(self, name: str) -> Mutation:
+        found = {m.name: m for m in self.mutations()}.get(name)
+        if found is None:
+            raise KeyError(f"no mutation {name!r} for the {self.name} target")
+        return found
+
+    def fix(self, name: str) -> SourcePatch:
+        fixes = self.fixes()
+        if name not in fixes:
+            raise KeyError(f"no fix {name!r} for the {self.name} target; known: "
+                           f"{', '.join(sorted(fixes)) or 'none'}")
+        return fixes[name]
+
+    def environments(self) -> Optional["Environments"]:
+        """The release environments of an upstream server (None: this target has one
+        version, the code in the tree)."""
+        return None
+
+
+class Environments:
+    """A target's release environments: each release of the upstream server in a venv of
+    its own, with its own pins, driven in a child process (``specrace releases``).
+    Reading them never imports the server in this process."""
+
+    def chosen(self, asked: List[str]) -> List[str]:
+        """The releases ``--release`` names (all set up when ``asked`` is empty), checked:
+        ``ValueError`` naming a release that is not set up or not a version."""
+        raise NotImplementedError
+
+    def python(self, version: str) -> str:
+        """The interpreter of ``version``'s environment."""
+        raise NotImplementedError
+
+    def skipped(self) -> List[Tuple[str, str]]:
+        """Folders where environments live that are not one, each with why (a stray
+        folder is named and passed over, never fatal)."""
+        return []
+
+    def not_applicable(self, version: str, scenario: str) -> str:
+        """Why ``scenario`` does not apply to ``version`` -- the code it drives is absent
+        from that release, read from its source -- or "" when it applies."""
+        return ""

@@ -24,7 +24,6 @@ from harness.runtime.limits import gpu_watchdog, watchdog_seconds
 from scenarios.resolve import RunRequest, resolve
 
 from mutations import Mutation, MutationError
-from mutations.catalogue import by_name, mutations_for
 from matrix.table import (Cell, assemble, cell_failed, format_matrix,  # noqa: F401
                     matrix_ok, problem_line)
 
@@ -92,6 +91,16 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
 )}
 
 
+def mutations_for(target: str) -> List[Mutation]:
+    """The seeded bugs of the target named ``target`` (cells name targets: they cross
+    into child processes)."""
+    return targets.get(target).mutations()
+
+
+def by_name(target: str) -> Dict[str, Mutation]:
+    return {m.name: m for m in mutations_for(target)}
+
+
 def probes_for(target: str) -> Dict[str, Probe]:
     """The probes whose scenario runs on ``target``."""
     tgt = targets.get(target)
@@ -146,7 +155,7 @@ def _patch(variant, target, mutation: Optional[Mutation]):
     """What a probe run patches: the mutation under test -- on top of the variant's fix
     when the variant is a fixed form of an upstream finding -- or the variant's own
     patch."""
-    own = variant.patch(target.name)
+    own = variant.patch(target)
     if mutation is None:
         return own
     if variant.fix is not None:

@@ -1,7 +1,7 @@
 """Candidate fixes for upstream findings: each a run-time source patch of one upstream
-function, applied for one run like a mutation (a scenario variant names it with the key
-``"fix"``). They are what ``reports/upstream/findings/`` proposes to upstream's
-maintainers, shown to remove the race and keep the outputs equal to the synchronous
+function, applied for one run like a mutation (a scenario variant names it: ``with_fix``;
+the sglang target's ``fixes()``). They are what ``reports/upstream/findings/`` proposes to
+upstream's maintainers, shown to remove the race and keep the outputs equal to the synchronous
 reference; the installed files are never edited.
 """
 from __future__ import annotations
@@ -39,11 +39,3 @@ FIXES: Dict[str, SourcePatch] = {
         "fix forward-waits-result-copy"),
 }
 
-
-def get_fix(target: str, name: str) -> SourcePatch:
-    if target != "sglang":
-        raise KeyError(f"no fix {name!r} for the {target} target (fixes patch upstream)")
-    try:
-        return FIXES[name]
-    except KeyError:
-        raise KeyError(f"no fix {name!r}; known: {', '.join(sorted(FIXES))}") from None

@@ -24,12 +24,12 @@ def stall_at(point: str, default_ms: Optional[float] = None
 
 
 def with_bug(mutation: str, **args: Any) -> Variant:
-    """A variant that runs a seeded bug (``mutations.catalogue``) with server args ``args``."""
+    """A variant that runs a seeded bug (the target's ``mutations()``) with server args ``args``."""
     return Variant("", args, mutation=mutation)
 
 
 def with_fix(fix: str, **args: Any) -> Variant:
-    """A variant that runs a candidate fix of upstream (``mutations.fixes``)."""
+    """A variant that runs a candidate fix of upstream (the target's ``fixes()``)."""
     return Variant("", args, fix=fix)
 
 

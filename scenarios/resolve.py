@@ -93,7 +93,7 @@ def _check_variant(target, variant: Variant) -> None:
     problem = target.variant_problem(variant)
     if problem:
         raise ResolveError(f"variant {variant.name!r} is disabled here: {problem}")
-    patch = variant.patch(target.name)
+    patch = variant.patch(target)
     if patch is not None:
         from mutations import MutationError
         try:

@@ -85,9 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", action="store_true")
     _target_arg(m)
 
-    rl = sub.add_parser("releases", help="one scenario on every installed sglang release "
-                                          "(make upstream SGLANG=V sets one up)")
+    rl = sub.add_parser("releases", help="one scenario on every installed release of an "
+                                          "upstream target (make upstream SGLANG=V sets "
+                                          "one up)")
     rl.add_argument("scenario")
+    rl.add_argument("--target", choices=["sglang"], default="sglang",
+                    help="the upstream server whose releases run (default: sglang)")
     rl.add_argument("--release", action="append", default=None,
                     help="only this release (repeatable; default: every one set up)")
     rl.add_argument("--variant", default=None, help="default: as-installed")
@@ -194,7 +197,6 @@ def _dispatch(args) -> int:
 # --- commands -------------------------------------------------------------------------
 
 def cmd_list(args) -> int:
-    from mutations.catalogue import mutations_for
     from scenarios.registry import SCENARIOS
     target = _load_target(args.target)
     info = target.describe()
@@ -208,7 +210,7 @@ def cmd_list(args) -> int:
     from litmus.programs import PROGRAMS
     print(f"litmus programs: {len(PROGRAMS)} (specrace litmus)")
     print("mutations:")
-    for mu in mutations_for(target.name):
+    for mu in target.mutations():
         print(f"  {mu.name:<32} {mu.summary}")
     return EXIT_OK
 
@@ -328,26 +330,39 @@ def cmd_matrix(args) -> int:
 
 
 def cmd_releases(args) -> int:
+    import targets
     from scenarios.registry import get
-    from targets.sglang.environments import envs
-    from targets.sglang.environments.releases import format_table, repro_options, run_releases
+    from targets.releases import format_table, repro_options, run_releases
+    target = targets.declared(args.target)  # the server is imported by each child only
+    environments = target.environments()
     try:
         scenario = get(args.scenario)
-        versions = envs.chosen(args.release)
+        if not target.supports(scenario.name):
+            raise ValueError(f"scenario {scenario.name} does not run on the {target.name} "
+                             f"target")
+        versions = environments.chosen(args.release or [])
         options = repro_options(scenario, args)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
-    except (envs.EnvError, ValueError) as exc:
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
-    rows = A.with_progress(lambda prog: run_releases(scenario.name, options, args.report_dir,
-                                                    versions, prog),
-                          len(versions), f"{scenario.name} on {len(versions)} release(s)",
-                          quiet=args.json)
+    for folder, why in environments.skipped():
+        print(f"specrace: skipping release folder {_line(folder)}: {_line(why)}",
+              file=sys.stderr)
+    from harness.report import ReportDirError, check_report_dir
+    try:  # before any release runs: a folder that cannot take the sets costs nothing
+        check_report_dir(args.report_dir)
+    except ReportDirError as exc:
+        raise UsageError(f"--report-dir: {exc}") from None
+    rows = A.with_progress(
+        lambda prog: run_releases(environments, target.name, scenario.name, options,
+                                  args.report_dir, versions, prog),
+        len(versions), f"{scenario.name} on {len(versions)} release(s)", quiet=args.json)
     if args.json:
         print(json.dumps(rows, default=str))
     else:
         from seams.text import printable
-        print(printable(format_table(scenario.name, rows), keep_newlines=True))
+        print(printable(format_table(target.name, scenario.name, rows), keep_newlines=True))
     bad = [r for r in rows if r["outcome"] == "error"
            or (args.expect and r["outcome"] not in (args.expect, "not applicable"))]
     return EXIT_MISMATCH if bad else EXIT_OK

@@ -32,6 +32,10 @@ class ImplTarget(Target):
         from impl.schedule_batch import Req
         return Req(rid, list(prompt), max_new_tokens, grammar)
 
+    def mutations(self):
+        from mutations import MUTATIONS
+        return MUTATIONS
+
     def grammar_backend(self):
         from impl.grammar import GrammarBackend
         from impl.vocab import EOS_ID, VOCAB
@@ -41,18 +45,22 @@ class ImplTarget(Target):
 _TARGETS: Dict[str, Target] = {}
 
 
+def declared(name: str) -> Target:
+    """The target ``name``, not loaded: what it declares (its environments, its
+    scenarios) without importing the server it drives."""
+    if name == "impl":
+        return ImplTarget()
+    if name == "sglang":
+        from targets.sglang import SglangTarget
+        return SglangTarget()
+    raise TargetError(f"unknown target {name!r}; expected one of: {', '.join(TARGET_NAMES)}")
+
+
 def get(name: str) -> Target:
     """The loaded target ``name`` (one per process)."""
     target = _TARGETS.get(name)
-    if target is not None:
-        return target
-    if name == "impl":
-        target = ImplTarget()
-    elif name == "sglang":
-        from targets.sglang import SglangTarget
-        target = SglangTarget()
-    else:
-        raise TargetError(f"unknown target {name!r}; expected one of: {', '.join(TARGET_NAMES)}")
-    target.load()
-    _TARGETS[name] = target
+    if target is None:
+        target = declared(name)
+        target.load()
+        _TARGETS[name] = target
     return target

@@ -35,7 +35,7 @@ def run_repro(run: Run, progress: Optional[Callable[[int], None]] = None) -> Rep
                         f"not {type(run).__name__}")
     scenario, target, variant = run.scenario, run.target, run.variant
     sim = run.backend == Backend.SIM
-    mutation = variant.patch(target.name)
+    mutation = variant.patch(target)
     per_trial: List[TrialSummary] = []
     races: Dict[tuple, Race] = {}
     first_div = None

@@ -110,7 +110,7 @@ class SglangTarget(Target):
         args = variant.args
         patches = list(relay_patches(args.get("relay", "future_map")))
         if variant.fix is not None:
-            patches.append(variant.patch(self.name))
+            patches.append(variant.patch(self))
         slices = {"dspark": ("dspark", "DSpark"), "eagle-v2": ("eagle_v2", "EAGLE v2")}
         if args.get("spec_algorithm") in slices:
             feature, name = slices[args["spec_algorithm"]]
@@ -140,6 +140,19 @@ class SglangTarget(Target):
             return "fine" if Version(self.version) >= Version(NGRAM_PUBLISHES_FROM) else "coarse"
         except ValueError:
             return "fine"
+
+    def mutations(self):
+        from mutations.sglang import MUTATIONS
+        from mutations.sglang_eagle import MUTATIONS as EAGLE
+        return MUTATIONS + EAGLE
+
+    def fixes(self):
+        from mutations.fixes import FIXES
+        return FIXES
+
+    def environments(self):
+        from targets.sglang.environments import SglangEnvironments
+        return SglangEnvironments()
 
     def describe(self) -> Dict[str, Any]:
         from targets.sglang.boundary.bootstrap import stood_in

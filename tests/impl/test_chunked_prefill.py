@@ -11,10 +11,11 @@ import dataclasses
 
 import pytest
 
+import targets
+
 import impl.schedule_batch as schedule_batch
 from harness.oracle.model import greedy_continuation
 from harness.oracle.stale import StaleValueOracle, checksum
-from mutations.catalogue import get as get_mutation
 from matrix.run import PROBES, run_probe
 from scenarios.kv_reuse import CHUNK
 from scenarios.registry import get
@@ -160,7 +161,7 @@ def test_chunked_prefill_is_refused_where_it_is_not_modelled():
 
 @pytest.mark.parametrize("name", MUTATIONS)
 def test_chunking_bugs_are_killed_on_every_seed(name, target="impl"):
-    m = get_mutation(target, name)
+    m = targets.get(target).mutation(name)
     for probe in ("kv-chunked", "kv-chunked-lazy"):
         for seed in PROBES[probe].seeds:
             killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe],

@@ -19,7 +19,6 @@ from harness.oracle.model import greedy_continuation
 from harness.policies import parse_policy
 from harness.runtime import open_runtime
 from harness.trials.drive import drive, server_args
-from mutations.catalogue import get as get_mutation
 from matrix.run import PROBES, run_probe
 from tests.impl.test_retraction import POLICIES, run_retract
 from scenarios.registry import get
@@ -105,7 +104,7 @@ def test_without_the_stand_down_a_parted_run_would_be_called_stale(monkeypatch):
 
 
 def test_a_missing_barrier_is_killed_under_pressure_on_every_seed(target="impl"):
-    m = get_mutation(target, "war-barrier-removed")
+    m = targets.get(target).mutation("war-barrier-removed")
     for probe in ("kv-pressure", "kv-pressure-lazy"):
         for seed in PROBES[probe].seeds:
             killed, _, detail = run_probe(dataclasses.replace(PROBES[probe], seeds=(seed,)),
@@ -118,7 +117,7 @@ def test_a_committed_retracted_result_is_killed_under_pressure(target="impl",
     """Where a retracted request had a decode step in flight (on the sglang target not
     in seed 2: there the pressure retracts only a request whose in-flight step is its
     prefill, which upstream's prefill processing drops unpatched)."""
-    m = get_mutation(target, "retracted-result-committed")
+    m = targets.get(target).mutation("retracted-result-committed")
     for probe in ("kv-pressure", "kv-pressure-lazy"):
         for seed in seeds:
             killed, _, detail = run_probe(dataclasses.replace(PROBES[probe], seeds=(seed,)),

@@ -15,7 +15,6 @@ from harness.oracle.stale import StaleValueOracle, checksum
 from harness.policies import parse_policy
 from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
-from mutations.catalogue import get as get_mutation
 from matrix.run import PROBES, run_probe
 from scenarios.kv_reuse import RETRACT_AT
 from scenarios.registry import get
@@ -30,7 +29,8 @@ def run_retract(target: str, policy: str, seed: int = 0, variant: str = "retract
     wl = sc.workload(seed)
     v = sc.variants[variant]
     return run_trial("sim", parse_policy(policy), wl, server_args(wl, v.args),
-                     sc.stalls(None), target=targets.get(target), mutation=v.patch(target))
+                     sc.stalls(None), target=targets.get(target),
+                     mutation=v.patch(targets.get(target)))
 
 
 def watch_retractions(monkeypatch, target: str, policy: str = "eager"):
@@ -118,7 +118,7 @@ def test_the_kv_oracle_judges_a_re_prefill_against_the_whole_history():
 
 @pytest.mark.parametrize("name", ["retracted-result-committed", "war-barrier-removed"])
 def test_retraction_bugs_are_killed_on_every_seed(name, target="impl"):
-    m = get_mutation(target, name)
+    m = targets.get(target).mutation(name)
     for probe in ("kv-retract", "kv-retract-lazy"):
         for seed in PROBES[probe].seeds:
             killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe],

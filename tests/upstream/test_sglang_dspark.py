@@ -96,7 +96,7 @@ def test_the_planner_and_the_oracle_see_every_resolved_slot():
     seen = []
     plan = FaultPlan(observer=lambda name, ctx: seen.append(name))
     with open_runtime("sim", parse_policy("eager"), trace=False) as rt, \
-            sc.variants["fixed"].patch("sglang").applied():
+            sc.variants["fixed"].patch(targets.get("sglang")).applied():
         drive(rt, wl, server_args(wl, sc.variants["fixed"].args), plan, targets.get("sglang"))
     assert seen.count("confidence_resolved") >= 3
     assert seen.count("confidence_published") > seen.count("confidence_resolved")

@@ -12,7 +12,6 @@ from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
 from harness.policies import parse_policy
 from matrix.run import PROBES, run_probe
-from mutations.catalogue import get as get_mutation
 from scenarios.registry import get
 from tests.impl.test_kv_pools import POOL_MUTATIONS, watch_pools
 import targets
@@ -51,7 +50,7 @@ def test_released_code_is_clean_on_reused_pools(policy):
 
 @pytest.mark.parametrize("name", POOL_MUTATIONS + ("read-done-from-draft-runner",))
 def test_each_pool_bug_is_killed_on_every_seed_of_its_probes(name):
-    m = get_mutation("sglang", name)
+    m = targets.get("sglang").mutation(name)
     for probe in m.probes:
         for seed in PROBES[probe].seeds:
             killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe],
@@ -66,7 +65,7 @@ def test_the_barrier_mutations_patch_upstreams_own_code(name, method):
     import targets
     targets.get("sglang")
     from targets.sglang.boundary import upstream
-    m = get_mutation("sglang", name)
+    m = targets.get("sglang").mutation(name)
     assert m.target == f"sglang.srt.managers.scheduler:Scheduler.{method}"
     before = inspect.getattr_static(upstream.Scheduler, method)
     with m.applied():

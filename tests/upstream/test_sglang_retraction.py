@@ -74,9 +74,8 @@ def test_upstreams_eagle_worker_is_clean_through_retractions(monkeypatch, policy
 
 def test_the_retraction_bug_is_killed_on_the_eagle_probe():
     import dataclasses
-    from mutations.catalogue import get as get_mutation
     from matrix.run import PROBES, run_probe
-    m = get_mutation("sglang", "retracted-result-committed")
+    m = targets.get("sglang").mutation("retracted-result-committed")
     for seed in PROBES["eagle-v2-retract"].seeds:
         killed, _, detail = run_probe(dataclasses.replace(PROBES["eagle-v2-retract"],
                                                           seeds=(seed,)), "sim", m,

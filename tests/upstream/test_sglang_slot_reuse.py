@@ -14,7 +14,6 @@ from harness.trials.drive import server_args
 from scenarios.workloads import slot_reuse_workload
 from harness.runtime import open_runtime
 from matrix.run import PROBES, run_probe
-from mutations.catalogue import get
 
 FIND = dict(deadline=None, suppress_health_check=list(HealthCheck), database=None,
             report_multiple_bugs=False, derandomize=True,
@@ -40,7 +39,7 @@ def test_the_workloads_pool_size_reaches_upstreams_future_map(sglang):
 @pytest.mark.parametrize("probe", ["slot-reuse", "slot-reuse-stall"])
 @pytest.mark.parametrize("name", ["pool-edge-off-by-one", None])
 def test_every_seed_of_the_slot_reuse_probes_decides(sglang, probe, name):
-    mutation = get("sglang", name) if name else None
+    mutation = targets.get("sglang").mutation(name) if name else None
     for seed in PROBES[probe].seeds:
         killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe], seeds=(seed,)),
                                            "sim", mutation, "sglang")
@@ -59,7 +58,7 @@ def test_released_sglang_survives_small_pool_programs(sglang):
 def test_small_pool_programs_find_the_pool_edge_bug(sglang):
     class Mutated(EngineMachine):
         target = "sglang"
-        mutation = get("sglang", "pool-edge-off-by-one")
+        mutation = targets.get("sglang").mutation("pool-edge-off-by-one")
 
     with pytest.raises(AssertionError, match="engine crashed"):
         run_state_machine_as_test(Mutated, settings=settings(

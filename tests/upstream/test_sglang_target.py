@@ -57,8 +57,7 @@ def test_variant_patches_are_reverted_after_the_run(sglang):
 
 
 def test_every_upstream_mutation_applies_and_reverts(sglang):
-    from mutations.catalogue import mutations_for
-    muts = mutations_for("sglang")
+    muts = targets.get("sglang").mutations()
     assert len(muts) >= 12
     for m in muts:
         m.check()
@@ -226,8 +225,7 @@ def test_the_loop_is_upstreams_a_mutation_inside_event_loop_overlap_is_killed(sg
     ``Scheduler.event_loop_overlap`` (the just-launched batch's result processed instead
     of the previous one) changes what the harness sees, and the oracle catches it."""
     from matrix.run import PROBES, run_probe
-    from mutations.catalogue import get
-    m = get("sglang", "loop-processes-current-result")
+    m = targets.get("sglang").mutation("loop-processes-current-result")
     assert m.target.endswith("Scheduler.event_loop_overlap")
     killed, oracle, _ = run_probe(PROBES["seed-eager"], "sim", m, "sglang")
     assert killed and oracle == "stale-value"

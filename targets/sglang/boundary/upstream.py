@@ -40,7 +40,7 @@ ScheduleBatch = schedule_batch.ScheduleBatch
 GenerationBatchResult = managers_utils.GenerationBatchResult
 Scheduler = scheduler.Scheduler
 # absent from older releases (no RelayPayload before 0.5.15, no GrammarTree before 0.5.17):
-# the scenarios that need them are "not applicable" there (releases.NEEDS)
+# the scenarios that need them are "not applicable" there (environments.NEEDS)
 RelayPayload = getattr(overlap_utils, "RelayPayload", None)
 GrammarTree = getattr(spec_utils, "GrammarTree", None)
 from sglang.srt.constrained import base_grammar_backend  # noqa: E402

@@ -1,0 +1,30 @@
+"""The sglang target's release environments: one venv per release with its own pins
+(``targets.envs``), and which scenarios a release's code can run."""
+from __future__ import annotations
+
+import os
+
+from seams.paths import REPO_ROOT
+from targets.envs import LineEnvironments, ReleaseLine
+from targets.sglang.boundary import contract
+
+LINE = ReleaseLine(package="sglang", supported=contract.SUPPORTED,
+                   requirements=os.path.join(REPO_ROOT, "requirements-upstream.txt"),
+                   locks=os.path.join(os.path.dirname(os.path.abspath(__file__)), "locks"),
+                   make_var="SGLANG")
+
+# scenario -> the feature (contract.FEATURES) its code needs
+NEEDS = {"grammar-ngram": "grammar_tree", "grammar-tree-staging": "grammar_tree",
+         "dspark-confidence-ring": "dspark", "dspark-result-readback": "dspark",
+         "eagle-v2": "eagle_v2", "eagle-v2-grammar": "eagle_v2"}
+
+
+class SglangEnvironments(LineEnvironments):
+    def __init__(self) -> None:
+        super().__init__(LINE)
+
+    def not_applicable(self, version: str, scenario: str) -> str:
+        need = NEEDS.get(scenario)
+        root = self.line.release_root(version)
+        missing = contract.missing_code(root, need) if root is not None and need else None
+        return f"the release has no {missing.split(':')[1]}" if missing else ""

@@ -1,15 +1,20 @@
-"""A release environment meets its release's own requirements (targets/sglang/environments/envs.py).
+"""A release environment meets its release's own requirements (targets/envs.py), is swapped
+in only when whole, and only folders named as supported versions are environments.
 
 The case that broke CI: the core's newer ``transformers`` pulled in ``kernels`` 0.19,
 which 0.5.17's ``transformers`` saw through the core's site-packages and could not load.
 These run on this interpreter, whose installed packages stand in for what a release's
 venv sees; no release environment and no network are needed."""
+import dataclasses
+import os
+import subprocess
 import sys
 import zipfile
 
 import pytest
 
-from targets.sglang.environments import envs
+from targets import envs
+from targets.sglang.environments import LINE
 
 
 def _wheel(tmp_path, requires):
@@ -67,10 +72,95 @@ def test_a_lock_constrains_every_install_of_the_release(tmp_path, monkeypatch):
 def test_a_lock_pins_what_the_venv_holds_but_sglang(tmp_path, monkeypatch):
     """Written from a venv's own site-packages (here this interpreter's): exact pins, one
     a line, and never sglang, which goes in from its wheel."""
-    monkeypatch.setattr(envs, "require", lambda version: sys.executable)
-    monkeypatch.setattr(envs, "LOCKS", str(tmp_path))
-    envs.lock("0.5.23")
+    line = dataclasses.replace(LINE, locks=str(tmp_path))
+    monkeypatch.setattr(type(line), "require", lambda self, version: sys.executable)
+    line.lock("0.5.23")
     lines = (tmp_path / "0.5.23.txt").read_text().splitlines()
     assert lines[0].startswith("# sglang 0.5.23's venv")
     pins = dict(line.split("==") for line in lines[1:])
     assert pins and "sglang" not in pins and pins["pytest"] == pytest.__version__
+
+
+def _ready(folder, name, interpreter=True):
+    d = folder / name
+    (d / "bin").mkdir(parents=True)
+    if interpreter:
+        os.symlink(sys.executable, d / "bin" / "python")
+    (d / envs.READY).touch()
+    return d
+
+
+def test_only_folders_named_as_supported_versions_are_environments(tmp_path, monkeypatch):
+    monkeypatch.setattr(envs, "ENVS", str(tmp_path))
+    folder = tmp_path / "sglang"
+    for name in ("0.5.23", "0.5.17", "0.7.0", "v0.5.23", "notes"):
+        _ready(folder, name)
+    _ready(folder, "0.5.20", interpreter=False)
+    (folder / "0.5.21").mkdir()  # a set-up that never finished
+    (folder / (envs.STAGING + "0.5.22-x")).mkdir()  # one being built now: not a folder of note
+    assert LINE.installed() == ["0.5.17", "0.5.23"]
+    why = dict(LINE.skipped())
+    assert set(why) == {"0.7.0", "v0.5.23", "notes", "0.5.20", "0.5.21"}
+    assert "outside the supported range" in why["0.7.0"]
+    assert "not named as a release" in why["v0.5.23"]
+    assert "not a version" in why["notes"]
+    assert "no interpreter" in why["0.5.20"] and "never finished" in why["0.5.21"]
+    assert LINE.chosen([]) == ["0.5.17", "0.5.23"]  # the strays stop nothing
+
+
+def test_a_failed_set_up_keeps_the_ready_environment_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(envs, "ENVS", str(tmp_path))
+    old = _ready(tmp_path / "sglang", "0.5.23")
+    (old / "mine").write_text("the working one")
+
+    def broken(self, version, d):
+        (tmp_path / "sglang" / os.path.basename(d) / "half").write_text("half built")
+        raise envs.EnvError("set-up step failed (1): pip install ...")
+    monkeypatch.setattr(envs.ReleaseLine, "_build", broken)
+    with pytest.raises(envs.EnvError):
+        LINE.setup("0.5.23")
+    assert (old / "mine").read_text() == "the working one" and LINE.installed() == ["0.5.23"]
+    with pytest.raises(envs.EnvError):
+        LINE.setup("0.5.22")  # a first set-up that fails
+    assert sorted(os.listdir(tmp_path / "sglang")) == ["0.5.23"]
+
+
+def test_a_set_up_swaps_the_new_environment_in(tmp_path, monkeypatch):
+    monkeypatch.setattr(envs, "ENVS", str(tmp_path))
+    old = _ready(tmp_path / "sglang", "0.5.23")
+    (old / "mine").write_text("old")
+
+    def build(self, version, d):
+        bindir = os.path.join(d, "bin")
+        os.mkdir(bindir)
+        os.symlink(sys.executable, os.path.join(bindir, "python"))
+        return []
+    monkeypatch.setattr(envs.ReleaseLine, "_build", build)
+    LINE.setup("0.5.23")
+    assert not (tmp_path / "sglang" / "0.5.23" / "mine").exists()
+    assert LINE.installed() == ["0.5.23"] and os.listdir(tmp_path / "sglang") == ["0.5.23"]
+
+
+def test_a_failed_step_is_one_short_error_not_pips_whole_output():
+    with pytest.raises(envs.EnvError) as info:
+        envs._run([sys.executable, "-c", "import sys; print('x' * 50 + '\\n') ; "
+                   "[print(f'line {i}', file=sys.stderr) for i in range(40)]; sys.exit(3)"])
+    text = str(info.value)
+    assert "failed (3)" in text and "line 39" in text and "line 10" not in text
+    assert len(text.splitlines()) <= 1 + envs.PIP_TAIL_LINES
+
+
+@pytest.mark.parametrize("var, value", [("SGLANG", "0.5.23; touch {marker}"),
+                                         ("SGLANG", "$(touch {marker})"),
+                                         ("PREFIX_RELAY", "0.5.17; touch {marker}")])
+def test_the_makefile_never_runs_a_release_string(tmp_path, var, value):
+    """A release reaches the shell as a quoted variable, never as recipe text: what make
+    would run holds the variable's name, not the string."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    marker = tmp_path / "ran"
+    target = "upstream" if var == "SGLANG" else "releases"
+    out = subprocess.run(["make", "-n", "-C", root, target,
+                          f"{var}={value.format(marker=marker)}"],
+                         capture_output=True, text=True, check=True).stdout
+    assert str(marker) not in out and f"${var}" in out

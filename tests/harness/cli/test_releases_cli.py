@@ -1,7 +1,15 @@
-"""`specrace releases`: bad input is one line and exit 2 (no release environment needed)."""
+"""`specrace releases`: bad input is one line and exit 2 (no release environment needed);
+whatever a release's child does, that release gets a row and the others still run."""
+import os
+import stat
+import sys
+
 import pytest
 
+from harness.target import Environments
 from specrace import cli
+from targets import envs, releases
+from targets.sglang.environments import LINE, SglangEnvironments
 
 
 @pytest.mark.parametrize("release, says", [
@@ -10,47 +18,106 @@ from specrace import cli
     ("not-a-version", "is not a version number"),
     ("0.5.20", "not set up here"),
 ])
-def test_a_bad_release_is_one_line_and_exit_2(release, says, capsys, monkeypatch):
-    from targets.sglang.environments import envs
-    monkeypatch.setattr(envs, "installed", lambda: [])
+def test_a_bad_release_is_one_line_and_exit_2(release, says, capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(envs, "ENVS", str(tmp_path))
     assert cli.main(["releases", "ngram-filter-race", "--release", release]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
 
 
-def test_no_release_set_up_is_exit_2(capsys, monkeypatch):
-    from targets.sglang.environments import envs
-    monkeypatch.setattr(envs, "installed", lambda: [])
+def test_no_release_set_up_is_exit_2(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(envs, "ENVS", str(tmp_path))
     assert cli.main(["releases", "ngram-filter-race"]) == 2
-    assert "make upstream SGLANG=" in capsys.readouterr().err
+    assert "make upstream TARGET=sglang SGLANG=" in capsys.readouterr().err
+
+
+def test_a_report_folder_that_cannot_take_a_set_is_refused_before_any_release(
+        capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(envs, "ENVS", str(tmp_path))
+    bin_dir = tmp_path / "sglang" / "0.5.23" / "bin"
+    bin_dir.mkdir(parents=True)
+    os.symlink(sys.executable, bin_dir / "python")
+    (tmp_path / "sglang" / "0.5.23" / envs.READY).touch()
+    monkeypatch.setattr(releases, "run_release",
+                        lambda *a: pytest.fail("a release ran before the folder was checked"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert cli.main(["releases", "ngram-filter-race", "--report-dir",
+                     str(blocker / "under")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--report-dir" in err[0]
 
 
 def test_a_release_without_the_scenarios_code_is_not_applicable(tmp_path, monkeypatch):
     """A release whose source lacks GrammarTree (before 0.5.17) says so, never crashes."""
-    from targets.sglang.environments import releases
     root = tmp_path / "sglang"
     (root / "srt/speculative").mkdir(parents=True)
     (root / "srt/speculative/spec_utils.py").write_text("def generate_token_bitmask(): pass\n")
-    monkeypatch.setattr(releases, "release_root", lambda v: str(root))
-    row = releases.run_release("0.5.16", "grammar-ngram", [], str(tmp_path / "out"))
+    monkeypatch.setattr(type(LINE), "release_root", lambda self, v: str(root))
+    row = releases.run_release(SglangEnvironments(), "sglang", "0.5.16", "grammar-ngram",
+                               [], str(tmp_path / "out"))
     assert row["outcome"] == "not applicable" and "GrammarTree" in row["note"]
 
 
+class _Child(Environments):
+    """One release whose interpreter is a script of the test's."""
+
+    def __init__(self, python):
+        self._python = python
+
+    def chosen(self, asked):
+        return ["9.9"]
+
+    def python(self, version):
+        return self._python
+
+
+def _script(tmp_path, body):
+    path = tmp_path / "python"
+    path.write_text(f"#!{sys.executable}\nimport sys\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.mark.parametrize("body, says", [
+    ("print(5)", "exit 0 without a result"),
+    ("print('{\"outcome\": \"race\", \"tri')", "exit 0 without a result"),
+    ("print('{\"outcome\": 5, \"trials\": 1, \"reproduced\": 0}')", "without a result"),
+    ("print('[1, 2]')", "without a result"),
+    ("sys.exit(9)", "exit 9 without a result"),
+    ("print('specrace: error: it broke', file=sys.stderr); sys.exit(2)", "it broke"),
+])
+def test_any_child_outcome_is_a_row(tmp_path, body, says):
+    row = releases.run_release(_Child(_script(tmp_path, body)), "sglang", "9.9",
+                               "ngram-filter-race", [], str(tmp_path / "out"))
+    assert row["outcome"] == "error" and says in row["note"], row
+
+
+def test_a_lost_interpreter_is_a_row_and_the_next_release_still_runs(tmp_path):
+    ok = _script(tmp_path, 'print(\'{"outcome": "clean", "trials": 1, "reproduced": 0}\')')
+
+    class TwoReleases(_Child):
+        def python(self, version):
+            return str(tmp_path / "gone" / "python") if version == "1.0" else ok
+    rows = releases.run_releases(TwoReleases(ok), "sglang", "ngram-filter-race", [],
+                                 str(tmp_path / "out"), ["1.0", "2.0"])
+    assert rows[0]["outcome"] == "error" and "cannot run" in rows[0]["note"]
+    assert rows[1]["outcome"] == "clean" and rows[1]["trials"] == 1
+
+
 def test_the_table_lists_every_row():
-    from targets.sglang.environments.releases import format_table
     rows = [{"release": "0.5.17", "war_barrier": "coarse", "outcome": "clean", "trials": 5,
              "reproduced": 0, "race_sites": 0, "report": "r.md", "note": ""},
             {"release": "0.5.16", "war_barrier": None, "outcome": "not applicable",
              "trials": None, "reproduced": None, "race_sites": None, "report": None,
              "note": "the release has no GrammarTree.from_device"}]
-    text = format_table("grammar-ngram", rows)
+    text = releases.format_table("sglang", "grammar-ngram", rows)
     assert "0.5.17" in text and "0/5" in text and "not applicable" in text
 
 
 def test_one_set_up_release_prints_its_row(capsys, tmp_path):
-    """The whole path, on the newest release set up here (CI builds three)."""
-    from targets.sglang.environments import envs
-    have = envs.installed()
+    """The whole path, on the newest release set up here (CI builds them all)."""
+    have = LINE.installed()
     if not have:
         pytest.skip("no release environment here (make upstream SGLANG=VERSION)")
     v = have[-1]
@@ -70,6 +137,7 @@ def test_one_set_up_release_prints_its_row(capsys, tmp_path):
 def test_a_crash_is_not_labelled_a_race(first, races, says):
     """A release whose run (or reference run) only crashed says so: a crash is not the
     race a gate may expect, and a row must not pass for one."""
-    from targets.sglang.environments.releases import _outcome
-    assert _outcome({"outcome": "race", "first_divergence": first, "races": races}) == says
-    assert _outcome({"outcome": "clean", "first_divergence": None, "races": []}) == "clean"
+    assert releases._outcome({"outcome": "race", "first_divergence": first,
+                              "races": races}) == says
+    assert releases._outcome({"outcome": "clean", "first_divergence": None,
+                              "races": []}) == "clean"
