@@ -38,6 +38,11 @@ class TargetError(ValueError):
         self.problems = list(problems)
 
 
+class DoesNotFit(TargetError):
+    """The code under test crashed in its synchronous reference run: whatever the
+    contract proved, the target cannot drive this code, so no run of it is a verdict."""
+
+
 class Target:
     name = "target"
     summary = ""
@@ -64,6 +69,10 @@ class Target:
 
     def describe(self) -> Dict[str, Any]:
         return {"target": self.name}
+
+    def label(self) -> str:
+        """The code under test in one phrase, for messages ("sglang 0.5.23")."""
+        return self.name
 
     def patch_problem(self, target: str, edits) -> str:
         """Why a source patch of ``target`` cannot be applied to this code ("" if it fits).

@@ -172,6 +172,7 @@ def _dispatch(args) -> int:
         import torch  # noqa: F401 -- every command needs it; matplotlib comes before a write
     from harness.runtime import BackendError
     from harness.runtime.limits import LimitError, check_environment
+    from harness.target import TargetError
     try:
         if args.command != "list":
             check_environment()  # a bad SPECRACE_* setting fails before any work
@@ -191,6 +192,8 @@ def _dispatch(args) -> int:
             return cmd_bench(args)
     except (BackendError, LimitError) as exc:
         raise UsageError(str(exc)) from None
+    except TargetError as exc:  # a target that cannot run here, or code that does not fit
+        raise UsageError(str(exc), exc.problems) from None
     raise UsageError(f"unknown command {args.command!r}")
 
 

@@ -14,6 +14,7 @@ import statistics
 from typing import Callable, Dict, List, Optional
 
 from harness.detect import Race
+from harness.target import DoesNotFit
 from harness.run import MAX_TRIALS, Run  # noqa: F401  (MAX_TRIALS: read from here too)
 from harness.runtime.policy import Schedule
 from seams.vocab import Backend
@@ -55,6 +56,11 @@ def run_repro(run: Run, progress: Optional[Callable[[int], None]] = None) -> Rep
                         target=target, detect_races=detect_now,
                         keep_trace=want_trace and detect_now, mutation=mutation,
                         answers=dict(run.host_order))
+        if res.divergence is not None and res.divergence.where == "reference":
+            raise DoesNotFit(
+                f"{target.label()} does not fit the {target.name} target: "
+                f"{res.divergence.message} (no verdict: the code ran without any overlap)",
+                problems=["run with SPECRACE_TRACEBACK=1 to see where it raised"])
         times.append(res.wall_ms)
         for r in res.races:
             old = races.get(r.key())

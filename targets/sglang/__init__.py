@@ -154,6 +154,9 @@ class SglangTarget(Target):
         from targets.sglang.environments import SglangEnvironments
         return SglangEnvironments()
 
+    def label(self) -> str:
+        return f"sglang {self.version}"
+
     def describe(self) -> Dict[str, Any]:
         from targets.sglang.boundary.bootstrap import stood_in
         from targets.sglang.engine import kv_lifecycle, requests, result_processor

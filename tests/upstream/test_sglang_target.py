@@ -231,3 +231,31 @@ def test_the_loop_is_upstreams_a_mutation_inside_event_loop_overlap_is_killed(sg
     assert killed and oracle == "stale-value"
     killed, _, _ = run_probe(PROBES["seed-eager"], "sim", None, "sglang")
     assert not killed
+
+
+@pytest.mark.parametrize("scenario, variant", [
+    ("ngram-filter-race", "fixed"), ("mixed-overlap", "fixed"), ("dp-idle", "fixed"),
+    ("dspark-result-readback", "fixed"), ("eagle-v2", "fixed"), ("kv-row-reuse", "retract")])
+def test_the_methods_the_contract_does_not_read_read_nothing_missing(sglang, monkeypatch,
+                                                                     scenario, variant):
+    """``loop_contract.NOT_READ`` stops the transitive reading at methods that read what the
+    target lacks only past a guard it fails: where one runs, it never reads a missing
+    attribute (an AttributeError inside it fails loudly here), and runs stay clean."""
+    from sglang.srt.managers.scheduler import Scheduler
+    from scenarios.resolve import run_scenario_result
+    from targets.sglang.boundary import loop_contract
+
+    def guarded(name, original):
+        def run(*a, **kw):
+            try:
+                return original(*a, **kw)
+            except AttributeError as exc:
+                raise AssertionError(f"Scheduler.{name} read a missing attribute ({exc}): "
+                                     f"loop_contract.NOT_READ is wrong") from exc
+        return run
+    for name in loop_contract.NOT_READ:
+        if name in vars(Scheduler):
+            monkeypatch.setattr(Scheduler, name, guarded(name, vars(Scheduler)[name]))
+    res = run_scenario_result(scenario, target="sglang", variant=variant, backend="sim",
+                              trials=1, war_barrier="coarse")
+    assert res.reproduced == 0, (res.first_divergence, res.races[:1])

@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple, Union
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from targets.sglang.boundary import bootstrap, static
+from targets.sglang.boundary import bootstrap, loop_contract, static
 
 SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
 
@@ -84,6 +84,10 @@ CALLED: Dict[str, Tuple[str, ...]] = {
     f"{_SCHED}:Scheduler.is_disable_overlap_for_batch": ("self", "batch"),
     f"{_SPEC}:record_stream_for_v2_verify": ("batch", "verify_input", "fwd_stream"),
 }
+# Of those, the ones the target calls from a wrapper that passes on the rest of upstream's
+# own arguments (``type(s).is_disable_overlap_for_batch(s, batch, *rest, **kw)``): a
+# parameter upstream added and passes itself needs nothing of the target.
+PASSED_THROUGH = (f"{_SCHED}:Scheduler.is_disable_overlap_for_batch",)
 CALLED_KEYWORDS: Dict[str, Tuple[str, ...]] = {
     f"{_SB}:ScheduleBatch.filter_batch": ("keep_indices",),
 }
@@ -167,14 +171,6 @@ NOT_MODELLED = ("tp_worker", "pp_group", "tree_cache", "invariant_checker",
 # The keywords the toy worker's forward_batch_generation takes.
 WORKER_KEYWORDS = ("on_publish", "grammar_barrier")
 
-# The Scheduler methods whose ``self`` reads the target must provide: upstream's loop
-# and everything it calls that runs unmodified.
-LOOP_METHODS = ("event_loop_overlap", "run_batch", "is_disable_overlap_for_batch",
-                "_apply_war_barrier", "launch_batch_sample_if_needed",
-                "_relay_forward_payload", "_copy_result_to_cpu", "_forward_isolation",
-                "record_batch_in_overlap", "_advance_pending_grammar")
-
-
 @dataclass
 class Verdict:
     version: str
@@ -231,6 +227,11 @@ def check_api(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, 
         for kw in CALLED_KEYWORDS.get(target, ()):
             if kw not in got and not any(p.startswith("**") for p in got):
                 problems.append(f"{name} takes no {kw!r}")
+        required, _ = static.required_params(root, target) if target not in PASSED_THROUGH \
+            else ((), "")
+        passed = set(expected) | {"*" + kw for kw in CALLED_KEYWORDS.get(target, ())}
+        problems += [f"{name} requires {p.lstrip('*')!r}, which the target does not pass"
+                     for p in required or () if p not in passed]
     fields, problem = static.dataclass_fields(root, RESULT_CLASS)
     if fields is None:
         problems.append(problem)
@@ -240,62 +241,8 @@ def check_api(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, 
     for module, name in ATTRIBUTES:
         if not static.has_module_attribute(root, module, name):
             problems.append(f"{module}.{name} is missing")
-    problems += loop_problems(root, provided, worker_keywords)
+    problems += loop_contract.loop_problems(root, provided, worker_keywords)
     return problems
-
-
-def loop_problems(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, ...]
-                  ) -> List[str]:
-    """What upstream's loop methods read on ``self`` that the scheduler object lacks."""
-    problems: List[str] = []
-    methods = scheduler_methods(root)
-    have = set(provided) | methods
-    for name in LOOP_METHODS:
-        node, _ = static.find(root, f"{_SCHED}:Scheduler.{name}")
-        if node is None:
-            continue  # an older release without this helper: the loop does not call it
-        for attr, kind in sorted(static.self_reads(node).items()):
-            if attr not in have:
-                problems.append(f"Scheduler.{name} reads self.{attr}, which the target's "
-                                f"scheduler does not provide")
-    loop, _ = static.find(root, f"{_SCHED}:Scheduler.run_batch")
-    if loop is not None:
-        extra = static.call_keywords(loop, "self.model_worker",
-                                    "forward_batch_generation") - set(worker_keywords)
-        extra -= {"pp_proxy_tensors"}  # the pipeline-parallel branch, not taken
-        problems += [f"run_batch passes {kw}= to the worker, which the toy worker does "
-                     f"not take" for kw in sorted(extra)]
-    return problems
-
-
-def scheduler_methods(root: str) -> set:
-    """Names defined in the bodies of ``Scheduler`` and of its base classes (each found in
-    the module the scheduler's module imports it from)."""
-    node, _ = static.find(root, f"{_SCHED}:Scheduler")
-    if node is None:
-        return set()
-    names = _class_names(node)
-    where = static.imported_names(root, _SCHED)
-    for base in node.bases:
-        name = getattr(base, "id", None)
-        if name in where:
-            cls, _ = static.find(root, f"{where[name]}:{name}")
-            if cls is not None and hasattr(cls, "body"):
-                names |= _class_names(cls)
-    return names
-
-
-def _class_names(cls) -> set:
-    import ast
-    out = set()
-    for s in cls.body:
-        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(s.name)
-        elif isinstance(s, ast.Assign):
-            out |= {t.id for t in s.targets if isinstance(t, ast.Name)}
-        elif isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name):
-            out.add(s.target.id)
-    return out
 
 
 def missing_code(root: str, feature: str) -> Optional[str]:
@@ -337,7 +284,11 @@ def evaluate(version: str, root: Optional[str], provided: Tuple[str, ...],
     if root is None:
         problems.append("the sglang package's source cannot be found")
         return Verdict(version, "unsupported", problems)
-    problems += check_api(root, provided, worker_keywords)
+    try:
+        problems += check_api(root, provided, worker_keywords)
+    except (RecursionError, MemoryError) as exc:  # the reader is bounded: never a crash
+        problems.append(f"the contract could not read the source to the end "
+                        f"({type(exc).__name__}): not provably drivable")
     digest = static.files_digest(root, list(DRIVEN_MODULES))
     verdict = Verdict(version, "unsupported" if problems else "compatible", problems,
                       digest, features(root), source_commit(root))

@@ -17,6 +17,11 @@ from typing import Dict, FrozenSet, List, Optional, Tuple, Union
 
 Node = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
 
+# The reader's bounds: a source file larger than this, or nested deeper, is "does not
+# parse" (a problem the contract names), never a RecursionError or an hour of walking.
+MAX_SOURCE_BYTES = 8 << 20
+MAX_DEPTH = 500
+
 
 def package_root() -> Optional[str]:
     """The installed ``sglang`` package's folder, found without importing it."""
@@ -38,11 +43,27 @@ def module_path(root: str, module: str) -> str:
 @lru_cache(maxsize=64)
 def _parse(path: str, mtime: float) -> Optional[Tuple[ast.Module, str]]:
     try:
+        if os.path.getsize(path) > MAX_SOURCE_BYTES:
+            return None
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        return ast.parse(text, filename=path), text
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        tree = ast.parse(text, filename=path)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError, RecursionError,
+            MemoryError):
         return None
+    return (tree, text) if _depth(tree) <= MAX_DEPTH else None
+
+
+def _depth(tree: ast.AST) -> int:
+    """How deep the tree nests (iteratively: the tree may be too deep to recurse)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > MAX_DEPTH:
+            return deepest
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 def parse(path: str) -> Optional[Tuple[ast.Module, str]]:
@@ -141,22 +162,109 @@ def imported_names(root: str, module: str) -> Dict[str, str]:
     return out
 
 
+def _is_self(n: ast.AST) -> bool:
+    return isinstance(n, ast.Name) and n.id == "self"
+
+
 def self_reads(node: ast.AST) -> Dict[str, str]:
-    """``self.X`` reads in a method: X -> "call" (only ever called) or "value". Attributes
-    the method itself assigns first are not reads of the caller's state."""
-    stored = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
-              and isinstance(n.value, ast.Name) and n.value.id == "self"
-              and isinstance(n.ctx, ast.Store)}
+    """``self.X`` reads in a method: X -> "call" (only ever called) or "value". A read is
+    any load of ``self.X`` -- an augmented assignment (``self.X += 1``) and
+    ``getattr(self, "X")`` included -- except one that follows an unconditional
+    ``self.X = ...`` in the method's own top-level statements (the method set it itself:
+    ``self.X = self.X or 0`` reads the caller's X before it stores)."""
     called = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
     reads: Dict[str, str] = {}
-    for n in ast.walk(node):
-        if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-                and n.value.id == "self" and isinstance(n.ctx, ast.Load)
-                and n.attr not in stored):
-            kind = "call" if id(n) in called else "value"
-            if reads.get(n.attr) != "value":
-                reads[n.attr] = kind
+
+    def note(attr: str, kind: str) -> None:
+        if reads.get(attr) != "value":
+            reads[attr] = kind
+
+    assigned: set = set()
+    for stmt in getattr(node, "body", [node]):
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Attribute) and _is_self(n.value) and n.attr not in assigned:
+                if isinstance(n.ctx, ast.Load):
+                    note(n.attr, "call" if id(n) in called else "value")
+            elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Attribute) \
+                    and _is_self(n.target.value) and n.target.attr not in assigned:
+                note(n.target.attr, "value")
+            elif _self_getattr(n) is not None and _self_getattr(n) not in assigned:
+                note(_self_getattr(n), "value")
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            assigned |= {t.attr for t in targets
+                         if isinstance(t, ast.Attribute) and _is_self(t.value)}
     return reads
+
+
+def _self_getattr(n: ast.AST) -> Optional[str]:
+    """The name read by ``getattr(self, "NAME"[, default])``, else None."""
+    if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "getattr"
+            and n.args and _is_self(n.args[0]) and len(n.args) >= 2
+            and isinstance(n.args[1], ast.Constant) and isinstance(n.args[1].value, str)):
+        return n.args[1].value
+    return None
+
+
+def computed_self_reads(node: ast.AST) -> List[int]:
+    """Lines of ``getattr(self, NAME)`` / ``setattr`` with a computed name: a read the
+    reader cannot prove the target provides."""
+    return [n.lineno for n in ast.walk(node)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+            and n.func.id in ("getattr", "setattr") and len(n.args) >= 2
+            and _is_self(n.args[0])
+            and not (isinstance(n.args[1], ast.Constant) and isinstance(n.args[1].value, str))]
+
+
+def calls_on(node: ast.AST, receiver: str) -> FrozenSet[str]:
+    """Method names called as ``self.RECEIVER.NAME(...)`` in ``node``."""
+    return frozenset(n.func.attr for n in ast.walk(node)
+                     if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                     and isinstance(n.func.value, ast.Attribute)
+                     and n.func.value.attr == receiver and _is_self(n.func.value.value))
+
+
+def required_params(root: str, target: str) -> Tuple[Optional[Tuple[str, ...]], str]:
+    """A function's parameters a caller must pass (no default; not ``*``/``**``), in
+    order, keyword-only ones as ``*NAME``."""
+    node, problem = find(root, target)
+    if node is None:
+        return None, problem
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None, f"{target.replace(':', '.')} is not a function"
+    a = node.args
+    positional = [x.arg for x in (*a.posonlyargs, *a.args)]
+    plain = positional[:len(positional) - len(a.defaults)]
+    kwonly = ["*" + x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]
+    return tuple(plain + kwonly), ""
+
+
+def is_function(root: str, target: str) -> str:
+    """"" when ``"module:qualname"`` is a ``def`` (the last binding of the name wins, as
+    at run time: a later ``Class.name = value`` at the module's top level included), else
+    the problem."""
+    node, problem = find(root, target)
+    if node is None:
+        return problem
+    module, _, qual = target.partition(":")
+    parsed = parse(module_path(root, module))
+    rebound = [s for s in (parsed[0].body if parsed else [])
+               if isinstance(s, (ast.Assign, ast.AnnAssign)) and s.lineno > node.lineno
+               and any(_dotted(t) == qual for t in
+                       (s.targets if isinstance(s, ast.Assign) else [s.target]))]
+    if rebound or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        where = f" (rebound at line {rebound[-1].lineno})" if rebound else ""
+        return f"{target.replace(':', '.')} is not a function{where}"
+    return ""
+
+
+def _dotted(node: ast.AST) -> str:
+    """``FutureMap.stash`` for an attribute chain of names, "" for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
 
 
 def call_keywords(node: ast.AST, receiver: str, method: str) -> FrozenSet[str]:
