@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from harness.runtime.trace import HostAccess, OpKind, QueryRecord, SyncRecord, access_label
 
@@ -40,9 +40,32 @@ def chrome_trace(trace: Any, races: List[Any], report: Optional[Any] = None
     lay = layout(trace)
     marks = race_marks(trace, races)
     note = time_note(lay)
-    events: List[Dict[str, Any]] = []
+    events = _metadata_events(trace, lay, note, result)
 
-    # --- metadata: process, lanes ---
+    slot: Dict[int, Dict[str, Any]] = {}  # log index -> event (ops and host instants)
+    for op in lay.ops:
+        ev = _op_event(trace, lay, op, marks)
+        events.append(ev)
+        slot[op.index] = ev
+    for rec in host_records(trace):
+        ev = _host_event(trace, lay, rec, marks)
+        events.append(ev)
+        slot[rec.index] = ev
+
+    # --- flows: event record -> wait, and race pairs ---
+    links = _wait_links(trace, lay, slot) + _race_links(races, slot)
+    for fid, (src, dst, name, cat, args) in enumerate(links, 1):
+        events.extend(_flow(fid, src, dst, name, cat, args))
+
+    other = _other_data(result, report, lay, note, races)
+    return printable_tree({"traceEvents": events, "displayTimeUnit": "ms", "otherData": other})
+
+
+def _metadata_events(trace: Any, lay: Any, note: str, result: Optional[Any]
+                     ) -> List[Dict[str, Any]]:
+    """The process (named, labelled with the run) and its lanes: the host, then a lane per
+    stream, in stream order."""
+    events: List[Dict[str, Any]] = []
     events.append({"ph": "M", "pid": PID, "tid": HOST_TID, "name": "process_name",
                    "args": {"name": "specrace", "time_base": lay.mode, "time_note": note}})
     # (the unlabelled form feeds ``trace_digest``: recorded digests depend on it)
@@ -59,80 +82,65 @@ def chrome_trace(trace: Any, races: List[Any], report: Optional[Any] = None
                        "args": {"name": f"{trace.stream_name(sid)} (stream {sid})"}})
         events.append({"ph": "M", "pid": PID, "tid": tid_of(sid), "name": "thread_sort_index",
                        "args": {"sort_index": tid_of(sid)}})
+    return events
 
-    # --- ops ---
-    slot: Dict[int, Dict[str, Any]] = {}  # log index -> event (ops and host instants)
-    for op in lay.ops:
-        ts, end = lay.span[op.index]
-        args: Dict[str, Any] = {
-            "stream": trace.stream_name(op.stream), "seq": op.seq, "kind": op.kind,
-            "reads": access_names(trace, op.reads),
-            "writes": access_names(trace, op.writes),
-            "where": where(op.frame), "trace_index": op.index,
-        }
-        if op.replay is not None:  # issued by a CUDA graph replay; "where" is the capture
-            args["graph_replay"] = (f"graph {op.replay.graph} replay {op.replay.n} at "
-                                    f"{where(op.replay.frame)}")
-        if op.wait_for is not None:
-            args["wait_for"] = f"{trace.stream_name(op.wait_for[0])}#{op.wait_for[1]}"
-        if lay.mode == "virtual":
-            args["enqueued_at_us"] = op.enq
-            if op.kind == OpKind.STALL:
-                args["held_from_us"], args["released_at_us"] = ts, op.start
-        ev = {"ph": "X", "pid": PID, "tid": tid_of(op.stream), "name": op.name,
-              "cat": op.kind, "ts": ts, "dur": max(0.0, end - ts), "args": args}
-        if op.index in marks:
-            args["race"] = ", ".join(marks[op.index])
-            ev["cname"] = RACE_CNAME
-        events.append(ev)
-        slot[op.index] = ev
 
-    # --- host instants ---
-    for rec in host_records(trace):
-        args = {"where": where(rec.frame), "trace_index": rec.index}
-        if isinstance(rec, SyncRecord):
-            args["waits"] = [f"{trace.stream_name(s)}#{n}" for s, n in rec.waits]
-            cat = "sync"
-        elif isinstance(rec, QueryRecord):
-            args["position"] = f"{trace.stream_name(rec.position[0])}#{rec.position[1]}"
-            cat = "query"
-        else:
-            assert isinstance(rec, HostAccess)
-            sid, lo, hi = rec.access
-            args["access"] = access_label(rec.write)
-            args["storage"] = f"{rec.name} [{lo}:{hi})"
-            cat = "host_access"
-        ev = {"ph": "i", "s": "t", "pid": PID, "tid": HOST_TID, "name": host_label(rec, trace),
-              "cat": cat, "ts": lay.host_time(rec), "args": args}
-        if rec.index in marks:
-            args["race"] = ", ".join(marks[rec.index])
-            ev["cname"] = RACE_CNAME
-        events.append(ev)
-        slot[rec.index] = ev
+def _op_event(trace: Any, lay: Any, op: Any, marks: Dict[int, List[str]]) -> Dict[str, Any]:
+    """An op as a complete slice (``X``) on its stream's lane."""
+    ts, end = lay.span[op.index]
+    args: Dict[str, Any] = {
+        "stream": trace.stream_name(op.stream), "seq": op.seq, "kind": op.kind,
+        "reads": access_names(trace, op.reads),
+        "writes": access_names(trace, op.writes),
+        "where": where(op.frame), "trace_index": op.index,
+    }
+    if op.replay is not None:  # issued by a CUDA graph replay; "where" is the capture
+        args["graph_replay"] = (f"graph {op.replay.graph} replay {op.replay.n} at "
+                                f"{where(op.replay.frame)}")
+    if op.wait_for is not None:
+        args["wait_for"] = f"{trace.stream_name(op.wait_for[0])}#{op.wait_for[1]}"
+    if lay.mode == "virtual":
+        args["enqueued_at_us"] = op.enq
+        if op.kind == OpKind.STALL:
+            args["held_from_us"], args["released_at_us"] = ts, op.start
+    ev = {"ph": "X", "pid": PID, "tid": tid_of(op.stream), "name": op.name,
+          "cat": op.kind, "ts": ts, "dur": max(0.0, end - ts), "args": args}
+    _mark_race(ev, op.index, marks)
+    return ev
 
-    # --- flows: event record -> wait, and race pairs ---
-    next_id = [1]
 
-    def flow(src: Dict[str, Any], dst: Dict[str, Any], name: str, cat: str,
-             args: Optional[dict] = None) -> None:
-        fid = next_id[0]
-        next_id[0] += 1
-        ts_src = _inside(src["ts"], src.get("dur", 0.0)) if src["ph"] == "X" else src["ts"]
-        ts_dst = _inside(dst["ts"], dst.get("dur", 0.0)) if dst["ph"] == "X" else dst["ts"]
-        args = dict(args or {})
-        if ts_dst < ts_src:
-            # Viewers bind a flow's "f" only after its "s" in time: a race whose second
-            # access (host order) ran first is drawn from the earlier slice to the later.
-            src, dst, ts_src, ts_dst = dst, src, ts_dst, ts_src
-            args["drawn"] = "from the access that ran first (the second in host order)"
-        s = {"ph": "s", "pid": PID, "tid": src["tid"], "name": name, "cat": cat, "id": fid,
-             "ts": ts_src}
-        f = {"ph": "f", "bp": "e", "pid": PID, "tid": dst["tid"], "name": name, "cat": cat,
-             "id": fid, "ts": ts_dst}
-        if args:
-            s["args"] = args
-        events.extend((s, f))
+def _host_event(trace: Any, lay: Any, rec: Any, marks: Dict[int, List[str]]
+                ) -> Dict[str, Any]:
+    """A host sync, query or pinned-memory access as an instant (``i``) on the host lane."""
+    args = {"where": where(rec.frame), "trace_index": rec.index}
+    if isinstance(rec, SyncRecord):
+        args["waits"] = [f"{trace.stream_name(s)}#{n}" for s, n in rec.waits]
+        cat = "sync"
+    elif isinstance(rec, QueryRecord):
+        args["position"] = f"{trace.stream_name(rec.position[0])}#{rec.position[1]}"
+        cat = "query"
+    else:
+        assert isinstance(rec, HostAccess)
+        sid, lo, hi = rec.access
+        args["access"] = access_label(rec.write)
+        args["storage"] = f"{rec.name} [{lo}:{hi})"
+        cat = "host_access"
+    ev = {"ph": "i", "s": "t", "pid": PID, "tid": HOST_TID, "name": host_label(rec, trace),
+          "cat": cat, "ts": lay.host_time(rec), "args": args}
+    _mark_race(ev, rec.index, marks)
+    return ev
 
+
+def _mark_race(ev: Dict[str, Any], index: int, marks: Dict[int, List[str]]) -> None:
+    """A racing access's event names its races in ``args.race`` and is drawn in red."""
+    if index in marks:
+        ev["args"]["race"] = ", ".join(marks[index])
+        ev["cname"] = RACE_CNAME
+
+
+def _wait_links(trace: Any, lay: Any, slot: Dict[int, Dict[str, Any]]) -> List[tuple]:
+    """(src, dst, name, cat, args) of a flow from each event record to its wait."""
+    links: List[tuple] = []
     by_pos = op_at(trace)
     for op in lay.ops:
         if op.kind != OpKind.WAIT or op.wait_for is None or op.wait_for[1] <= 0:
@@ -140,22 +148,52 @@ def chrome_trace(trace: Any, races: List[Any], report: Optional[Any] = None
         rec_op = by_pos.get(tuple(op.wait_for))
         if rec_op is None or rec_op.index not in slot or op.index not in slot:
             continue
-        flow(slot[rec_op.index], slot[op.index], "event", "sync")
+        links.append((slot[rec_op.index], slot[op.index], "event", "sync", None))
+    return links
 
+
+def _race_links(races: List[Any], slot: Dict[int, Dict[str, Any]]) -> List[tuple]:
+    """(src, dst, name, cat, args) of a flow from each race's first access to its second."""
+    links: List[tuple] = []
     for n, race in enumerate(races, 1):
         a, b = slot.get(race.first.index), slot.get(race.second.index)
         if a is None or b is None:
             continue
-        flow(a, b, "race", "race", {"race": f"{race.kind} #{n}", "storage": race.storage})
+        links.append((a, b, "race", "race", {"race": f"{race.kind} #{n}",
+                                             "storage": race.storage}))
+    return links
 
+
+def _flow(fid: int, src: Dict[str, Any], dst: Dict[str, Any], name: str, cat: str,
+          args: Optional[dict] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The flow ``fid`` from ``src`` to ``dst``: its start (``s``) and end (``f``) events."""
+    ts_src = _inside(src["ts"], src.get("dur", 0.0)) if src["ph"] == "X" else src["ts"]
+    ts_dst = _inside(dst["ts"], dst.get("dur", 0.0)) if dst["ph"] == "X" else dst["ts"]
+    args = dict(args or {})
+    if ts_dst < ts_src:
+        # Viewers bind a flow's "f" only after its "s" in time: a race whose second
+        # access (host order) ran first is drawn from the earlier slice to the later.
+        src, dst, ts_src, ts_dst = dst, src, ts_dst, ts_src
+        args["drawn"] = "from the access that ran first (the second in host order)"
+    s = {"ph": "s", "pid": PID, "tid": src["tid"], "name": name, "cat": cat, "id": fid,
+         "ts": ts_src}
+    f = {"ph": "f", "bp": "e", "pid": PID, "tid": dst["tid"], "name": name, "cat": cat,
+         "id": fid, "ts": ts_dst}
+    if args:
+        s["args"] = args
+    return s, f
+
+
+def _other_data(result: Optional[Any], report: Optional[Any], lay: Any, note: str,
+                races: List[Any]) -> Dict[str, Any]:
+    """The trace's ``otherData``: the run's settings and races, the time base, the run id."""
     run = ({k: getattr(result, k) for k in ("scenario", "variant", "war_barrier", "backend",
                                             "policy", "seed")} if result is not None else {})
-    other = {**run, "trial": (result.first_trial or 0) if result is not None else 0,
-             "time_base": lay.mode, "time_note": note,
-             "ops_not_executed": lay.not_executed,
-             "races": [f"{r.kind} #{n}: {r.summary()}" for n, r in enumerate(races, 1)],
-             "run_id": report.run_id if report is not None else None}
-    return printable_tree({"traceEvents": events, "displayTimeUnit": "ms", "otherData": other})
+    return {**run, "trial": (result.first_trial or 0) if result is not None else 0,
+            "time_base": lay.mode, "time_note": note,
+            "ops_not_executed": lay.not_executed,
+            "races": [f"{r.kind} #{n}: {r.summary()}" for n, r in enumerate(races, 1)],
+            "run_id": report.run_id if report is not None else None}
 
 
 def trace_digest(trace: Any, races: List[Any]) -> str:

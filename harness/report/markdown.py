@@ -58,8 +58,22 @@ def render_markdown(report: Any, paths: Dict[str, Optional[str]],
 
 def _render(report: Any, paths: Dict[str, Optional[str]], timeline_note: Optional[str]) -> str:
     r = report.result
-    n, t = r.reproduced, r.trials
     shown = (r.first_trial or 0) + 1  # the trial the trace and the divergence are from
+    out = _summary(report)
+    out += _races(r.races)
+    out += _divergence(r.first_divergence, shown)
+    out += _trials(r.trial_results)
+    out += _replay(report)
+    out += _timeline(paths, timeline_note, shown)
+    out += _environment(report.environment)
+    return "\n".join(out)
+
+
+def _summary(report: Any) -> List[str]:
+    """The title, the target (when not ours), the verdict against what was expected, and
+    the run's settings."""
+    r = report.result
+    n, t = r.reproduced, r.trials
     out: List[str] = [f"# specrace: {r.heading()}", ""]
     info = r.target_info
     if r.target != "impl":
@@ -84,17 +98,21 @@ def _render(report: Any, paths: Dict[str, Optional[str]], timeline_note: Optiona
     if report.run_id:
         out.append(f"- run id `{report.run_id}` (every file of this report set carries it)")
     out.append("")
-    out += _races(r.races)
-    out += _divergence(r.first_divergence, shown)
-    out += _trials(r.trial_results)
+    return out
 
-    # --- replay ---
-    out += ["## Replay", "", "Re-run with the same parameters and compare the verdict "
+
+def _replay(report: Any) -> List[str]:
+    """How to run it again: the recorded report's replay, or the repro from scratch."""
+    r = report.result
+    return ["## Replay", "", "Re-run with the same parameters and compare the verdict "
             "(identical on the simulator):", "", "```sh", report.replay_command or "", "```",
             "", "or from scratch:", "", "```sh", r.repro_command(), "```", ""]
 
-    # --- timeline ---
-    out += ["## Timeline", ""]
+
+def _timeline(paths: Dict[str, Optional[str]], timeline_note: Optional[str],
+              shown: int) -> List[str]:
+    """The picture of trial ``shown`` and where to open the full trace (none: no trace)."""
+    out = ["## Timeline", ""]
     if paths.get("timeline"):
         png = os.path.basename(paths["timeline"])
         out += [f"![timeline of trial {shown}]({png})", ""]
@@ -110,15 +128,18 @@ def _render(report: Any, paths: Dict[str, Optional[str]], timeline_note: Optiona
         out.append("No trace was kept for this run (race detection off), so there is no "
                    "timeline.")
     out.append("")
+    return out
 
-    # --- environment ---
-    out += ["## Environment", ""]
+
+def _environment(env: Dict[str, Any]) -> List[str]:
+    """Where the run happened, one line per thing known."""
+    out = ["## Environment", ""]
     for k in ("python", "platform", "torch", "cuda", "gpu", "driver", "xgrammar", "specrace",
               "git_commit"):
-        if report.environment.get(k) is not None:
-            out.append(f"- {k}: `{report.environment[k]}`")
+        if env.get(k) is not None:
+            out.append(f"- {k}: `{env[k]}`")
     out.append("")
-    return "\n".join(out)
+    return out
 
 
 def _races(races: List[Any]) -> List[str]:
