@@ -19,12 +19,17 @@ after the work was done, and a signal landing in the teardown met no handler.
 """
 from __future__ import annotations
 
-import errno
-import os
-import signal
-import sys
-
 from seams import signals
+
+# The first thing the console script runs (importing this module is how it starts): from
+# here on a SIGINT or SIGTERM is honoured -- before it, only the interpreter's own start-up
+# (tens of milliseconds) is left to the default dispositions.
+signals.install()
+
+import errno  # noqa: E402 -- after the signal policy, on purpose
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
 
 EXIT_USAGE = 2
 
@@ -116,7 +121,7 @@ def _safe_streams():
 
 
 def console_main() -> None:
-    signals.install()  # first: nothing heavy is imported yet
+    signals.install()  # installed at import already; again, if main was called otherwise
     rc = EXIT_USAGE
     out = err = None
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from harness.target import Target, TargetError  # the interface; re-exported
+from seams import signals
 
 TARGET_NAMES = ("impl", "sglang")
 
@@ -61,6 +62,9 @@ def get(name: str) -> Target:
     target = _TARGETS.get(name)
     if target is None:
         target = declared(name)
-        target.load()
+        # loading imports the server's modules (C extensions among them): one interrupted
+        # half-way cannot be imported again, so a signal waits for the load to finish
+        with signals.deferred():
+            target.load()
         _TARGETS[name] = target
     return target

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from harness.oracle.workload import Workload
 from harness.target import Target
-from seams import faults
+from seams import faults, signals
 from seams.faults.plan import FaultPlan
 
 MAX_ITERATIONS = 400  # a run that does not finish by then is a finding, not a hang
@@ -32,7 +32,10 @@ def grammar_backend(target: Target):
     part)."""
     gb = _BACKEND_CACHE.get(target.name)
     if gb is None:
-        gb = _BACKEND_CACHE[target.name] = target.grammar_backend()
+        # its first call imports xgrammar: a C extension interrupted half-way cannot be
+        # imported again in this process, so a signal waits for the import to finish
+        with signals.deferred():
+            gb = _BACKEND_CACHE[target.name] = target.grammar_backend()
     return gb
 
 

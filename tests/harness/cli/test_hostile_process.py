@@ -196,3 +196,25 @@ def test_pytest_options_are_a_usage_error_before_collection(tmp_path):
     assert proc.returncode == 4, proc.stdout + proc.stderr
     assert "--specrace-soak: -1 is out of range" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_a_signal_at_any_moment_from_the_first_tenth_of_a_second_is_one_line():
+    """20 moments between 0.1 s and 1.6 s into ``specrace repro`` (start-up, imports,
+    resolving, trials): each SIGINT / SIGTERM is status 130 / 143 and one line, never a
+    traceback, a lost signal or a finished run."""
+    import random
+    import time
+    rng = random.Random(44)
+    script = os.path.join(os.path.dirname(sys.executable), "specrace")
+    for _ in range(20):
+        moment, sig = rng.uniform(0.1, 1.6), rng.choice([signal.SIGINT, signal.SIGTERM])
+        proc = subprocess.Popen([script, "repro", "ngram-filter-race", "--trials", "10000",
+                                 "--no-report", "--backend", "sim"], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(moment)
+        assert proc.poll() is None, "10,000 trials cannot be over this soon"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+        lines = [ln for ln in err.splitlines() if " on sim: " not in ln]  # progress
+        assert proc.returncode == 128 + sig, (moment, sig, proc.returncode, err[-400:])
+        assert lines == [f"specrace: interrupted ({signal.Signals(sig).name})"], (moment, err)
