@@ -34,6 +34,8 @@ BACKENDS = ("sim", "cuda", "auto")
 TARGETS = ("impl", "sglang")
 TARGET_ENV = "SPECRACE_TARGET"  # what state machines read (set from --specrace-target)
 WATCHDOG_ENV = "SPECRACE_TEST_WATCHDOG_S"  # per-test limit for CUDA runtimes (0: off)
+BACKEND_ENV = "SPECRACE_BACKEND"  # the state machines' backend (sim, cuda or auto)
+BACKENDS = ("sim", "cuda", "auto")
 DEFAULT_WATCHDOG_S = 300.0
 
 _REPORTS = pytest.StashKey[List[str]]()
@@ -148,6 +150,7 @@ def check_options(config: Any) -> None:
     (``pytest.UsageError``: pytest's one-line usage error, exit 4): a soak count or a
     program count out of range, a matrix JSON path that cannot be written (found out up
     front, not after every cell ran)."""
+    _check_settings()
     soak = config.getoption("--specrace-soak", default=0) or 0
     if not 0 <= soak <= MAX_SOAK:
         raise pytest.UsageError(f"--specrace-soak: {soak} is out of range (0..{MAX_SOAK})")
@@ -160,6 +163,29 @@ def check_options(config: Any) -> None:
         if not config.getoption("--specrace-matrix", default=False):
             raise pytest.UsageError("--specrace-matrix-json needs --specrace-matrix")
         _check_writable(path)
+
+
+def _check_settings() -> None:
+    """The environment's SPECRACE_* settings the suite reads, checked before collection:
+    a bad one is a usage error naming it, never a failure inside a test (the state
+    machines read the target and backend from the environment)."""
+    from harness.runtime.limits import LimitError, check_environment, seconds_from_env
+    for name, allowed in ((TARGET_ENV, TARGETS), (BACKEND_ENV, BACKENDS)):
+        value = os.environ.get(name)
+        if value is not None and value not in allowed:
+            raise pytest.UsageError(f"{name}={value[:40]!r} is not one of: "
+                                    f"{', '.join(allowed)}")
+    try:
+        check_environment()
+        seconds_from_env(WATCHDOG_ENV, DEFAULT_WATCHDOG_S)
+    except LimitError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _watchdog_s() -> float:
+    """The per-test limit for CUDA runtimes (checked at configure: ``_check_settings``)."""
+    from harness.runtime.limits import seconds_from_env
+    return seconds_from_env(WATCHDOG_ENV, DEFAULT_WATCHDOG_S)
 
 
 def _check_writable(path: str) -> None:
@@ -270,7 +296,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Optional[bool]:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
          "-x", pyfuncitem.nodeid], cwd=root, env=env, capture_output=True, text=True,
-        timeout=int(os.environ.get("SPECRACE_TEST_WATCHDOG_S", "300")) + 60)
+        timeout=_watchdog_s() + 60)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
         pytest.fail(f"isolated CUDA test failed (rc {proc.returncode}):\n{tail}",
@@ -321,7 +347,7 @@ def specrace_runtime(specrace_backend: str):
     from harness.runtime import open_runtime
     if specrace_backend == "cuda":
         from harness.runtime.cuda import watchdog
-        limit = float(os.environ.get(WATCHDOG_ENV, DEFAULT_WATCHDOG_S))
+        limit = _watchdog_s()
         with watchdog(limit, "specrace_runtime test"), open_runtime(specrace_backend) as rt:
             yield rt
     else:

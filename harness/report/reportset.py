@@ -6,7 +6,10 @@ puts the whole folder in place: ``rename(stage, NAME)`` where there is no set ye
 atomic exchange of the two names (``renameat2(RENAME_EXCHANGE)``, Linux 3.15+), after which
 the staging name holds the old set, which is removed. So
 
-* a reader sees the old set or the new one, whole -- never a mix, whatever happens;
+* each file a reader opens is whole, from the old set or the new one; a reader of several
+  files reads one set with ``read_set`` (the folder opened once, every file read relative
+  to it, again from the start if the set was replaced meanwhile) -- opening ``NAME/a`` and
+  then ``NAME/b`` by path may straddle a swap (each file's ``run_id`` tells);
 * two writers of one name are serialised by the kernel: the last exchange wins, whole;
 * a writer killed at any moment (SIGKILL included) leaves the old set or the new one, plus
   at most its staging folder, which the next write into the report folder removes (its
@@ -102,6 +105,46 @@ def write_set(folder: str, name: str, members: Sequence[Tuple[str, Writer]]) -> 
         finally:
             _remove(stage)  # the new set if it never went in, else the old one
     return results
+
+
+READ_SET_TRIES = 100  # a set replaced this many times in a row while being read: give up
+
+
+def read_set(path: str, names: Optional[Sequence[str]] = None) -> Dict[str, bytes]:
+    """The files of the set folder ``path`` (``names``, or every file in it), all of one
+    set: the folder is opened once and each file read relative to that handle, so a swap
+    meanwhile cannot mix in the new set's files; a file the swap's clean-up removed before
+    it was read means the set was replaced -- read again, the new one. ``OSError`` if
+    there is no set, or it keeps being replaced."""
+    for _ in range(READ_SET_TRIES):
+        dir_fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            wanted = list(names) if names is not None else sorted(
+                e for e in os.listdir(dir_fd) if not e.startswith("."))
+            try:
+                return {name: _read_at(dir_fd, name) for name in wanted}
+            except FileNotFoundError:
+                if _same_folder(dir_fd, path):
+                    raise  # the set in place lacks it: not a swap
+                # the old set was swapped out and is being removed: read the new one
+        finally:
+            os.close(dir_fd)
+    raise OSError(errno.EAGAIN, f"{_shown(path)} was replaced {READ_SET_TRIES} times "
+                                f"while being read")
+
+
+def _same_folder(dir_fd: int, path: str) -> bool:
+    try:
+        here, there = os.fstat(dir_fd), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _read_at(dir_fd: int, name: str) -> bytes:
+    fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+    with open(fd, "rb") as f:
+        return f.read()
 
 
 def swap(stage: str, target: str) -> None:

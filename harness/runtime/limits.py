@@ -44,6 +44,18 @@ def _number(name: str, text: str) -> float:
     return value
 
 
+def seconds_from_env(name: str, default: float) -> float:
+    """A duration in seconds set in the environment (``default`` when unset): a finite
+    number in 0..``MAX_WATCHDOG_S``, else ``LimitError`` naming the setting."""
+    text = os.environ.get(name)
+    if text is None or not text.strip():
+        return default
+    value = _number(name, text)
+    if not 0 <= value <= MAX_WATCHDOG_S:
+        raise LimitError(f"{name}={text[:40]!r} is out of range (0..{MAX_WATCHDOG_S:g} s)")
+    return value
+
+
 def cycles_per_ms_from_env() -> Optional[float]:
     """``SPECRACE_CYCLES_PER_MS`` as a number, ``None`` when unset (calibrate then);
     ``LimitError`` when it is not a finite number within ``CYCLES_PER_MS_RANGE``."""

@@ -218,3 +218,21 @@ def test_a_signal_at_any_moment_from_the_first_tenth_of_a_second_is_one_line():
         lines = [ln for ln in err.splitlines() if " on sim: " not in ln]  # progress
         assert proc.returncode == 128 + sig, (moment, sig, proc.returncode, err[-400:])
         assert lines == [f"specrace: interrupted ({signal.Signals(sig).name})"], (moment, err)
+
+
+@pytest.mark.parametrize("var, value", [("SPECRACE_TARGET", "nope"),
+                                         ("SPECRACE_BACKEND", "nonsense"),
+                                         ("SPECRACE_TEST_WATCHDOG_S", "soon"),
+                                         ("SPECRACE_TEST_WATCHDOG_S", "inf"),
+                                         ("SPECRACE_TEST_WATCHDOG_S", "-1")])
+def test_a_bad_setting_is_a_usage_error_before_collection(tmp_path, var, value):
+    """Not a failure inside a state machine's Hypothesis report: pytest stops at
+    configure, naming the setting (exit 4, a usage error)."""
+    test = tmp_path / "test_x.py"
+    test.write_text("def test_x():\n    pass\n")
+    env = {**os.environ, var: value}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(test)], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 4, (proc.stdout[-400:], proc.stderr[-400:])
+    assert var in proc.stderr and "Traceback" not in proc.stderr

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import targets
 from seams.paths import REPO_ROOT as ROOT
 EVIL = "bad \ud800 bidi \u202e c1 \x85 esc \x1b[2J math $\\frac{$"
@@ -288,3 +290,37 @@ def test_the_reference_cache_keeps_only_the_most_recent(monkeypatch):
     assert len(keys) == 2
     # key: [target, backend, workload, spec_algorithm]
     assert [json.loads(k)[2] for k in keys] == [loads[1].to_json(), loads[0].to_json()]
+
+
+def test_read_set_never_mixes_two_sets_while_a_writer_swaps(tmp_path):
+    """A writer swaps sets of three files in, round after round; a reader of the whole set
+    (``read_set``) always gets three files of one round. (Reading the files by path one
+    after another may straddle a swap: each file's run_id is how such a reader tells.)"""
+    import threading
+    from harness.report.reportset import read_set, write_set
+    names = ("a.json", "b.json", "c.json")
+
+    def members(round_):
+        return [(n, lambda f, r=round_: f.write(str(r).encode())) for n in names]
+    write_set(str(tmp_path), "set", members(0))
+    stop = threading.Event()
+
+    def writer():
+        r = 1
+        while not stop.is_set():
+            write_set(str(tmp_path), "set", members(r))
+            r += 1
+    thread = threading.Thread(target=writer)
+    thread.start()
+    seen = set()
+    try:
+        for _ in range(3000):
+            got = read_set(str(tmp_path / "set"), names)
+            assert len(set(got.values())) == 1, got
+            seen.add(got["a.json"])
+    finally:
+        stop.set()
+        thread.join()
+    assert len(seen) > 1  # the reader did read across swaps
+    with pytest.raises(FileNotFoundError):
+        read_set(str(tmp_path / "set"), ["missing.json"])
