@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 XGRAMMAR ?= xgrammar==0.2.9
 
-.PHONY: setup upstream upstream-releases repro test matrix bench litmus upstream-gate releases lock clean
+.PHONY: setup upstream upstream-releases repro test matrix bench litmus upstream-gate releases lock clean example-reports check-reports
 
 setup: $(VENV)/.specrace-ready
 
@@ -84,6 +84,15 @@ releases: setup
 	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$$FIXED_RELAY) --trials 5 --expect clean
 	$(VENV)/bin/specrace releases dspark-result-readback $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 3 --expect race
 	$(VENV)/bin/specrace releases eagle-v2 $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 2 --expect clean
+
+# The report sets committed under reports/: regenerate the simulator ones from their own
+# recorded commands (after a change that moves code they point at), and check that every
+# one replays with its recorded verdict (CI runs the check).
+example-reports: upstream
+	$(PY) tools/reports/committed.py regenerate
+
+check-reports: upstream
+	$(PY) tools/reports/committed.py check
 
 litmus: setup
 	$(VENV)/bin/specrace litmus

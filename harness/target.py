@@ -70,6 +70,11 @@ class Target:
     def describe(self) -> Dict[str, Any]:
         return {"target": self.name}
 
+    def installed_version(self) -> Optional[str]:
+        """The version of the code under test this interpreter would import, read
+        without importing it (None: one version only, the tree's own)."""
+        return None
+
     def label(self) -> str:
         """The code under test in one phrase, for messages ("sglang 0.5.23")."""
         return self.name

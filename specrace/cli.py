@@ -277,12 +277,15 @@ def cmd_repro(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from specrace.replay import load_report, replay_report
+    from specrace.replay import load_report, release_python, replay_report
     from harness.runtime.limits import gpu_watchdog
     from specrace.replay import check_bounds
     try:
         report = load_report(args.report)  # validated first: the watchdog's budget is its trials
         check_bounds(report, args.max_trials)  # before the watchdog and the first trial
+        python = release_python(report)
+        if python is not None:  # the report's release, in its own environment
+            return _in_release(python, args)
         run = report.result
         with gpu_watchdog(run.backend, run.trials, run.stall_ms, "specrace replay"):
             verdict = A.with_progress(
@@ -297,6 +300,21 @@ def cmd_replay(args) -> int:
     else:
         _say(verdict["summary"])
     return EXIT_OK if verdict["same"] else EXIT_MISMATCH
+
+
+def _in_release(python: str, args) -> int:
+    """This replay, run by the interpreter of the report's release environment (it reads
+    and validates the report again itself); its output is this command's, its exit status
+    this command's status."""
+    import subprocess
+    cmd = [python, "-m", "specrace.cli", *sys.argv[1:]] if sys.argv[1:2] == ["replay"] \
+        else [python, "-m", "specrace.cli", "replay", args.report]
+    print(f"specrace: replaying in {_line(os.path.dirname(os.path.dirname(python)))}",
+          file=sys.stderr)
+    try:
+        return subprocess.run(cmd).returncode
+    except OSError as exc:
+        raise UsageError(f"cannot run {python}: {exc.strerror or exc}") from None
 
 
 def cmd_litmus(args) -> int:

@@ -193,6 +193,29 @@ def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
             "backend": old.backend, "code_changed": code_changed, "from": from_}
 
 
+def release_python(loaded: LoadedReport) -> Optional[str]:
+    """The interpreter of the release environment a report must replay in, or None: this
+    one (its target has one version, or this interpreter has the report's release).
+    ``ValueError`` (one line) when the report's release is not set up here: replaying it
+    on another release would compare two releases, not replay one."""
+    import targets
+    old = loaded.result
+    try:
+        target = targets.declared(old.target)
+    except targets.TargetError as exc:
+        raise ValueError(str(exc)) from None
+    environments = target.environments()
+    was = old.target_info.get(f"{target.name}_version")
+    if environments is None or not isinstance(was, str) or was == target.installed_version():
+        return None
+    try:
+        version = environments.chosen([was])[0]
+    except ValueError as exc:
+        raise ValueError(f"the report was recorded on {target.name} {one_line(was, 40)}, "
+                         f"which is not set up here ({exc})") from None
+    return environments.python(version)
+
+
 def check_bounds(loaded: LoadedReport, max_trials: Optional[int] = None) -> None:
     """Refuse, before any trial, a report asking for more trials than ``max_trials``."""
     cap = DEFAULT_MAX_TRIALS if max_trials is None else max_trials
@@ -242,6 +265,9 @@ def _left_schedule(recorded: Tuple[Optional[Schedule], ...],
         if got != want:
             at = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b),
                       min(len(want), len(got)))
+            if at >= len(want):  # every recorded choice taken, and then more
+                return (f"DIFFERENT schedule: trial {trial + 1} made {len(got) - len(want)} "
+                        f"choice(s) past its {len(want)} recorded")
             return (f"DIFFERENT schedule: trial {trial + 1} left its recorded choices at "
                     f"choice {at + 1} of {len(want)} (the run made {len(got)})")
     return None

@@ -104,9 +104,16 @@ def _summary(report: Any) -> List[str]:
 def _replay(report: Any) -> List[str]:
     """How to run it again: the recorded report's replay, or the repro from scratch."""
     r = report.result
-    return ["## Replay", "", "Re-run with the same parameters and compare the verdict "
-            "(identical on the simulator):", "", "```sh", report.replay_command or "", "```",
-            "", "or from scratch:", "", "```sh", r.repro_command(), "```", ""]
+    out = ["## Replay", "", "Re-run with the same parameters and compare the verdict "
+           "(identical on the simulator):", "", "```sh", report.replay_command or "", "```", ""]
+    version = r.target_info.get(f"{r.target}_version")
+    if isinstance(version, str):
+        out += [f"It replays on {r.target} {version}: in the interpreter that runs it if that "
+                f"is the release it imports, else in the release's own environment "
+                f"(`.releases/{r.target}/{version}`; `make upstream TARGET={r.target} "
+                f"{r.target.upper()}={version}` sets it up); a release not set up is refused "
+                f"(exit 2), never replayed on another.", ""]
+    return out + ["or from scratch:", "", "```sh", r.repro_command(), "```", ""]
 
 
 def _timeline(paths: Dict[str, Optional[str]], timeline_note: Optional[str],

@@ -154,6 +154,12 @@ class SglangTarget(Target):
         from targets.sglang.environments import SglangEnvironments
         return SglangEnvironments()
 
+    def installed_version(self) -> Optional[str]:
+        try:
+            return contract.installed_version()
+        except LookupError:
+            return None
+
     def label(self) -> str:
         return f"sglang {self.version}"
 

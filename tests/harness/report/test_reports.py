@@ -478,3 +478,13 @@ def test_cli_replay_bad_input_exits_2_with_one_line(tmp_path, written, case):
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("specrace: error: ")
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_a_run_past_its_recorded_choices_says_so_not_choice_1_of_0():
+    from harness.runtime.policy import Schedule
+    from specrace.replay import _left_schedule
+    past = _left_schedule((Schedule(()),), [Schedule((1, 0))])
+    assert past == "DIFFERENT schedule: trial 1 made 2 choice(s) past its 0 recorded"
+    inside = _left_schedule((Schedule((1, 1)),), [Schedule((1, 0))])
+    assert "at choice 2 of 2" in inside
+    assert _left_schedule((Schedule((1,)),), [Schedule((1,))]) is None

@@ -1,0 +1,92 @@
+"""The report sets committed under ``reports/``: regenerate them, or check that each still
+replays with its recorded verdict.
+
+    python tools/reports/committed.py check        # `make check-reports` (CI)
+    python tools/reports/committed.py regenerate   # `make example-reports`
+
+``check`` replays every committed simulator report (``specrace replay``: the same verdict,
+the same trace) and loads every CUDA report (validated; replaying one needs a GPU: the H200
+scripts under tools/gpu/ do that); any report that does not replay identically fails it.
+``regenerate`` re-runs each simulator report's own recorded command (its ``command``
+field) into the folder it lies in and removes the old set when the new one has another
+name (the name carries a digest of the run's settings, the code's too). A report of a
+release the core does not import replays in that release's environment (``specrace
+replay`` does it); one whose release is not set up here is named, and fails ``check``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from typing import List, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SPECRACE = [sys.executable, "-m", "specrace.cli"]
+
+
+def committed() -> List[Tuple[str, dict]]:
+    """(path, document) of every report.json git tracks under reports/."""
+    out = subprocess.run(["git", "-C", ROOT, "ls-files", "reports"], capture_output=True,
+                         text=True, check=True).stdout.split()
+    found = []
+    for rel in sorted(p for p in out if p.endswith("/report.json")):
+        path = os.path.join(ROOT, rel)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                found.append((path, json.load(f)))
+    return found
+
+
+def check() -> int:
+    bad = 0
+    for path, doc in committed():
+        rel = os.path.relpath(path, ROOT)
+        if doc.get("backend") != "sim":
+            # validated by loading it; a fresh GPU sample is the H200 scripts' to take
+            proc = subprocess.run([*SPECRACE, "replay", path, "--max-trials", "1"],
+                                  capture_output=True, text=True, cwd=ROOT)
+            ok = "asks for" in proc.stderr or "recorded on cuda" in proc.stderr
+            print(f"{'ok  ' if ok else 'BAD '} {rel}: valid (a CUDA report: replayed on a "
+                  f"GPU only)" if ok else f"BAD  {rel}: {proc.stderr.strip()[-300:]}")
+            bad += not ok
+            continue
+        proc = subprocess.run([*SPECRACE, "replay", path], capture_output=True, text=True,
+                              cwd=ROOT)
+        line = (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines()
+                or [f"exit {proc.returncode}"])[-1]
+        ok = proc.returncode == 0 and "DIFFERENT" not in line
+        print(f"{'ok  ' if ok else 'BAD '} {rel}: {line}")
+        bad += not ok
+    print(f"{bad} committed report(s) do not replay with their verdict" if bad
+          else "every committed report replays with its verdict")
+    return 1 if bad else 0
+
+
+def regenerate() -> int:
+    for path, doc in committed():
+        if doc.get("backend") != "sim":
+            continue
+        folder = os.path.dirname(path)
+        argv = shlex.split(doc["command"])
+        assert argv[:2] == ["specrace", "repro"], doc["command"]
+        if "--backend" not in argv:  # a simulator report stays one on a GPU machine
+            argv += ["--backend", "sim"]
+        before = set(os.listdir(os.path.dirname(folder)))
+        print("+", doc["command"], flush=True)
+        rc = subprocess.run([*SPECRACE, *argv[1:]], cwd=ROOT).returncode
+        if rc not in (0, 1):  # 1: a verdict other than --expect; the report is written
+            print(f"failed ({rc}): {doc['command']}", file=sys.stderr)
+            return rc
+        after = set(os.listdir(os.path.dirname(folder)))
+        if os.path.basename(folder) not in after - before and (after - before):
+            shutil.rmtree(folder)  # the same run under its new name
+    return 0
+
+
+if __name__ == "__main__":
+    what = sys.argv[1:] or ["check"]
+    sys.exit(check() if what == ["check"] else regenerate() if what == ["regenerate"]
+             else 2)
