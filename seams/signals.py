@@ -1,7 +1,8 @@
 """One signal policy for a specrace process: SIGINT and SIGTERM end the run cleanly.
 
 ``install()`` -- called by the console entry point before anything heavy is imported --
-makes both raise ``Interrupted`` (a ``KeyboardInterrupt``, so code that lets a Ctrl-C
+makes both raise ``Interrupted`` (never inside an import: there the signal is delivered
+again a few milliseconds later, until the import is over) (a ``KeyboardInterrupt``, so code that lets a Ctrl-C
 through lets a SIGTERM through too) in the main thread; the CLI turns it into one line and
 exit status 128 + N (130, 143), no traceback. The signal is also *remembered*: where Python
 cannot propagate the exception -- it landed in a garbage-collector callback, a ``__del__``
@@ -19,6 +20,7 @@ there before (a test process, a library caller). Sections nest; off the main thr
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -45,14 +47,58 @@ class Interrupted(KeyboardInterrupt):
         return signal.Signals(self.signum).name
 
 
-_state: Dict[str, Any] = {"installed": False, "pending": None, "depth": 0}
+# raised: an Interrupted has been raised -- the run is ending, later signals change nothing
+# (one more Ctrl-C must not interrupt the line that says so); redelivery: the timer that
+# delivers a signal again after an import (one at a time)
+_state: Dict[str, Any] = {"installed": False, "pending": None, "depth": 0, "raised": False,
+                          "redelivery": None}
+
+
+REDELIVER_S = 0.005  # how soon a signal that landed inside an import is delivered again
+
+
+def _importing(frame: Any) -> bool:
+    """Is the main thread inside an import (a module's code, or a C extension's
+    initialisation, running under importlib's machinery)?"""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _interrupt(signum: int) -> "Interrupted":
+    """The one exception the run ends on (every path that raises one goes through here:
+    later signals and a pending re-delivery then change nothing)."""
+    _state["raised"] = True
+    return Interrupted(signum)
+
+
+def _redeliver(signum: int) -> None:
+    if not _state["raised"]:
+        os.kill(os.getpid(), signum)
 
 
 def _handler(signum: int, frame: Any) -> None:
+    if _state["raised"]:
+        return
     if _state["pending"] is None:
         _state["pending"] = signum
     if _state["depth"] == 0:
-        raise Interrupted(signum)
+        if _importing(frame):
+            # never into an import: a module -- above all a C extension -- left half
+            # initialised cannot be imported again in this process (numpy: "cannot load
+            # module more than once"), and the next import of it fails as an ImportError
+            # that code may take for something else. Delivered again shortly, until the
+            # import is over.
+            timer = _state["redelivery"]
+            if timer is None or not timer.is_alive():
+                timer = _state["redelivery"] = threading.Timer(REDELIVER_S, _redeliver,
+                                                               (signum,))
+                timer.daemon = True
+                timer.start()
+            return
+        raise _interrupt(signum)
 
 
 def _main_thread() -> bool:
@@ -84,7 +130,7 @@ def pending() -> Optional[int]:
 def checkpoint() -> None:
     """Raise a remembered signal now (outside critical sections, where installed)."""
     if _state["pending"] is not None and _state["depth"] == 0 and _state["installed"]:
-        raise Interrupted(_state["pending"])
+        raise _interrupt(_state["pending"])
 
 
 def status_of(exc: BaseException) -> int:
@@ -116,7 +162,7 @@ def deferred() -> Iterator[None]:
                 signal.signal(sig, h)
             signum = _state["pending"]
             if signum is not None and ours:
-                raise Interrupted(signum)
+                raise _interrupt(signum)
             if signum is not None and not _state["installed"]:
                 _state["pending"] = None
                 signal.raise_signal(signum)  # under the handler it would have met

@@ -11,7 +11,6 @@ if __name__ == "__main__":  # ``python -m specrace.cli``: the signal policy befo
     from seams import signals as _signals
     _signals.install()
 
-import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import shlex  # noqa: E402
@@ -19,103 +18,9 @@ import sys  # noqa: E402
 from typing import List, Optional  # noqa: E402
 
 from specrace import cli_args as A  # noqa: E402
+from specrace.parser import UsageError, build_parser  # noqa: E402,F401
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """Bad input: reported as one line (plus one per named problem), exit code 2."""
-
-    def __init__(self, message: object, problems=()) -> None:
-        super().__init__(message)
-        self.problems = list(problems)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not argparse's usage block
-        raise UsageError(message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="specrace", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
-    sub.required = True
-
-    ls = sub.add_parser("list", help="list scenarios, litmus programs and mutations")
-    _target_arg(ls)
-
-    r = sub.add_parser("repro", help="stall-amplified reproduction of a scenario")
-    r.add_argument("scenario")
-    r.add_argument("--variant", help="fixed | pre-fix | as-installed | ... (per scenario; "
-                                     "default on --target sglang: as-installed)")
-    r.add_argument("--war-barrier", choices=["fine", "coarse"], default=None,
-                   help="default: fine on impl; on sglang the release's own (fine where its "
-                        "NGRAM forward publishes read-done, 0.5.18+; else coarse)")
-    r.add_argument("--backend", choices=["sim", "cuda", "auto"], default="auto")
-    r.add_argument("--policy", type=A.policy, help="simulator schedule policy (eager, lazy, "
-                                                  "stall(S), random(SEED), pct(SEED,DEPTH))")
-    r.add_argument("--stall-ms", type=A.stall_ms, default=None,
-                   help="stall length; default: until forced (sim) / 1 ms (cuda)")
-    r.add_argument("--trials", type=A.trials)
-    r.add_argument("--seed", type=A.seed, default=0)
-    r.add_argument("--expect", choices=["clean", "race"], default=None,
-                   help="the outcome the gate expects (exit 1 if not); without it the "
-                        "verdict is reported and the exit is 0")
-    r.add_argument("--json", action="store_true", help="print one JSON object")
-    r.add_argument("--report-dir", default=None, help="default: reports/runs")
-    r.add_argument("--no-report", action="store_true")
-    _target_arg(r)
-
-    rp = sub.add_parser("replay", help="re-run a repro report and compare the verdict")
-    rp.add_argument("report")
-    rp.add_argument("--from", dest="source", choices=["schedule", "seed"],
-                    help="each trial's recorded choices (default, if recorded) or the seed")
-    rp.add_argument("--max-trials", type=A.trials, default=None,
-                    help="refuse a report asking for more trials (default 1000)")
-    rp.add_argument("--budget-s", type=A.budget_s, default=None,
-                    help="stop past this much wall clock, between trials (default 600)")
-    rp.add_argument("--json", action="store_true")
-
-    li = sub.add_parser("litmus", help="run the litmus programs, check expected verdicts")
-    li.add_argument("--backend", choices=["sim", "cuda", "auto"], default="sim")
-    li.add_argument("--json", action="store_true")
-
-    m = sub.add_parser("matrix", help="the mutation kill matrix")
-    m.add_argument("--backend", choices=["sim", "cuda", "auto"], default="sim")
-    m.add_argument("--json", action="store_true")
-    _target_arg(m)
-
-    rl = sub.add_parser("releases", help="one scenario on every installed release of an "
-                                          "upstream target (make upstream SGLANG=V sets "
-                                          "one up)")
-    rl.add_argument("scenario")
-    rl.add_argument("--target", choices=["sglang"], default="sglang",
-                    help="the upstream server whose releases run (default: sglang)")
-    rl.add_argument("--release", action="append", default=None,
-                    help="only this release (repeatable; default: every one set up)")
-    rl.add_argument("--variant", default=None, help="default: as-installed")
-    rl.add_argument("--war-barrier", choices=["fine", "coarse"], default=None,
-                    help="default: each release's own")
-    rl.add_argument("--trials", type=A.trials)
-    rl.add_argument("--seed", type=A.seed, default=0)
-    rl.add_argument("--expect", choices=["clean", "race"], default=None,
-                    help="every applicable release must give this outcome")
-    rl.add_argument("--json", action="store_true")
-    rl.add_argument("--report-dir", default=os.path.join("reports", "releases"))
-
-    b = sub.add_parser("bench", help="benchmarks (figures, not tests)")
-    b.add_argument("what", nargs="?", default="all", choices=["all", "runtime", "engine",
-                                                              "matrix", "cuda", "grammar"])
-    b.add_argument("--json", action="store_true")
-    _target_arg(b, default=None, help_text="benchmark this target only (default: impl, and "
-                                          "sglang next to it when installed)")
-    return p
-
-
-def _target_arg(p, default: Optional[str] = "impl", help_text: Optional[str] = None) -> None:
-    p.add_argument("--target", choices=["impl", "sglang"], default=default,
-                   help=help_text or "the code under test: specrace's impl/ mirror (default) "
-                                     "or the installed sglang package")
 
 
 def _load_target(name: str):
@@ -134,7 +39,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         except (AttributeError, ValueError):
             pass
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(__doc__.splitlines()[0]).parse_args(argv)
         return _dispatch(args)
     except UsageError as exc:
         _error(exc)
