@@ -49,7 +49,7 @@ def report_name(identity: Dict[str, Any]) -> str:
     parts = [identity["scenario"]]
     if identity.get("target", "impl") != "impl":
         parts.append(identity["target"])
-        version = (identity.get("code") or {}).get("sglang_version")
+        version = (identity.get("code") or {}).get(f"{identity['target']}_version")
         if version:
             parts.append(str(version))
     parts += [identity["variant"], identity["war_barrier"], identity["backend"]]
