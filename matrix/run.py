@@ -46,6 +46,11 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("grammar-eagle", "grammar-tree-staging", "fixed", "eager", seeds=(0, 1)),
     Probe("grammar-lazy", "grammar-ngram", "fixed", "lazy", seeds=(0, 1)),
     Probe("mixed-overlap", "mixed-overlap", "fixed", "stall(forward)", seeds=(0, 1)),
+    # read-done published only by graph replays: extends and graphs-off steps take the
+    # coarse fallback (the sglang target)
+    Probe("graph-eligibility", "ngram-graph-eligibility", "fixed", "eager", seeds=(0, 1)),
+    Probe("graph-eligibility-off", "ngram-graph-eligibility", "fixed-graphs-off", "lazy",
+          seeds=(0, 1)),
     Probe("dp-idle", "dp-idle", "fixed", "lazy", seeds=(0, 1)),
     Probe("slot-reuse", "slot-reuse", "fixed", "eager"),
     Probe("slot-reuse-stall", "slot-reuse", "fixed", "stall(forward)"),

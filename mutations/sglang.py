@@ -289,14 +289,21 @@ MUTATIONS: List[Mutation] = [
         "            self._apply_war_barrier()\n"
         "            # Receive requests\n")],
       KV_REUSE_SWA),
+    M("war-barrier-keeps-stale-event",
+      "upstream's WAR barrier takes the runner's read-done event without clearing it: the "
+      "next forward that publishes none (an extend, a batch over the graph's size) is "
+      "fenced on the stale event of an earlier replay instead of the coarse fallback",
+      "PR #34052 (the clearing comment)", f"{_SCHED}._apply_war_barrier",
+      [("        runner.shared_read_done_event = None\n", "")],
+      SEED + KV_REUSE + ("graph-eligibility",)),
     M("read-done-before-metadata",
       "the toy verify records shared-read-done before its attention gathers req_to_token: "
       "upstream's fine fence then covers none of the forward's reads of the pools",
       "PR #28363 / #34052", "targets.sglang.engine.worker:ToyNgramWorker.forward_batch_generation",
       [("            meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,\n"
         "                                                   prefill=False)\n"
-        "            self._record_shared_read_done()\n",
-        "            self._record_shared_read_done()\n"
+        "            self._record_shared_read_done(replayed=self._replays(bs))\n",
+        "            self._record_shared_read_done(replayed=self._replays(bs))\n"
         "            meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,\n"
         "                                                   prefill=False)\n")],
       KV_REUSE),

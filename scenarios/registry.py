@@ -8,6 +8,7 @@ from scenarios.dspark import DSPARK_CONFIDENCE_RING, DSPARK_RESULT_READBACK
 from scenarios.eagle import EAGLE_V2, EAGLE_V2_GRAMMAR
 from scenarios.hidden_states import NGRAM_HIDDEN_READBACK
 from scenarios.grammar import GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING
+from scenarios.graph_eligibility import GRAPH_ELIGIBILITY
 from scenarios.host_order import DP_IDLE, MIXED_OVERLAP
 from scenarios.kv_reuse import KV_PRESSURE, KV_ROW_REUSE
 from scenarios.ngram_filter_race import SCENARIO as _NGRAM_FILTER_RACE
@@ -17,7 +18,7 @@ SCENARIOS: Dict[str, Scenario] = {
     s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING,
                         MIXED_OVERLAP, DP_IDLE, SLOT_REUSE, DSPARK_CONFIDENCE_RING,
                         DSPARK_RESULT_READBACK, NGRAM_HIDDEN_READBACK, KV_ROW_REUSE,
-                        KV_PRESSURE, EAGLE_V2, EAGLE_V2_GRAMMAR)}
+                        KV_PRESSURE, EAGLE_V2, EAGLE_V2_GRAMMAR, GRAPH_ELIGIBILITY)}
 
 
 def get(name: str) -> Scenario:

@@ -22,7 +22,7 @@ SCENARIOS = ("ngram-filter-race", "mixed-overlap", "dp-idle", "grammar-ngram", "
              "kv-pressure",
              "grammar-tree-staging", "slot-reuse", "dspark-confidence-ring",
              "dspark-result-readback", "ngram-hidden-readback", "eagle-v2",
-             "eagle-v2-grammar")
+             "eagle-v2-grammar", "ngram-graph-eligibility")
 
 
 # The first release whose runner publishes read-done for an NGRAM verify (read from

@@ -259,3 +259,36 @@ def test_the_methods_the_contract_does_not_read_read_nothing_missing(sglang, mon
     res = run_scenario_result(scenario, target="sglang", variant=variant, backend="sim",
                               trials=1, war_barrier="coarse")
     assert res.reproduced == 0, (res.first_divergence, res.races[:1])
+
+
+def test_forwards_publish_read_done_only_where_the_release_replays_a_graph(sglang,
+                                                                             monkeypatch):
+    """A run of the installed release has forwards with a read-done event (replayed
+    verifies) and without (extends; every step with graphs off), as upstream's graph
+    runner publishes -- so the barrier's coarse fallback runs in every run."""
+    from scenarios.resolve import run_scenario_result
+    from targets.sglang.engine import worker
+    seen = []
+    record = worker.SharedReadRunner._record_shared_read_done
+
+    def spy(self, replayed):
+        record(self, replayed)
+        seen.append(bool(self.publish_read_done and replayed))
+    monkeypatch.setattr(worker.SharedReadRunner, "_record_shared_read_done", spy)
+    run_scenario_result("ngram-graph-eligibility", target="sglang", variant="fixed",
+                        backend="sim", trials=1, war_barrier="fine")
+    assert True in seen and False in seen, seen
+    seen.clear()
+    run_scenario_result("ngram-graph-eligibility", target="sglang",
+                        variant="fixed-graphs-off", backend="sim", trials=1,
+                        war_barrier="fine")
+    assert seen and not any(seen)
+
+
+def test_a_barrier_that_keeps_a_stale_event_is_caught(sglang):
+    from matrix.run import PROBES, run_probe
+    m = targets.get("sglang").mutation("war-barrier-keeps-stale-event")
+    for probe in ("graph-eligibility", "seed-eager"):
+        killed, oracle, detail = run_probe(PROBES[probe], "sim", m, "sglang")
+        assert killed and oracle == "happens-before", (probe, detail)
+        assert not run_probe(PROBES[probe], "sim", None, "sglang")[0]

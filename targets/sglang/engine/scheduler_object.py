@@ -112,6 +112,9 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
         publish(args.war_barrier == "fine")
     else:
         s.model_worker.publish_read_done = args.war_barrier == "fine"
+        # the graph runner's reach: batches up to its size replay (and publish) when
+        # graphs are on; an extend, a larger batch, or graphs off run eagerly
+        s.model_worker.graph_max_bs = args.cuda_graph_max_bs if args.cuda_graph else 0
     # the model's config as the loop and the result processor read it: not a reasoning
     # model (no think-start / think-end tokens to count)
     s.model_config = types.SimpleNamespace(is_encoder_decoder=False,

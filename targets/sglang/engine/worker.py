@@ -196,9 +196,15 @@ class SharedReadRunner:
     """The runner whose shared-read-done event upstream's ``_apply_war_barrier`` waits on
     (and clears): ``last_shared_read_runner.shared_read_done_event`` since 0.5.18,
     ``war_fastpath_runner.war_fastpath_read_done_event`` before. The toy workers are their
-    own runner. ``publish_read_done``: whether the forward publishes read-done at all, as
-    the release's runner does for this step (``--war-barrier``: fine publishes, coarse
-    does not)."""
+    own runner. ``publish_read_done``: whether the release's graph runner publishes
+    read-done for this worker's graph replays at all (``--war-barrier``: fine publishes,
+    coarse does not); ``graph_max_bs``: the largest batch it replays (0: graphs disabled).
+
+    Upstream publishes only from a graph replay (``decode_cuda_graph_runner``'s
+    ``_publish_read_done``, for the mode's declared ``SharedReadEnds``): an extend batch, a
+    batch over the graph's size, or a server with graphs disabled runs eagerly and
+    publishes nothing, and the scheduler's barrier (``_apply_war_barrier``, which clears the
+    event it took) falls back to its coarse fence for that step."""
 
     mod: Any
 
@@ -206,14 +212,21 @@ class SharedReadRunner:
         self.last_shared_read_runner = self.war_fastpath_runner = self
         self.shared_read_done_event = self.war_fastpath_read_done_event = None
         self.publish_read_done = True
+        self.graph_max_bs = 0  # the scheduler object sets it from the server args
+
+    def _replays(self, bs: int) -> bool:
+        """Would the release run a decode / verify of ``bs`` requests as a graph replay?"""
+        return 0 < bs <= self.graph_max_bs
 
     def on_verify_complete_cpu(self, num_correct_drafts_per_req, batch_size: int = 0) -> None:
         """What upstream's result processor tells the worker once the accept counts are
         on the host: nothing to a worker without an adaptive controller (upstream's
         ``BaseSpecWorker`` default)."""
 
-    def _record_shared_read_done(self) -> None:
-        if self.publish_read_done:
+    def _record_shared_read_done(self, replayed: bool) -> None:
+        """The point where this forward's shared reads are done: read-done is published
+        there when the step is a graph replay (``replayed``) of a publishing release."""
+        if self.publish_read_done and replayed:
             event = self.mod.Event()
             event.record()
             self.shared_read_done_event = self.war_fastpath_read_done_event = event
@@ -273,7 +286,7 @@ class ToyNgramWorker(SharedReadRunner):
             meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
                                                    extend.ids.shape[1], prefill=True,
                                                    prefix_lens=extend.prefix_lens)
-            self._record_shared_read_done()
+            self._record_shared_read_done(replayed=False)  # an extend runs eagerly
             kv_check = self.attn.attend_prefill(meta, extend)
             hidden, logits = self.model.forward_with_hidden(batch.input_ids)
             if batch.has_grammar:
@@ -298,7 +311,7 @@ class ToyNgramWorker(SharedReadRunner):
                 drafts, nt, ns, tree = self._prepare_for_speculative_decoding(batch)
             meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,
                                                    prefill=False)
-            self._record_shared_read_done()
+            self._record_shared_read_done(replayed=self._replays(bs))
             kv_check = self.attn.attend(meta, drafts.view(bs, D), None, meta.n)
             runner = self.verify_graphs
             if runner is not None and runner.can_run(bs):  # the verify forward

@@ -206,7 +206,7 @@ class ToyDSparkWorker(SharedReadRunner):
         return finish_result(result, batch, self.D)
 
     def _prefill(self, batch, on_publish):
-        self._record_shared_read_done()
+        self._record_shared_read_done(replayed=False)  # an extend runs eagerly
         logits = self.model.forward(batch.input_ids)
         next_token_ids = logits.argmax(dim=-1)
         new_seq_lens = batch.seq_lens
@@ -227,7 +227,7 @@ class ToyDSparkWorker(SharedReadRunner):
         bs = len(batch.reqs)
         bonus_in = batch.spec_info.bonus_tokens.view(bs)
         verify_ids, confidence = self._draft(bonus_in)
-        self._record_shared_read_done()
+        self._record_shared_read_done(replayed=self._replays(bs))
         fault_point("forward.before_verify")
         if self.folded is not None and self.folded.can_run(bs):
             out, commit, new_seq_lens, bonus = self.folded.run(verify_ids, batch.seq_lens)

@@ -131,7 +131,7 @@ class _BucketGraphs:
         """Replay the bucket's graph, then publish read-done -- after the replay: the
         runner's reads are inside it -- and hand out the graph's outputs."""
         self.graphs[bucket].replay()
-        self.runner._record_shared_read_done()
+        self.runner._record_shared_read_done(replayed=True)
         return self.outputs[bucket]
 
     def zeros(self, *shape, dtype=torch.int64) -> torch.Tensor:

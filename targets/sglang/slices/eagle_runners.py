@@ -121,7 +121,7 @@ class ToyModelRunner(SharedReadRunner):
         self.req_to_token[rows].sum()
         fb.seq_lens.sum()
         if not self.in_capture:  # a graph runner publishes after its replay
-            self._record_shared_read_done()
+            self._record_shared_read_done(replayed=True)
         fb.positions.sum()  # the rotary embedding's read of the positions
         spec = getattr(fb, "spec_info", None)
         if self.is_draft_worker and getattr(spec, "hidden_states", None) is not None:
@@ -194,7 +194,7 @@ class ToyTargetWorker:
         fault_point("forward.before_verify")
         graphs = self.model_runner.decode_cuda_graph_runner
         if graphs is not None and graphs.loaded is fb:
-            self.model_runner._record_shared_read_done()  # load_batch read the rows
+            self.model_runner._record_shared_read_done(replayed=True)  # load_batch read the rows
             hidden, logits = graphs.replay(fb)
             out = types.SimpleNamespace(logits_output=upstream.LogitsProcessorOutput(
                 next_token_logits=logits, hidden_states=hidden))
