@@ -23,7 +23,7 @@ A target supplies
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, ContextManager, Dict, Iterator, List, Optional, Tuple
 
 from mutations.base import Mutation
 from seams.sourcepatch import SourcePatch
@@ -69,6 +69,12 @@ class Target:
 
     def describe(self) -> Dict[str, Any]:
         return {"target": self.name}
+
+    def watching(self) -> ContextManager[None]:
+        """Around the first trial of a run: what the target wants to learn from code that
+        really ran (the sglang target: which of the package's files executed, each checked
+        against the wheel). The default watches nothing."""
+        return contextlib.nullcontext()
 
     def installed_version(self) -> Optional[str]:
         """The version of the code under test this interpreter would import, read

@@ -24,6 +24,31 @@ class PatchError(RuntimeError):
     """The patch does not fit the code it targets (a harness error, never a finding)."""
 
 
+def _word(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
+
+
+def snippet_problem(src: str, old: str) -> str:
+    """Why ``old`` is not a snippet this patch may edit in ``src`` ("": it occurs exactly
+    once, and whole). Whole: where it begins or ends with a name or number, the source
+    does not go on with one -- ``x = 1`` is not a snippet of ``xx = 10``, nor
+    ``foo(a)`` of ``barfoo(a)``: a snippet that is a piece of another line is refused,
+    anywhere in the function, since an edit there would land in the wrong place."""
+    found, start = [], src.find(old)
+    while start >= 0:
+        found.append(start)
+        start = src.find(old, start + 1)
+    whole = [i for i in found
+             if not (old and _word(old[0]) and i > 0 and _word(src[i - 1]))
+             and not (old and _word(old[-1]) and i + len(old) < len(src)
+                      and _word(src[i + len(old)]))]
+    if len(whole) != len(found):
+        return "it is also a piece of a longer line"
+    if len(found) != 1:
+        return f"it occurs {len(found)} times"
+    return ""
+
+
 @dataclass(frozen=True)
 class SourcePatch:
     target: str  # "module:qualname", e.g. "impl.spec_info:NgramVerifyInput.filter_batch"
@@ -79,10 +104,10 @@ class SourcePatch:
             raise PatchError(f"{self.label or 'patch'}: no source for {self.target}: "
                              f"{exc}") from None
         for old, new in self.edits:
-            count = src.count(old)
-            if count != 1:
-                raise PatchError(f"{self.label or 'patch'}: snippet occurs {count} times in "
-                                 f"{self.target}: {old!r}")
+            problem = snippet_problem(src, old)
+            if problem:
+                raise PatchError(f"{self.label or 'patch'}: a snippet does not fit "
+                                 f"{self.target} ({problem}): {old!r}")
             src = src.replace(old, new)
         src = textwrap.dedent(src)  # decorators included: they are re-applied
         # Compiled under the original file name and line numbers, so frames (and race

@@ -183,12 +183,13 @@ def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
         if code_changed:
             summary = one_line(summary + " (the source changed since the report was written)",
                                400)
-    was = old.target_info.get("sglang_version")
+    key = f"{old.target}_version"
+    was = old.target_info.get(key)
     if not same and was:
-        now = new.target_info.get("sglang_version")
+        now = new.target_info.get(key)
         if now != was:
-            summary = one_line(f"{summary} (sglang {one_line(was, 40)} -> "
-                               f"{one_line(now, 40)})")
+            summary = one_line(f"{summary} ({one_line(old.target, 20)} {one_line(was, 40)} "
+                               f"-> {one_line(now, 40)})")
     return {"same": same, "summary": summary, "original": original, "replayed": replayed,
             "backend": old.backend, "code_changed": code_changed, "from": from_}
 

@@ -9,6 +9,7 @@ re-run the trials from the choices alone, without the policies' seeds.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 from typing import Callable, Dict, List, Optional
@@ -52,10 +53,11 @@ def run_repro(run: Run, progress: Optional[Callable[[int], None]] = None) -> Rep
         want_trace = first_trial is None
         detect_now = run.detect  # every trial traced, on CUDA too
         trial_pol = run.policy.offset(i) if sim else None
-        res = run_trial(str(run.backend), trial_pol, workload, args, list(run.stalls),
-                        target=target, detect_races=detect_now,
-                        keep_trace=want_trace and detect_now, mutation=mutation,
-                        answers=dict(run.host_order))
+        with target.watching() if i == 0 else contextlib.nullcontext():
+            res = run_trial(str(run.backend), trial_pol, workload, args, list(run.stalls),
+                            target=target, detect_races=detect_now,
+                            keep_trace=want_trace and detect_now, mutation=mutation,
+                            answers=dict(run.host_order))
         if res.divergence is not None and res.divergence.where == "reference":
             raise DoesNotFit(
                 f"{target.label()} does not fit the {target.name} target: "

@@ -39,6 +39,7 @@ class SglangTarget(Target):
         self.version = ""
         self.verdict: Optional[contract.Verdict] = None
         self._files: Dict[str, str] = {}
+        self.executed: set = set()  # the package's files seen executing (``watching``)
 
     def load(self) -> None:
         try:
@@ -160,6 +161,36 @@ class SglangTarget(Target):
         except LookupError:
             return None
 
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Which of the package's files execute (a profile hook on this thread: greenlets
+        switch frames within it), each checked against the wheel's record when the trial
+        is over: a file that is not the release's makes a verified release compatible,
+        named in the report -- whatever list the contract reads before the run."""
+        root = static.package_root()
+        if root is None or self.verdict is None:
+            yield
+            return
+        prefix, seen = os.path.join(root, ""), set()
+        self.executed = set()  # this run's (a report describes the run it came from)
+
+        def profile(frame, event, arg):
+            if event == "call":
+                path = frame.f_code.co_filename
+                if path.startswith(prefix):
+                    seen.add(path)
+        previous = sys.getprofile()
+        sys.setprofile(profile)
+        try:
+            yield
+        finally:
+            sys.setprofile(previous)
+            self.executed |= seen
+            before = self.verdict.tier
+            self.verdict = contract.with_executed(self.verdict, root, self.executed)
+            if self.verdict.tier != before:
+                print(f"specrace: {self.verdict.line()}", file=sys.stderr)
+
     def label(self) -> str:
         return f"sglang {self.version}"
 
@@ -172,6 +203,9 @@ class SglangTarget(Target):
                 "sglang_tier": v.tier if v else None,
                 "sglang_files_digest": v.digest if v else None,
                 "sglang_commit": v.commit if v else None, "stood_in": stood_in(),
+                "sglang_executed_files": len(self.executed),
+                # files driven or executed that are not what the wheel installed
+                "sglang_changed_files": list(v.changed) if v else [],
                 "kv_pools": "upstream" if upstream_pools_fit() else "specrace",
                 # whose functions allocate and release rows and slots (full layout)
                 "kv_lifecycle": "upstream" if upstream_pools_fit() and kv_lifecycle.fits()

@@ -136,3 +136,31 @@ def test_a_file_that_does_not_parse_is_a_problem(tmp_path, rel):
     verdict = contract.evaluate(contract.installed_version(), root,
                                 contract.SCHEDULER_ATTRIBUTES, contract.WORKER_KEYWORDS)
     assert verdict.tier == "unsupported" and verdict.problems
+
+
+def test_a_changed_file_that_ran_makes_a_verified_release_compatible_and_is_named(
+        tmp_path):
+    """``utils/common.py`` (where ``async_d2h`` lives) is in no fixed list: it is checked
+    because it ran. Edited, the release is compatible and the report names the file."""
+    import targets
+    from scenarios.resolve import run_scenario_result
+    res = run_scenario_result("ngram-filter-race", target="sglang", backend="sim", trials=1)
+    assert res.target_info["sglang_changed_files"] == []
+    ran = targets.get("sglang").executed
+    common = os.path.join(ROOT, "srt", "utils", "common.py")
+    assert common in ran and res.target_info["sglang_executed_files"] == len(ran)
+    # the same run's files, one of them edited (the wheel's record beside the copy)
+    root = shadow(tmp_path, "srt/utils/common.py", lambda t: t + "\n# edited\n")
+    for entry in os.listdir(os.path.dirname(ROOT)):
+        if entry.startswith("sglang-") and entry.endswith(".dist-info"):
+            os.symlink(os.path.join(os.path.dirname(ROOT), entry), tmp_path / entry)
+    verdict = contract.evaluate(contract.installed_version(), root,
+                                contract.SCHEDULER_ATTRIBUTES, contract.WORKER_KEYWORDS)
+    files = [os.path.join(root, os.path.relpath(p, ROOT)) for p in ran]
+    after = contract.with_executed(verdict, root, files)
+    assert after.tier == "compatible" and after.changed == ["sglang/srt/utils/common.py"]
+    assert "sglang/srt/utils/common.py" in after.line()
+    pristine = contract.with_executed(
+        contract.evaluate(contract.installed_version(), ROOT, contract.SCHEDULER_ATTRIBUTES,
+                          contract.WORKER_KEYWORDS), ROOT, ran)
+    assert pristine.changed == [] and pristine.tier == verdict.tier

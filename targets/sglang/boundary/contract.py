@@ -24,7 +24,9 @@ disables only what needs it.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -179,6 +181,8 @@ class Verdict:
     digest: str = ""
     features: Dict[str, bool] = field(default_factory=dict)
     commit: Optional[str] = None  # a source checkout's git commit
+    # files the target drives or ran whose content is not what the wheel recorded
+    changed: List[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -186,6 +190,9 @@ class Verdict:
 
     def line(self) -> str:
         what = f"sglang {self.version}"
+        if self.tier == "compatible" and self.changed:
+            return (f"{what} has files that are not the release's ({', '.join(self.changed[:3])}"
+                    f"{', ...' if len(self.changed) > 3 else ''}); compatible: running it")
         if self.tier == "compatible":
             return (f"{what} is not a verified release; compatible (in {SUPPORTED}, its "
                     f"API checked; a variant or mutation whose patch no longer fits is "
@@ -290,8 +297,20 @@ def evaluate(version: str, root: Optional[str], provided: Tuple[str, ...],
         problems.append(f"the contract could not read the source to the end "
                         f"({type(exc).__name__}): not provably drivable")
     digest = static.files_digest(root, list(DRIVEN_MODULES))
+    changed = static.changed_files(root, [static.module_path(root, m) for m in DRIVEN_MODULES
+                                          if os.path.exists(static.module_path(root, m))])
     verdict = Verdict(version, "unsupported" if problems else "compatible", problems,
-                      digest, features(root), source_commit(root))
-    if not problems and VERIFIED.get(version) == digest:
+                      digest, features(root), source_commit(root), changed)
+    if not problems and VERIFIED.get(version) == digest and not changed:
         verdict.tier = "verified"
     return verdict
+
+
+def with_executed(verdict: Verdict, root: str, files) -> Verdict:
+    """The verdict once a run has shown which of the package's files executed: one that
+    is not the wheel's makes a verified release compatible, and is named."""
+    changed = sorted(set(verdict.changed) | set(static.changed_files(root, files)))
+    tier = verdict.tier
+    if changed and tier == "verified":
+        tier = "compatible"
+    return dataclasses.replace(verdict, tier=tier, changed=changed)

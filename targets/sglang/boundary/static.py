@@ -302,12 +302,59 @@ def patch_fits(root: str, target: str, edits) -> str:
     src = source_of(root, target)
     if src is None:
         return f"{target.replace(':', '.')} is missing"
+    from seams.sourcepatch import snippet_problem
     for old, _new in edits:
-        n = src.count(old)
-        if n != 1:
+        problem = snippet_problem(src, old)
+        if problem:
             first = old.strip().splitlines()[0] if old.strip() else old
-            return f"a snippet occurs {n} times in {target.replace(':', '.')}: {first[:60]!r}"
+            return f"a snippet does not fit {target.replace(':', '.')} ({problem}): {first[:60]!r}"
     return ""
+
+
+def installed_hashes(root: str) -> Optional[Dict[str, str]]:
+    """The wheel's own record of the files it installed (``*.dist-info/RECORD``): the
+    file's path (relative to site-packages) -> its sha256 as RECORD writes it. None where
+    there is no record (a source checkout)."""
+    import csv
+    import glob
+    site = os.path.dirname(root)
+    package = os.path.basename(root)
+    records = glob.glob(os.path.join(site, f"{package}-*.dist-info", "RECORD"))
+    if len(records) != 1:
+        return None
+    out: Dict[str, str] = {}
+    try:
+        with open(records[0], newline="", encoding="utf-8") as f:
+            for row in csv.reader(f):
+                if len(row) >= 2 and row[1].startswith("sha256="):
+                    out[os.path.normpath(row[0])] = row[1][len("sha256="):]
+    except (OSError, ValueError, csv.Error):
+        return None
+    return out
+
+
+def changed_files(root: str, paths) -> List[str]:
+    """Of ``paths`` (files under ``root``), those whose content is not what the installed
+    wheel recorded (edited, or not the wheel's at all), relative to ``root``'s parent;
+    [] where there is no record to compare with."""
+    import base64
+    import hashlib
+    recorded = installed_hashes(root)
+    if recorded is None:
+        return []
+    site = os.path.dirname(root)
+    changed = []
+    for path in sorted(set(paths)):
+        rel = os.path.normpath(os.path.relpath(path, site))
+        try:
+            with open(path, "rb") as f:
+                digest = base64.urlsafe_b64encode(hashlib.sha256(f.read()).digest())
+        except OSError:
+            changed.append(rel)
+            continue
+        if recorded.get(rel) != digest.rstrip(b"=").decode():
+            changed.append(rel)
+    return changed
 
 
 def files_digest(root: str, modules: List[str]) -> str:

@@ -1,0 +1,35 @@
+"""A source patch edits whole pieces of code: a snippet that is also a piece of a longer
+line (``x = 1`` inside ``xx = 10``) is refused, so an edit cannot land in the wrong place
+when upstream adds a line that contains the old one."""
+import pytest
+
+from seams.sourcepatch import PatchError, SourcePatch, snippet_problem
+
+SRC = "def f():\n    xx = 10\n    x = 1\n    return foo(a) + barfoo(a)\n"
+
+
+@pytest.mark.parametrize("snippet, problem", [
+    ("    x = 1\n", ""),                         # a whole line
+    ("x = 1", "a piece of a longer line"),      # also inside "xx = 10"
+    ("foo(a)", "a piece of a longer line"),     # also inside "barfoo(a)"
+    (" + barfoo(a)", ""),                        # mid-line, but whole at both ends
+    ("return", ""),
+    ("    y = 2\n", "occurs 0 times"),
+    ("(a)", "occurs 2 times"),
+])
+def test_a_snippet_must_be_whole_and_unique(snippet, problem):
+    got = snippet_problem(SRC, snippet)
+    assert (problem in got) if problem else got == "", got
+
+
+def _victim():
+    xx = 10
+    x = 1
+    return x + xx
+
+
+def test_a_patch_with_a_piece_of_another_line_is_refused():
+    target = f"{__name__}:_victim"
+    SourcePatch(target, (("    x = 1\n", "    x = 2\n"),), "whole").check()
+    with pytest.raises(PatchError, match="piece of a longer line"):
+        SourcePatch(target, (("x = 1", "x = 2"),), "piece").check()
