@@ -17,7 +17,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from harness.policies import SchedulePolicy
 from harness.target import Target
-from harness.trials.results import code_identity
+from harness.runtime.load import NONE, Load
+from harness.trials.results import code_identity, load_identity
 from seams.faults.plan import StallAt
 from seams.vocab import Backend, Fence, Verdict
 
@@ -71,6 +72,7 @@ class Run:
     host_order: Mapping[str, Any] = field(default_factory=dict)
     detect: bool = True
     expect: Optional[Verdict] = None  # None: report the verdict, expect nothing
+    load: Load = NONE  # background work beside every trial (not beside the reference)
 
     def __post_init__(self) -> None:
         if self.backend not in (Backend.SIM, Backend.CUDA):
@@ -93,4 +95,4 @@ class Run:
                 "stall_ms": self.stall_ms, "trials": self.trials, "seed": self.seed,
                 "detect": self.detect, "stall_plan": [s.to_json() for s in self.stalls],
                 "host_order": dict(self.host_order),
-                "code": code_identity(self.target.describe())}
+                "code": code_identity(self.target.describe()), **load_identity(self.load.name)}

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional, Sequence
 from harness.policies import SchedulePolicy
 from harness.run import MAX_TRIALS, Run, Variant
 from harness.runtime import resolve_backend
+from harness.runtime.load import get_load
 from harness.trials.repro import run_repro
 from seams.faults.plan import StallAt
 from seams.vocab import Backend, Fence, Verdict
@@ -43,6 +44,7 @@ class RunRequest:
     # a recorded run's fault plan and host-order answers (replay); None: the scenario's
     stall_plan: Optional[Sequence[StallAt]] = None
     host_order: Optional[Mapping[str, Any]] = None
+    load: str = "none"  # background work: a name of ``harness.runtime.load.LOADS``
 
 
 def resolve(request: RunRequest, load_target=None) -> Run:
@@ -83,7 +85,7 @@ def resolve(request: RunRequest, load_target=None) -> Run:
                             else scenario.stalls(request.stall_ms)),
                host_order=dict(request.host_order if request.host_order is not None
                                else scenario.answers),
-               detect=request.detect,
+               detect=request.detect, load=_load(request.load),
                expect=None if request.expect is None
                else _word(Verdict, request.expect, "--expect"))
 
@@ -100,6 +102,13 @@ def _check_variant(target, variant: Variant) -> None:
             patch.check()
         except MutationError as exc:
             raise ResolveError(f"variant {variant.name!r}: {exc}") from None
+
+
+def _load(name: str):
+    try:
+        return get_load(str(name))
+    except ValueError as exc:
+        raise ResolveError(f"--load: {exc}") from None
 
 
 def _word(kind, text, what: str):

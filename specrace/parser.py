@@ -63,6 +63,10 @@ def _repro(r: argparse.ArgumentParser) -> None:
                                                   "stall(S), random(SEED), pct(SEED,DEPTH))")
     r.add_argument("--stall-ms", type=A.stall_ms, default=None,
                    help="stall length; default: until forced (sim) / 1 ms (cuda)")
+    r.add_argument("--load", default="none",
+                   help="background work beside every trial, named for what causes it in "
+                        "a server: none, bulk-d2h (KV offload), bulk-h2d (weight / LoRA "
+                        "loads), host-busy (a CPU-bound host thread)")
     r.add_argument("--trials", type=A.trials)
     r.add_argument("--seed", type=A.seed, default=0)
     r.add_argument("--expect", choices=["clean", "race"], default=None,
@@ -94,6 +98,7 @@ def _releases(rl: argparse.ArgumentParser) -> None:
     rl.add_argument("--variant", default=None, help="default: as-installed")
     rl.add_argument("--war-barrier", choices=["fine", "coarse"], default=None,
                     help="default: each release's own")
+    rl.add_argument("--load", default=None, help="as repro's --load")
     rl.add_argument("--trials", type=A.trials)
     rl.add_argument("--seed", type=A.seed, default=0)
     rl.add_argument("--expect", choices=["clean", "race"], default=None,

@@ -96,7 +96,8 @@ def repro_options(scenario, args) -> List[str]:
                          f"expected one of: {', '.join(scenario.variants)}")
     options = ["--seed", str(args.seed)]
     for flag, value in (("--variant", args.variant), ("--war-barrier", args.war_barrier),
-                        ("--trials", args.trials), ("--expect", args.expect)):
+                        ("--trials", args.trials), ("--expect", args.expect),
+                        ("--load", getattr(args, "load", None))):
         if value is not None:
             options += [flag, str(value)]
     return options

@@ -15,6 +15,7 @@ from harness.oracle.divergence import KINDS
 from harness.policies import MAX_POLICY_CHARS
 from harness.runtime.policy import MAX_SCHEDULE_CHARS
 from harness.runtime.limits import MAX_STALL_MS
+from harness.runtime.load import LOADS
 
 _TEXT = {"type": "string", "maxLength": 1000}
 _OPT_TEXT = {"type": ["string", "null"], "maxLength": 1000}
@@ -153,6 +154,7 @@ REPORT_SCHEMA = {
         "target_info": _FREE,
         "stall_plan": {"type": "array", "maxItems": 100, "items": _STALL},
         "host_order": _HOST_ORDER,
+        "load": {"type": "string", "enum": sorted(LOADS)},
         "command": _OPT_TEXT,
         "environment": _FREE,
         "replay": {"type": "object", "properties": {"command": _OPT_TEXT}},

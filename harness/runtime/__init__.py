@@ -11,6 +11,7 @@ from typing import Iterator, Optional
 
 import torch
 
+from harness.runtime.load import NONE, Load
 from harness.runtime.policy import Policy
 from harness.runtime.trace import Trace
 
@@ -62,17 +63,25 @@ class Runtime:
     def synchronize(self) -> None:
         self.module.synchronize()
 
+    def loaded(self, load: Load):
+        """A block of the run with ``load`` beside it (``runtime.load``): a litmus program
+        puts bulk traffic around its own copies."""
+        raise NotImplementedError
+
 
 
 @contextlib.contextmanager
 def open_runtime(backend: str = "auto", policy: Optional[Policy] = None,
-                 trace: bool = True) -> Iterator[Runtime]:
+                 trace: bool = True, load: Optional[Load] = None) -> Iterator[Runtime]:
+    """A runtime for the run; ``load``: background work beside it (``runtime.load``)."""
     backend = resolve_backend(backend)
+    load = load or NONE
     if backend == "sim":
         from harness.runtime.sim.runtime import sim_runtime
-        with sim_runtime(policy) as rt:
+        with sim_runtime(policy, load) as rt:
             yield rt
     else:
         from harness.runtime.cuda import cuda_runtime
-        with cuda_runtime(trace=trace) as rt:
+        from harness.runtime.cuda.load import cuda_load
+        with cuda_runtime(trace=trace) as rt, cuda_load(load):
             yield rt

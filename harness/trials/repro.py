@@ -57,7 +57,7 @@ def run_repro(run: Run, progress: Optional[Callable[[int], None]] = None) -> Rep
             res = run_trial(str(run.backend), trial_pol, workload, args, list(run.stalls),
                             target=target, detect_races=detect_now,
                             keep_trace=want_trace and detect_now, mutation=mutation,
-                            answers=dict(run.host_order))
+                            answers=dict(run.host_order), load=run.load)
         if res.divergence is not None and res.divergence.where == "reference":
             raise DoesNotFit(
                 f"{target.label()} does not fit the {target.name} target: "
@@ -96,4 +96,5 @@ def run_repro(run: Run, progress: Optional[Callable[[int], None]] = None) -> Rep
         expect=None if run.expect is None else str(run.expect),
         expected_by_scenario=scenario.expected(variant.name, str(run.war_barrier)),
         first_divergence=first_div, races=list(races.values()), trial_results=per_trial,
+        load=run.load.name,
         schedules=schedules if sim else None, trace=shown.trace, trace_races=shown.races)

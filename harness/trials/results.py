@@ -41,11 +41,17 @@ class TrialSummary:
         return cls(**{k: doc[k] for k in ("trial", "seed", "reproduced", "divergence",
                                           "races", "traced", "ms", "checked")})
 
+def load_identity(load: str) -> Dict[str, Any]:
+    """A run's load as part of its identity: absent when there is none, so a run without
+    background work keeps the name it always had."""
+    return {} if load == "none" else {"load": load}
+
+
 def code_identity(target_info: Dict[str, Any]) -> Dict[str, Any]:
     """What of the code under test changes a run: the installed release and its files
     digest (the sglang target); impl/ is this tree's own."""
     return {k: v for k, v in (target_info or {}).items()
-            if k in ("sglang_version", "sglang_files_digest")}
+            if k.endswith(("_version", "_files_digest"))}
 
 @dataclass
 class ReproResult:
@@ -73,6 +79,7 @@ class ReproResult:
     stall_plan: List[StallAt] = field(default_factory=list)
     host_order: Dict[str, Any] = field(default_factory=dict)
     command: Optional[str] = None  # the command line that ran it (the CLI's)
+    load: str = "none"  # background work beside the run (``harness.runtime.load``)
     report_files: Optional[Dict[str, Optional[str]]] = None  # where its report set went
     # The trial the report shows (the first failing one, else trial 0): its trace and
     # the races in it. Not part of the JSON -- a report set writes them as its own files.
@@ -120,7 +127,7 @@ class ReproResult:
                 else True,
                 "stall_plan": [s.to_json() for s in self.stall_plan],
                 "host_order": dict(self.host_order),
-                "code": code_identity(self.target_info)}
+                "code": code_identity(self.target_info), **load_identity(self.load)}
 
     def heading(self) -> str:
         """``SCENARIO [VARIANT, FENCE fence] on BACKEND``: how every view names the run."""
@@ -133,7 +140,8 @@ class ReproResult:
         return (f"{'reproduced' if n else 'clean'} {n}/{t} ({100.0 * self.rate:.0f}%){extra}, "
                 f"median trial {median} ms -- {self.scenario}{self.target_tag()} "
                 f"[{self.variant}, {self.war_barrier} fence] on {self.backend} "
-                f"({self.policy}); {len(self.races)} race site(s)" + self._expectation())
+                f"({self.policy}{'' if self.load == 'none' else ', load ' + self.load}); "
+                f"{len(self.races)} race site(s)" + self._expectation())
 
     def _expectation(self) -> str:
         if self.expect is None:
@@ -152,6 +160,8 @@ class ReproResult:
             parts += ["--policy", self.policy]
         if self.stall_ms is not None:
             parts += ["--stall-ms", str(self.stall_ms)]
+        if self.load != "none":
+            parts += ["--load", self.load]
         parts += ["--trials", str(self.trials), "--seed", str(self.seed)]
         if self.expect is not None:
             parts += ["--expect", self.expect]
@@ -182,7 +192,7 @@ class ReproResult:
             "trial_results": [t.to_json() for t in self.trial_results],
             "schedules": (None if self.schedules is None else
                           [None if s is None else s.encode() for s in self.schedules]),
-            "command": self.command,
+            "command": self.command, "load": self.load,
         }
         if self.report_files is not None:
             out["report_files"] = dict(self.report_files)
@@ -210,7 +220,7 @@ class ReproResult:
             stall_plan=[StallAt(s["point"], s.get("ms"), s.get("every", 1))
                         for s in doc.get("stall_plan") or []],
             host_order=dict(doc.get("host_order") or {}), command=doc.get("command"),
-            report_files=doc.get("report_files"))
+            report_files=doc.get("report_files"), load=doc.get("load", "none"))
 
 
 def _schedules(texts: Optional[List[Optional[str]]]) -> Optional[List[Optional[Schedule]]]:

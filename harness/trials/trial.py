@@ -21,6 +21,7 @@ from harness.oracle.workload import Workload
 from harness.policies import SchedulePolicy
 from seams.faults.plan import FaultPlan, StallAt
 from harness.runtime import open_runtime
+from harness.runtime.load import NONE, Load
 from harness.runtime.policy import Schedule
 from harness.target import Target
 
@@ -48,7 +49,7 @@ def run_trial(backend: str, policy: Optional[SchedulePolicy], workload: Workload
               stalls: List[StallAt], target: Target,
               detect_races: bool = True, keep_trace: bool = False,
               stop_early: bool = True, mutation: Any = None,
-              answers: Optional[Dict[str, Any]] = None) -> TrialResult:
+              answers: Optional[Dict[str, Any]] = None, load: Load = NONE) -> TrialResult:
     """One run of ``workload`` on ``target``'s engine; ``policy`` is the simulator's (ignored on CUDA, whose schedule is the
     GPU's). ``mutation`` (a ``mutations.Mutation``) is applied around the run
     only -- never around the reference. A crash of the engine, in the run or in the
@@ -66,7 +67,7 @@ def run_trial(backend: str, policy: Optional[SchedulePolicy], workload: Workload
     outputs: Dict[int, List[int]] = {}
     stats: Dict[str, int] = {}
     patch = mutation.applied() if mutation is not None else contextlib.nullcontext()
-    with open_runtime(backend, pol, trace=detect_races) as rt, patch:
+    with open_runtime(backend, pol, trace=detect_races, load=load) as rt, patch:
         try:
             outputs = drive(rt, workload, args, plan, target, stats)
             judge_outputs(workload, outputs, oracle, lambda: grammar_backend(target))

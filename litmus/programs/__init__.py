@@ -12,6 +12,7 @@ family, gathered here into the catalogue.
 * ``host_sync``       -- device<->host copies, pinned memory and the host's sync points.
 * ``allocator``       -- uninitialised blocks and caching-allocator reuse across streams.
 * ``graphs``          -- CUDA graph replays and their static buffers.
+* ``load``            -- background bulk traffic on the copy engines (``runtime.load``).
 
 ``PROGRAMS`` keeps one fixed order (reports and the CLI list the programs in it), so the
 families' groups are laid out below rather than one family after another.
@@ -24,6 +25,7 @@ from .allocator import REUSE, UNINITIALISED
 from .common import KINDS, STALL_MS, Litmus, overlap_streams
 from .graphs import GRAPH_PROGRAMS
 from .host_sync import D2H, PINNED, STREAM_SYNC, SYNC_POINTS
+from .load import LOAD
 from .message_passing import EVENT_POINTS, MESSAGE_PASSING, WAR
 from .relay import FILTER, SEED
 
@@ -42,6 +44,7 @@ PROGRAMS: List[Litmus] = [
     *STREAM_SYNC,
     *SYNC_POINTS,
     *REUSE,
+    *LOAD,
     *GRAPH_PROGRAMS,  # last: graph_capture_sync is the one that leaves CUDA state behind
 ]
 

@@ -44,6 +44,7 @@ class Litmus:
     race: bool
     stale: Dict[str, Optional[bool]] = field(default_factory=dict)
     stalled_stream: str = "forward"
+    load: str = "none"  # the background load around the program's copies (``family load``)
 
     def expected_stale(self, kind: str) -> Optional[bool]:
         """True / False / None (either) for a policy kind (see the module docstring)."""

@@ -77,6 +77,10 @@ class CudaRuntime(Runtime):
             cap.op(cap.cur(), STALL_OP, [], [], user_frame(2), kind=OpKind.STALL,
                    duration=calibration.clamp_ms(ms) * 1000.0)
 
+    def loaded(self, load):
+        from harness.runtime.cuda.load import cuda_load
+        return cuda_load(load)
+
     watchdog = staticmethod(watchdog)
 
     def synchronize(self) -> None:

@@ -32,6 +32,8 @@ from harness.runtime.sim.arbiter import Arbiter
 from harness.runtime.trace import (HostAccess, OpKind, OpRecord, Position, QueryRecord, SyncRecord, Trace,
                      user_frame)
 from harness.runtime.sim.errors import SimDeadlock, SimDeviceError, check_session  # noqa: F401 (re-exported)
+from harness.runtime.load import NONE
+from harness.runtime.sim import load
 from harness.runtime.sim.streams import Stream
 
 import torch
@@ -68,6 +70,7 @@ class SimDevice:
         self.graph_stream: Optional[Stream] = None
         self.graph_ids = itertools.count(1)
         self.policy = Arbiter(policy or RunAll())
+        load.set_load(self, NONE)  # background traffic on the copy engines: none yet
 
     # --- setup ------------------------------------------------------------------------
     def set_policy(self, policy: Policy) -> None:
@@ -223,6 +226,8 @@ class SimDevice:
         """``frame``: the user frame, when the caller (an op's dispatch) has it already."""
         if self.capture is not None:
             self.capture.refuse(label, waits)  # no host syncs inside a graph capture
+        if self.load is not NONE:
+            load.before_sync(self)
         for sid, seq in waits:
             self.drain(sid, seq)
             self.host_clock = max(self.host_clock, self.streams[sid].ends[seq])

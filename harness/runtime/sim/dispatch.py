@@ -25,6 +25,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.runtime import hostmem, ops
+from harness.runtime.load import NONE
+from harness.runtime.sim import load
 from harness.runtime.trace import COPY_H2D, OpKind, OpRecord, user_frame
 from harness.runtime.sim.allocator import poison_fill
 from harness.runtime.sim.streams import current_device
@@ -245,8 +247,11 @@ class SimBackend(ops.Backend):
 # --- transfer helpers --------------------------------------------------------------------
 
 def _copy(dev, call: ops.TransferCall, reads: list, writes: list, kernel: Any,
-          pinned_host: bool, frame) -> None:
-    """Queue the copy on the current stream; sync that stream when the host waits for it."""
+          pinned_host: bool, frame, direction: str = "d2h") -> None:
+    """Queue the copy on the current stream (behind a load's bulk copy of the same
+    direction, if one runs: ``sim.load``); sync that stream when the host waits for it."""
+    if dev.load is not NONE:
+        load.before_copy(dev, direction)
     dev.enqueue(OpRecord(dev.current.sid, call.op_name, reads, writes, frame,
                          kind=OpKind.COPY, fn=kernel))
     if call.host_waits(pinned_host):
@@ -271,7 +276,7 @@ def _h2d(dev, call: ops.TransferCall, dst: SimTensor, src: torch.Tensor, frame) 
 
     # torch's blocking H2D is a copy plus a sync of the current stream (memcpy_and_sync):
     # the host waits for everything queued there, as on CUDA.
-    _copy(dev, call, reads, [access(dst)], kernel, pinned is not None, frame)
+    _copy(dev, call, reads, [access(dst)], kernel, pinned is not None, frame, "h2d")
 
 
 def _contig_stride(shape) -> tuple:

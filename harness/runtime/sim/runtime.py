@@ -10,7 +10,9 @@ from harness.runtime import Runtime
 from harness.runtime.limits import MAX_STALL_MS  # every stall is capped, on the simulator too
 from harness.runtime.policy import Policy
 from harness.runtime.trace import STALL_OP, OpKind, OpRecord, user_frame
+from harness.runtime.load import NONE, Load
 from harness.runtime.sim import session
+from harness.runtime.sim.load import set_load
 from harness.runtime.sim.device import FOREVER, SimDevice
 
 
@@ -40,8 +42,18 @@ class SimRuntime(Runtime):
     def synchronize(self) -> None:
         self.dev.synchronize_all()
 
+    @contextlib.contextmanager
+    def loaded(self, load: Load) -> Iterator[None]:
+        before = self.dev.load
+        set_load(self.dev, load)
+        try:
+            yield
+        finally:
+            set_load(self.dev, before)
+
 
 @contextlib.contextmanager
-def sim_runtime(policy: Optional[Policy] = None) -> Iterator[SimRuntime]:
+def sim_runtime(policy: Optional[Policy] = None, load: Load = NONE) -> Iterator[SimRuntime]:
     with session(policy) as dev:
+        set_load(dev, load)
         yield SimRuntime(dev)
