@@ -157,3 +157,8 @@ class Environments:
         """Why ``scenario`` does not apply to ``version`` -- the code it drives is absent
         from that release, read from its source -- or "" when it applies."""
         return ""
+
+    def not_driven(self, version: str, scenario: str) -> str:
+        """Why specrace cannot drive ``scenario`` on ``version`` although the release has
+        its code (a slice that needs an API the release lacks), or "" when it can."""
+        return ""

@@ -291,7 +291,8 @@ def cmd_releases(args) -> int:
         from seams.text import printable
         print(printable(format_table(target.name, scenario.name, rows), keep_newlines=True))
     bad = [r for r in rows if r["outcome"] == "error"
-           or (args.expect and r["outcome"] not in (args.expect, "not applicable"))]
+           or (args.expect and r["outcome"] not in (args.expect, "not applicable",
+                                                    "not driven"))]
     return EXIT_MISMATCH if bad else EXIT_OK
 
 

@@ -34,6 +34,9 @@ def run_release(environments: Environments, target: str, version: str, scenario:
     why_not = environments.not_applicable(version, scenario)
     if why_not:
         return _row(version, outcome="not applicable", note=why_not)
+    cannot = environments.not_driven(version, scenario)
+    if cannot:  # the code is there: not a verdict, and not "absent" either
+        return _row(version, outcome="not driven", note=cannot)
     python = environments.python(version)
     cmd = [python, "-m", "specrace.cli", "repro", scenario, "--target", target, "--json",
            "--report-dir", os.path.join(report_dir, version), *options]

@@ -116,7 +116,8 @@ class SglangTarget(Target):
         if args.get("spec_algorithm") in slices:
             feature, name = slices[args["spec_algorithm"]]
             root = static.package_root()
-            missing = contract.missing_code(root, feature) if root else "its source"
+            missing = (contract.missing_code(root, feature)
+                       or contract.undriven(root, feature)) if root else "its source"
             if missing:
                 return (f"the {name} slice needs {missing}, which sglang {self.version} "
                         f"does not have")

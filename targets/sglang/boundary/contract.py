@@ -118,18 +118,39 @@ FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
     "dspark": ("sglang.srt.speculative.dspark_components.dspark_planner:"
                "DSparkVerifyPlanner.prepare_verify_budget",
                f"{_OU}:ConfidenceRelay.issue_ring_copy",
-               "sglang.srt.speculative.draft_worker_common:make_draft_input_v2",
-               "sglang.srt.runtime_context:use_context"),
+               "sglang.srt.speculative.draft_worker_common:make_draft_input_v2"),
     # the EAGLE v2 slice (targets/sglang/slices/eagle.py): the shared verify step and the draft
     # worker's decode extend of the v2 worker, and the runtime-context API (0.5.22) it
     # builds EAGLE's config with (earlier releases resolve a whole ServerArgs instead), and
     # the kernel launchers its stand-ins are bound to (EAGLE_KERNEL_SEAMS; 0.5.22 launches
     # its Triton kernels directly, ``kernel[grid](...)``, which has no stand-in here)
     "eagle_v2": ("sglang.srt.speculative.eagle_worker_common:run_eagle_verify",
-                 "sglang.srt.speculative.eagle_worker_v2:EagleDraftWorker._draft_extend_for_decode",
-                 "sglang.srt.runtime_context:use_context",
+                 "sglang.srt.speculative.eagle_worker_v2:EagleDraftWorker._draft_extend_for_decode"),
+}
+# What specrace's slice of a feature needs of the release beyond the feature's own code:
+# where the release has the code but not these, the code is there and specrace cannot
+# drive it -- "not driven", never "not applicable". Both slices build their server config
+# through the runtime-context API (0.5.22), and EAGLE's stand-ins bind to the kernel
+# launchers' module-level names (EAGLE_KERNEL_SEAMS; 0.5.22 launches its Triton kernels
+# directly, which has no stand-in here).
+DRIVER_NEEDS: Dict[str, Tuple[str, ...]] = {
+    "dspark": ("sglang.srt.runtime_context:use_context",),
+    "eagle_v2": ("sglang.srt.runtime_context:use_context",
                  *(f"{module}:{name}" for module, names in EAGLE_KERNEL_SEAMS.items()
                    for name in names)),
+}
+
+# Optional parts recognised by a line of their code rather than a name: feature -> (what
+# the release lacks without it, any of the (function, snippet) places that have it).
+SOURCE_FEATURES: Dict[str, Tuple[str, Tuple[Tuple[str, str], ...]]] = {
+    # the result D2H as a leaf on its own copy stream (PR #29075, 0.5.15 on); before it,
+    # copy_to_cpu ran on the forward stream, ordered before the next forward
+    "leaf_result_copy": (
+        "leaf result copy (its result D2H runs on the forward stream; the copy stream "
+        "starts in 0.5.15)",
+        ((f"{_SCHED}:Scheduler.run_batch", "self.copy_stream.wait_stream(self.forward_stream)"),
+         (f"{_SCHED}:Scheduler._copy_result_to_cpu",
+          "self.copy_stream.wait_stream(self.forward_stream)"))),
 }
 
 RESULT_CLASS = "sglang.srt.managers.utils:GenerationBatchResult"
@@ -253,9 +274,26 @@ def check_api(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, 
 
 
 def missing_code(root: str, feature: str) -> Optional[str]:
-    """The first piece of ``feature``'s code the release at ``root`` lacks (None: all)."""
+    """The first piece of ``feature``'s code the release at ``root`` lacks (None: all);
+    for a feature recognised by its code (``SOURCE_FEATURES``), what the release has
+    instead."""
+    if feature in SOURCE_FEATURES:
+        lacks, places = SOURCE_FEATURES[feature]
+        found = any(snippet in (static.source_of(root, target) or "")
+                    for target, snippet in places)
+        return None if found else f"{feature}:{lacks}"
     needed = FEATURES[feature]
-    for target in (needed,) if isinstance(needed, str) else needed:
+    return _first_absent(root, (needed,) if isinstance(needed, str) else needed)
+
+
+def undriven(root: str, feature: str) -> Optional[str]:
+    """What specrace's slice of ``feature`` needs that the release lacks (None: it can be
+    driven); only meaningful where the feature's own code is there."""
+    return _first_absent(root, DRIVER_NEEDS.get(feature, ()))
+
+
+def _first_absent(root: str, targets) -> Optional[str]:
+    for target in targets:
         node, _ = static.find(root, target)
         module, _, name = target.partition(":")
         # a module-level name may be imported there (a kernel launcher the module calls)
@@ -266,7 +304,7 @@ def missing_code(root: str, feature: str) -> Optional[str]:
 
 
 def features(root: str) -> Dict[str, bool]:
-    return {name: missing_code(root, name) is None for name in FEATURES}
+    return {name: missing_code(root, name) is None for name in (*FEATURES, *SOURCE_FEATURES)}
 
 
 def source_commit(root: str) -> Optional[str]:

@@ -13,10 +13,12 @@ LINE = ReleaseLine(package="sglang", supported=contract.SUPPORTED,
                    locks=os.path.join(os.path.dirname(os.path.abspath(__file__)), "locks"),
                    make_var="SGLANG")
 
-# scenario -> the feature (contract.FEATURES) its code needs
-NEEDS = {"grammar-ngram": "grammar_tree", "grammar-tree-staging": "grammar_tree",
-         "dspark-confidence-ring": "dspark", "dspark-result-readback": "dspark",
-         "eagle-v2": "eagle_v2", "eagle-v2-grammar": "eagle_v2"}
+# scenario -> the features (contract.FEATURES, SOURCE_FEATURES) its code needs
+NEEDS = {"grammar-ngram": ("grammar_tree",), "grammar-tree-staging": ("grammar_tree",),
+         "dspark-confidence-ring": ("dspark",),
+         "dspark-result-readback": ("dspark", "leaf_result_copy"),
+         "ngram-hidden-readback": ("leaf_result_copy",),
+         "eagle-v2": ("eagle_v2",), "eagle-v2-grammar": ("eagle_v2",)}
 
 
 class SglangEnvironments(LineEnvironments):
@@ -24,7 +26,22 @@ class SglangEnvironments(LineEnvironments):
         super().__init__(LINE)
 
     def not_applicable(self, version: str, scenario: str) -> str:
-        need = NEEDS.get(scenario)
         root = self.line.release_root(version)
-        missing = contract.missing_code(root, need) if root is not None and need else None
-        return f"the release has no {missing.split(':')[1]}" if missing else ""
+        if root is None:
+            return ""
+        for need in NEEDS.get(scenario, ()):
+            missing = contract.missing_code(root, need)
+            if missing:
+                return f"the release has no {missing.split(':', 1)[1]}"
+        return ""
+
+    def not_driven(self, version: str, scenario: str) -> str:
+        root = self.line.release_root(version)
+        if root is None:
+            return ""
+        for need in NEEDS.get(scenario, ()):
+            missing = contract.undriven(root, need)
+            if missing:
+                return (f"the release has the code; specrace's slice needs "
+                        f"{missing.replace(':', '.')}, which it lacks")
+        return ""

@@ -141,3 +141,44 @@ def test_a_crash_is_not_labelled_a_race(first, races, says):
                               "races": races}) == says
     assert releases._outcome({"outcome": "clean", "first_divergence": None,
                               "races": []}) == "clean"
+
+
+def _fake_release(tmp_path, files):
+    root = tmp_path / "sglang"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_a_release_whose_copy_runs_on_the_forward_stream_has_no_hidden_readback(
+        tmp_path, monkeypatch):
+    """0.5.14 copies the result on the forward stream: the hidden-states readback race
+    needs the leaf copy stream (0.5.15 on), so the row says not applicable, and why."""
+    root = _fake_release(tmp_path, {"srt/managers/scheduler.py":
+                                    "class Scheduler:\n    def run_batch(self):\n"
+                                    "        batch_result.copy_to_cpu()\n"})
+    monkeypatch.setattr(type(LINE), "release_root", lambda self, v: str(root))
+    row = releases.run_release(SglangEnvironments(), "sglang", "0.5.14",
+                               "ngram-hidden-readback", [], str(tmp_path / "out"))
+    assert row["outcome"] == "not applicable" and "forward stream" in row["note"]
+
+
+def test_code_that_is_there_but_not_drivable_is_not_driven_not_absent(tmp_path,
+                                                                       monkeypatch):
+    """DSpark's code in a release without the runtime-context API specrace's slice builds
+    its config with: "not driven" (the code is there), never "not applicable"."""
+    root = _fake_release(tmp_path, {
+        "srt/speculative/dspark_components/dspark_planner.py":
+            "class DSparkVerifyPlanner:\n    def prepare_verify_budget(self): pass\n",
+        "srt/managers/overlap_utils.py":
+            "class ConfidenceRelay:\n    def issue_ring_copy(self): pass\n",
+        "srt/speculative/draft_worker_common.py": "def make_draft_input_v2(): pass\n",
+        "srt/managers/scheduler.py": "class Scheduler:\n    def _copy_result_to_cpu(self):\n"
+                                     "        self.copy_stream.wait_stream(self.forward_stream)\n"})
+    monkeypatch.setattr(type(LINE), "release_root", lambda self, v: str(root))
+    envs_ = SglangEnvironments()
+    assert envs_.not_applicable("0.5.18", "dspark-confidence-ring") == ""
+    row = releases.run_release(envs_, "sglang", "0.5.18", "dspark-confidence-ring", [],
+                               str(tmp_path / "out"))
+    assert row["outcome"] == "not driven" and "runtime_context.use_context" in row["note"]
