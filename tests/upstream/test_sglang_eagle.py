@@ -184,20 +184,22 @@ def test_grammar_runs_behind_upstreams_barrier_and_matches_ngram(monkeypatch):
 
 
 def test_the_slice_needs_the_kernel_seams_it_binds(tmp_path):
-    """The EAGLE feature names every launcher its stand-ins bind (0.5.22 launches Triton
-    kernels directly: its rows are "not applicable", not a crash), found where the
-    module imported it; a release without one lacks the feature."""
+    """The EAGLE slice's driver needs name every launcher its stand-ins bind (0.5.22
+    launches Triton kernels directly: its rows are "not driven", not a crash), found where
+    the module imported it; a release without one has the feature's code and cannot be
+    driven -- never "not applicable"."""
     import os
     import shutil
     from targets.sglang.boundary import contract, static
     root = static.package_root()
     assert contract.missing_code(root, "eagle_v2") is None
+    assert contract.undriven(root, "eagle_v2") is None
     seams = [f"{m}:{n}" for m, names in contract.EAGLE_KERNEL_SEAMS.items() for n in names]
-    assert set(seams) <= set(contract.FEATURES["eagle_v2"])
+    assert set(seams) <= set(contract.DRIVER_NEEDS["eagle_v2"])
     # a copy of the feature's modules whose eagle_worker_common imports no draft-locs
     # launcher (0.5.22's form)
     copy = tmp_path / "sglang"
-    for target in contract.FEATURES["eagle_v2"]:
+    for target in (*contract.FEATURES["eagle_v2"], *contract.DRIVER_NEEDS["eagle_v2"]):
         src = static.module_path(root, target.partition(":")[0])
         dst = copy / os.path.relpath(src, root)
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -205,5 +207,6 @@ def test_the_slice_needs_the_kernel_seams_it_binds(tmp_path):
     common = copy / "srt/speculative/eagle_worker_common.py"
     common.write_text(common.read_text().replace("assign_draft_cache_locs_contiguous_func",
                                                  "assign_draft_cache_locs_contiguous"))
-    assert contract.missing_code(str(copy), "eagle_v2") == (
+    assert contract.missing_code(str(copy), "eagle_v2") is None  # the code is there
+    assert contract.undriven(str(copy), "eagle_v2") == (
         "sglang.srt.speculative.eagle_worker_common:assign_draft_cache_locs_contiguous_func")
