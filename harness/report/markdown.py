@@ -8,6 +8,7 @@ from seams.paths import REPO_ROOT
 from harness.runtime.trace import short_path
 
 from seams.text import printable
+from harness.report.graph_owned import graph_owned_reads
 
 MAX_RACES = 20
 MAX_TRIAL_ROWS = 20
@@ -61,6 +62,7 @@ def _render(report: Any, paths: Dict[str, Optional[str]], timeline_note: Optiona
     shown = (r.first_trial or 0) + 1  # the trial the trace and the divergence are from
     out = _summary(report)
     out += _races(r.races)
+    out += _graph_owned(r.trace)
     out += _divergence(r.first_divergence, shown)
     out += _trials(r.trial_results)
     out += _replay(report)
@@ -147,6 +149,22 @@ def _environment(env: Dict[str, Any]) -> List[str]:
             out.append(f"- {k}: `{env[k]}`")
     out.append("")
     return out
+
+
+def _graph_owned(trace: Any) -> List[str]:
+    """The graph outputs a copy read in the shown trial (``graph_owned``): what a fix
+    must clone, or wait for, before the next replay."""
+    rows = graph_owned_reads(trace) if trace is not None else []
+    if not rows:
+        return []
+    out = ["## Graph-owned buffers read by copies", "",
+           "Storage a CUDA graph replay writes, read by a device-to-host copy in the shown "
+           "trial (the next replay rewrites it in place):", ""]
+    for row in rows:
+        code = _source_line(*row["written_frame"]) if row["written_frame"] else None
+        out.append(f"- `{row['storage']}`: read by {row['read_by']} at `{row['read_at']}`,"
+                   f" written by {row['written_by']}" + (f": `{code}`" if code else ""))
+    return out + [""]
 
 
 def _races(races: List[Any]) -> List[str]:

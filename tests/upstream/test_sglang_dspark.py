@@ -114,3 +114,25 @@ def test_the_slice_is_declared_by_the_code_it_needs():
     tgt = targets.get("sglang")
     assert tgt.variant_problem(get("dspark-confidence-ring").variants["fixed"]) == ""
     assert not targets.get("impl").supports("dspark-confidence-ring")
+
+
+def test_the_report_lists_every_graph_owned_buffer_the_copy_reads():
+    """From the trace, not a list: the folded readback hands out three epilogue outputs
+    (tokens, accept lengths and the block accept lengths the review found missing); the
+    eager accept hands out fresh tensors -- none."""
+    from harness.report.graph_owned import graph_owned_reads
+    from scenarios.resolve import run_scenario_result
+    folded = run_scenario_result("dspark-result-readback", target="sglang", backend="sim",
+                                 trials=1)
+    rows = graph_owned_reads(folded.trace)
+    written = {r["written_by"].split(" captured at ")[1].split(" (")[0] for r in rows}
+    assert len(rows) == 3, rows
+    lines = [r["written_frame"] for r in rows]
+    assert all(path == "targets/sglang/slices/dspark.py" for path, _ in lines), written
+    import linecache, os
+    from seams.paths import REPO_ROOT
+    code = [linecache.getline(os.path.join(REPO_ROOT, p), n) for p, n in lines]
+    assert any("block_accept_lens" in c for c in code) and any("commit_lens" in c for c in code)
+    eager = run_scenario_result("dspark-result-readback", target="sglang", backend="sim",
+                                trials=1, variant="eager-accept")
+    assert graph_owned_reads(eager.trace) == []

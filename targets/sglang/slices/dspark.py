@@ -117,6 +117,9 @@ class FoldedVerifyGraphs:
         # the epilogue's output buffers, allocated once (dspark_verify.py's buffers)
         self.out_tokens, self.commit_lens = z((top, D)), z((top,))
         self.new_seq_lens, self.bonus = z((top,)), z((top,))
+        # the block verify's per-block accept lengths: a third epilogue output the result
+        # hands out as a view (dspark_verify.py read_block_accept_lens; one block here)
+        self.block_accept_lens = z((top,))
         self.verify_ids = {bs: z((bs, D)) for bs in self.capture_bs}
         self.seq_lens = {bs: z((bs,)) for bs in self.capture_bs}
         self.stream = self.mod.Stream()
@@ -135,6 +138,7 @@ class FoldedVerifyGraphs:
         self.commit_lens[:bs].copy_(commit)
         self.new_seq_lens[:bs].copy_(new)
         self.bonus[:bs].copy_(bonus)
+        self.block_accept_lens[:bs].copy_(commit)
 
     def can_run(self, bs: int) -> bool:
         return 0 < bs <= self.capture_bs[-1]
@@ -147,6 +151,9 @@ class FoldedVerifyGraphs:
         self.graphs[bucket].replay()
         return (self.out_tokens[:bs], self.commit_lens[:bs], self.new_seq_lens[:bs],
                 self.bonus[:bs])
+
+    def block_accept(self, bs: int) -> torch.Tensor:
+        return self.block_accept_lens[:bs]
 
 
 def greedy_chain_accept(model, verify_ids: torch.Tensor, seq_lens: torch.Tensor,
@@ -229,8 +236,10 @@ class ToyDSparkWorker(SharedReadRunner):
         verify_ids, confidence = self._draft(bonus_in)
         self._record_shared_read_done(replayed=self._replays(bs))
         fault_point("forward.before_verify")
+        block = None
         if self.folded is not None and self.folded.can_run(bs):
             out, commit, new_seq_lens, bonus = self.folded.run(verify_ids, batch.seq_lens)
+            block = self.folded.block_accept(bs)
         else:
             logits = None
             if self.forward_graphs is not None and self.forward_graphs.can_run(bs):
@@ -246,7 +255,7 @@ class ToyDSparkWorker(SharedReadRunner):
                 on_publish(new_seq_lens, confidence=confidence)
             else:
                 on_publish(new_seq_lens)
-        return self._result(out.reshape(-1), commit, new_seq_lens, bonus)
+        return self._result(out.reshape(-1), commit, new_seq_lens, bonus, block)
 
     def _draft(self, bonus: torch.Tensor):
         """The draft block from the bonus token, and its confidence, on this stream. The
@@ -263,13 +272,16 @@ class ToyDSparkWorker(SharedReadRunner):
             conf.append(torch.where(miss, 0.25, 0.9 - 0.1 * k) + (prev % 7).float() * 0.01)
         return torch.stack(tokens, dim=1), torch.stack(conf, dim=1).to(torch.float32)
 
-    def _result(self, next_token_ids, accept_lens, new_seq_lens, bonus):
+    def _result(self, next_token_ids, accept_lens, new_seq_lens, bonus, block=None):
         draft_input = self.draft_common.make_draft_input_v2(bonus_tokens=bonus,
                                                             new_seq_lens=new_seq_lens)
-        return upstream.GenerationBatchResult(
+        result = upstream.GenerationBatchResult(
             next_token_ids=next_token_ids, accept_lens=accept_lens,
             new_seq_lens=new_seq_lens, next_draft_input=draft_input,
             speculative_num_draft_tokens=self.D)
+        if block is not None and hasattr(result, "block_accept_lens"):
+            result.block_accept_lens = block  # a release with the field copies it too
+        return result
 
 
 def install_probes(sched, worker: ToyDSparkWorker) -> None:
