@@ -37,5 +37,35 @@ FIXES: Dict[str, SourcePatch] = {
           "                    self.forward_stream.wait_stream(self.copy_stream)\n"
           "                    if gpu_only_lens:\n"),),
         "fix forward-waits-result-copy"),
+    # The two cheaper fixes of the same readback race, for the results upstream itself
+    # knows hold graph views (its own test in _copy_result_to_cpu: hidden states, DSpark):
+    # (1) clone the graph's outputs on the forward stream, behind this forward and ahead
+    # of the next replay, and read the clones -- the copy stays a leaf; ...
+    "clone-graph-outputs": SourcePatch(
+        f"{_SCHED}._copy_result_to_cpu",
+        (("        self.copy_stream.wait_stream(self.forward_stream)\n",
+          "        if batch.return_hidden_states or batch.spec_algorithm.is_dspark():\n"
+          "            with self.forward_stream_ctx:  # behind this forward's replay\n"
+          "                for name in (\"next_token_ids\", \"accept_lens\", \"block_accept_lens\"):\n"
+          "                    t = getattr(batch_result, name, None)\n"
+          "                    if t is not None:\n"
+          "                        setattr(batch_result, name, t.clone())\n"
+          "                out = batch_result.logits_output\n"
+          "                if out is not None and out.hidden_states is not None:\n"
+          "                    out.hidden_states = out.hidden_states.clone()\n"
+          "        self.copy_stream.wait_stream(self.forward_stream)\n"),),
+        "fix clone-graph-outputs"),
+    # ... (2) or make the next forward wait for this copy only when the result holds
+    # graph views: every other step keeps the overlap PR #29075 built
+    "forward-waits-graph-result-copy": SourcePatch(
+        f"{_SCHED}._copy_result_to_cpu",
+        (("            else:\n"
+          "                batch_result.copy_done = self.async_d2h_worker.submit(copy_fn)\n",
+          "            else:\n"
+          "                batch_result.copy_done = self.async_d2h_worker.submit(copy_fn)\n"
+          "        if batch.return_hidden_states or batch.spec_algorithm.is_dspark():\n"
+          "            # the next replay rewrites what this copy reads\n"
+          "            self.forward_stream.wait_stream(self.copy_stream)\n"),),
+        "fix forward-waits-graph-result-copy"),
 }
 

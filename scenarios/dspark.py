@@ -63,6 +63,10 @@ DSPARK_RESULT_READBACK = Scenario(
     stalls=stall_at("copy.before_result_d2h", READBACK_STALL_MS),
     variants={AS_INSTALLED: dict(_FOLDED),
               "fixed": with_fix("forward-waits-result-copy", **_FOLDED),
+              # the cheaper fixes (reports/upstream/findings/graph-result-readback.md)
+              "fixed-clone": with_fix("clone-graph-outputs", **_FOLDED),
+              "fixed-conditional-wait": with_fix("forward-waits-graph-result-copy",
+                                                 **_FOLDED),
               "eager-accept": {**_FOLDED, "folded_accept": False},
               # DSV4's attention backend asks for no CPU seq lens under DSpark (its
               # default: deepseek_v4_backend.py), so no step syncs a D2H of its own
