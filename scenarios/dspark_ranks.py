@@ -17,6 +17,15 @@ rank-local delay (``stall_rank``: a stall of that rank's D2H stream before its r
 the only thing that differs between the ranks) or a seeded divergence
 (``confidence_skew``: rank 1's draft confidence perturbed) shows as the first step where
 the ranks' decisions differ.
+
+Collectives are matched calls. Each rank's sequence of collectives -- op, group, site,
+shape -- must equal the other's: under ``SGLANG_SPEC_TP_SYNC=all`` (the default) a rank
+with a budget calls ``tp_sync.sync(DSPARK_PLAN, verify_lens)``, an NCCL broadcast of one
+int32 per request (``dspark_planner._schedule_verify_lens``), and a rank without one calls
+nothing. Where the sequences part, one rank waits in a broadcast the other never enters:
+a ``collective-mismatch`` -- a hang on a GPU (the hang of upstream's open PR #31195), not
+merely a different budget. ``broadcast_budget`` is that PR's fix: the budget rank 0
+computed is the budget of every rank, so every rank calls the same collectives.
 """
 from __future__ import annotations
 
@@ -45,14 +54,18 @@ class _RankPlan(FaultPlan):
             super().hit(name, ctx)
 
 
-def _record_decisions(sched, log: List[Dict[str, Any]]) -> None:
+def _record_decisions(sched, log: List[Dict[str, Any]],
+                      adopt: Optional[List[Dict[str, Any]]] = None) -> None:
     """Wrap the loop's ``_confidence_budget_prepare`` (upstream's planner method, called
-    unchanged) to log the decision it leaves on the batch."""
+    unchanged) to log the decision it leaves on the batch; with ``adopt`` (rank 0's log)
+    the step takes rank 0's budget instead, as a broadcast of it would give."""
     prepare = sched._confidence_budget_prepare
 
     def prepare_and_log(batch, future_map):
         prepare(batch, future_map)
         if batch.spec_info is not None and not batch.forward_mode.is_extend():
+            if adopt is not None and len(adopt) > len(log):
+                batch.spec_info.verify_token_budget = adopt[len(log)]["budget"]
             budget = getattr(batch.spec_info, "verify_token_budget", None)
             log.append({"reqs": [r.rid for r in batch.reqs], "participates": budget is not None,
                         "budget": budget})
@@ -60,9 +73,28 @@ def _record_decisions(sched, log: List[Dict[str, Any]]) -> None:
     sched._confidence_budget_prepare = prepare_and_log
 
 
+def collectives(log: List[Dict[str, Any]]) -> List[tuple]:
+    """The collectives a rank calls, in order: (op, group, site, shape) per broadcast."""
+    return [("broadcast", "tp", "DSPARK_PLAN", (len(d["reqs"]),))
+            for d in log if d["participates"]]
+
+
+def collective_mismatch(calls0: List[tuple], calls1: List[tuple]) -> Optional[Dict[str, Any]]:
+    """The first call where two ranks' collectives part (None: they match call for call):
+    each rank's call there, or None where that rank calls nothing more -- it has moved on
+    while the other waits in a collective for ever."""
+    for i in range(max(len(calls0), len(calls1))):
+        a = calls0[i] if i < len(calls0) else None
+        b = calls1[i] if i < len(calls1) else None
+        if a != b:
+            return {"kind": "collective-mismatch", "call": i, "rank0": a, "rank1": b}
+    return None
+
+
 def run_two_ranks(policy: str = "eager", seed: int = 0, stall_rank: Optional[int] = None,
                   stall_ms: float = 8.0, confidence_skew: float = 0.0,
-                  needs_cpu_seq_lens: bool = False) -> Dict[str, Any]:
+                  needs_cpu_seq_lens: bool = False,
+                  broadcast_budget: bool = False) -> Dict[str, Any]:
     """Two ranks over one workload on the simulator; the per-step decisions of each and
     the first step where they differ (None: the ranks agreed throughout)."""
     import targets
@@ -84,7 +116,8 @@ def run_two_ranks(policy: str = "eager", seed: int = 0, stall_rank: Optional[int
         plan.runtime = rt
         ranks = [UpstreamLoop(dataclasses.replace(args), rt.device) for _ in range(2)]
         for rank, (loop, log) in enumerate(zip(ranks, logs)):
-            _record_decisions(loop.sched, log)
+            _record_decisions(loop.sched, log,
+                              logs[0] if broadcast_budget and rank > 0 else None)
             if rank == 1 and confidence_skew:
                 worker = loop.sched.model_worker
                 draft = worker._draft
@@ -113,7 +146,8 @@ def run_two_ranks(policy: str = "eager", seed: int = 0, stall_rank: Optional[int
     return {"steps": [len(log) for log in logs], "first_difference": first,
             "rank0": logs[0][first] if first is not None and first < len(logs[0]) else None,
             "rank1": logs[1][first] if first is not None and first < len(logs[1]) else None,
-            "participation": [sum(d["participates"] for d in log) for log in logs]}
+            "participation": [sum(d["participates"] for d in log) for log in logs],
+            "collective_mismatch": collective_mismatch(*(collectives(log) for log in logs))}
 
 
 def _skewed(draft_out, skew: float):
