@@ -18,7 +18,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from harness.policies import SchedulePolicy
 from harness.target import Target
 from harness.runtime.load import NONE, Load
-from harness.trials.results import code_identity, load_identity
+from harness.trials.results import code_identity, load_identity, platform_identity
 from seams.faults.plan import StallAt
 from seams.vocab import Backend, Fence, Verdict
 
@@ -73,6 +73,7 @@ class Run:
     detect: bool = True
     expect: Optional[Verdict] = None  # None: report the verdict, expect nothing
     load: Load = NONE  # background work beside every trial (not beside the reference)
+    platform: str = "cuda"  # the hardware the target's code reads itself as running on
 
     def __post_init__(self) -> None:
         if self.backend not in (Backend.SIM, Backend.CUDA):
@@ -95,4 +96,5 @@ class Run:
                 "stall_ms": self.stall_ms, "trials": self.trials, "seed": self.seed,
                 "detect": self.detect, "stall_plan": [s.to_json() for s in self.stalls],
                 "host_order": dict(self.host_order),
-                "code": code_identity(self.target.describe()), **load_identity(self.load.name)}
+                "code": code_identity(self.target.describe()), **load_identity(self.load.name),
+                **platform_identity(self.platform)}

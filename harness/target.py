@@ -48,6 +48,8 @@ class Target:
     summary = ""
     # scenario names this target runs (None: every scenario)
     scenarios: Optional[Tuple[str, ...]] = None
+    # the hardware platforms the code under test can be read as running on (--platform)
+    platforms: Tuple[str, ...] = ("cuda",)
 
     def load(self) -> None:
         """Import and check the code under test (raises ``TargetError``)."""

@@ -31,6 +31,9 @@ class ServerArgs:
     # (torch.cuda, the simulator); batches above cuda_graph_max_bs run eagerly.
     cuda_graph: bool = True
     cuda_graph_max_bs: int = 8
+    # The hardware the sglang target's upstream code reads itself as running on ("cuda" or
+    # "rocm": its is_cuda() / _is_hip branches); impl/ has one platform
+    platform: str = "cuda"
     # The sglang target's DSpark slice (spec_algorithm "dspark"; impl/ has no DSpark), in
     # upstream's spellings: SGLANG_RAGGED_VERIFY_MODE (non-static modes relay confidence),
     # the attention backend's needs_cpu_seq_lens (FlashInfer True; FA3, Triton, TRT-LLM

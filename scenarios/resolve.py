@@ -45,6 +45,7 @@ class RunRequest:
     stall_plan: Optional[Sequence[StallAt]] = None
     host_order: Optional[Mapping[str, Any]] = None
     load: str = "none"  # background work: a name of ``harness.runtime.load.LOADS``
+    platform: str = "cuda"  # the hardware the target's code reads itself as running on
 
 
 def resolve(request: RunRequest, load_target=None) -> Run:
@@ -86,6 +87,7 @@ def resolve(request: RunRequest, load_target=None) -> Run:
                host_order=dict(request.host_order if request.host_order is not None
                                else scenario.answers),
                detect=request.detect, load=_load(request.load),
+               platform=_platform(target, request.platform),
                expect=None if request.expect is None
                else _word(Verdict, request.expect, "--expect"))
 
@@ -102,6 +104,13 @@ def _check_variant(target, variant: Variant) -> None:
             patch.check()
         except MutationError as exc:
             raise ResolveError(f"variant {variant.name!r}: {exc}") from None
+
+
+def _platform(target, platform: str) -> str:
+    if platform not in target.platforms:
+        raise ResolveError(f"--platform {str(platform)[:40]!r}: the {target.name} target "
+                           f"reads its code as {' or '.join(target.platforms)}")
+    return platform
 
 
 def _load(name: str):

@@ -67,6 +67,9 @@ def _repro(r: argparse.ArgumentParser) -> None:
                    help="background work beside every trial, named for what causes it in "
                         "a server: none, bulk-d2h (KV offload), bulk-h2d (weight / LoRA "
                         "loads), host-busy (a CPU-bound host thread)")
+    r.add_argument("--platform", choices=["cuda", "rocm"], default="cuda",
+                   help="the hardware the target's code reads itself as running on "
+                        "(sglang: every upstream is_cuda()/_is_hip branch as on it)")
     r.add_argument("--trials", type=A.trials)
     r.add_argument("--seed", type=A.seed, default=0)
     r.add_argument("--expect", choices=["clean", "race"], default=None,
@@ -99,6 +102,8 @@ def _releases(rl: argparse.ArgumentParser) -> None:
     rl.add_argument("--war-barrier", choices=["fine", "coarse"], default=None,
                     help="default: each release's own")
     rl.add_argument("--load", default=None, help="as repro's --load")
+    rl.add_argument("--platform", choices=["cuda", "rocm"], default=None,
+                    help="as repro's --platform")
     rl.add_argument("--trials", type=A.trials)
     rl.add_argument("--seed", type=A.seed, default=0)
     rl.add_argument("--expect", choices=["clean", "race"], default=None,

@@ -152,7 +152,7 @@ def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
         trials=old.trials, seed=old.seed, expect=old.expect, target=old.target,
         stall_plan=list(old.stall_plan) if "stall_plan" in loaded.keys else None,
         host_order=dict(old.host_order) if "host_order" in loaded.keys else None,
-        load=old.load))
+        load=old.load, platform=old.platform))
     new = run_repro(run, _budgeted(progress, run.trials, budget_s))
     original, replayed = verdict_of(old), verdict_of(new)
     same, summary = compare(original, replayed)

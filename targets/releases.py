@@ -60,6 +60,7 @@ def run_release(environments: Environments, target: str, version: str, scenario:
     return _row(version, outcome=_outcome(res), trials=res["trials"],
                 reproduced=res["reproduced"], race_sites=len(races),
                 war_barrier=res.get("war_barrier"), variant=res.get("variant"),
+                platform=res.get("platform", "cuda"), load=res.get("load", "none"),
                 report=files.get("markdown"), tier=info.get(f"{target}_tier"),
                 first_divergence=first.get("message"))
 
@@ -100,7 +101,8 @@ def repro_options(scenario, args) -> List[str]:
     options = ["--seed", str(args.seed)]
     for flag, value in (("--variant", args.variant), ("--war-barrier", args.war_barrier),
                         ("--trials", args.trials), ("--expect", args.expect),
-                        ("--load", getattr(args, "load", None))):
+                        ("--load", getattr(args, "load", None)),
+                        ("--platform", getattr(args, "platform", None))):
         if value is not None:
             options += [flag, str(value)]
     return options
@@ -120,7 +122,9 @@ def run_releases(environments: Environments, target: str, scenario: str,
 
 def format_table(target: str, scenario: str, rows: List[Dict[str, Any]]) -> str:
     head = f"{'release':<14} {'fence':<7} {'outcome':<15} {'trials':>7} {'sites':>6}  report"
-    lines = [f"{scenario} on each installed {target} release", head, "-" * len(head)]
+    read_as = sorted({r.get("platform") for r in rows if r.get("platform") not in (None, "cuda")})
+    where = f" (read as {', '.join(read_as)})" if read_as else ""
+    lines = [f"{scenario} on each installed {target} release{where}", head, "-" * len(head)]
     for r in rows:
         trials = "" if r["trials"] is None else f"{r['reproduced']}/{r['trials']}"
         sites = "" if r["race_sites"] is None else str(r["race_sites"])

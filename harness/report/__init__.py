@@ -53,6 +53,7 @@ def report_name(identity: Dict[str, Any]) -> str:
         if version:
             parts.append(str(version))
     parts += [identity["variant"], identity["war_barrier"], identity["backend"]]
+    parts += [identity[k] for k in ("platform", "load") if k in identity]
     if identity["backend"] == "sim":
         parts.append(str(identity["policy"]))
     parts += ["stallauto" if ms is None else f"stall{float(ms):g}ms",

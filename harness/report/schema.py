@@ -155,6 +155,7 @@ REPORT_SCHEMA = {
         "stall_plan": {"type": "array", "maxItems": 100, "items": _STALL},
         "host_order": _HOST_ORDER,
         "load": {"type": "string", "enum": sorted(LOADS)},
+        "platform": {"type": "string", "enum": ["cuda", "rocm"]},
         "command": _OPT_TEXT,
         "environment": _FREE,
         "replay": {"type": "object", "properties": {"command": _OPT_TEXT}},

@@ -47,7 +47,8 @@ def run_repro(run: Run, progress: Optional[Callable[[int], None]] = None) -> Rep
     times: List[float] = []
     for i in range(run.trials):
         workload = scenario.workload(run.seed + i)
-        args = server_args(workload, {**variant.args, "war_barrier": str(run.war_barrier)})
+        args = server_args(workload, {**variant.args, "war_barrier": str(run.war_barrier),
+                                      "platform": run.platform})
         # Keep traces until a failing trial is found: its timeline is the one to show
         # (a clean run shows trial 0).
         want_trace = first_trial is None
@@ -96,5 +97,5 @@ def run_repro(run: Run, progress: Optional[Callable[[int], None]] = None) -> Rep
         expect=None if run.expect is None else str(run.expect),
         expected_by_scenario=scenario.expected(variant.name, str(run.war_barrier)),
         first_divergence=first_div, races=list(races.values()), trial_results=per_trial,
-        load=run.load.name,
+        load=run.load.name, platform=run.platform,
         schedules=schedules if sim else None, trace=shown.trace, trace_races=shown.races)

@@ -47,6 +47,11 @@ def load_identity(load: str) -> Dict[str, Any]:
     return {} if load == "none" else {"load": load}
 
 
+def platform_identity(platform: str) -> Dict[str, Any]:
+    """A run's platform as part of its identity: absent on CUDA, the default."""
+    return {} if platform == "cuda" else {"platform": platform}
+
+
 def code_identity(target_info: Dict[str, Any]) -> Dict[str, Any]:
     """What of the code under test changes a run: the installed release and its files
     digest (the sglang target); impl/ is this tree's own."""
@@ -80,6 +85,7 @@ class ReproResult:
     host_order: Dict[str, Any] = field(default_factory=dict)
     command: Optional[str] = None  # the command line that ran it (the CLI's)
     load: str = "none"  # background work beside the run (``harness.runtime.load``)
+    platform: str = "cuda"  # the hardware the code under test read itself as running on
     report_files: Optional[Dict[str, Optional[str]]] = None  # where its report set went
     # The trial the report shows (the first failing one, else trial 0): its trace and
     # the races in it. Not part of the JSON -- a report set writes them as its own files.
@@ -127,7 +133,8 @@ class ReproResult:
                 else True,
                 "stall_plan": [s.to_json() for s in self.stall_plan],
                 "host_order": dict(self.host_order),
-                "code": code_identity(self.target_info), **load_identity(self.load)}
+                "code": code_identity(self.target_info), **load_identity(self.load),
+                **platform_identity(self.platform)}
 
     def heading(self) -> str:
         """``SCENARIO [VARIANT, FENCE fence] on BACKEND``: how every view names the run."""
@@ -140,7 +147,8 @@ class ReproResult:
         return (f"{'reproduced' if n else 'clean'} {n}/{t} ({100.0 * self.rate:.0f}%){extra}, "
                 f"median trial {median} ms -- {self.scenario}{self.target_tag()} "
                 f"[{self.variant}, {self.war_barrier} fence] on {self.backend} "
-                f"({self.policy}{'' if self.load == 'none' else ', load ' + self.load}); "
+                f"({self.policy}{'' if self.load == 'none' else ', load ' + self.load}"
+                f"{'' if self.platform == 'cuda' else ', read as ' + self.platform}); "
                 f"{len(self.races)} race site(s)" + self._expectation())
 
     def _expectation(self) -> str:
@@ -162,6 +170,8 @@ class ReproResult:
             parts += ["--stall-ms", str(self.stall_ms)]
         if self.load != "none":
             parts += ["--load", self.load]
+        if self.platform != "cuda":
+            parts += ["--platform", self.platform]
         parts += ["--trials", str(self.trials), "--seed", str(self.seed)]
         if self.expect is not None:
             parts += ["--expect", self.expect]
@@ -192,7 +202,7 @@ class ReproResult:
             "trial_results": [t.to_json() for t in self.trial_results],
             "schedules": (None if self.schedules is None else
                           [None if s is None else s.encode() for s in self.schedules]),
-            "command": self.command, "load": self.load,
+            "command": self.command, "load": self.load, "platform": self.platform,
         }
         if self.report_files is not None:
             out["report_files"] = dict(self.report_files)
@@ -220,7 +230,8 @@ class ReproResult:
             stall_plan=[StallAt(s["point"], s.get("ms"), s.get("every", 1))
                         for s in doc.get("stall_plan") or []],
             host_order=dict(doc.get("host_order") or {}), command=doc.get("command"),
-            report_files=doc.get("report_files"), load=doc.get("load", "none"))
+            report_files=doc.get("report_files"), load=doc.get("load", "none"),
+            platform=doc.get("platform", "cuda"))
 
 
 def _schedules(texts: Optional[List[Optional[str]]]) -> Optional[List[Optional[Schedule]]]:

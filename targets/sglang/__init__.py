@@ -34,6 +34,7 @@ class SglangTarget(Target):
     name = "sglang"
     summary = "the installed sglang package's relay and batch code"
     scenarios = SCENARIOS
+    platforms = ("cuda", "rocm")  # boundary.platform.PLATFORMS
 
     def __init__(self) -> None:
         self.version = ""
@@ -88,11 +89,12 @@ class SglangTarget(Target):
         from targets.sglang.slices import dspark, eagle
         from targets.sglang.engine import kv_lifecycle
         from targets.sglang.boundary.patches import variant_patches
-        from targets.sglang.boundary.platform import as_without_gpu
+        from targets.sglang.boundary.platform import as_platform, as_without_gpu
         if args.spec_algorithm == "eagle-v2":
             eagle.modules()  # imported with the machine's flags, then masked for the run
         with variant_patches(args), dspark.server_context(args), eagle.server_context(args), \
-                kv_lifecycle.server_context(args), as_without_gpu(device):
+                kv_lifecycle.server_context(args), as_without_gpu(device), \
+                as_platform(args.platform):
             yield
 
     def patch_problem(self, target: str, edits) -> str:

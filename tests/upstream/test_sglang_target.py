@@ -292,3 +292,31 @@ def test_a_barrier_that_keeps_a_stale_event_is_caught(sglang):
         killed, oracle, detail = run_probe(PROBES[probe], "sim", m, "sglang")
         assert killed and oracle == "happens-before", (probe, detail)
         assert not run_probe(PROBES[probe], "sim", None, "sglang")[0]
+
+
+def test_read_as_rocm_every_platform_branch_is_rocms(sglang):
+    """--platform rocm: upstream's is_cuda()/_is_hip branches answer as on ROCm -- the WAR
+    barrier is off (is_cuda() or SGLANG_ENABLE_WAR_BARRIER), and the result copy runs on
+    the forward stream, not the copy stream -- and CUDA's reading is back after the run."""
+    from harness.runtime.trace import OpKind
+    from scenarios.resolve import run_scenario_result
+    import sglang.srt.managers.scheduler as sched_mod
+    rocm = run_scenario_result("ngram-hidden-readback", target="sglang", backend="sim",
+                               trials=1, platform="rocm")
+    cuda = run_scenario_result("ngram-hidden-readback", target="sglang", backend="sim",
+                               trials=1)
+
+    def copy_streams(res):
+        t = res.trace
+        return {t.stream_name(op.stream) for op in t.executed
+                if getattr(op, "kind", None) == OpKind.COPY and op.frame
+                and op.frame[2] == "async_d2h"}
+    assert copy_streams(rocm) == {"forward"} and "copy" in copy_streams(cuda)
+    assert rocm.platform == "rocm" and "platform" in rocm.identity()
+    assert sched_mod._is_hip is False  # restored
+
+
+def test_impl_has_one_platform(capsys):
+    from specrace import cli
+    assert cli.main(["repro", "ngram-filter-race", "--platform", "rocm", "--no-report"]) == 2
+    assert "reads its code as cuda" in capsys.readouterr().err

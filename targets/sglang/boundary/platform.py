@@ -125,3 +125,40 @@ def __getattr__(name: str):
         globals()[name] = cls
         return cls
     raise AttributeError(name)
+
+
+PLATFORMS = ("cuda", "rocm")
+
+
+@contextlib.contextmanager
+def as_platform(platform: str) -> Iterator[None]:
+    """Upstream read as running on ``platform`` for the run: on ``rocm`` every loaded sglang
+    module's ``is_cuda()`` / ``is_hip()`` (the names it imported) and ``_is_cuda`` /
+    ``_is_hip`` flags answer as on a ROCm machine, so each upstream branch on the platform
+    is ROCm's -- the result copy on the forward stream (``run_batch``), the WAR barrier off
+    unless ``SGLANG_ENABLE_WAR_BARRIER`` (``Scheduler.run_event_loop``), the FutureMap
+    without its CUDA-only private D2H stream. What only runs on that hardware and the
+    driven paths reach is the simulator's, as on CUDA: there are no HIP kernels on the
+    paths the target drives. Restored after the run."""
+    if platform == "cuda":
+        yield
+        return
+    if platform not in PLATFORMS:
+        raise ValueError(f"unknown platform {platform!r}; expected one of: {', '.join(PLATFORMS)}")
+    import sys
+    answers = {"_is_cuda": False, "_is_hip": True, "is_cuda": lambda: False,
+               "is_hip": lambda: True}
+    saved = []
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("sglang.") or module is None:
+            continue
+        values = vars(module)
+        for attr, value in answers.items():
+            if attr in values and not (callable(value) and not callable(values[attr])):
+                saved.append((module, attr, values[attr]))
+                setattr(module, attr, value)
+    try:
+        yield
+    finally:
+        for module, attr, value in reversed(saved):
+            setattr(module, attr, value)

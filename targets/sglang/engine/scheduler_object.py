@@ -121,8 +121,10 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
                                            vocab_size=model.vocab_size, think_end_ids=None,
                                            self_opened_think_start_ids=None)
     # upstream's own decision (Scheduler.run_event_loop): the barrier is on under CUDA, or
-    # where SGLANG_ENABLE_WAR_BARRIER says so -- the simulator stands for a CUDA device
-    s._war_barrier_enabled = upstream.scheduler.is_cuda() or dev.type != "cpu" or \
+    # where SGLANG_ENABLE_WAR_BARRIER says so -- the simulator stands for a CUDA device,
+    # unless the run reads upstream as on ROCm (--platform rocm: is_cuda() is False there)
+    s._war_barrier_enabled = upstream.scheduler.is_cuda() or \
+        (dev.type != "cpu" and args.platform == "cuda") or \
         upstream.envs.SGLANG_ENABLE_WAR_BARRIER.get()
     # modes, as a single-rank generation server with overlap and no extras runs
     s.enable_overlap = True
