@@ -208,6 +208,13 @@ def mutation_row(m: Mutation, backend: str, target: str = "impl") -> dict:
                        detail=detail)
             break
     row["seconds"] = round(time.perf_counter() - t0, 3)
+    if m.equivalent:  # declared harmless: survival shows it, a kill refutes it
+        if row["killed"]:
+            row.update(killed=False, status="harness-error",
+                       detail=f"declared equivalent ({m.equivalent}) but killed by "
+                              f"{row['caught_by']} @ {row['probe']}: {row['detail']}")
+        else:
+            row.update(status="equivalent", detail=m.equivalent)
     return row
 
 

@@ -9,11 +9,12 @@ Cell = Tuple[str, str]  # ("probe", name): the fixed code; ("mutation", name): a
 
 
 def cell_failed(cell: Cell, row: dict) -> bool:
-    """Does this cell fail the gate? A mutation that is not killed, a finding on the
-    fixed code, a harness error or a timeout (``matrix_ok`` over one cell)."""
+    """Does this cell fail the gate? A mutation that is not killed (a declared-equivalent
+    one that survived passes: that is what it declared), a finding on the fixed code, a
+    harness error or a timeout (``matrix_ok`` over one cell)."""
     if cell[0] == "probe":
         return row["status"] != "clean"
-    return row["status"] != "killed"
+    return row["status"] not in ("killed", "equivalent")
 
 
 def assemble(backend: str, target: str, cells: List[Cell], rows: List[dict],
@@ -21,7 +22,7 @@ def assemble(backend: str, target: str, cells: List[Cell], rows: List[dict],
     """The matrix result (what ``format_matrix``/``matrix_ok`` read) from its cells' rows."""
     fixed = [r for (kind, _), r in zip(cells, rows) if kind == "probe"]
     every_mut = [r for (kind, _), r in zip(cells, rows) if kind == "mutation"]
-    muts = [r for r in every_mut if r.get("status") != "disabled"]
+    muts = [r for r in every_mut if r.get("status") not in ("disabled", "equivalent")]
     every = fixed + muts
     return {"backend": backend, "target": target,
             "fixed_findings": sum(1 for f in fixed if f["finding"]),
@@ -33,7 +34,10 @@ def assemble(backend: str, target: str, cells: List[Cell], rows: List[dict],
             "mutations": muts,
             # patches that do not fit this release: named, not counted
             "disabled": [{"name": r["name"], "detail": r.get("detail")}
-                         for r in every_mut if r.get("status") == "disabled"]}
+                         for r in every_mut if r.get("status") == "disabled"],
+            # seeded bugs that cannot change behaviour here, shown to survive every probe
+            "equivalent": [{"name": r["name"], "detail": r.get("detail")}
+                           for r in every_mut if r.get("status") == "equivalent"]}
 
 
 def matrix_ok(res: dict) -> bool:
@@ -78,4 +82,6 @@ def format_matrix(res: dict) -> str:
         lines.append(f"  {mark:<8} {r['name']:<36} {by:<34} {r['seconds']:6.2f}s")
     for d in res.get("disabled", ()):
         lines.append(f"  disabled {d['name']:<36} {d['detail'] or ''}")
+    for d in res.get("equivalent", ()):
+        lines.append(f"  equiv.   {d['name']:<36} {d['detail'] or ''}")
     return "\n".join(lines)

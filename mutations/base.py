@@ -20,6 +20,10 @@ class Mutation:
     target: str  # "module:qualname", e.g. "impl.spec_info:NgramVerifyInput.filter_batch"
     edits: Tuple[Tuple[str, str], ...]  # (snippet, replacement), each snippet unique
     probes: Tuple[str, ...]  # probe names (matrix.run.PROBES), tried in order
+    # Why this seeded bug cannot change what the code does (an equivalent mutant), where
+    # that is so; "" for an ordinary one. Its probes still run: a kill means the reason is
+    # wrong, and the matrix says so -- a declaration is shown, never taken on trust.
+    equivalent: str = ""
 
     @property
     def patch(self) -> SourcePatch:
@@ -33,5 +37,5 @@ class Mutation:
         return self.patch.applied()
 
 
-def M(name, summary, source, target, edits, probes) -> Mutation:
-    return Mutation(name, summary, source, target, tuple(edits), tuple(probes))
+def M(name, summary, source, target, edits, probes, equivalent: str = "") -> Mutation:
+    return Mutation(name, summary, source, target, tuple(edits), tuple(probes), equivalent)

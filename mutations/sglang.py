@@ -57,7 +57,11 @@ MUTATIONS: List[Mutation] = [
         "            return\n",
         "                (self.future_indices, spec_info.future_indices), dim=0\n"
         "            )\n")],
-      SEED),
+      SEED + ("mixed-overlap", "slot-reuse", "kv-retract", "kv-chunked"),
+      equivalent="upstream's loop merges a prefilled batch in the iteration after its "
+                 "extend forward, and an extend publishes no read-done: that barrier is "
+                 "the coarse fallback, so the merge's gather on the schedule stream is "
+                 "behind every forward (the fine fence never covers a merge)"),
     M("stash-skips-ngram",
       "FutureMap.stash returns for ngram: the resolve gathers rows nobody wrote",
       "M2", f"{_FM}.stash",

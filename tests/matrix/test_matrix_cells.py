@@ -198,3 +198,27 @@ def test_a_real_child_runs_its_cells_in_one_process():
     assert p.returncode == 0, p.stderr
     assert [r["cell"][1] for r in rows] == ["copy-done-not-recorded", "merge-order-swapped"]
     assert all(r["row"]["status"] == "killed" for r in rows)
+
+
+def test_an_equivalent_mutation_is_shown_by_its_probes_never_taken_on_trust():
+    """A seeded bug declared equivalent still runs every probe: surviving them is its
+    row (not counted, named with the reason); a kill turns the declaration into a
+    harness error -- the reason was wrong."""
+    import dataclasses
+    from matrix.table import assemble, cell_failed, matrix_ok
+    from mutations import BY_NAME
+    harmless = dataclasses.replace(BY_NAME["stash-drops-accept-lens"], name="harmless",
+                                   probes=("seed-eager",), equivalent="said harmless",
+                                   edits=(("        self.accept_lens_buf[future_indices] = "
+                                           "payload.accept_lens\n",
+                                           "        self.accept_lens_buf[future_indices] = "
+                                           "payload.accept_lens  # unchanged\n"),))
+    harmful = dataclasses.replace(BY_NAME["stash-drops-accept-lens"], probes=("seed-eager",),
+                                  equivalent="said harmless")
+    quiet = mx.mutation_row(harmless, "sim")
+    assert quiet["status"] == "equivalent" and quiet["detail"] == "said harmless"
+    assert not cell_failed(("mutation", "harmless"), quiet)
+    loud = mx.mutation_row(harmful, "sim")
+    assert loud["status"] == "harness-error" and "declared equivalent" in loud["detail"]
+    res = assemble("sim", "impl", [("mutation", "harmless")], [quiet], 0.0)
+    assert res["total"] == 0 and res["equivalent"][0]["name"] == "harmless" and matrix_ok(res)
