@@ -22,9 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict
 
-# One pinned copy's bandwidth per direction on the H200 (GB/s, 256 MiB copies, one stream,
-# the engine otherwise idle): reports/h200/load/bandwidth.json, measured by
-# tools/gpu/h200_load.sh. The simulator times a bulk copy with it.
+# One pinned copy's bandwidth per direction (GB/s, 256 MiB copies, one stream, the engine
+# otherwise idle). The simulator times a bulk copy with it; only the order of copies
+# matters to a verdict, the figure sets how much host time a bulk copy spans. NOT YET
+# MEASURED: PCIe Gen5 x16's practical pinned-copy rate stands in until
+# tools/gpu/load_probe.py has run on the H200 (reports/h200/load/load_probe.json).
 COPY_ENGINE_GBPS: Dict[str, float] = {"d2h": 53.0, "h2d": 53.0}
 BULK_BYTES = 256 << 20  # one bulk copy of the copy loads (the probe's smallest chunk)
 HOST_BUSY_US = 200.0  # the simulated host's delay per launch under ``host-busy``
