@@ -293,6 +293,16 @@ MUTATIONS: List[Mutation] = [
         "            self._apply_war_barrier()\n"
         "            # Receive requests\n")],
       KV_REUSE_SWA),
+    M("seq-lens-mirror-batch-rows-only",
+      "resolve_seq_lens_cpu copies only the batch's rows of new_seq_lens_buf into the front "
+      "of the pinned mirror, then indexes the mirror by pool row: the launch plans with "
+      "other requests' (or never-written) lengths",
+      "FutureMap CPU mirror", f"{_FM}.resolve_seq_lens_cpu",
+      [("            self.new_seq_lens_cpu_pinned.copy_(self.new_seq_lens_buf, non_blocking=True)\n",
+        "            self.new_seq_lens_cpu_pinned[: fi.shape[0]].copy_(\n"
+        "                self.new_seq_lens_buf[fi], non_blocking=True\n"
+        "            )\n")],
+      ("dspark-readback", "dspark-ring")),
     M("war-barrier-keeps-stale-event",
       "upstream's WAR barrier takes the runner's read-done event without clearing it: the "
       "next forward that publishes none (an extend, a batch over the graph's size) is "

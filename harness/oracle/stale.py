@@ -142,9 +142,12 @@ class StaleValueOracle:
             self._check_rows("hidden_states", self.ref.hidden, ctx["req"].rid, ctx["step"],
                              ctx["rows"], "result processing (host, after copy_done)", "copy")
         elif name == "seq_lens":
+            where = "the launch (host mirror of the published seq lens)"
             for req, step, n in zip(ctx["reqs"], ctx["steps"], ctx["lens"]):
                 self._check_rows("seq_lens", self.ref.seq_lens, req.rid, step, [n],
-                                 "the launch (host mirror of the published seq lens)", "d2h")
+                                 where, "d2h")
+            if ctx.get("total") is not None:
+                self._check_total(ctx, where)
         elif name == "confidence_resolved":
             for label, row in zip(ctx["labels"], ctx["confidence"]):
                 if label is not None:
@@ -181,6 +184,21 @@ class StaleValueOracle:
             "kv_context", f"stale KV context for request {req.rid} step {step} at {where}: "
                           f"{what} (another request's slots, or a row rewritten under it)",
             req.rid, step, where, "forward", [len(context), checksum(context)], [n, got]))
+
+    def _check_total(self, ctx: dict, where: str) -> None:
+        """The host's ``seq_lens_sum`` against the sum of the reference's lengths for the
+        batch's (request, step) rows (when the reference has them all)."""
+        keys = [(req.rid, step) for req, step in zip(ctx["reqs"], ctx["steps"])]
+        if not keys or any(k not in self.ref.seq_lens or not self.lined_up(*k) for k in keys):
+            return
+        self.checked += 1
+        expected = sum(self.ref.seq_lens[k][0] for k in keys)
+        if ctx["total"] != expected:
+            rid, step = keys[0]
+            self._diverge(Divergence(
+                "seq_lens", f"stale seq_lens_sum for the batch of request {rid} step {step} "
+                            f"at {where}: expected {expected}, observed {ctx['total']}",
+                rid, step, where, "d2h", expected, ctx["total"]))
 
     def _check_rows(self, kind: str, ref: Dict[Key, List[float]], rid: int, step: int,
                     row: List[float], where: str, stream: str) -> None:

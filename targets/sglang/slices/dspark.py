@@ -232,6 +232,13 @@ class ToyDSparkWorker(SharedReadRunner):
 
     def _decode(self, batch, on_publish):
         bs = len(batch.reqs)
+        if batch.seq_lens_cpu is not None:
+            # the host mirror upstream's resolve_seq_lens_cpu made of what the previous
+            # verify published, and its sum: what the launch plans with (the oracle's
+            # "seq_lens", judged against the synchronous reference)
+            observe("seq_lens", reqs=list(batch.reqs),
+                    steps=[r.launched - 1 for r in batch.reqs],
+                    lens=batch.seq_lens_cpu.tolist(), total=batch.seq_lens_sum)
         bonus_in = batch.spec_info.bonus_tokens.view(bs)
         verify_ids, confidence = self._draft(bonus_in)
         self._record_shared_read_done(replayed=self._replays(bs))
