@@ -23,11 +23,14 @@ from dataclasses import dataclass
 from typing import Dict
 
 # One pinned copy's bandwidth per direction (GB/s, 256 MiB copies, one stream, the engine
-# otherwise idle). The simulator times a bulk copy with it; only the order of copies
-# matters to a verdict, the figure sets how much host time a bulk copy spans. NOT YET
-# MEASURED: PCIe Gen5 x16's practical pinned-copy rate stands in until
-# tools/gpu/load_probe.py has run on the H200 (reports/h200/load/load_probe.json).
-COPY_ENGINE_GBPS: Dict[str, float] = {"d2h": 53.0, "h2d": 53.0}
+# otherwise idle), measured by tools/gpu/load_probe.py on an H100 80GB HBM3 (2026-12-05;
+# reports/gpu/load/load_probe.json: d2h 54.97, h2d 54.68). The simulator times a bulk copy
+# with it; only the order of copies matters to a verdict, the figure sets how much host
+# time a bulk copy spans. The same probe found the model's three facts on that GPU: a small
+# D2H behind a 256 MiB D2H on another stream finished 4.90 ms after it started (the bulk's
+# own time: FIFO behind it), behind a 256 MiB H2D 0.06 ms (each direction its own queue),
+# and a blocking D2H queued after an async one returned with the async one landed 100/100.
+COPY_ENGINE_GBPS: Dict[str, float] = {"d2h": 54.97, "h2d": 54.68}
 BULK_BYTES = 256 << 20  # one bulk copy of the copy loads (the probe's smallest chunk)
 HOST_BUSY_US = 200.0  # the simulated host's delay per launch under ``host-busy``
 

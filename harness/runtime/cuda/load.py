@@ -1,72 +1,115 @@
-"""A background load on a real GPU (``runtime.load``): a thread of its own beside the run.
+"""A background load on a real GPU (``runtime.load``): threads of their own beside the run.
 
 A copy load keeps one direction's copy engine busy: bulk copies between a pinned host
-buffer and a device buffer on a stream of the thread's own, at most two queued at a time
-(the thread waits for the older one before it queues the next), so the run's own copies of
-that direction queue behind real traffic. ``host-busy`` spins pure Python, contending
-with the loop for the interpreter lock. The thread's ops are not the program's: it has no
-dispatch mode (modes are per thread) and reaches the stream and event methods beneath
-the traced wrappers, so nothing of it enters the run's trace.
+buffer and a device buffer on a stream of the thread's own, at most two queued at a time.
+``host-busy`` spins pure Python, contending with the loop for the interpreter lock.
+
+The threads and their 256 MiB buffers are made once per process and paused between runs
+(a repro opens a runtime per trial: page-locking 256 MiB per trial would cost more than
+the trial). ``cuda_load`` resumes the load's workers for its block and, on the way out,
+pauses them and waits until none has a copy in flight, so nothing of a run's load spills
+into the next run. The workers' ops are not the program's: they have no dispatch mode
+(modes are per thread) and reach the stream and event methods beneath the traced
+wrappers, so nothing of them enters the run's trace.
 """
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator
+from typing import Dict, Iterator, List
 
 import torch
 
-from harness.runtime.load import NONE, Load
+from harness.runtime.load import BULK_BYTES, NONE, Load
 
 _EVENT = torch._C._CudaEventBase  # beneath torch.cuda.Event's traced wrappers
+PAUSE_TIMEOUT_S = 30.0  # a worker that does not go idle by then: the run reports it
 
 
-def _copies(load: Load, direction: str, stop: threading.Event) -> None:
-    n = load.bulk_bytes(direction)
-    host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
-    dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+class _Worker:
+    """One background worker: resumed and paused, never stopped."""
+
+    def __init__(self, name: str, body) -> None:
+        self.running = threading.Event()  # set: work; clear: pause
+        self.idle = threading.Event()  # set while paused with nothing in flight
+        self.idle.set()
+        self._body = body
+        self.thread = threading.Thread(target=self._loop, daemon=True, name=name)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            self.running.wait()
+            self.idle.clear()
+            try:
+                self._body(self.running)
+            finally:
+                self.idle.set()
+
+    def resume(self) -> None:
+        self.running.set()
+
+    def pause(self) -> None:
+        self.running.clear()
+        if not self.idle.wait(PAUSE_TIMEOUT_S):
+            raise RuntimeError(f"background load {self.thread.name} did not pause in "
+                               f"{PAUSE_TIMEOUT_S:g} s")
+
+
+def _copies(direction: str):
+    host = torch.empty(BULK_BYTES, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(BULK_BYTES, dtype=torch.uint8, device="cuda")
     stream = torch.cuda.Stream()
-    queued = []
-    with torch.cuda.stream(stream):
-        while not stop.is_set():
-            if direction == "d2h":
-                host.copy_(dev, non_blocking=True)
-            else:
-                dev.copy_(host, non_blocking=True)
-            done = torch.cuda.Event()
-            _EVENT.record(done, stream)
-            queued.append(done)
-            if len(queued) > 2:
-                _EVENT.synchronize(queued.pop(0))
-    for done in queued:
-        _EVENT.synchronize(done)
+
+    def body(running: threading.Event) -> None:
+        queued: List[torch.cuda.Event] = []
+        with torch.cuda.stream(stream):
+            while running.is_set():
+                if direction == "d2h":
+                    host.copy_(dev, non_blocking=True)
+                else:
+                    dev.copy_(host, non_blocking=True)
+                done = torch.cuda.Event()
+                _EVENT.record(done, stream)
+                queued.append(done)
+                if len(queued) > 2:
+                    _EVENT.synchronize(queued.pop(0))
+        for done in queued:  # paused: nothing of this run's load stays in flight
+            _EVENT.synchronize(done)
+    return body
 
 
-def _busy(stop: threading.Event) -> None:
+def _busy(running: threading.Event) -> None:
     x = 0
-    while not stop.is_set():
+    while running.is_set():
         for i in range(10_000):  # pure Python: holds the interpreter lock between switches
             x ^= i
 
 
+_WORKERS: Dict[str, _Worker] = {}
+
+
+def _worker(kind: str) -> _Worker:
+    worker = _WORKERS.get(kind)
+    if worker is None:
+        body = _busy if kind == "host" else _copies(kind)
+        worker = _WORKERS[kind] = _Worker(f"specrace-load-{kind}", body)
+    return worker
+
+
 @contextlib.contextmanager
 def cuda_load(load: Load) -> Iterator[None]:
-    """Run ``load`` in background threads for the duration of the block."""
+    """Run ``load`` in the background for the duration of the block."""
     if load is NONE:
         yield
         return
-    stop = threading.Event()
-    threads = [threading.Thread(target=_copies, args=(load, d, stop), daemon=True,
-                                name=f"specrace-load-{d}")
-               for d in ("d2h", "h2d") if load.bulk_bytes(d)]
-    if load.host_busy:
-        threads.append(threading.Thread(target=_busy, args=(stop,), daemon=True,
-                                        name="specrace-load-host"))
-    for t in threads:
-        t.start()
+    kinds = [d for d in ("d2h", "h2d") if load.bulk_bytes(d)]
+    kinds += ["host"] if load.host_busy else []
+    workers = [_worker(k) for k in kinds]
+    for w in workers:
+        w.resume()
     try:
         yield
     finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=30)
+        for w in workers:
+            w.pause()

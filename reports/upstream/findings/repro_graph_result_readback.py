@@ -35,6 +35,17 @@ import torch
 STUBBED = ("sgl_kernel", "flashinfer", "deep_gemm")
 
 
+class _Anything:
+    """Whatever a stubbed module is asked for at import (a constant, a class, a scalar
+    type table): callable, and every attribute of it another such."""
+
+    def __call__(self, *a, **k):
+        return _Anything()
+
+    def __getattr__(self, attr):
+        return _Anything()
+
+
 class _Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, name, path, target=None):
         top = name.split(".")[0]
@@ -50,7 +61,7 @@ class _Stubs(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         mod = types.ModuleType(spec.name)
         mod.__path__ = []
-        mod.__getattr__ = lambda attr: (lambda *a, **k: None)
+        mod.__getattr__ = lambda attr: _Anything()
         return mod
 
     def exec_module(self, module):
