@@ -18,6 +18,7 @@ The capture of the open traced runtime is the current run's (``seams.context``).
 from __future__ import annotations
 
 import contextlib
+import threading
 import itertools
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -61,6 +62,9 @@ class Capture:
         # > 0 inside a wrapped stream/event call (inner calls pass through) or while a
         # nested runtime is open (this capture is paused)
         self.depth = 0
+        # the thread the run is: the program under test. Another thread's stream and event
+        # calls (a background load's) are not the program's, and are not logged.
+        self.thread = threading.get_ident()
         self.token = next(_CAPTURE_TOKENS)  # tells this run's event state from a stale one
         self._slotted_events: Dict[int, Tuple[Any, int, Position]] = {}
         self.graph: Optional[GraphCapture] = None  # the CUDA graph capture under way
@@ -230,7 +234,9 @@ def handle_of(stream: Any) -> int:
 def active() -> Optional[Capture]:
     """The capture the API wrappers log into: the current run's, unless paused."""
     cap = current().cuda_capture
-    return cap if cap is not None and not cap.depth else None
+    if cap is None or cap.depth or cap.thread != threading.get_ident():
+        return None
+    return cap
 
 
 @contextlib.contextmanager

@@ -903,3 +903,19 @@ def test_gpu_out_of_range_token_is_a_sticky_device_error():
         model.forward(bad).cpu()
     with pytest.raises(Exception):  # sticky: the process cannot run CUDA work any more
         torch.ones(1, device="cuda").cpu()
+
+
+def test_another_threads_stream_and_event_calls_are_not_the_programs():
+    """A background load issues its own copies and events from a thread of its own: the
+    wrappers log only the run's thread (the dispatch mode is per thread already)."""
+    import threading
+    with cpu_capture() as (cap, fake):
+        mine = FakeEvent()
+        mine.record()
+        other = FakeEvent()
+        worker = threading.Thread(target=other.record)
+        worker.start()
+        worker.join()
+        assert other.recorded  # the call itself went through
+    events = [r for r in cap.trace.log if isinstance(r, EventRecord)]
+    assert len(events) == 1
