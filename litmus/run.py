@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 from harness.detect import detect
+from seams.vocab import Backend
 
 DEFAULT_SIM_POLICIES = ("eager", "lazy", "stall", "random(1)", "random(2)", "pct(1,3)",
                         "pct(2,3)")
@@ -104,11 +105,11 @@ def run_litmus(backend: str = "sim", policies: Optional[Sequence[str]] = None,
     """Run the litmus programs on ``backend`` ("sim" or "cuda"); see the module docstring."""
     progs = _select(programs)
     rows = []
-    if backend == "sim":
+    if backend == Backend.SIM:
         for p in progs:
             for pol in (policies or DEFAULT_SIM_POLICIES):
                 rows.append(run_one_sim(p, pol))
-    elif backend == "cuda":
+    elif backend == Backend.CUDA:
         for p in progs:
             for pol in (policies or CUDA_POLICIES):
                 if pol not in CUDA_POLICIES:

@@ -34,6 +34,12 @@ class Backend(Word):
     CUDA = "cuda"  # real CUDA streams
 
 
+class Platform(Word):
+    """The hardware the code under test reads itself as running on."""
+    CUDA = "cuda"
+    ROCM = "rocm"
+
+
 class Fence(Word):
     """The scheduler's WAR barrier before a forward."""
     FINE = "fine"      # wait on the read-done event the forward published

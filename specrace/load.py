@@ -19,6 +19,7 @@ from typing import Any, List
 
 from harness.report import bounded
 from seams.text import printable
+from seams.vocab import Backend
 
 MAX_BYTES = 20 * 1024 * 1024
 MAX_MSG = 300
@@ -256,7 +257,7 @@ def _check_names(result: Any, name: str) -> Any:
     if not target.supports(scen.name):
         raise ValueError(f"{name}: scenario {scen.name} does not run on the {target.name} "
                          f"target")
-    if result.backend != "sim":
+    if result.backend != Backend.SIM:
         return None
     from harness.policies import parse_policy
     try:

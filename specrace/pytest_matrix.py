@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
+from seams.vocab import Backend
 
 ROW_PROPERTY = "specrace_matrix_row"  # user_properties key carrying a cell's row
 
@@ -45,7 +46,7 @@ class MatrixItem(pytest.Item):
     def runtest(self) -> None:
         from matrix.run import run_cell, run_isolated
         from matrix.table import cell_failed
-        if self.backend == "cuda":  # a killed mutation may poison the process's CUDA context
+        if self.backend == Backend.CUDA:  # a killed mutation may poison the process's CUDA context
             row = run_isolated([self.cell], self.backend, self.target)[0]
         else:
             row = run_cell(self.cell, self.backend, self.target)

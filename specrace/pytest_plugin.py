@@ -29,6 +29,7 @@ import sys
 from typing import Any, List, Optional
 
 import pytest
+from seams.vocab import Backend
 
 BACKENDS = ("sim", "cuda", "auto")
 TARGETS = ("impl", "sglang")
@@ -263,7 +264,7 @@ def _skip_cuda_items(config: pytest.Config, items: List[pytest.Item]) -> None:
     if not cuda_items:
         return
     backend = config.getoption("--specrace-backend")
-    if backend == "sim":
+    if backend == Backend.SIM:
         reason = "cuda test: --specrace-backend sim was chosen"
     elif not _cuda_available():
         reason = "cuda test: no CUDA GPU is available on this machine"
@@ -345,7 +346,7 @@ def specrace_target(pytestconfig: pytest.Config) -> str:
 def specrace_runtime(specrace_backend: str):
     """An open runtime on the chosen backend (traced); a watchdog guards CUDA runs."""
     from harness.runtime import open_runtime
-    if specrace_backend == "cuda":
+    if specrace_backend == Backend.CUDA:
         from harness.runtime.cuda import watchdog
         limit = _watchdog_s()
         with watchdog(limit, "specrace_runtime test"), open_runtime(specrace_backend) as rt:

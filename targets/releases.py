@@ -15,6 +15,7 @@ import subprocess
 from typing import Any, Callable, Dict, List, Optional
 
 from harness.target import Environments
+from seams.vocab import Verdict
 
 CHILD_TIMEOUT_S = 1800  # a release's run that has not answered by then is a harness error
 # what every row of a finished child carries (a child's JSON without one is not a result)
@@ -88,7 +89,7 @@ def _outcome(res: Dict[str, Any]) -> str:
     take it for one."""
     first = res.get("first_divergence") or {}
     kind = first.get("kind")
-    if res["outcome"] == "race" and kind in ("crash", "deadlock") and not res.get("races"):
+    if res["outcome"] == Verdict.RACE and kind in ("crash", "deadlock") and not res.get("races"):
         return f"{kind} (reference)" if first.get("where") == "reference" else kind
     return res["outcome"]
 

@@ -33,6 +33,7 @@ from seams.paths import REPO_ROOT
 
 from harness.report.document import REPORT_FORMAT, Report, content_id
 from harness.report.reportset import ReportDirError, prepare_report_dir, write_set
+from seams.vocab import Backend
 
 FILES = {"json": "report.json", "markdown": "report.md", "trace": "trace.json",
          "timeline": "timeline.png"}
@@ -54,7 +55,7 @@ def report_name(identity: Dict[str, Any]) -> str:
             parts.append(str(version))
     parts += [identity["variant"], identity["war_barrier"], identity["backend"]]
     parts += [identity[k] for k in ("platform", "load") if k in identity]
-    if identity["backend"] == "sim":
+    if identity["backend"] == Backend.SIM:
         parts.append(str(identity["policy"]))
     parts += ["stallauto" if ms is None else f"stall{float(ms):g}ms",
               f"t{identity['trials']}", f"seed{identity['seed']}"]

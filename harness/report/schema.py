@@ -16,6 +16,9 @@ from harness.policies import MAX_POLICY_CHARS
 from harness.runtime.policy import MAX_SCHEDULE_CHARS
 from harness.runtime.limits import MAX_STALL_MS
 from harness.runtime.load import LOADS
+from seams.vocab import Platform, Verdict
+
+VERDICTS = [v.value for v in Verdict]
 
 _TEXT = {"type": "string", "maxLength": 1000}
 _OPT_TEXT = {"type": ["string", "null"], "maxLength": 1000}
@@ -150,12 +153,12 @@ REPORT_SCHEMA = {
         "first_trial": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_TRIALS},
         "trial_results": {"type": "array", "maxItems": MAX_TRIALS, "items": _TRIAL},
         "median_trial_ms": {"type": ["number", "null"]},
-        "expected_by_scenario": {"enum": ["clean", "race", None]},
+        "expected_by_scenario": {"enum": [*VERDICTS, None]},
         "target_info": _FREE,
         "stall_plan": {"type": "array", "maxItems": 100, "items": _STALL},
         "host_order": _HOST_ORDER,
         "load": {"type": "string", "enum": sorted(LOADS)},
-        "platform": {"type": "string", "enum": ["cuda", "rocm"]},
+        "platform": {"type": "string", "enum": [p.value for p in Platform]},
         "command": _OPT_TEXT,
         "environment": _FREE,
         "replay": {"type": "object", "properties": {"command": _OPT_TEXT}},
@@ -164,6 +167,6 @@ REPORT_SCHEMA = {
         "run_id": _OPT_TEXT,
         "schedules": _SCHEDULES,
         "trace_digest": _DIGEST,
-        "expect": {"enum": ["clean", "race", None]},  # null: none was stated
+        "expect": {"enum": [*VERDICTS, None]},  # null: none was stated
     },
 }

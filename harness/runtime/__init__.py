@@ -14,6 +14,7 @@ import torch
 from harness.runtime.load import NONE, Load
 from harness.runtime.policy import Policy
 from harness.runtime.trace import Trace
+from seams.vocab import Backend
 
 __all__ = ["Runtime", "open_runtime", "cuda_available", "resolve_backend", "BackendError",
            "DeadlockError"]
@@ -35,7 +36,7 @@ def cuda_available() -> bool:
 def resolve_backend(backend: str) -> str:
     if backend == "auto":
         return "cuda" if cuda_available() else "sim"
-    if backend == "cuda" and not cuda_available():
+    if backend == Backend.CUDA and not cuda_available():
         raise BackendError("--backend cuda: no CUDA device is available on this machine")
     if backend not in ("sim", "cuda"):
         raise BackendError(f"unknown backend {backend!r}; expected sim, cuda or auto")
@@ -76,7 +77,7 @@ def open_runtime(backend: str = "auto", policy: Optional[Policy] = None,
     """A runtime for the run; ``load``: background work beside it (``runtime.load``)."""
     backend = resolve_backend(backend)
     load = load or NONE
-    if backend == "sim":
+    if backend == Backend.SIM:
         from harness.runtime.sim.runtime import sim_runtime
         with sim_runtime(policy, load) as rt:
             yield rt

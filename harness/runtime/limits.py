@@ -16,6 +16,7 @@ import contextlib
 import math
 import os
 from typing import Optional, Tuple
+from seams.vocab import Backend
 
 MAX_STALL_MS = 2000.0
 DEFAULT_STALL_MS = 1.0  # a GPU stall of unspecified length: >= 0.5 ms saturates on an H200
@@ -99,7 +100,7 @@ def gpu_watchdog(backend: str, trials: int, stall_ms: Optional[float], what: str
     stderr, exit status ``watchdog.WATCHDOG_EXIT``) armed for
     ``watchdog_seconds(trials, stall_ms)``;
     elsewhere nothing (the simulator bounds its own work: iteration cap, deadlocks)."""
-    if backend != "cuda":
+    if backend != Backend.CUDA:
         return contextlib.nullcontext()
     from harness.runtime.watchdog import watchdog
     return watchdog(watchdog_seconds(trials, stall_ms), what)

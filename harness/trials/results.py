@@ -18,6 +18,7 @@ from harness.detect import Race
 from harness.oracle.divergence import Divergence, DivergenceKind
 from seams.faults.plan import StallAt
 from harness.runtime.policy import Schedule, decode_schedules
+from seams.vocab import Backend, Platform, Verdict
 
 @dataclass(frozen=True)
 class TrialSummary:
@@ -49,7 +50,7 @@ def load_identity(load: str) -> Dict[str, Any]:
 
 def platform_identity(platform: str) -> Dict[str, Any]:
     """A run's platform as part of its identity: absent on CUDA, the default."""
-    return {} if platform == "cuda" else {"platform": platform}
+    return {} if platform == Platform.CUDA else {"platform": platform}
 
 
 def code_identity(target_info: Dict[str, Any]) -> Dict[str, Any]:
@@ -94,7 +95,7 @@ class ReproResult:
 
     @property
     def outcome(self) -> str:
-        return "race" if self.reproduced else "clean"
+        return Verdict.RACE if self.reproduced else Verdict.CLEAN
 
     @property
     def reference_crashed(self) -> bool:
@@ -110,7 +111,7 @@ class ReproResult:
         expected is not met by a reference run that crashed (``reference_crashed``)."""
         if self.expect is None:
             return None
-        if self.expect == "race" and self.reference_crashed:
+        if self.expect == Verdict.RACE and self.reference_crashed:
             return False
         return self.outcome == self.expect
 
@@ -164,13 +165,13 @@ class ReproResult:
             parts += ["--target", self.target]
         parts += ["--variant", self.variant, "--war-barrier", self.war_barrier,
                   "--backend", backend or self.backend]
-        if self.backend == "sim":  # a CUDA run's schedule was the GPU's
+        if self.backend == Backend.SIM:  # a CUDA run's schedule was the GPU's
             parts += ["--policy", self.policy]
         if self.stall_ms is not None:
             parts += ["--stall-ms", str(self.stall_ms)]
         if self.load != "none":
             parts += ["--load", self.load]
-        if self.platform != "cuda":
+        if self.platform != Platform.CUDA:
             parts += ["--platform", self.platform]
         parts += ["--trials", str(self.trials), "--seed", str(self.seed)]
         if self.expect is not None:

@@ -27,6 +27,7 @@ from harness.target import Target
 
 from harness.trials.drive import drive, grammar_backend
 from harness.trials.reference import ReferenceCrash, quiesce, reference
+from seams.vocab import Backend
 
 
 @dataclass
@@ -62,7 +63,7 @@ def run_trial(backend: str, policy: Optional[SchedulePolicy], workload: Workload
         return TrialResult(oracle.first, [], 0.0, 0)
     oracle = StaleValueOracle(ref, stop_early=stop_early)
     plan = FaultPlan(stalls=list(stalls), answers=dict(answers or {}), observer=oracle)
-    pol = policy if backend == "sim" else None
+    pol = policy if backend == Backend.SIM else None
     t0 = time.perf_counter()
     outputs: Dict[int, List[int]] = {}
     stats: Dict[str, int] = {}
@@ -80,6 +81,6 @@ def run_trial(backend: str, policy: Optional[SchedulePolicy], workload: Workload
         wall = (time.perf_counter() - t0) * 1000.0
         races = detect(rt.trace) if detect_races and rt.trace is not None else []
         trace = rt.trace if keep_trace else None
-        schedule = rt.trace.schedule if rt.backend == "sim" else None
+        schedule = rt.trace.schedule if rt.backend == Backend.SIM else None
     return TrialResult(oracle.first, races, wall, oracle.checked, trace, outputs,
                        stats.get("iterations", 0), schedule)

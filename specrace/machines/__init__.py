@@ -39,6 +39,7 @@ from harness.oracle.outputs import judge_outputs
 from harness.oracle.stale import Reference, StaleValueOracle
 from harness.oracle.workload import RequestSpec, Workload
 from scenarios.grammar import SCHEMAS
+from seams.vocab import Backend
 
 # Settings for running these machines as tests: one bug reported (the shrunk one), not a
 # group; no deadline (an example is an engine run plus its reference runs); no explain
@@ -98,7 +99,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.target_name = self.target or os.environ.get("SPECRACE_TARGET", "impl")
         self.tgt = targets.get(self.target_name)
         self.backend = resolve_backend(os.environ.get("SPECRACE_BACKEND", "sim"))
-        pol = parse_policy(policy) if self.backend == "sim" else None
+        pol = parse_policy(policy) if self.backend == Backend.SIM else None
         self.rt = self.stack.enter_context(open_runtime(self.backend, pol))
         self.args = ServerArgs(draft_token_num=draft, relay=self.relay,
                                war_barrier=self.war_barrier, req_pool_size=pool,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from typing import Iterator, Optional
+from seams.vocab import Platform
 
 PLUGIN_NAME = "specrace_sim"
 QUALNAME = "targets.sglang.boundary.platform.SimSRTPlatform"
@@ -127,7 +128,7 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-PLATFORMS = ("cuda", "rocm")
+PLATFORMS = tuple(p.value for p in Platform)
 
 
 @contextlib.contextmanager
@@ -140,7 +141,7 @@ def as_platform(platform: str) -> Iterator[None]:
     without its CUDA-only private D2H stream. What only runs on that hardware and the
     driven paths reach is the simulator's, as on CUDA: there are no HIP kernels on the
     paths the target drives. Restored after the run."""
-    if platform == "cuda":
+    if platform == Platform.CUDA:
         yield
         return
     if platform not in PLATFORMS:
