@@ -9,13 +9,7 @@ import pytest
 import torch
 
 from seams.paths import REPO_ROOT as ROOT
-
-
-def specrace(*args):
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.run([sys.executable, "-m", "specrace.cli", *args], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=300)
+from specrace_process import specrace
 
 
 BAD = [

@@ -15,29 +15,8 @@ import textwrap
 import pytest
 
 from seams.paths import REPO_ROOT as ROOT
+from specrace_process import cli_env as _env, specrace
 MAX_SEED_POLICY = "pct(9223372036854775807,3)"
-
-
-def _env(**extra):
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
-    for k in ("SPECRACE_CYCLES_PER_MS", "SPECRACE_WATCHDOG_S"):
-        env.pop(k, None)
-    env.update(extra)
-    return env
-
-
-def specrace(*args, patch: str = "", **env):
-    """``python -m specrace.cli ARGS``; with ``patch``, that code runs first, then main()."""
-    if patch:
-        code = (textwrap.dedent(patch) + "\nimport sys\nfrom specrace.cli import main\n"
-                f"sys.argv = ['specrace'] + {list(args)!r}\n"
-                "raise SystemExit(main(sys.argv[1:]))\n")
-        cmd = [sys.executable, "-c", code]
-    else:
-        cmd = [sys.executable, "-m", "specrace.cli", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=_env(**env), cwd=ROOT,
-                          timeout=300)
 
 
 def _no_traceback(proc):
