@@ -1,14 +1,10 @@
 """Bad input to ``specrace``: exit code 2 and exactly one line on stderr, never a traceback.
 And the happy path's exit codes: 0 when the outcome matches --expect, 1 when not."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from seams.paths import REPO_ROOT as ROOT
 from specrace_process import specrace
 
 
