@@ -9,12 +9,10 @@ import os
 import shlex
 import shutil
 import subprocess
-import textwrap
 
 import pytest
 
-from seams.paths import REPO_ROOT as ROOT
-from specrace_process import cli_env as _env, specrace
+from specrace_process import specrace
 MAX_SEED_POLICY = "pct(9223372036854775807,3)"
 
 
