@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import targets
 from harness.trials.drive import server_args
@@ -245,14 +245,11 @@ def _cell_row(kind: str, name: str, by: dict, status: str, detail: str,
                 **({"caught_by": oracle} if status == "killed" else {}))
 
 
-def _in_children(cells: List[Tuple[str, str]], backend: str, target: str,
-                 batch: bool) -> List[dict]:
-    """Run cells in child processes: all in one (``batch``) or one each. A child stops
-    when a cell leaves the GPU with a sticky error (a killed mutation's device-side assert
-    makes even freeing memory abort the process); a child that dies in a cell has been
-    killed by the crash oracle -- confirmed alone in a fresh child when other cells ran
-    before it in the dying one -- one past its watchdog is a ``timeout`` row; the
-    remaining cells go on in a fresh child."""
+def run_isolated(cells: List[Cell], backend: str, target: str = "impl",
+                 batch: bool = True) -> List[dict]:
+    """The cells' rows from child processes: all in one (``batch``) or one each. A child
+    stops when a cell leaves the GPU with a sticky error (a killed mutation's device-side
+    assert makes even freeing memory abort the process); the rest go on in a fresh one."""
     from harness.runtime.cuda import WATCHDOG_EXIT
     by = by_name(target)
     rows: Dict[Tuple[str, str], dict] = {}
@@ -269,43 +266,52 @@ def _in_children(cells: List[Tuple[str, str]], backend: str, target: str,
             rc = None
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             err = ""
-        for line in out.splitlines():
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(msg, dict) and "cell" in msg:
-                kind, name = msg["cell"]
-                if "error" in msg:
-                    rows[(kind, name)] = _cell_row(kind, name, by, "harness-error",
-                                                   f"harness error: {msg['error']}",
-                                                   "harness-error")
-                else:
-                    rows[(kind, name)] = msg["row"]
+        rows.update(_reported_rows(out, by))
         done_here = sum(1 for c in group if c in rows)
         todo = [c for c in todo if c not in rows]
         if not todo or rc in (0, POISONED):
             continue
-        kind, name = todo.pop(0)  # the cell the child was in when it stopped
+        cell = todo.pop(0)  # the cell the child was in when it stopped
         if done_here and rc is not None and rc != WATCHDOG_EXIT:
             # the child died after other cells ran in it: an earlier cell's device error
             # can surface late (a destructor at a garbage collection aborts the process)
             # -- the death is this cell's only if it dies alone in a fresh process too
-            rows[(kind, name)] = _in_children([(kind, name)], backend, target, batch=False)[0]
+            rows[cell] = run_isolated([cell], backend, target, batch=False)[0]
             continue
-        seconds = round(time.perf_counter() - t0, 3)
-        if rc is None or rc == WATCHDOG_EXIT:
-            cell_limit = watchdog_seconds(cell_trials(kind, name, target))
-            rows[(kind, name)] = _cell_row(
-                kind, name, by, "timeout", "timed out: ran past its watchdog"
-                + (f" ({cell_limit:g} s)" if cell_limit else ""), "timeout", seconds)
-        else:
-            last = next((ln for ln in err.splitlines()[::-1] if "rror" in ln),
-                        (err.strip().splitlines() or ["?"])[-1])
-            rows[(kind, name)] = _cell_row(kind, name, by, "killed",
-                                           f"process died (rc {rc}): {last.strip()[:200]}",
-                                           "crash", seconds)
+        rows[cell] = _stopped_row(cell, by, target, rc, err, round(time.perf_counter() - t0, 3))
     return [rows[c] for c in cells]
+
+
+def _reported_rows(out: str, by: dict) -> Iterator[Tuple[Tuple[str, str], dict]]:
+    """The (cell, row) a child printed for each cell it finished, one JSON line each."""
+    for line in out.splitlines():
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(msg, dict) and "cell" in msg:
+            kind, name = msg["cell"]
+            if "error" in msg:
+                yield (kind, name), _cell_row(kind, name, by, "harness-error",
+                                              f"harness error: {msg['error']}", "harness-error")
+            else:
+                yield (kind, name), msg["row"]
+
+
+def _stopped_row(cell: Tuple[str, str], by: dict, target: str, rc: Optional[int], err: str,
+                 seconds: float) -> dict:
+    """The row of a cell its child stopped in: one past its watchdog is a ``timeout``, one
+    whose child died in it has been killed by the crash oracle."""
+    from harness.runtime.cuda import WATCHDOG_EXIT
+    kind, name = cell
+    if rc is None or rc == WATCHDOG_EXIT:
+        cell_limit = watchdog_seconds(cell_trials(kind, name, target))
+        return _cell_row(kind, name, by, "timeout", "timed out: ran past its watchdog"
+                         + (f" ({cell_limit:g} s)" if cell_limit else ""), "timeout", seconds)
+    last = next((ln for ln in err.splitlines()[::-1] if "rror" in ln),
+                (err.strip().splitlines() or ["?"])[-1])
+    return _cell_row(kind, name, by, "killed", f"process died (rc {rc}): {last.strip()[:200]}",
+                     "crash", seconds)
 
 
 def matrix_cells(target: str = "impl", mutations: Optional[List[Mutation]] = None
@@ -329,19 +335,12 @@ def run_cell(cell: Cell, backend: str, target: str = "impl",
     return mutation_row(own[name], backend, target)
 
 
-def run_isolated(cells: List[Cell], backend: str, target: str = "impl",
-                 batch: bool = True) -> List[dict]:
-    """The cells' rows from child processes (``_in_children``): all in one (``batch``)
-    or one each."""
-    return _in_children(cells, backend, target, batch=batch)
-
-
 def run_matrix(backend: str = "sim", progress: Optional[Callable[..., None]] = None,
                mutations: Optional[List[Mutation]] = None,
                isolate: Optional[bool] = None, target: str = "impl") -> dict:
     """On the simulator every cell runs in this process. On CUDA they run in one child
     process (every trial traced), continued in a fresh one only after a cell left the GPU
-    unusable (``_in_children``). ``isolate=True``: a process per cell."""
+    unusable (``run_isolated``). ``isolate=True``: a process per cell."""
     cells = matrix_cells(target, mutations)
     t_start = time.perf_counter()
     results: List[dict] = []

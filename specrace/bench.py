@@ -56,10 +56,21 @@ def _op_mix(device, n_iter: int, wrap: Callable[[torch.Tensor], torch.Tensor] = 
 
 
 def bench_runtime(n_iter: int = 100) -> Dict[str, float]:
+    """The runtime figures (the module's docstring), ``n_iter`` iterations a run."""
+    runs = _runtime_runs(n_iter)
+    runs["plain_cpu"]()  # warm-up
+    # nine rounds, not five: the box this runs on is shared, and more, shorter samples
+    # more often hold a quiet moment for each figure
+    samples = interleaved(runs, rounds=9)
+    return _runtime_figures(runs, samples)
+
+
+def _runtime_runs(n_iter: int) -> Dict[str, Callable[[], float]]:
+    """The timed runs of the op mix, in the order the rounds interleave them: plain CPU,
+    the simulator under each policy, the detector, the two floors (each µs per op)."""
     from harness.detect import detect
     from harness.policies import Eager, parse_policy
     from harness.runtime.sim.runtime import sim_runtime
-    out: Dict[str, float] = {}
 
     def plain() -> float:
         t = time.perf_counter()
@@ -100,10 +111,12 @@ def bench_runtime(n_iter: int = 100) -> Dict[str, float]:
         return (time.perf_counter() - t) / n * 1e6
     runs["floor_dispatch_mode"] = lambda: floor(True)
     runs["floor_bare_wrapper"] = lambda: floor(False)
-    plain()  # warm-up
-    # nine rounds, not five: the box this runs on is shared, and more, shorter samples
-    # more often hold a quiet moment for each figure
-    samples = interleaved(runs, rounds=9)
+    return runs
+
+
+def _runtime_figures(runs: Dict[str, Callable[[], float]], samples) -> Dict[str, float]:
+    """The runtime figures from the interleaved samples: each run's best, and its ratios."""
+    out: Dict[str, float] = {}
     out.update({f"{k}_us_per_op": v for k, v in best_of(samples).items()})
     for k in runs:
         if k != "plain_cpu":

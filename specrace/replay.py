@@ -135,16 +135,33 @@ def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
     from_ = replay_source(loaded, from_)
     check_bounds(loaded, max_trials)
     from harness.trials.repro import run_repro
+
+    old = loaded.result
+    run = _rerun(loaded, from_)
+    new = run_repro(run, _budgeted(progress, run.trials, budget_s))
+    original, replayed = verdict_of(old), verdict_of(new)
+    same, summary = compare(original, replayed)
+    same, summary = _with_notes(loaded, from_, new, same, summary)
+    code_changed, summary = _source_change(loaded, same, summary)
+    if not same:
+        summary = _version_change(old, new, summary)
+    return {"same": same, "summary": summary, "original": original, "replayed": replayed,
+            "backend": old.backend, "code_changed": code_changed, "from": from_}
+
+
+def _rerun(loaded: LoadedReport, from_: str) -> Any:
+    """The report's run resolved again, its inputs as recorded (``ValueError``, one line,
+    for a CUDA report on a machine without a GPU)."""
     from harness.runtime import cuda_available
     from scenarios.resolve import RunRequest, resolve
 
-    report, old = loaded.report, loaded.result
+    old = loaded.result
     if old.backend == "cuda" and not cuda_available():
         raise ValueError(f"report was recorded on cuda; this machine has no GPU (use "
                          f"--backend sim to reproduce on the simulator: "
                          f"{one_line(old.repro_command(backend='sim'), 200)})")
     sim = old.backend == "sim"
-    run = resolve(RunRequest(
+    return resolve(RunRequest(
         scenario=old.scenario, variant=old.variant, war_barrier=old.war_barrier,
         backend=old.backend,
         policy=(loaded.schedules if from_ == "schedule" else loaded.policy) if sim else None,
@@ -153,18 +170,29 @@ def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
         stall_plan=list(old.stall_plan) if "stall_plan" in loaded.keys else None,
         host_order=dict(old.host_order) if "host_order" in loaded.keys else None,
         load=old.load, platform=old.platform))
-    new = run_repro(run, _budgeted(progress, run.trials, budget_s))
-    original, replayed = verdict_of(old), verdict_of(new)
-    same, summary = compare(original, replayed)
+
+
+def _notes(loaded: LoadedReport, from_: str, new: Any) -> List[str]:
+    """What the re-run did other than the report beside the verdict: it left the recorded
+    schedule, or its shown trial's trace differs."""
     notes = []
     if from_ == "schedule":
         left = _left_schedule(loaded.schedules.per_trial, new.schedules)
         if left:
             notes.append(left)
+    report = loaded.report
     if report.trace_digest and new.trace is not None:
         from harness.report.chrome import trace_digest
         if trace_digest(new.trace, new.trace_races) != report.trace_digest:
             notes.append("DIFFERENT trace: the shown trial's trace differs from the report's")
+    return notes
+
+
+def _with_notes(loaded: LoadedReport, from_: str, new: Any, same: bool,
+                summary: str) -> Tuple[bool, str]:
+    """The verdict and its summary with the notes (any makes it different), the number of
+    recorded choices replayed, and an edited report told."""
+    notes = _notes(loaded, from_, new)
     if same and from_ == "schedule":
         n = sum(len(c) for c in loaded.schedules.per_trial if c is not None)
         summary += f", from the recorded schedules ({n} choices)"
@@ -176,7 +204,14 @@ def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
         same = False
         summary = one_line(summary.replace("identical verdict", "same figures", 1)
                            + "; EDITED report: its content does not match its run id", 400)
-    recorded = report.environment.get("source_digest")
+    return same, summary
+
+
+def _source_change(loaded: LoadedReport, same: bool,
+                   summary: str) -> Tuple[Optional[bool], str]:
+    """For a different verdict of a report that recorded its source digest: whether the
+    source changed since (None: not asked), told in the summary when it did."""
+    recorded = loaded.report.environment.get("source_digest")
     code_changed = None
     if not same and isinstance(recorded, str):
         from harness.report import source_digest
@@ -184,15 +219,19 @@ def replay_report(source: Any, progress: Optional[Callable[..., None]] = None,
         if code_changed:
             summary = one_line(summary + " (the source changed since the report was written)",
                                400)
+    return code_changed, summary
+
+
+def _version_change(old: Any, new: Any, summary: str) -> str:
+    """The summary of a different verdict, with the target's release where it moved."""
     key = f"{old.target}_version"
     was = old.target_info.get(key)
-    if not same and was:
+    if was:
         now = new.target_info.get(key)
         if now != was:
             summary = one_line(f"{summary} ({one_line(old.target, 20)} {one_line(was, 40)} "
                                f"-> {one_line(now, 40)})")
-    return {"same": same, "summary": summary, "original": original, "replayed": replayed,
-            "backend": old.backend, "code_changed": code_changed, "from": from_}
+    return summary
 
 
 def release_python(loaded: LoadedReport) -> Optional[str]:

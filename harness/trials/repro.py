@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import statistics
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from harness.detect import Race
 from harness.target import DoesNotFit
@@ -22,7 +22,7 @@ from seams.vocab import Backend
 
 from harness.trials.drive import server_args
 from harness.trials.results import ReproResult, TrialSummary
-from harness.trials.trial import run_trial
+from harness.trials.trial import TrialResult, run_trial
 
 # Distinct race sites one run records (a site is a pair of code locations: real runs have
 # tens; sites past it are not recorded, so a report stays within its schema).
@@ -35,67 +35,95 @@ def run_repro(run: Run, progress: Optional[Callable[[int], None]] = None) -> Rep
     if not isinstance(run, Run):
         raise TypeError(f"run_repro takes a resolved Run (scenarios.resolve), "
                         f"not {type(run).__name__}")
-    scenario, target, variant = run.scenario, run.target, run.variant
-    sim = run.backend == Backend.SIM
-    mutation = variant.patch(target)
-    per_trial: List[TrialSummary] = []
-    races: Dict[tuple, Race] = {}
-    first_div = None
-    first_trial = None
-    shown = None  # the TrialResult the report shows (its trace, its races)
-    schedules: List[Optional[Schedule]] = []
-    times: List[float] = []
+    mutation = run.variant.patch(run.target)
+    tally = _Tally()
     for i in range(run.trials):
-        workload = scenario.workload(run.seed + i)
-        args = server_args(workload, {**variant.args, "war_barrier": str(run.war_barrier),
-                                      "platform": run.platform})
         # Keep traces until a failing trial is found: its timeline is the one to show
         # (a clean run shows trial 0).
-        want_trace = first_trial is None
-        detect_now = run.detect  # every trial traced, on CUDA too
-        trial_pol = run.policy.offset(i) if sim else None
-        with target.watching() if i == 0 else contextlib.nullcontext():
-            res = run_trial(str(run.backend), trial_pol, workload, args, list(run.stalls),
-                            target=target, detect_races=detect_now,
-                            keep_trace=want_trace and detect_now, mutation=mutation,
-                            answers=dict(run.host_order), load=run.load)
-        if res.divergence is not None and res.divergence.where == "reference":
-            raise DoesNotFit(
-                f"{target.label()} does not fit the {target.name} target: "
-                f"{res.divergence.message} (no verdict: the code ran without any overlap)",
-                problems=["run with SPECRACE_TRACEBACK=1 to see where it raised"])
-        times.append(res.wall_ms)
-        for r in res.races:
-            old = races.get(r.key())
-            if old is None and len(races) < MAX_RACE_SITES:
-                races[r.key()] = dataclasses.replace(r)
+        res = _run_one(run, i, mutation, want_trace=tally.first_trial is None)
+        tally.add(i, run.seed + i, res, run.detect)
+        if progress is not None:
+            progress(i + 1)
+    return _result(run, tally)
+
+
+def _run_one(run: Run, i: int, mutation, want_trace: bool) -> TrialResult:
+    """Trial ``i`` of ``run`` (``DoesNotFit`` when the target's code failed its reference
+    run: no overlap at all, so no verdict)."""
+    target = run.target
+    workload = run.scenario.workload(run.seed + i)
+    args = server_args(workload, {**run.variant.args, "war_barrier": str(run.war_barrier),
+                                  "platform": run.platform})
+    detect_now = run.detect  # every trial traced, on CUDA too
+    trial_pol = run.policy.offset(i) if run.backend == Backend.SIM else None
+    with target.watching() if i == 0 else contextlib.nullcontext():
+        res = run_trial(str(run.backend), trial_pol, workload, args, list(run.stalls),
+                        target=target, detect_races=detect_now,
+                        keep_trace=want_trace and detect_now, mutation=mutation,
+                        answers=dict(run.host_order), load=run.load)
+    if res.divergence is not None and res.divergence.where == "reference":
+        raise DoesNotFit(
+            f"{target.label()} does not fit the {target.name} target: "
+            f"{res.divergence.message} (no verdict: the code ran without any overlap)",
+            problems=["run with SPECRACE_TRACEBACK=1 to see where it raised"])
+    return res
+
+
+@dataclasses.dataclass
+class _Tally:
+    """The trials' results so far, aggregated as each one ends."""
+    per_trial: List[TrialSummary] = dataclasses.field(default_factory=list)
+    races: Dict[tuple, Race] = dataclasses.field(default_factory=dict)
+    first_div: Any = None
+    first_trial: Optional[int] = None
+    shown: Any = None  # the TrialResult the report shows (its trace, its races)
+    schedules: List[Optional[Schedule]] = dataclasses.field(default_factory=list)
+    times: List[float] = dataclasses.field(default_factory=list)
+
+    def add(self, i: int, seed: int, res: TrialResult, detected: bool) -> None:
+        """Trial ``i`` (workload seed ``seed``; ``detected``: traced for races) ends."""
+        self.times.append(res.wall_ms)
+        self._add_races(res.races)
+        if res.reproduced and self.first_trial is None:
+            self.first_trial, self.first_div = i, res.divergence
+            self.shown = res
+        elif i == 0:
+            self.shown = res
+        # none when the trial never ran (its reference run crashed)
+        self.schedules.append(res.schedule)
+        self.per_trial.append(TrialSummary(i, seed, res.reproduced,
+                                           res.divergence.kind if res.divergence else None,
+                                           len(res.races), detected, round(res.wall_ms, 3),
+                                           res.checked))
+
+    def _add_races(self, races: List[Race]) -> None:
+        """Count each race into its site; a new site past ``MAX_RACE_SITES`` is dropped."""
+        for r in races:
+            old = self.races.get(r.key())
+            if old is None and len(self.races) < MAX_RACE_SITES:
+                self.races[r.key()] = dataclasses.replace(r)
             elif old is None:
                 continue
             else:
                 old.count += r.count
-        if res.reproduced and first_trial is None:
-            first_trial, first_div = i, res.divergence
-            shown = res
-        elif i == 0:
-            shown = res
-        # none when the trial never ran (its reference run crashed)
-        schedules.append(res.schedule)
-        per_trial.append(TrialSummary(i, run.seed + i, res.reproduced,
-                                      res.divergence.kind if res.divergence else None,
-                                      len(res.races), detect_now, round(res.wall_ms, 3),
-                                      res.checked))
-        if progress is not None:
-            progress(i + 1)
+
+
+def _result(run: Run, tally: _Tally) -> ReproResult:
+    """The run's verdict from its trials' tally."""
+    scenario, target, variant = run.scenario, run.target, run.variant
+    sim = run.backend == Backend.SIM
+    per_trial, times, shown = tally.per_trial, tally.times, tally.shown
     return ReproResult(
         scenario=scenario.name, target=target.name, target_info=target.describe(),
         variant=variant.name, war_barrier=str(run.war_barrier), backend=str(run.backend),
         policy=str(run.policy) if sim else "hardware", stall_ms=run.stall_ms,
         stall_plan=list(run.stalls), host_order=dict(run.host_order), seed=run.seed,
         trials=run.trials, reproduced=sum(t.reproduced for t in per_trial),
-        first_trial=first_trial,
+        first_trial=tally.first_trial,
         median_trial_ms=round(statistics.median(times), 3) if times else None,
         expect=None if run.expect is None else str(run.expect),
         expected_by_scenario=scenario.expected(variant.name, str(run.war_barrier)),
-        first_divergence=first_div, races=list(races.values()), trial_results=per_trial,
-        load=run.load.name, platform=run.platform,
-        schedules=schedules if sim else None, trace=shown.trace, trace_races=shown.races)
+        first_divergence=tally.first_div, races=list(tally.races.values()),
+        trial_results=per_trial, load=run.load.name, platform=run.platform,
+        schedules=tally.schedules if sim else None, trace=shown.trace,
+        trace_races=shown.races)

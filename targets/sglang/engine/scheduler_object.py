@@ -65,18 +65,43 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     dev = torch.device(device)
     mod = torch.get_device_module(dev)
     model = model or ToyTargetModel(dev)
-    # streams, as Scheduler.init_overlap makes them
-    s.device = str(dev)
-    s.device_module = mod
-    s.schedule_stream, s.forward_stream, s.copy_stream = mod.Stream(), mod.Stream(), mod.Stream()
-    s.forward_stream_ctx = mod.stream(s.forward_stream)
-    s.copy_stream_ctx = mod.stream(s.copy_stream)
+    _set_streams(s, dev, mod)
     # the memory pools (upstream's where the release has them) and the relay: a real
     # FutureMap over the request pool
     pools = build_pools(args, dev)
     s.req_to_token_pool = pools.req_to_token_pool
     s.token_to_kv_pool_allocator = pools.allocator
     attention = ToyPagedAttention(pools.req_to_token_pool, pools.kv)
+    _set_spec_worker(s, args, dev, model, pools, attention)
+    _set_read_done_fence(s, args)
+    # the model's config as the loop and the result processor read it: not a reasoning
+    # model (no think-start / think-end tokens to count)
+    s.model_config = types.SimpleNamespace(is_encoder_decoder=False,
+                                           vocab_size=model.vocab_size, think_end_ids=None,
+                                           self_opened_think_start_ids=None)
+    s._war_barrier_enabled = _war_barrier_on(args, dev)
+    _set_modes(s)
+    _set_loop_state(s)
+    _set_observability(s)
+    for name in NOT_MODELLED:  # read only on paths the target does not take: loud if so
+        setattr(s, name, NotModelled(name))
+    s.beam_coordinator = _idle_beam_coordinator(s)
+    _set_result_processor(s, args, pools)
+    return s, pools
+
+
+def _set_streams(s, dev, mod) -> None:
+    """The device and the three streams, as ``Scheduler.init_overlap`` makes them."""
+    s.device = str(dev)
+    s.device_module = mod
+    s.schedule_stream, s.forward_stream, s.copy_stream = mod.Stream(), mod.Stream(), mod.Stream()
+    s.forward_stream_ctx = mod.stream(s.forward_stream)
+    s.copy_stream_ctx = mod.stream(s.copy_stream)
+
+
+def _set_spec_worker(s, args, dev, model, pools, attention) -> None:
+    """The speculative algorithm the run names, its ``FutureMap`` (the relay) and its
+    worker: DSpark's or EAGLE v2's slice, else NGRAM with the toy worker."""
     s._confidence_budget_prepare = None
     if args.spec_algorithm == "dspark":
         from targets.sglang.slices import dspark
@@ -104,6 +129,10 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
                                        args.cuda_graph_max_bs, forward=model.forward_with_hidden)
         s.model_worker = ToyNgramWorker(model, dev, args.draft_token_num, args.overlap,
                                         args.spec_algorithm == "eagle", graphs, attention)
+
+
+def _set_read_done_fence(s, args) -> None:
+    """Whether the worker's forward publishes read-done (``--war-barrier fine``)."""
     # the fine fence engages only where the forward publishes read-done; the coarse one
     # is upstream's own fallback for a forward that does not (and its switch, where the
     # release has it: targets.sglang.boundary.patches)
@@ -115,17 +144,19 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
         # the graph runner's reach: batches up to its size replay (and publish) when
         # graphs are on; an extend, a larger batch, or graphs off run eagerly
         s.model_worker.graph_max_bs = args.cuda_graph_max_bs if args.cuda_graph else 0
-    # the model's config as the loop and the result processor read it: not a reasoning
-    # model (no think-start / think-end tokens to count)
-    s.model_config = types.SimpleNamespace(is_encoder_decoder=False,
-                                           vocab_size=model.vocab_size, think_end_ids=None,
-                                           self_opened_think_start_ids=None)
+
+
+def _war_barrier_on(args, dev) -> bool:
+    """Whether the loop runs the WAR barrier."""
     # upstream's own decision (Scheduler.run_event_loop): the barrier is on under CUDA, or
     # where SGLANG_ENABLE_WAR_BARRIER says so -- the simulator stands for a CUDA device,
     # unless the run reads upstream as on ROCm (--platform rocm: is_cuda() is False there)
-    s._war_barrier_enabled = upstream.scheduler.is_cuda() or \
+    return upstream.scheduler.is_cuda() or \
         (dev.type != "cpu" and args.platform == "cuda") or \
         upstream.envs.SGLANG_ENABLE_WAR_BARRIER.get()
+
+
+def _set_modes(s) -> None:
     # modes, as a single-rank generation server with overlap and no extras runs
     s.enable_overlap = True
     s.is_generation = True
@@ -137,6 +168,10 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s.attn_dp_enabled = False
     s.require_mlp_sync = False
     s.disaggregation_mode = upstream.DisaggregationMode.NULL
+
+
+def _set_loop_state(s) -> None:
+    """The loop's state as before its first iteration: no batch, no pause, no exit."""
     s.chunked_req = None
     s.gracefully_exit = False
     s._engine_paused = False
@@ -144,6 +179,9 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s.last_batch = None
     s.cur_batch_for_debug = None
     s.result_queue = collections.deque()  # the loop makes its own at entry
+
+
+def _set_observability(s) -> None:
     # observability and counters
     s.scheduler_stage_metrics = None
     s.scripted_scheduler_hook = None
@@ -158,9 +196,11 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     s.enable_dp_attention = False
     s.cur_batch = None
     s.server_args = _ServerArgsView()
-    for name in NOT_MODELLED:
-        setattr(s, name, NotModelled(name))
-    s.beam_coordinator = _idle_beam_coordinator(s)
+
+
+def _set_result_processor(s, args, pools) -> None:
+    """The batch result processor, where the run has one: upstream's, or EAGLE's grammar
+    advance (otherwise it stays ``NotModelled``)."""
     if pools.lifecycle == "upstream" and result_processor.fits():
         # upstream's own result processing (and the EAGLE grammar barrier's advance)
         s.batch_result_processor = result_processor.build(s, pools.manager.tree_cache,
@@ -168,7 +208,6 @@ def build_scheduler(args, device, model: Optional[ToyTargetModel] = None):
     elif args.spec_algorithm == "eagle-v2":  # EAGLE's grammar barrier advances through it
         from targets.sglang.slices.eagle import GrammarAdvance
         s.batch_result_processor = GrammarAdvance()
-    return s, pools
 
 
 def _idle_beam_coordinator(s):
