@@ -6,9 +6,12 @@ every pinned host allocation here, and report host accesses to it:
 
 * ops that go through aten dispatch are reported by the backend's dispatch mode, which
   asks ``lookup`` whether a CPU tensor lives in pinned memory;
-* ``tolist()`` / ``numpy()`` read memory without dispatching, so pinned tensors are made
+* ``tolist()`` reads memory without dispatching, so pinned tensors are made
   ``PinnedHostTensor`` -- a plain CPU tensor whose ``__torch_function__`` reports those
-  reads and keeps views of pinned memory pinned.
+  reads and keeps views of pinned memory pinned;
+* ``numpy()`` gives a ``PinnedArray`` (``pinned_numpy``): the same memory, whose every
+  later read and write through numpy is reported -- servers take that view once and use
+  it every step.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Any, Iterator, Optional, Tuple
 import torch
 
 from seams.context import current
-from harness.runtime import native
+from harness.runtime import native, pinned_numpy
 from harness.runtime.trace import Frame, tensor_range, user_frame
 from seams.vocab import shaped_name
 
@@ -115,7 +118,7 @@ def clear() -> None:
     current().pinned.clear()
 
 
-_HOST_READS = {torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__}
+_HOST_READS = {torch.Tensor.tolist, torch.Tensor.__array__}
 
 
 class PinnedHostTensor(torch.Tensor):
@@ -128,7 +131,20 @@ class PinnedHostTensor(torch.Tensor):
             note_host(args[0], False, user_frame(2))
         with torch._C.DisableTorchFunctionSubclass():
             res = func(*args, **kwargs)
+        if func is torch.Tensor.numpy:
+            return _numpy_view(args[0], res)
         return _keep_pinned(res)
+
+
+def _numpy_view(t: torch.Tensor, array: Any) -> Any:
+    """``t.numpy()`` as a ``PinnedArray`` when ``t`` is watched (reads and writes through
+    it reported from now on), else as numpy made it."""
+    with _METADATA_ONLY():
+        base = t.untyped_storage().data_ptr()
+    hit = current().pinned.get(base)
+    if hit is None:
+        return array
+    return pinned_numpy.view_of(array, (hit[0], hit[1], base))
 
 
 def _keep_pinned(res: Any) -> Any:

@@ -285,7 +285,9 @@ class Trace:
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(__import__("torch").__file__))
 _RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
-_SKIP_PREFIXES = (_TORCH_DIR, _RUNTIME_DIR, os.path.dirname(os.__file__))
+_NUMPY_DIR = os.path.dirname(os.path.abspath(__import__("numpy").__file__))
+# numpy's own Python (``a.sum()`` runs in ``numpy/_core/_methods.py``) is never the line
+_SKIP_PREFIXES = (_TORCH_DIR, _NUMPY_DIR, _RUNTIME_DIR, os.path.dirname(os.__file__))
 
 
 # Asked two or three times per simulated op, so both answers are cached per code object:

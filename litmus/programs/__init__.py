@@ -13,6 +13,8 @@ family, gathered here into the catalogue.
 * ``allocator``       -- uninitialised blocks and caching-allocator reuse across streams.
 * ``graphs``          -- CUDA graph replays and their static buffers.
 * ``load``            -- background bulk traffic on the copy engines (``runtime.load``).
+* ``numpy_views``     -- pinned memory read and written through numpy views taken once,
+  and streams named through ``torch.cuda`` (how vLLM writes them).
 
 ``PROGRAMS`` keeps one fixed order (reports and the CLI list the programs in it), so the
 families' groups are laid out below rather than one family after another.
@@ -27,6 +29,7 @@ from .graphs import GRAPH_PROGRAMS
 from .host_sync import D2H, PINNED, STREAM_SYNC, SYNC_POINTS
 from .load import LOAD
 from .message_passing import EVENT_POINTS, MESSAGE_PASSING, WAR
+from .numpy_views import NUMPY_VIEWS
 from .relay import FILTER, SEED
 
 __all__ = ["KINDS", "STALL_MS", "Litmus", "overlap_streams", "PROGRAMS", "GRAPH_PROGRAMS",
@@ -45,6 +48,7 @@ PROGRAMS: List[Litmus] = [
     *SYNC_POINTS,
     *REUSE,
     *LOAD,
+    *NUMPY_VIEWS,
     *GRAPH_PROGRAMS,  # last: graph_capture_sync is the one that leaves CUDA state behind
 ]
 

@@ -19,6 +19,7 @@ import torch
 from seams.context import current, opened
 from harness.runtime.policy import Policy
 from harness.runtime.sim import allocator as _allocator
+from harness.runtime.sim import cuda_api as _cuda_api
 from harness.runtime.sim import graphs as _graphs
 from harness.runtime.sim import dispatch as _dispatch
 from harness.runtime.sim import tensor as _tensor
@@ -151,7 +152,8 @@ def _dynamo_off() -> Iterator[None]:
 
 @contextlib.contextmanager
 def session(policy: Optional[Policy] = None) -> Iterator[SimDevice]:
-    """A fresh simulated device with ``policy``, the dispatch mode on, autograd off.
+    """A fresh simulated device with ``policy``, the dispatch mode on, autograd off, and
+    ``torch.cuda``'s stream/event names answered by the simulator (``cuda_api``).
 
     Sessions nest (a reference run inside a running trial): each is a run context of its
     own (``seams.context``), so the outer device, its pinned memory registry and its
@@ -162,7 +164,8 @@ def session(policy: Optional[Policy] = None) -> Iterator[SimDevice]:
         dev = ctx.sim_device = SimDevice(policy)
         ctx.recorder = dev.note_host_access
         try:
-            with torch.no_grad(), _dynamo_off(), _dispatch.SimMode():
+            with torch.no_grad(), _dynamo_off(), _cuda_api.answered_by_simulator(module), \
+                    _dispatch.SimMode():
                 yield dev
         finally:
             dev.allocator.close()

@@ -1,0 +1,108 @@
+"""Pinned memory through numpy views, and streams named through ``torch.cuda``: how vLLM
+writes the same programs as the ``host_sync`` family.
+
+vLLM takes a numpy view of each pinned staging buffer once, at construction
+(``CpuGpuBuffer.np``, ``InputBatch``'s ``*_cpu`` arrays), and reads and writes that array
+every step; it names its streams and events ``torch.cuda.Stream()`` / ``torch.cuda.Event()``
+/ ``torch.Event()`` instead of asking ``torch.get_device_module``. The ordering rules are
+the host_sync family's: a host read of pinned memory a non_blocking D2H fills must wait for
+the copy's event, and a pinned source must not be rewritten while its H2D is queued. Here
+the read and the write go through a numpy view taken *before* the copy, which torch never
+sees -- the programs show the simulator and the detector see it anyway.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import List
+
+import torch
+
+from .common import _CLEAN, Litmus, _pinned_zeros, _racy, _stall, overlap_streams
+
+
+def _view_readback(rt, stall: bool, wait: bool) -> bool:
+    """D2H into pinned memory whose numpy view was taken at construction; the host reads
+    the view with or without waiting for the copy's event."""
+    m, S, F = overlap_streams(rt)
+    x = torch.arange(1, 5, dtype=torch.int32, device=rt.device)
+    host = _pinned_zeros(4)
+    view = host.numpy()  # once, as CpuGpuBuffer.np / InputBatch take theirs
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        y = x * 10
+        host.copy_(y, non_blocking=True)
+        copied = m.Event()
+        copied.record()
+    if wait:
+        copied.synchronize()
+    got = [int(v) for v in view[:4]]  # a host read through the view
+    m.synchronize()
+    return got != [10, 20, 30, 40]
+
+
+def _view_refill(rt, stall: bool, fence: bool) -> bool:
+    """The host rewrites a pinned input buffer through its numpy view while (or after)
+    the previous step's H2D from it is queued -- #24527 / #25279's shape."""
+    m, S, F = overlap_streams(rt)
+    staging = _pinned_zeros(4)
+    view = staging.numpy()
+    view[:] = [1, 2, 3, 4]  # step 1's inputs, written on the host
+    dev = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        dev.copy_(staging, non_blocking=True)  # reads the pinned buffer when it executes
+        uploaded = m.Event()
+        uploaded.record()
+    if fence:
+        uploaded.synchronize()  # vLLM's prepare_inputs_event fence
+    view[:4] = 9  # step 2's inputs into the same buffer
+    with m.stream(F):
+        got = dev.tolist()
+    m.synchronize()
+    return got != [1, 2, 3, 4]
+
+
+def _cuda_named(rt, stall: bool, wait: bool) -> bool:
+    """Message passing written against ``torch.cuda`` / ``torch.Event`` by name, as vLLM
+    writes it: on the simulator these names must be the simulated device's."""
+    main = torch.cuda.current_stream()
+    producer, consumer = torch.cuda.Stream(), torch.cuda.Stream()
+    rt.label(consumer, "schedule")
+    rt.label(producer, "forward")
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    main.synchronize()
+    with torch.cuda.stream(producer):
+        _stall(rt, stall)
+        x.add_(5)
+        ready = torch.Event()
+        ready.record()
+    with torch.cuda.stream(consumer):
+        if wait:
+            torch.cuda.current_stream().wait_event(ready)
+        got = x.tolist()
+    torch.cuda.synchronize()
+    return got != [5, 5, 5, 5]
+
+
+NUMPY_VIEWS: List[Litmus] = [
+    Litmus("pinned_view_read_before_event", "non_blocking D2H into pinned memory, read "
+           "through a numpy view taken at construction before the copy's event",
+           partial(_view_readback, wait=False), race=True, stale=_racy()),
+    Litmus("pinned_view_read_after_event", "non_blocking D2H into pinned memory, read "
+           "through the numpy view after event.synchronize()",
+           partial(_view_readback, wait=True), race=False, stale=dict(_CLEAN)),
+    Litmus("pinned_view_write_while_upload_queued", "the host rewrites a pinned input "
+           "buffer through its numpy view while the H2D from it is queued",
+           partial(_view_refill, fence=False), race=True, stale=_racy()),
+    Litmus("pinned_view_write_after_fence", "the host rewrites a pinned input buffer "
+           "through its numpy view after the upload's event.synchronize()",
+           partial(_view_refill, fence=True), race=False, stale=dict(_CLEAN)),
+    Litmus("cuda_named_nosync", "torch.cuda.Stream()s by name: one writes, the other "
+           "reads with nothing between", partial(_cuda_named, wait=False), race=True,
+           stale=_racy()),
+    Litmus("cuda_named_wait_event", "torch.cuda.Stream()s by name, ordered by a "
+           "torch.Event() the reader waits for", partial(_cuda_named, wait=True),
+           race=False, stale=dict(_CLEAN)),
+]
