@@ -14,7 +14,8 @@ from typing import Any, Dict, Iterator, Optional
 
 from harness.run import AS_INSTALLED
 from harness.target import Target, TargetError
-from targets.sglang.boundary import contract, static
+from targets import static
+from targets.sglang.boundary import contract
 
 # Scenarios the upstream engine runs: all of them (grammar staging on sglang's own
 # xgrammar backend)
@@ -50,7 +51,7 @@ class SglangTarget(Target):
                               "with `make upstream` (README: Verifying installed sglang)"
                               ) from None
         # The contract first, on the source alone: nothing is imported or set yet.
-        verdict = contract.evaluate(self.version, static.package_root(),
+        verdict = contract.evaluate(self.version, static.package_root("sglang"),
                                     contract.SCHEDULER_ATTRIBUTES, contract.WORKER_KEYWORDS)
         if not verdict.ok:
             raise TargetError(f"--target sglang: sglang {self.version} is unsupported",
@@ -104,7 +105,7 @@ class SglangTarget(Target):
         is our tree's: it fits, or applying it is a harness error."""
         if not target.startswith("sglang."):
             return super().patch_problem(target, edits)
-        root = static.package_root()
+        root = static.package_root("sglang")
         return static.patch_fits(root, target, edits) if root else "sglang's source is missing"
 
     def variant_problem(self, variant) -> str:
@@ -117,7 +118,7 @@ class SglangTarget(Target):
         slices = {"dspark": ("dspark", "DSpark"), "eagle-v2": ("eagle_v2", "EAGLE v2")}
         if args.get("spec_algorithm") in slices:
             feature, name = slices[args["spec_algorithm"]]
-            root = static.package_root()
+            root = static.package_root("sglang")
             missing = (contract.missing_code(root, feature)
                        or contract.undriven(root, feature)) if root else "its source"
             if missing:
@@ -170,7 +171,7 @@ class SglangTarget(Target):
         switch frames within it), each checked against the wheel's record when the trial
         is over: a file that is not the release's makes a verified release compatible,
         named in the report -- whatever list the contract reads before the run."""
-        root = static.package_root()
+        root = static.package_root("sglang")
         if root is None or self.verdict is None:
             yield
             return

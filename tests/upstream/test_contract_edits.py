@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from targets.sglang.boundary import contract, static
+from targets import static
+from targets.sglang.boundary import contract
 
-ROOT = static.package_root()
+ROOT = static.package_root("sglang")
 pytestmark = pytest.mark.skipif(ROOT is None, reason="sglang is not installed (make upstream)")
 SCHED = "srt/managers/scheduler.py"
 
@@ -113,7 +114,7 @@ def test_the_cli_refuses_an_edited_release_with_exit_2(tmp_path, monkeypatch, ca
     from specrace import cli
     rel, edit, says = EDITS["a new helper reading a new attribute"]
     root = shadow(tmp_path, rel, edit)
-    monkeypatch.setattr(static, "package_root", lambda: root)
+    monkeypatch.setattr(static, "package_root", lambda package: root)
     monkeypatch.setattr(targets, "_TARGETS", {})  # loaded afresh, against the edited source
     assert cli.main(["repro", "ngram-filter-race", "--target", "sglang", "--trials", "1",
                      "--no-report"]) == 2

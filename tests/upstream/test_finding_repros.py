@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from targets.sglang.boundary import static
+from targets import static
 
 FINDINGS = Path(__file__).resolve().parents[2] / "reports" / "upstream" / "findings"
 SCRIPTS = sorted(FINDINGS.glob("repro_*.py"))
-ROOT = static.package_root()
+ROOT = static.package_root("sglang")
 
 
 def _names(script: Path):

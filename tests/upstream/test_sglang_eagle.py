@@ -190,8 +190,9 @@ def test_the_slice_needs_the_kernel_seams_it_binds(tmp_path):
     driven -- never "not applicable"."""
     import os
     import shutil
-    from targets.sglang.boundary import contract, static
-    root = static.package_root()
+    from targets import static
+from targets.sglang.boundary import contract
+    root = static.package_root("sglang")
     assert contract.missing_code(root, "eagle_v2") is None
     assert contract.undriven(root, "eagle_v2") is None
     seams = [f"{m}:{n}" for m, names in contract.EAGLE_KERNEL_SEAMS.items() for n in names]

@@ -84,8 +84,8 @@ def test_the_simulator_is_sglangs_platform(sglang):
 def _fake_release(tmp_path):
     """A copy of the installed package's sources the contract reads (a fake release)."""
     import shutil
-    from targets.sglang.boundary import static
-    root = static.package_root()
+    from targets import static
+    root = static.package_root("sglang")
     fake = tmp_path / "sglang"
     for sub in ("srt/managers", "srt/speculative", "srt/disaggregation", "srt/observability",
                 "srt/multiplex", "srt/dllm"):

@@ -33,7 +33,8 @@ from typing import Dict, List, Optional, Tuple, Union
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from targets.sglang.boundary import bootstrap, loop_contract, static
+from targets import static
+from targets.sglang.boundary import bootstrap, loop_contract
 
 SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Tuple
 
-from targets.sglang.boundary import static
+from targets import static
 
 _OU = "sglang.srt.managers.overlap_utils"
 _SCHED = "sglang.srt.managers.scheduler"

@@ -70,10 +70,10 @@ SIM_AS_GPU: Tuple[SourcePatch, ...] = (
 def platform_patches() -> Tuple[SourcePatch, ...]:
     """The SIM_AS_GPU patches that fit the installed release, on a machine without CUDA."""
     import torch
-    from targets.sglang.boundary import static
+    from targets import static
     if torch.cuda.is_available():
         return ()
-    root = static.package_root()
+    root = static.package_root("sglang")
     return tuple(p for p in SIM_AS_GPU if root and not static.patch_fits(root, p.target,
                                                                          p.edits))
 

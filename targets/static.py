@@ -1,7 +1,8 @@
-"""Static reads of an sglang source tree: no import, nothing executed.
+"""Static reads of an upstream server's source tree: no import, nothing executed.
 
-The contract (``contract``) and the release table (``releases``) read the installed
-package -- or any unpacked release -- through these: where a module is, a function's
+Every target's contract and release table read the installed package -- or any unpacked
+release -- through these (``root`` is the package's folder, a module is named from its
+top-level package: ``sglang.srt.managers.scheduler``, ``vllm.v1.engine.core``): where a module is, a function's
 parameters, a dataclass's fields, the ``self.X`` attributes a method reads, whether a
 source patch's snippets occur exactly once. Every failure is a value (``None`` or a
 problem string), never an exception: a contract that crashes on an odd release is no
@@ -23,10 +24,10 @@ MAX_SOURCE_BYTES = 8 << 20
 MAX_DEPTH = 500
 
 
-def package_root() -> Optional[str]:
-    """The installed ``sglang`` package's folder, found without importing it."""
+def package_root(package: str) -> Optional[str]:
+    """The installed ``package``'s folder, found without importing it."""
     try:
-        spec = importlib.util.find_spec("sglang")
+        spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
@@ -149,14 +150,16 @@ def has_module_attribute(root: str, module: str, name: str) -> bool:
 
 
 def imported_names(root: str, module: str) -> Dict[str, str]:
-    """``name -> module`` for the ``from sglang.X import name`` statements of ``module``."""
+    """``name -> module`` for the ``from PACKAGE.X import name`` statements of ``module``
+    (PACKAGE: ``module``'s own top-level package)."""
     parsed = parse(module_path(root, module))
     if parsed is None:
         return {}
+    prefix = module.split(".")[0] + "."
     out = {}
     for stmt in ast.walk(parsed[0]):
         if isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.level == 0 \
-                and stmt.module.startswith("sglang."):
+                and stmt.module.startswith(prefix):
             for a in stmt.names:
                 out[a.asname or a.name] = stmt.module
     return out
