@@ -32,6 +32,11 @@ $(VENV)/.specrace-ready: pyproject.toml requirements.txt requirements.lock
 ifdef SGLANG
 upstream: setup
 	$(PY) -m targets.envs sglang setup "$$SGLANG"
+else ifdef VLLM
+# `make upstream TARGET=vllm VLLM=0.17.0`: a vLLM release in an environment of its own
+# (.releases/vllm/0.17.0: the wheel's Python files only; docs/vllm-target.md)
+upstream: setup
+	$(PY) -m targets.envs vllm setup "$$VLLM"
 else
 upstream: $(VENV)/.specrace-upstream
 endif

@@ -93,6 +93,12 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("eagle-v2-topk2-plan-lazy", "eagle-v2", "topk2-plan-stream", "lazy"),
     Probe("eagle-v2-eagle3", "eagle-v2", "eagle3", "eager", seeds=(0, 1)),
     Probe("eagle-v2-grammar", "eagle-v2-grammar", "fixed", "eager", seeds=(0, 1)),
+    # the vLLM target: its own engine loop, the main stream stalled per step (as released,
+    # or with the candidate fix where the release races)
+    Probe("vllm-count", "vllm-accepted-count", "fixed", "eager", seeds=(0, 1)),
+    Probe("vllm-count-lazy", "vllm-accepted-count", "fixed", "lazy", seeds=(0, 1)),
+    Probe("vllm-seq-lens", "vllm-seq-lens-shadow", "fixed", "eager", seeds=(0, 1)),
+    Probe("vllm-seq-lens-lazy", "vllm-seq-lens-shadow", "fixed", "lazy", seeds=(0, 1)),
 )}
 
 

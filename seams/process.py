@@ -54,6 +54,16 @@ CHANGES: Dict[str, Tuple[str, str]] = {
         "build and verify, the KV-column write `assign_req_to_token_pool_func`, ...) bound "
         "to specrace's declared ops of the same effect: a Triton kernel has no simulator "
         "path, and on CUDA its reads and writes would be outside the happens-before trace"),
+    "vllm-env-defaults": (
+        "targets/vllm/boundary/platform.py: set_env_defaults",
+        "vLLM's environment for a one-machine offline run (gloo on loopback, no usage "
+        "statistics, the engine core in this process, errors-only logging; setdefault: "
+        "a value the user set wins), set before vLLM is imported"),
+    "vllm-platform": (
+        "targets/vllm/boundary/platform.py: as_simulated_gpu",
+        "vLLM's `current_platform` (UnspecifiedPlatform without CUDA) answers device "
+        "type `sim`, pinned memory available and 0 bytes in use: the simulator stands "
+        "for the GPU, and the platform vLLM picks on a CPU-only torch would refuse both"),
 }
 
 _APPLIED: List[str] = []

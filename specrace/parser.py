@@ -8,7 +8,7 @@ from typing import Optional
 
 from specrace import cli_args as A
 
-TARGETS = ("impl", "sglang")  # what --target takes (targets.TARGET_NAMES, without importing it)
+TARGETS = ("impl", "sglang", "vllm")  # what --target takes (targets.TARGET_NAMES, without importing it)
 UPSTREAM_TARGETS = ("sglang",)  # the targets with release environments
 
 

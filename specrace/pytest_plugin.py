@@ -32,7 +32,7 @@ import pytest
 from seams.vocab import Backend
 
 BACKENDS = ("sim", "cuda", "auto")
-TARGETS = ("impl", "sglang")
+TARGETS = ("impl", "sglang", "vllm")
 TARGET_ENV = "SPECRACE_TARGET"  # what state machines read (set from --specrace-target)
 WATCHDOG_ENV = "SPECRACE_TEST_WATCHDOG_S"  # per-test limit for CUDA runtimes (0: off)
 BACKEND_ENV = "SPECRACE_BACKEND"  # the state machines' backend (sim, cuda or auto)

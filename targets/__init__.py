@@ -2,7 +2,9 @@
 
 * ``impl``   -- specrace's own mirror of the server code (``impl/``), the default;
 * ``sglang`` -- the installed upstream package (``targets/sglang``): its real relay, batch
-  and grammar-staging classes driven in the order of its overlap event loop.
+  and grammar-staging classes driven in the order of its overlap event loop;
+* ``vllm``   -- the installed vLLM (``targets/vllm``): its own V1 engine loop with async
+  scheduling and speculative decoding.
 
 The same scenarios, fault plans, policies and oracles run against either. What a target
 supplies is the interface ``harness.target.Target``; this module is the registry that
@@ -15,7 +17,7 @@ from typing import Any, Dict
 from harness.target import Target, TargetError  # the interface; re-exported
 from seams import signals
 
-TARGET_NAMES = ("impl", "sglang")
+TARGET_NAMES = ("impl", "sglang", "vllm")
 
 
 class ImplTarget(Target):
@@ -54,6 +56,9 @@ def declared(name: str) -> Target:
     if name == "sglang":
         from targets.sglang import SglangTarget
         return SglangTarget()
+    if name == "vllm":
+        from targets.vllm import VllmTarget
+        return VllmTarget()
     raise TargetError(f"unknown target {name!r}; expected one of: {', '.join(TARGET_NAMES)}")
 
 

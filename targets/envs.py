@@ -54,6 +54,7 @@ from harness.target import Environments
 from seams.paths import REPO_ROOT
 
 ENVS = os.path.join(REPO_ROOT, ".releases")
+DOWNLOADS = os.path.join(ENVS, ".downloads")  # release wheels, kept (``download``)
 READY = ".specrace-ready"
 STAGING = ".staging-"  # a venv being built: never an environment
 # Installed without their dependencies, as in the core set-up: xgrammar's triton is ~1 GB,
@@ -77,6 +78,9 @@ class ReleaseLine:
     requirements: str  # the pure-Python set its driven modules import (one file)
     locks: str  # the folder of VERSION.txt locks
     make_var: str  # the make variable that names a release: SGLANG
+    # Install only the wheel's Python files and its metadata (vLLM: a 433 MB wheel, ~11 MB
+    # of it ``.py``; the compiled rest is CUDA code the driven modules never load)
+    python_only: bool = False
 
     @property
     def folder(self) -> str:
@@ -196,17 +200,19 @@ class ReleaseLine:
             # processed at start-up: the core venv's site-packages (and its .pth files,
             # so the editable specrace install) after the release's own
             f.write(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
-        with tempfile.TemporaryDirectory() as tmp:
-            _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                  "--only-binary=:all:", "-d", tmp, f"{self.package}=={version}"])
-            wheel = glob.glob(os.path.join(tmp, f"{self.package}-*.whl"))[0]
-            rest = [line.strip() for line in open(self.requirements)
-                    if line.strip() and not line.startswith("#")
-                    and canonicalize_name(Requirement(line.strip()).name) != self.package]
+        wheel = download(self.package, version)
+        rest = [line.strip() for line in open(self.requirements)
+                if line.strip() and not line.startswith("#")
+                and canonicalize_name(Requirement(line.strip()).name) != self.package]
+        if self.python_only:
+            unpack_python(wheel, _site(python))
+            if rest:
+                _pip(python, "--no-deps", *rest)
+        else:
             _pip(python, "--no-deps", wheel, *rest)
-            locked = self.lock_path(version)
-            return _meet(python, release_requirements(wheel),
-                         locked if os.path.exists(locked) else None)
+        locked = self.lock_path(version)
+        return _meet(python, release_requirements(wheel),
+                     locked if os.path.exists(locked) else None)
 
 
 class LineEnvironments(Environments):
@@ -223,6 +229,47 @@ class LineEnvironments(Environments):
 
     def skipped(self) -> List[Tuple[str, str]]:
         return self.line.skipped()
+
+
+def download(package: str, version: str) -> str:
+    """The release's wheel, downloaded once into ``DOWNLOADS`` and reused by every later
+    set-up of it (a re-run of ``make upstream``, a lock, CI's second build)."""
+    folder = os.path.join(DOWNLOADS, package)
+    os.makedirs(folder, exist_ok=True)
+    mine = [w for w in glob.glob(os.path.join(folder, f"{package}-{version}-*.whl"))]
+    if not mine:
+        # into a staging folder first: an interrupted download never looks like a wheel
+        with tempfile.TemporaryDirectory(prefix=STAGING, dir=folder) as tmp:
+            _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                  "--only-binary=:all:", "-d", tmp, f"{package}=={version}"])
+            for name in os.listdir(tmp):
+                os.replace(os.path.join(tmp, name), os.path.join(folder, name))
+        mine = glob.glob(os.path.join(folder, f"{package}-{version}-*.whl"))
+    if not mine:
+        raise EnvError(f"pip downloaded no {package} {version} wheel")
+    return mine[0]
+
+
+def unpack_python(wheel: str, site: str) -> int:
+    """The wheel's ``.py`` files and its ``.dist-info`` (its version, requirements and
+    RECORD -- the hashes the contract compares executed files with) into ``site``;
+    returns how many files. Members are checked to stay inside ``site``."""
+    count = 0
+    root = os.path.realpath(site)
+    with zipfile.ZipFile(wheel) as z:
+        for info in z.infolist():
+            name = info.filename
+            top = name.split("/", 1)[0]
+            if info.is_dir() or not (name.endswith(".py") or top.endswith(".dist-info")):
+                continue
+            dest = os.path.realpath(os.path.join(site, name))
+            if not dest.startswith(root + os.sep):
+                raise EnvError(f"the wheel has a member outside its folder: {name[:120]!r}")
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            with z.open(info) as src, open(dest, "wb") as out:
+                shutil.copyfileobj(src, out)
+            count += 1
+    return count
 
 
 def _swap_in(staging: str, final: str) -> None:

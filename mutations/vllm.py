@@ -1,0 +1,128 @@
+"""Seeded bugs and candidate fixes in the installed vLLM: each a run-time source patch of
+one upstream function (``seams.sourcepatch``), applied for one run and reverted -- the
+installed files are never edited. Snippets are upstream's own lines (vLLM 0.17.0); a
+release that moved them disables the mutation there, named.
+
+The bug classes are vLLM's own history with async scheduling and spec decode: a dropped
+event or wait on a side-stream copy (#36013), the reused pinned input buffers rewritten
+while the previous step's upload is queued (#24527 / #25279: the input-prep fence), the
+output readback not awaited, and the device-side relay of sampled tokens and counts from
+one step to the next.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from mutations.base import M, Mutation
+from seams.sourcepatch import SourcePatch
+
+_RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
+_OUTPUT = "vllm.v1.worker.gpu_model_runner:AsyncGPUModelRunnerOutput"
+_DRAFTER = "vllm.v1.spec_decode.eagle:SpecDecodeBaseProposer"
+_ASYNC = "vllm.v1.core.sched.async_scheduler:AsyncScheduler"
+
+COUNT = ("vllm-count", "vllm-count-lazy")
+SEQ_LENS = ("vllm-seq-lens", "vllm-seq-lens-lazy")
+ANY = COUNT + SEQ_LENS
+
+
+MUTATIONS: List[Mutation] = [
+    # --- the valid-count relay and the accepted counts (#36013) ---------------------
+    M("valid-count-copy-skips-main-wait",
+      "the valid-count copy stream no longer waits on the main stream: its D2H may read "
+      "the counts before the sampler wrote them, and the accepted counts' D2H (#36013) "
+      "loses the ordering that masked it",
+      "vLLM #36013", f"{_RUNNER}._copy_valid_sampled_token_count",
+      [("            self.valid_sampled_token_count_copy_stream.wait_stream(default_stream)"
+        "  # type: ignore\n", "")],
+      ANY),
+    M("valid-count-event-not-synced",
+      "the next step reads the pinned valid counts without synchronising their copy's "
+      "event",
+      "vLLM #36013 (the sync that masks it)", f"{_RUNNER}._get_valid_sampled_token_count",
+      [("        sampled_count_event.synchronize()\n", "")],
+      ANY),
+    M("valid-count-event-not-recorded",
+      "the valid-count copy records no event: the next step's synchronize() waits for "
+      "nothing",
+      "vLLM #36013", f"{_RUNNER}._copy_valid_sampled_token_count",
+      [("            self.valid_sampled_token_count_event.record()\n", "")],
+      ANY),
+    M("prev-sampled-ids-not-relayed",
+      "the sampled tokens are not kept on the device for the next step's input ids (nor "
+      "is the valid-count sync armed)",
+      "async scheduling x spec decode (#24799)", f"{_RUNNER}._copy_valid_sampled_token_count",
+      [("        self.input_batch.prev_sampled_token_ids = next_token_ids.unsqueeze(1)\n",
+        "")],
+      ANY),
+    M("num-computed-not-corrected",
+      "the next step skips the valid-count correction of each request's computed tokens",
+      "async scheduling x spec decode (#24799)", f"{_RUNNER}._update_states",
+      [("        valid_sampled_token_count = self._get_valid_sampled_token_count()\n",
+        "        valid_sampled_token_count = []\n")],
+      ANY),
+    M("accepted-count-off-by-one",
+      "the hybrid accepted counts are one short (the index of the last accepted token)",
+      "hybrid spec decode (#36013's value)", f"{_RUNNER}._update_states_after_model_execute",
+      [("            .argmax(-1)\n", "            .argmax(-1)\n            - 1\n")],
+      ANY),
+    # --- the reused pinned input buffers (#24527 / #25279) ---------------------------
+    M("input-prep-fence-dropped",
+      "the host rewrites the pinned input buffers without waiting for the previous "
+      "step's uploads (no prepare_inputs_event.synchronize())",
+      "vLLM #24527 / #25279", f"{_RUNNER}.synchronize_input_prep",
+      [("        self.prepare_inputs_event.synchronize()\n", "")],
+      ANY),
+    M("input-prep-event-not-recorded",
+      "the input-prep fence's event is never recorded: the next step's synchronize() "
+      "waits for nothing",
+      "vLLM #24527 / #25279", f"{_RUNNER}.synchronize_input_prep",
+      [("            self.prepare_inputs_event.record()\n", "            pass\n")],
+      ANY),
+    # --- the output readback ---------------------------------------------------------
+    M("output-copy-skips-main-wait",
+      "the sampled tokens' D2H on the output copy stream no longer waits for the main "
+      "stream (the sampler)",
+      "async output copy", f"{_OUTPUT}.__init__",
+      [("            async_output_copy_stream.wait_stream(default_stream)\n"
+        "            self.sampled_token_ids_cpu = self._sampled_token_ids.to(\n",
+        "            self.sampled_token_ids_cpu = self._sampled_token_ids.to(\n")],
+      ANY),
+    M("output-copy-not-awaited",
+      "get_output reads the pinned sampled tokens without synchronising their copy",
+      "async output copy", f"{_OUTPUT}.get_output",
+      [("        max_gen_len = self.sampled_token_ids_cpu.shape[-1]\n"
+        "        self.async_copy_ready_event.synchronize()\n",
+        "        max_gen_len = self.sampled_token_ids_cpu.shape[-1]\n")],
+      ANY),
+    M("output-copy-event-not-recorded",
+      "the output copy records no event: get_output's synchronize() waits for nothing",
+      "async output copy", f"{_OUTPUT}.__init__",
+      [("                else None\n"
+        "            )\n"
+        "            self.async_copy_ready_event.record()\n",
+        "                else None\n"
+        "            )\n")],
+      ANY),
+    # --- the scheduler's placeholders ---------------------------------------------------
+    M("placeholders-miss-spec-tokens",
+      "the async scheduler reserves one output placeholder per step, not one per token "
+      "the step may produce (1 + its drafts)",
+      "AsyncScheduler._update_after_schedule", f"{_ASYNC}._update_after_schedule",
+      [("            request.num_output_placeholders += 1 + cur_num_spec_tokens\n",
+        "            request.num_output_placeholders += 1\n")],
+      ANY),
+]
+
+FIXES: Dict[str, SourcePatch] = {
+    # vllm-seq-lens-shadow's cheapest fix: the drafter increments a copy of the CPU
+    # shadow of seq_lens, never the runner's pinned staging buffer it aliases (what its
+    # own comment asks of the device-side seq_lens: no in-place update under async
+    # scheduling); no sync added
+    "drafter-increments-out-of-place": SourcePatch(
+        f"{_DRAFTER}.propose",
+        (("                common_attn_metadata._seq_lens_cpu += 1\n",
+          "                common_attn_metadata._seq_lens_cpu = (\n"
+          "                    common_attn_metadata._seq_lens_cpu + 1)\n"),),
+        "fix drafter-increments-out-of-place"),
+}

@@ -1,0 +1,60 @@
+"""The vLLM target's scenarios: vLLM's own V1 engine loop with async scheduling and a
+draft model (the EAGLE-family path), a hybrid target model, the main stream stalled as
+each step's ``execute_model`` starts -- its input uploads, forward and readbacks queue
+behind the stall while the host goes on to the next step.
+
+* ``vllm-accepted-count`` -- vLLM #36013: the hybrid model's accepted counts are copied
+  device-to-host into pinned memory without a wait (0.17.0 ``gpu_model_runner.py:1229``)
+  and read through a numpy view in the next step's attention metadata (``:1776``). As
+  shipped the copy is ordered anyway: the valid-count copy stream waits on the main
+  stream after it, and the next step synchronises that stream's event before the read
+  (``:4003``, ``:1050`` -> ``:4021``) -- the suspicion does not hold as shipped. The
+  variant ``no-valid-count-wait`` (that wait dropped) shows the race the fix guards.
+* ``vllm-seq-lens-shadow`` -- the drafter's first proposal of a step with no drafts to
+  verify increments ``common_attn_metadata._seq_lens_cpu`` in place (0.17.0
+  ``spec_decode/eagle.py:581``); in 0.16.0-0.18.0 that tensor is the runner's pinned
+  ``seq_lens`` staging buffer, whose non-blocking upload to the target forward's
+  ``seq_lens`` (``gpu_model_runner.py:1648``) may not have run yet. 0.19.0 keeps a separate
+  optimistic copy. Variant ``fixed``: the increment made out of place.
+"""
+from __future__ import annotations
+
+from scenarios.base import AS_INSTALLED, Scenario, stall_at, with_bug, with_fix
+from scenarios.workloads import random_workload
+
+VLLM_STALL_MS = 20.0  # the main stream's stall per step (virtual on the simulator)
+
+
+def _workload(drafts: int):
+    """Four requests, staggered; ``drafts`` counts the verified slots of a step (the
+    draft model proposes ``drafts - 1`` tokens)."""
+    return lambda seed: random_workload(seed, n_requests=4, draft_token_num=drafts,
+                                        max_arrive=3, min_tokens=6, max_tokens=14)
+
+
+VLLM_ACCEPTED_COUNT = Scenario(
+    name="vllm-accepted-count",
+    summary="vLLM #36013: the hybrid accepted counts' D2H into pinned memory vs the next "
+            "step's numpy read; main stream stalled per step",
+    # one proposed token a step: the drafter's multi-token loop, where the seq-lens race
+    # lives (the other scenario), never runs, so this one judges #36013's pair alone
+    workload=_workload(2),
+    stalls=stall_at("vllm.before_execute", VLLM_STALL_MS),
+    variants={AS_INSTALLED: {}, "fixed": {},
+              "no-valid-count-wait": with_bug("valid-count-copy-skips-main-wait")},
+    default_variant=AS_INSTALLED,
+    expect={(AS_INSTALLED, None): "clean", ("no-valid-count-wait", None): "race"},
+    sim_trials=3,
+)
+
+VLLM_SEQ_LENS_SHADOW = Scenario(
+    name="vllm-seq-lens-shadow",
+    summary="the drafter's in-place += 1 on the pinned seq_lens staging buffer vs its "
+            "pending upload to the target forward (0.16.0-0.18.0); main stream stalled",
+    workload=_workload(3),  # two proposed tokens: the drafter's loop runs
+    stalls=stall_at("vllm.before_execute", VLLM_STALL_MS),
+    variants={AS_INSTALLED: {}, "fixed": with_fix("drafter-increments-out-of-place")},
+    default_variant=AS_INSTALLED,
+    expect={(AS_INSTALLED, None): "race", ("fixed", None): "clean"},
+    sim_trials=3,
+)

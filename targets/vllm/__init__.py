@@ -1,0 +1,123 @@
+"""The ``vllm`` target: installed vLLM's own V1 engine loop with async scheduling and
+speculative decoding, on the simulator.
+
+``VllmTarget.load`` checks the contract on the source (``boundary.contract``), sets
+vLLM's process defaults and platform answers (``boundary.platform``), imports the driven
+modules and registers the toy models. The engine is upstream's ``EngineCore`` /
+``AsyncScheduler`` / ``UniProcExecutor`` / ``GPUModelRunner`` (``engine.loop``); the
+Triton kernels on the spec-decode path run as torch stand-ins for the run
+(``engine.kernels``). Docs: docs/vllm-target.md.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Dict, Iterator, Optional
+
+from harness.run import AS_INSTALLED
+from harness.target import Target, TargetError
+from targets import static
+from targets.vllm.boundary import contract
+
+SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow")
+
+
+class VllmTarget(Target):
+    name = "vllm"
+    summary = "the installed vLLM's V1 engine loop (async scheduling, spec decode)"
+    scenarios = SCENARIOS
+    platforms = ("cuda",)
+
+    def __init__(self) -> None:
+        self.version = ""
+        self.verdict: Optional[contract.Verdict] = None
+
+    def load(self) -> None:
+        try:
+            self.version = contract.installed_version()
+        except LookupError:
+            raise TargetError("--target vllm: vllm is not installed here; set a release "
+                              "up with `make upstream TARGET=vllm VLLM=0.17.0` and run in "
+                              "its environment (docs/vllm-target.md)") from None
+        verdict = contract.evaluate(self.version, static.package_root("vllm"))
+        if not verdict.ok:
+            raise TargetError(f"--target vllm: vllm {self.version} is unsupported",
+                              problems=verdict.problems)
+        self.verdict = verdict
+        if verdict.tier == "compatible":
+            print(f"specrace: {verdict.line()}", file=sys.stderr)
+        import torch
+        if torch.cuda.is_available():
+            raise TargetError("--target vllm runs on the simulator only (--backend sim): "
+                              "its CUDA runs are not built yet (docs/vllm-target.md)")
+        from targets.vllm.boundary import platform
+        platform.set_env_defaults()
+        try:
+            import vllm  # noqa: F401  (vLLM's platform resolves here)
+            platform.as_simulated_gpu()
+            from targets.vllm.engine import model
+            model.register()
+        except Exception as exc:  # an import failure of the installed package
+            raise TargetError(f"--target vllm: importing vllm {self.version} failed: "
+                              f"{type(exc).__name__}: {exc}") from None
+
+    def scheduler(self, args, device, grammar_backend: Any = None):
+        if grammar_backend is not None:
+            raise TargetError("the vllm target runs no structured outputs yet")
+        from targets.vllm.engine.loop import VllmEngine
+        return VllmEngine(args, device)
+
+    def request(self, rid, prompt, max_new_tokens, grammar=None):
+        from targets.vllm.engine.loop import VllmRequest
+        return VllmRequest(rid, prompt, max_new_tokens)
+
+    @contextlib.contextmanager
+    def variant(self, args, device) -> Iterator[None]:
+        from targets.vllm.engine import kernels
+        with kernels.installed():
+            yield
+
+    def patch_problem(self, target: str, edits) -> str:
+        if not target.startswith("vllm."):
+            return super().patch_problem(target, edits)
+        root = static.package_root("vllm")
+        return static.patch_fits(root, target, edits) if root else "vllm's source is missing"
+
+    def variant_problem(self, variant) -> str:
+        if variant.fix is not None:
+            p = variant.patch(self)
+            problem = self.patch_problem(p.target, p.edits)
+            if problem:
+                return f"{p.label} does not fit vllm {self.version}: {problem}"
+        return ""
+
+    def default_variant(self, scenario) -> str:
+        return AS_INSTALLED
+
+    def mutations(self):
+        from mutations.vllm import MUTATIONS
+        return MUTATIONS
+
+    def fixes(self):
+        from mutations.vllm import FIXES
+        return FIXES
+
+    def environments(self):
+        from targets.vllm.environments import VllmEnvironments
+        return VllmEnvironments()
+
+    def installed_version(self) -> Optional[str]:
+        try:
+            return contract.installed_version()
+        except LookupError:
+            return None
+
+    def label(self) -> str:
+        return f"vllm {self.version}"
+
+    def describe(self) -> Dict[str, Any]:
+        v = self.verdict
+        return {"target": self.name, "vllm_version": self.version,
+                "vllm_tier": v.tier if v else None,
+                "vllm_files_digest": v.digest if v else None,
+                "vllm_changed_files": list(v.changed) if v else []}

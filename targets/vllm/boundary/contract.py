@@ -1,0 +1,167 @@
+"""The contract: what the vLLM target relies on in the installed package, and its tier.
+
+Read statically from the source (``targets.static``: nothing imported or run), before the
+target touches the package, so a release that moved what the target calls or replaces is
+a named problem -- never a crash half-way through a run.
+
+Tiers, as for sglang: *verified* (a release measured here, with the digest of its driven
+files), *compatible* (in ``SUPPORTED``, no problem: runs with one line on stderr),
+*unsupported* (out of range or any problem: exit 2, every problem named).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from targets import static
+from targets.vllm.engine.kernels import KERNEL_SEAMS
+
+# The V1 engine with async scheduling and spec decode through to the newest release
+# (0.34.0 has no V1 model runner: its scenarios are "not applicable" there, read below).
+SUPPORTED = SpecifierSet(">=0.16.0,<0.35", prereleases=True)
+
+# release -> the digest of its driven files, as measured by the release gate here
+# (reports/upstream/vllm-releases.md)
+VERIFIED: Dict[str, str] = {}
+
+_RUNNER = "vllm.v1.worker.gpu_model_runner"
+_CORE = "vllm.v1.engine.core"
+
+# The modules whose files the target drives (the report's digest covers them).
+DRIVEN_MODULES = (
+    _CORE, "vllm.v1.core.sched.async_scheduler", "vllm.v1.core.sched.scheduler",
+    "vllm.v1.executor.uniproc_executor", "vllm.v1.worker.gpu_worker", _RUNNER,
+    "vllm.v1.worker.gpu_input_batch", "vllm.v1.worker.block_table", "vllm.v1.utils",
+    "vllm.v1.sample.sampler", "vllm.v1.sample.rejection_sampler",
+    "vllm.v1.spec_decode.eagle", "vllm.v1.spec_decode.draft_model",
+    "vllm.v1.spec_decode.utils", "vllm.v1.attention.backends.gdn_attn",
+)
+
+# Functions the target calls or overrides -> the parameters it relies on (a prefix).
+CALLED: Dict[str, Tuple[str, ...]] = {
+    f"{_CORE}:EngineCore.__init__": ("self", "vllm_config", "executor_class", "log_stats"),
+    f"{_CORE}:EngineCore.step_with_batch_queue": ("self",),
+    f"{_CORE}:EngineCore.step": ("self",),
+    f"{_CORE}:EngineCore.post_step": ("self", "model_executed"),
+    f"{_CORE}:EngineCore.preprocess_add_request": ("self", "request"),
+    f"{_CORE}:EngineCore.add_request": ("self", "request"),
+    "vllm.v1.executor.uniproc_executor:UniProcExecutor._init_executor": ("self",),
+    "vllm.v1.worker.gpu_worker:Worker.init_device": ("self",),
+    "vllm.v1.worker.gpu_worker:init_worker_distributed_environment":
+        ("vllm_config", "rank", "distributed_init_method", "local_rank", "backend"),
+    f"{_RUNNER}:GPUModelRunner._init_device_properties": ("self",),
+    f"{_RUNNER}:GPUModelRunner.execute_model": ("self", "scheduler_output"),
+    "vllm.v1.attention.backends.gdn_attn:GDNAttentionMetadataBuilder.build":
+        ("self", "common_prefix_len", "common_attn_metadata", "num_accepted_tokens",
+         "num_decode_draft_tokens_cpu"),
+}
+
+# What a scenario's code is, per release: scenario -> (what the release lacks without
+# it, the code that has it). A release without it: the scenario is "not applicable".
+SCENARIO_CODE: Dict[str, Tuple[str, str]] = {
+    "vllm-accepted-count": ("V1 model runner's hybrid accepted-count update "
+                            "(vllm/v1/worker/gpu_model_runner.py; from 0.34.0 only Model "
+                            "Runner V2 ships, whose accepted counts stay on the device)",
+                            f"{_RUNNER}:GPUModelRunner._update_states_after_model_execute"),
+    "vllm-seq-lens-shadow": ("V1 model runner (vllm/v1/worker/gpu_model_runner.py; from "
+                             "0.34.0 only Model Runner V2 ships)",
+                             f"{_RUNNER}:GPUModelRunner._build_attention_metadata"),
+}
+
+
+@dataclass
+class Verdict:
+    version: str
+    tier: str  # verified | compatible | unsupported
+    problems: List[str] = field(default_factory=list)
+    digest: str = ""
+    changed: List[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.tier != "unsupported"
+
+    def line(self) -> str:
+        if self.tier == "compatible":
+            return (f"vllm {self.version} is not a verified release; compatible (in "
+                    f"{SUPPORTED}, its API checked): running it")
+        return f"vllm {self.version}: {self.tier}"
+
+
+def installed_version() -> str:
+    try:
+        return importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        raise LookupError("vllm is not installed") from None
+
+
+def check_version(version: str) -> List[str]:
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return [f"vllm's version {version[:80]!r} is not a version number"]
+    if v not in SUPPORTED:
+        return [f"vllm {version} is outside the supported range {SUPPORTED}"]
+    return []
+
+
+def check_api(root: str) -> List[str]:
+    """Every difference between the source under ``root`` and what the target relies on."""
+    problems: List[str] = []
+    for target, expected in CALLED.items():
+        got, problem = static.params(root, target)
+        if got is None:
+            problems.append(problem)
+        elif got[:len(expected)] != expected:
+            problems.append(f"{target.replace(':', '.')}{got} does not start with {expected}")
+    for name, (fn, defined, launchers) in KERNEL_SEAMS.items():
+        import inspect
+        ours = tuple(p for p in inspect.signature(fn).parameters if p != "grid")
+        got, problem = static.params(root, f"{defined}:{name}")
+        if got is None:
+            problems.append(f"the kernel {problem}")
+        elif tuple(got) != ours[:len(got)] or len(got) > len(ours):
+            problems.append(f"the kernel {defined}.{name}{got} is not what specrace's "
+                            f"stand-in takes {ours}")
+        for module in launchers:
+            if not static.has_module_attribute(root, module, name):
+                problems.append(f"{module} no longer names the kernel {name} (its "
+                                f"stand-in is bound there)")
+    return problems
+
+
+def not_applicable(root: str, scenario: str) -> str:
+    """Why ``scenario`` does not apply to the release at ``root`` ("" when it does)."""
+    lacks, code = SCENARIO_CODE.get(scenario, ("", ""))
+    if code and static.find(root, code)[0] is None:
+        return f"the release has no {lacks}"
+    return ""
+
+
+def evaluate(version: str, root: Optional[str]) -> Verdict:
+    problems = check_version(version)
+    if root is None:
+        return Verdict(version, "unsupported", problems + ["vllm's source cannot be found"])
+    if static.find(root, f"{_RUNNER}:GPUModelRunner")[0] is None:
+        problems.append("vllm.v1.worker.gpu_model_runner.GPUModelRunner is missing (this "
+                        "release ships Model Runner V2 only, which the target does not "
+                        "drive yet)")
+    else:
+        try:
+            problems += check_api(root)
+        except (RecursionError, MemoryError) as exc:
+            problems.append(f"the contract could not read the source to the end "
+                            f"({type(exc).__name__})")
+    digest = static.files_digest(root, list(DRIVEN_MODULES))
+    changed = static.changed_files(root, [static.module_path(root, m) for m in DRIVEN_MODULES
+                                          if os.path.exists(static.module_path(root, m))])
+    verdict = Verdict(version, "unsupported" if problems else "compatible", problems,
+                      digest, changed)
+    if not problems and VERIFIED.get(version) == digest and not changed:
+        verdict.tier = "verified"
+    return verdict

@@ -1,0 +1,45 @@
+"""What vLLM needs of the process to run its GPU path on specrace's simulated device.
+
+vLLM resolves its platform at import; without CUDA that is ``UnspecifiedPlatform``
+(never ``CpuPlatform``: it turns async scheduling off, the very thing under test). The
+simulator stands for the GPU, so three answers of that platform are set, once, for the
+process (``seams.process``: "vllm-platform"):
+
+* ``device_type`` is ``sim`` (``DeviceConfig`` builds the run's device from it);
+* pinned memory is available (the simulator pins; a CPU-only torch cannot) --
+  ``is_pin_memory_available`` is cached by vLLM, so its cache is cleared;
+* the memory in use is 0 (the base platform raises; vLLM's memory profiler asks around
+  model loading).
+
+And vLLM's environment defaults for a run on one machine with no network: gloo on the
+loopback interface, no usage statistics, the engine core in this process, its log to critical messages only (its import logs errors about the absent Triton)
+(``setdefault``: a value the user set wins).
+"""
+from __future__ import annotations
+
+import os
+
+from seams import process
+
+ENV_DEFAULTS = {"VLLM_HOST_IP": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
+                "VLLM_NO_USAGE_STATS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+                "VLLM_LOGGING_LEVEL": "CRITICAL", "VLLM_CONFIGURE_LOGGING": "1"}
+
+
+def set_env_defaults() -> None:
+    for name, value in ENV_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    process.note("vllm-env-defaults")
+
+
+def as_simulated_gpu() -> None:
+    """``current_platform`` answers as a GPU platform whose device is the simulator's."""
+    import harness.runtime.sim as sim
+    from vllm.platforms import current_platform
+    from vllm.utils import platform_utils
+    sim.install()  # torch.device("sim") must parse before a config names it
+    current_platform.device_type = "sim"
+    current_platform.is_pin_memory_available = lambda: True
+    current_platform.get_current_memory_usage = lambda device=None: 0.0
+    platform_utils.is_pin_memory_available.cache_clear()
+    process.note("vllm-platform")

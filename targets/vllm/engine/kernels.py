@@ -1,0 +1,203 @@
+"""Ours, named as such: torch stand-ins for the Triton kernels on vLLM's spec-decode path.
+
+vLLM launches a Triton kernel as ``kernel[grid](*args, **kwargs)``. On the simulator (and
+on a machine without Triton) each kernel the greedy EAGLE-family path launches is replaced
+by a function of the same parameters, bound under the module-level names the launching
+modules use (``KERNEL_SEAMS``; the contract checks each name and parameter list before a
+run). 0.17.0 has no kernel-override seam of its own (``vllm.triton_utils.dispatcher``
+arrives later), so the names are rebound for the run and put back after.
+
+Each stand-in is vectorised and reads nothing back to the host -- no ``.item()``, no
+boolean indexing -- so, like the kernel, it is queued on the current stream and never
+syncs: the asynchrony the races live in is kept. Masked stores write a one-element
+overflow slot instead of branching on data.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import Callable, Dict, Iterator, Tuple
+
+import torch
+
+
+class GridKernel:
+    """``stand_in[grid](*args, **kwargs)``, the way a ``@triton.jit`` function launches."""
+
+    def __init__(self, name: str, fn: Callable) -> None:
+        self.name, self.fn = name, fn
+
+    def __getitem__(self, grid):
+        grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+        return lambda *args, **kwargs: self.fn(grid, *args, **kwargs)
+
+
+def _masked_store(dst: torch.Tensor, idx: torch.Tensor, val: torch.Tensor,
+                  mask: torch.Tensor) -> None:
+    """``dst[idx[mask]] = val[mask]`` for a 1-D ``dst``, with no data-dependent shape."""
+    n = dst.numel()
+    ext = torch.cat([dst, dst.new_zeros(1)])
+    where = torch.where(mask, idx.to(torch.int64), torch.full_like(idx, n, dtype=torch.int64))
+    ext.scatter_(0, where.reshape(-1), val.reshape(-1).to(dst.dtype))
+    dst.copy_(ext[:n])
+
+
+def rejection_greedy_sample(grid, output_token_ids_ptr, cu_num_draft_tokens_ptr,
+                            draft_token_ids_ptr, target_argmax_ptr, bonus_token_ids_ptr,
+                            is_greedy_ptr, max_spec_len):
+    """Each request keeps its drafts up to the first that differs from the target's
+    argmax (which it takes instead), and the bonus token when all matched."""
+    out, reqs, width = output_token_ids_ptr, grid[0], max_spec_len
+    dev = out.device
+    cu = cu_num_draft_tokens_ptr[:reqs].to(torch.int64)
+    start = torch.cat([cu.new_zeros(1), cu[:-1]])
+    num = cu - start
+    j = torch.arange(width, device=dev)
+    valid = j[None, :] < num[:, None]
+    if draft_token_ids_ptr.numel() == 0:
+        draft = target = torch.zeros((reqs, width), dtype=torch.int64, device=dev)
+    else:
+        idx = (start[:, None] + j[None, :]).clamp(max=draft_token_ids_ptr.numel() - 1)
+        draft = draft_token_ids_ptr[idx].to(torch.int64)
+        target = target_argmax_ptr[idx].to(torch.int64)
+    mismatch = ((draft != target) & valid).to(torch.int32)
+    rejected_before = (torch.cumsum(mismatch, dim=1) - mismatch) > 0
+    write = valid & ~rejected_before
+    all_match = mismatch.sum(dim=1) == 0
+    if is_greedy_ptr is not None:
+        write = write & is_greedy_ptr[:reqs, None]
+        all_match = all_match & is_greedy_ptr[:reqs]
+    out[:, :width] = torch.where(write, target.to(out.dtype), out[:, :width])
+    current = out.gather(1, num[:, None])
+    bonus = bonus_token_ids_ptr.reshape(reqs, 1).to(out.dtype)
+    out.scatter_(1, num[:, None], torch.where(all_match[:, None], bonus, current))
+
+
+def eagle_prepare_next_token_padded(grid, sampled_token_ids_ptr, discard_request_mask_ptr,
+                                    backup_next_token_ids_ptr, next_token_ids_ptr,
+                                    valid_sampled_tokens_count_ptr, vocab_size,
+                                    num_sampled_tokens_per_req, num_reqs,
+                                    stride_sampled_token_ids, BLOCK_SIZE_TOKENS=None):
+    """The last valid sampled token of each request (its backup when none or discarded),
+    and how many were valid."""
+    reqs, width = num_reqs, num_sampled_tokens_per_req
+    tok = sampled_token_ids_ptr[:reqs, :width].to(torch.int64)
+    valid = (tok != -1) & (tok < vocab_size)
+    count = valid.sum(dim=1)
+    col = torch.arange(width, device=tok.device)
+    last = torch.where(valid, col[None, :], torch.full_like(tok, -1)).max(dim=1).values
+    last_tok = tok.gather(1, last.clamp(min=0)[:, None]).squeeze(1)
+    backup = backup_next_token_ids_ptr[:reqs].to(torch.int64)
+    discard = discard_request_mask_ptr[:reqs]
+    nxt = torch.where(discard | (count == 0), backup, last_tok)
+    count = torch.where(discard, torch.zeros_like(count), count)
+    next_token_ids_ptr[:reqs].copy_(nxt.to(next_token_ids_ptr.dtype))
+    valid_sampled_tokens_count_ptr[:reqs].copy_(count.to(valid_sampled_tokens_count_ptr.dtype))
+
+
+def eagle_prepare_inputs_padded(grid, cu_num_draft_tokens_ptr, valid_sampled_tokens_count_ptr,
+                                query_start_loc_gpu_ptr, token_indices_to_sample_ptr,
+                                num_rejected_tokens_gpu_ptr, num_reqs):
+    """Per request: how many of its query tokens were rejected, and which token the
+    drafter samples from (the last accepted one)."""
+    cu = cu_num_draft_tokens_ptr[:num_reqs].to(torch.int64)
+    drafts = cu - torch.cat([cu.new_zeros(1), cu[:-1]])
+    rejected = drafts + 1 - valid_sampled_tokens_count_ptr[:num_reqs].to(torch.int64)
+    rejected = torch.where(drafts > 0, rejected, torch.zeros_like(rejected))
+    last = query_start_loc_gpu_ptr[1: num_reqs + 1].to(torch.int64) - 1
+    token_indices_to_sample_ptr[:num_reqs].copy_((last - rejected).to(
+        token_indices_to_sample_ptr.dtype))
+    num_rejected_tokens_gpu_ptr[:num_reqs].copy_(rejected.to(num_rejected_tokens_gpu_ptr.dtype))
+
+
+def copy_and_expand_eagle_inputs(grid, target_token_ids_ptr, target_positions_ptr,
+                                 next_token_ids_ptr, out_input_ids_ptr, out_positions_ptr,
+                                 out_is_rejected_token_mask_ptr, out_is_masked_token_mask_ptr,
+                                 out_new_token_indices_ptr, out_hidden_state_mapping_ptr,
+                                 query_start_loc_ptr, query_end_loc_ptr, padding_token_id,
+                                 parallel_drafting_token_id, total_input_tokens,
+                                 num_padding_slots_per_request, shift_input_ids,
+                                 BLOCK_SIZE_TOKENS):
+    """The drafter's input: each request's valid tokens, its bonus token, parallel-
+    drafting slots and rejected padding, laid out with their positions and masks."""
+    reqs, blocks = grid[0], grid[1]
+    pad = num_padding_slots_per_request
+    dev = target_token_ids_ptr.device
+    qsl = query_start_loc_ptr.to(torch.int64)
+    q_start, q_next = qsl[:reqs], qsl[1: reqs + 1]
+    q_end = query_end_loc_ptr[:reqs].to(torch.int64)
+    r = torch.arange(reqs, device=dev)
+    if shift_input_ids:
+        n_valid, in_off, out_start = q_end - q_start, 1, q_start + r * (pad - 1)
+    else:
+        n_valid, in_off, out_start = q_end - q_start + 1, 0, q_start + r * pad
+    total = n_valid + pad + (q_next - q_end - 1)
+    j = torch.arange(blocks * BLOCK_SIZE_TOKENS, device=dev)[None, :]
+    nv = n_valid[:, None]
+    in_bounds = j < total[:, None]
+    is_valid, is_bonus = j < nv, j == nv
+    is_parallel = (j > nv) & (j < nv + pad)
+    is_rejected = j >= nv + pad
+    out_idx = out_start[:, None] + j
+    in_idx = (q_start[:, None] + in_off + j).clamp(max=total_input_tokens - 1)
+    tok = torch.where(is_valid & in_bounds, target_token_ids_ptr[in_idx].to(torch.int64),
+                      torch.zeros_like(in_idx))
+    tok = torch.where(is_bonus, next_token_ids_ptr[:reqs, None].to(torch.int64), tok)
+    tok = torch.where(is_parallel, torch.full_like(tok, parallel_drafting_token_id), tok)
+    tok = torch.where(is_rejected, torch.full_like(tok, padding_token_id), tok)
+    start_pos = target_positions_ptr[q_start].to(torch.int64)
+    pos = torch.where(is_rejected, torch.zeros_like(j), start_pos[:, None] + j)
+    is_new = (j >= nv) & (j < nv + pad)
+    if shift_input_ids:
+        n_in = (q_next - q_start)[:, None]
+        _masked_store(out_hidden_state_mapping_ptr, q_start[:, None] + j, out_idx, j < n_in)
+    _masked_store(out_input_ids_ptr, out_idx, tok, in_bounds)
+    _masked_store(out_positions_ptr, out_idx, pos, in_bounds)
+    _masked_store(out_is_rejected_token_mask_ptr, out_idx, is_rejected & in_bounds, in_bounds)
+    _masked_store(out_is_masked_token_mask_ptr, out_idx, is_parallel & in_bounds, in_bounds)
+    _masked_store(out_new_token_indices_ptr, r[:, None] * pad + (j - nv), out_idx,
+                  is_new & in_bounds)
+
+
+# kernel name -> (its stand-in, the module that defines it, the modules that launch it)
+_SPEC = "vllm.v1.spec_decode"
+KERNEL_SEAMS: Dict[str, Tuple[Callable, str, Tuple[str, ...]]] = {
+    "rejection_greedy_sample_kernel": (rejection_greedy_sample,
+                                       "vllm.v1.sample.rejection_sampler",
+                                       ("vllm.v1.sample.rejection_sampler",)),
+    "eagle_prepare_next_token_padded_kernel": (eagle_prepare_next_token_padded,
+                                               f"{_SPEC}.utils", (f"{_SPEC}.eagle",)),
+    "eagle_prepare_inputs_padded_kernel": (eagle_prepare_inputs_padded, f"{_SPEC}.utils",
+                                           (f"{_SPEC}.eagle",)),
+    "copy_and_expand_eagle_inputs_kernel": (copy_and_expand_eagle_inputs, f"{_SPEC}.utils",
+                                            (f"{_SPEC}.eagle",)),
+}
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """The stand-ins bound under every launching module's name for the block; Triton's
+    ``next_power_of_2`` (the drafter sizes its blocks with it) given to vLLM's Triton
+    placeholder where Triton is absent."""
+    import vllm.triton_utils as triton_utils
+    saved = []
+    for name, (fn, _defined, launchers) in KERNEL_SEAMS.items():
+        for module in launchers:
+            mod = importlib.import_module(module)
+            saved.append((mod, name, getattr(mod, name)))
+            setattr(mod, name, GridKernel(name, fn))
+    triton = triton_utils.triton
+    added = not hasattr(triton, "next_power_of_2")
+    if added:
+        triton.next_power_of_2 = _next_power_of_2
+    try:
+        yield
+    finally:
+        for mod, name, before in saved:
+            setattr(mod, name, before)
+        if added:
+            del triton.next_power_of_2

@@ -1,0 +1,128 @@
+"""vLLM's own engine loop, stepped by the harness.
+
+``VllmEngine`` is the scheduler object the harness drives (``step`` / ``has_work`` /
+``add_request`` / ``run_to_completion`` / ``close`` / ``iteration`` / ``streams``). Under
+it everything is upstream's: ``EngineCore`` built from a ``VllmConfig`` by its real
+``__init__`` (KV-cache sizing, the scheduler, the executor), ``AsyncScheduler`` and
+``EngineCore.step_with_batch_queue`` with async scheduling on -- two batches in flight,
+the next scheduled and launched before the previous one's output is read -- and
+``Scheduler`` with ``EngineCore.step`` / ``post_step`` with it off, the synchronous
+reference. One harness step is one engine step, as ``EngineCoreProc`` runs it (``step_fn``
+then ``post_step``).
+
+Ours: the config values (a tiny model, no prefix caching, eager mode), request intake,
+and collecting each request's tokens from the engine's outputs.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+from impl.vocab import EOS_ID
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "configs")
+BLOCK_SIZE = 16
+MAX_MODEL_LEN = 128
+MAX_NUM_SEQS = 8
+KV_BLOCKS = 64
+
+
+class VllmRequest:
+    """A request as the harness knows it; its tokens come back from the engine."""
+
+    def __init__(self, rid: int, prompt: List[int], max_new_tokens: int) -> None:
+        self.rid, self.prompt, self.max_new_tokens = rid, list(prompt), max_new_tokens
+        self.tokens: List[int] = []
+        self.finished: Optional[str] = None
+
+    def output(self) -> List[int]:
+        return list(self.tokens)
+
+    def core_request(self):
+        from vllm import SamplingParams
+        from vllm.v1.engine import EngineCoreRequest
+        params = SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens,
+                                stop_token_ids=[EOS_ID], ignore_eos=False)
+        return EngineCoreRequest(request_id=str(self.rid), prompt_token_ids=self.prompt,
+                                 mm_features=None, sampling_params=params,
+                                 pooling_params=None, arrival_time=time.time(),
+                                 lora_request=None, cache_salt=None, data_parallel_rank=None)
+
+
+def engine_config(args):
+    """The ``VllmConfig`` a run's server args ask for, built offline by vLLM's own
+    ``EngineArgs``: the toy hybrid model with the toy draft model as its drafter
+    (``draft_model``: the EAGLE-family path, which async scheduling accepts), prefix
+    caching off (so the hybrid accepted counts are copied without a sync, the path
+    #36013 is about), eager mode, the KV cache a fixed 64 blocks."""
+    from vllm.engine.arg_utils import EngineArgs
+    return EngineArgs(
+        model=os.path.join(CONFIGS, "target"), skip_tokenizer_init=True,
+        load_format="dummy", dtype="float32", seed=0,
+        speculative_config={"method": "draft_model",
+                            "model": os.path.join(CONFIGS, "draft"),
+                            "num_speculative_tokens": max(1, args.draft_token_num - 1)},
+        async_scheduling=bool(args.overlap), enforce_eager=True,
+        max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS,
+        max_num_batched_tokens=MAX_MODEL_LEN, block_size=BLOCK_SIZE,
+        num_gpu_blocks_override=KV_BLOCKS, enable_prefix_caching=False,
+        distributed_executor_backend="uni",
+        worker_cls="targets.vllm.engine.worker.SpecraceWorker",
+        disable_log_stats=True,
+    ).create_engine_config()
+
+
+class VllmEngine:
+    def __init__(self, args, device, grammar_backend: Any = None) -> None:
+        from vllm.v1.engine.core import EngineCore
+        from targets.vllm.engine.worker import executor_class
+        self.args = args
+        self.config = engine_config(args)
+        self.core = EngineCore(self.config, executor_class=executor_class(), log_stats=False)
+        self.runner = self.core.model_executor.driver_worker.worker.model_runner
+        self.requests: Dict[str, VllmRequest] = {}
+        self.iteration = 0
+
+    @property
+    def streams(self) -> Dict[str, Any]:
+        """The runner's streams, named for traces (a release that lacks one: None)."""
+        import torch
+        r = self.runner
+        return {"main": torch.cuda.current_stream(),
+                "output copy": getattr(r, "async_output_copy_stream", None),
+                "valid-count copy": getattr(r, "valid_sampled_token_count_copy_stream", None),
+                "draft-ids copy": getattr(r, "draft_token_ids_copy_stream", None)}
+
+    def add_request(self, req: VllmRequest) -> None:
+        self.requests[str(req.rid)] = req
+        request, wave = self.core.preprocess_add_request(req.core_request())
+        self.core.add_request(request, wave)
+
+    def has_work(self) -> bool:
+        return bool(self.core.scheduler.has_requests() or self.core.batch_queue)
+
+    def step(self) -> None:
+        if not self.has_work():
+            self.iteration += 1
+            return
+        outputs, executed = self.core.step_fn()
+        for engine_outputs in (outputs or {}).values():
+            for out in engine_outputs.outputs:
+                req = self.requests[out.request_id]
+                req.tokens.extend(out.new_token_ids)
+                if out.finish_reason is not None:
+                    req.finished = str(out.finish_reason)
+        self.core.post_step(executed)
+        self.iteration += 1
+
+    def run_to_completion(self, max_iterations: int = 10_000) -> None:
+        while self.has_work() and self.iteration < max_iterations:
+            self.step()
+
+    def close(self) -> None:
+        try:
+            self.core.shutdown()
+        except Exception:  # a run that failed mid-step: its error is the verdict, not this
+            pass

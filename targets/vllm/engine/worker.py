@@ -1,0 +1,126 @@
+"""Upstream's worker and executor with only their CUDA start-up and their second thread
+replaced -- everything a step runs is vLLM's.
+
+* ``SpecraceWorker`` is ``vllm.v1.worker.gpu_worker.Worker``: ``execute_model``,
+  ``sample_tokens``, ``take_draft_token_ids``, ``load_model``, ``get_kv_cache_spec``,
+  ``initialize_from_config`` and ``initialize_cache`` are upstream's. Replaced:
+  ``init_device`` (CUDA device, NCCL, a memory snapshot: the same distributed set-up on
+  gloo, then the real ``GPUModelRunner.__init__``), ``determine_available_memory`` (CUDA
+  memory profiling: a fixed KV budget) and ``compile_or_warm_up_model`` (dummy runs and
+  graph capture, which a toy model does not need).
+* The runner is ``GPUModelRunner`` itself, in a subclass that overrides only
+  ``_init_device_properties`` (it asks CUDA for the SM count) -- the hook vLLM's own
+  ``CPUModelRunner`` overrides.
+* ``SpecraceExecutor`` is ``UniProcExecutor`` whose output futures run on the engine's
+  thread when their result is asked for, instead of on a pool thread: the simulator is
+  one thread of device time, and a second thread syncing events while the engine
+  enqueues would make the schedule nondeterministic. The schedule it gives is a legal
+  one upstream's can take -- the output thread slower than the engine -- and
+  ``done()`` answers False until then, as a busy thread's future does.
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any
+
+from seams.faults import fault_point
+
+KV_BUDGET_BYTES = 8 << 20
+
+
+def worker_class():
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+    from vllm.v1.worker.workspace import init_workspace_manager
+    try:
+        from vllm.v1.worker.gpu_worker import set_random_seed
+    except ImportError:  # a release that imports it from elsewhere
+        from vllm.utils.torch_utils import set_random_seed
+
+    class SpecraceModelRunner(GPUModelRunner):
+        def _init_device_properties(self) -> None:
+            self.num_sms = 1  # (CUDA's SM count sizes kernels we do not launch)
+
+        def execute_model(self, scheduler_output, *args: Any, **kwargs: Any):
+            # the step's first work on the main stream: its input uploads and forward
+            # queue behind a stall planned here
+            fault_point("vllm.before_execute")
+            return GPUModelRunner.execute_model(self, scheduler_output, *args, **kwargs)
+
+    class SpecraceWorker(Worker):
+        def init_device(self) -> None:
+            self.device = self.device_config.device
+            init_worker_distributed_environment(self.vllm_config, self.rank,
+                                                self.distributed_init_method,
+                                                self.local_rank, "gloo")
+            set_random_seed(self.model_config.seed)
+            init_workspace_manager(self.device, 1)
+            self.model_runner = SpecraceModelRunner(self.vllm_config, self.device)
+
+        def determine_available_memory(self) -> int:
+            return KV_BUDGET_BYTES
+
+        def compile_or_warm_up_model(self) -> float:
+            return 0.0
+
+    return SpecraceWorker
+
+
+class _OnDemand(Future):
+    """A future whose work runs in the thread that first asks for its result."""
+
+    def __init__(self, fn, args, kwargs) -> None:
+        super().__init__()
+        self._work = (fn, args, kwargs)
+
+    def _run(self) -> None:
+        if self._work is None:
+            return
+        fn, args, kwargs = self._work
+        self._work = None
+        try:
+            self.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # delivered to whoever asks, as a pool thread does
+            self.set_exception(exc)
+
+    def result(self, timeout=None):
+        self._run()
+        return super().result(timeout)
+
+    def exception(self, timeout=None):
+        self._run()
+        return super().exception(timeout)
+
+
+class _OnDemandThread:
+    def submit(self, fn, *args: Any, **kwargs: Any) -> Future:
+        return _OnDemand(fn, args, kwargs)
+
+    def shutdown(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def executor_class():
+    from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+    class SpecraceExecutor(UniProcExecutor):
+        def _init_executor(self) -> None:
+            super()._init_executor()
+            if getattr(self, "async_output_thread", None) is not None:
+                self.async_output_thread.shutdown(wait=True)
+                self.async_output_thread = _OnDemandThread()
+
+    return SpecraceExecutor
+
+
+_BUILT: dict = {}
+
+
+def __getattr__(name: str):
+    """``SpecraceWorker`` by qualified name, as vLLM's ``worker_cls`` resolves it
+    (built against the installed vLLM on first use)."""
+    if name == "SpecraceWorker":
+        if name not in _BUILT:
+            _BUILT[name] = worker_class()
+        return _BUILT[name]
+    raise AttributeError(name)

@@ -1,0 +1,29 @@
+"""The vLLM target's release environments: one venv per release with its own pins
+(``targets.envs``; only the wheel's Python files are unpacked), and which scenarios a
+release's code can run -- read from its source, never imported here."""
+from __future__ import annotations
+
+import os
+
+from seams.paths import REPO_ROOT
+from targets.envs import LineEnvironments, ReleaseLine
+from targets.vllm.boundary import contract
+
+LINE = ReleaseLine(package="vllm", supported=contract.SUPPORTED,
+                   requirements=os.path.join(REPO_ROOT, "requirements-vllm.txt"),
+                   locks=os.path.join(os.path.dirname(os.path.abspath(__file__)), "locks"),
+                   make_var="VLLM", python_only=True)
+
+
+class VllmEnvironments(LineEnvironments):
+    def __init__(self) -> None:
+        super().__init__(LINE)
+
+    def not_applicable(self, version: str, scenario: str) -> str:
+        root = self.line.release_root(version)
+        if root is None:
+            return ""
+        return contract.not_applicable(root, scenario)
+
+    def not_driven(self, version: str, scenario: str) -> str:
+        return ""
