@@ -19,7 +19,7 @@ class Mutation:
     source: str  # where the bug class comes from (seed / digest M-number)
     target: str  # "module:qualname", e.g. "impl.spec_info:NgramVerifyInput.filter_batch"
     edits: Tuple[Tuple[str, str], ...]  # (snippet, replacement), each snippet unique
-    probes: Tuple[str, ...]  # probe names (matrix.run.PROBES), tried in order
+    probes: Tuple[str, ...]  # probe names (matrix.probes.PROBES), tried in order
     # Why this seeded bug cannot change what the code does (an equivalent mutant), where
     # that is so; "" for an ordinary one. Its probes still run: a kill means the reason is
     # wrong, and the matrix says so -- a declaration is shown, never taken on trust.

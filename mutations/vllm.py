@@ -23,7 +23,8 @@ _ASYNC = "vllm.v1.core.sched.async_scheduler:AsyncScheduler"
 
 COUNT = ("vllm-count", "vllm-count-lazy")
 SEQ_LENS = ("vllm-seq-lens", "vllm-seq-lens-lazy")
-ANY = COUNT + SEQ_LENS
+INPUT_PREP = ("vllm-input-prep", "vllm-input-prep-lazy")
+ANY = COUNT + SEQ_LENS + INPUT_PREP
 
 
 MUTATIONS: List[Mutation] = [

@@ -16,6 +16,9 @@ behind the stall while the host goes on to the next step.
   ``seq_lens`` staging buffer, whose non-blocking upload to the target forward's
   ``seq_lens`` (``gpu_model_runner.py:1648``) may not have run yet. 0.19.0 keeps a separate
   optimistic copy. Variant ``fixed``: the increment made out of place.
+* ``vllm-input-prep`` -- the reused pinned input buffers (#24527 / #25279): with spec
+  decode the valid-count sync also orders the previous step's uploads, so this runs
+  without it, where ``prepare_inputs_event`` -- the fence -- is all that does.
 """
 from __future__ import annotations
 
@@ -56,5 +59,18 @@ VLLM_SEQ_LENS_SHADOW = Scenario(
     variants={AS_INSTALLED: {}, "fixed": with_fix("drafter-increments-out-of-place")},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "race", ("fixed", None): "clean"},
+    sim_trials=3,
+)
+
+VLLM_INPUT_PREP = Scenario(
+    name="vllm-input-prep",
+    summary="the reused pinned input buffers vs the previous step's queued uploads "
+            "(#24527 / #25279), async scheduling without spec decode; main stream stalled",
+    workload=_workload(1),  # no drafter: the input-prep fence alone orders the uploads
+    stalls=stall_at("vllm.before_execute", VLLM_STALL_MS),
+    variants={AS_INSTALLED: {}, "fixed": {},
+              "no-fence": with_bug("input-prep-fence-dropped")},
+    default_variant=AS_INSTALLED,
+    expect={(AS_INSTALLED, None): "clean", ("no-fence", None): "race"},
     sim_trials=3,
 )

@@ -9,7 +9,7 @@ from typing import Optional
 from specrace import cli_args as A
 
 TARGETS = ("impl", "sglang", "vllm")  # what --target takes (targets.TARGET_NAMES, without importing it)
-UPSTREAM_TARGETS = ("sglang",)  # the targets with release environments
+UPSTREAM_TARGETS = ("sglang", "vllm")  # the targets with release environments
 
 
 class UsageError(Exception):

@@ -52,9 +52,10 @@ from packaging.version import InvalidVersion, Version
 import targets
 from harness.target import Environments
 from seams.paths import REPO_ROOT
+from targets.wheels import EnvError, download, unpack_python
+from targets.wheels import run_step as _run
 
 ENVS = os.path.join(REPO_ROOT, ".releases")
-DOWNLOADS = os.path.join(ENVS, ".downloads")  # release wheels, kept (``download``)
 READY = ".specrace-ready"
 STAGING = ".staging-"  # a venv being built: never an environment
 # Installed without their dependencies, as in the core set-up: xgrammar's triton is ~1 GB,
@@ -63,11 +64,6 @@ NO_DEPS = ("xgrammar",)
 # Left as the core has them whatever the release asks: torch is the core's pinned CPU
 # build (a release pins a CUDA build of several GB that the code under test never needs).
 KEEP_CORE = ("torch",)
-PIP_TAIL_LINES = 3  # what a failed pip step shows of its own output
-
-
-class EnvError(ValueError):
-    """A release that cannot be set up or is not set up: bad input."""
 
 
 @dataclass(frozen=True)
@@ -231,47 +227,6 @@ class LineEnvironments(Environments):
         return self.line.skipped()
 
 
-def download(package: str, version: str) -> str:
-    """The release's wheel, downloaded once into ``DOWNLOADS`` and reused by every later
-    set-up of it (a re-run of ``make upstream``, a lock, CI's second build)."""
-    folder = os.path.join(DOWNLOADS, package)
-    os.makedirs(folder, exist_ok=True)
-    mine = [w for w in glob.glob(os.path.join(folder, f"{package}-{version}-*.whl"))]
-    if not mine:
-        # into a staging folder first: an interrupted download never looks like a wheel
-        with tempfile.TemporaryDirectory(prefix=STAGING, dir=folder) as tmp:
-            _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                  "--only-binary=:all:", "-d", tmp, f"{package}=={version}"])
-            for name in os.listdir(tmp):
-                os.replace(os.path.join(tmp, name), os.path.join(folder, name))
-        mine = glob.glob(os.path.join(folder, f"{package}-{version}-*.whl"))
-    if not mine:
-        raise EnvError(f"pip downloaded no {package} {version} wheel")
-    return mine[0]
-
-
-def unpack_python(wheel: str, site: str) -> int:
-    """The wheel's ``.py`` files and its ``.dist-info`` (its version, requirements and
-    RECORD -- the hashes the contract compares executed files with) into ``site``;
-    returns how many files. Members are checked to stay inside ``site``."""
-    count = 0
-    root = os.path.realpath(site)
-    with zipfile.ZipFile(wheel) as z:
-        for info in z.infolist():
-            name = info.filename
-            top = name.split("/", 1)[0]
-            if info.is_dir() or not (name.endswith(".py") or top.endswith(".dist-info")):
-                continue
-            dest = os.path.realpath(os.path.join(site, name))
-            if not dest.startswith(root + os.sep):
-                raise EnvError(f"the wheel has a member outside its folder: {name[:120]!r}")
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            with z.open(info) as src, open(dest, "wb") as out:
-                shutil.copyfileobj(src, out)
-            count += 1
-    return count
-
-
 def _swap_in(staging: str, final: str) -> None:
     """Rename the finished ``staging`` venv to ``final``; a previous one is moved aside
     first and removed only once the new one is in place (a reader never finds the
@@ -330,16 +285,6 @@ def _site(python: str) -> str:
     return subprocess.run([python, "-c",
                            "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
-
-
-def _run(cmd: List[str]) -> None:
-    """A set-up step; its own output only when it fails (its last lines, in the error)."""
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
-        raise EnvError(f"set-up step failed ({proc.returncode}): "
-                       f"{' '.join(map(str, cmd[1:]))[:160]}"
-                       + "".join(f"\n  {ln[:200]}" for ln in tail[-PIP_TAIL_LINES:]))
 
 
 def _pip(python: str, *args: str) -> None:

@@ -19,7 +19,7 @@ from harness.target import Target, TargetError
 from targets import static
 from targets.vllm.boundary import contract
 
-SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow")
+SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow", "vllm-input-prep")
 
 
 class VllmTarget(Target):

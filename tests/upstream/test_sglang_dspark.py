@@ -115,7 +115,7 @@ def test_same_seed_same_verdict():
 
 def test_the_slice_is_declared_by_the_code_it_needs():
     from targets import static
-from targets.sglang.boundary import contract
+    from targets.sglang.boundary import contract
     assert contract.missing_code(static.package_root("sglang"), "dspark") is None
     tgt = targets.get("sglang")
     assert tgt.variant_problem(get("dspark-confidence-ring").variants["fixed"]) == ""

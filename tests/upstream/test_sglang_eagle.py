@@ -191,7 +191,7 @@ def test_the_slice_needs_the_kernel_seams_it_binds(tmp_path):
     import os
     import shutil
     from targets import static
-from targets.sglang.boundary import contract
+    from targets.sglang.boundary import contract
     root = static.package_root("sglang")
     assert contract.missing_code(root, "eagle_v2") is None
     assert contract.undriven(root, "eagle_v2") is None

@@ -174,7 +174,8 @@ def test_unsupported_or_missing_sglang_is_a_target_error(monkeypatch):
 @pytest.mark.parametrize("argv, needle", [
     (["repro", "ngram-filter-race", "--target", "sglang", "--variant", "nope"],
      "unknown variant"),
-    (["repro", "ngram-filter-race", "--target", "vllm"], "invalid choice"),
+    (["repro", "ngram-filter-race", "--target", "vllm"], "vllm is not installed here"),
+    (["repro", "ngram-filter-race", "--target", "trtllm"], "invalid choice"),
     (["matrix", "--target", "nope"], "invalid choice"),
 ])
 def test_cli_bad_target_is_one_line_exit_2(argv, needle):

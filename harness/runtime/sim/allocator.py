@@ -87,6 +87,29 @@ def watch_collector() -> None:
         gc.callbacks.append(_gc_phase)
 
 
+# ``torch.inference_mode``: device memory is never an inference tensor (``_device_memory``)
+_InferenceMode = torch._C._InferenceMode
+_inference_mode = torch.is_inference_mode_enabled
+
+
+def _device_memory(size: int, written: int) -> torch.Tensor:
+    """A fresh block's memory: poison, but for the first ``written`` bytes, which the
+    caller overwrites at once (a fresh output moved in: filling them first would only cost
+    a second pass).
+
+    Never an inference tensor, though the block may be made inside
+    ``torch.inference_mode``: device memory outlives the mode, and kernels (and the next
+    owner of the block) write it in place after it -- which torch refuses for inference
+    tensors. The mode's rules are the host program's, and apply to the wrappers."""
+    with _InferenceMode(False):
+        if written:
+            mem = torch.empty((size,), dtype=torch.uint8)
+            if written < size:
+                mem[written:].fill_(_POISON_BYTE)
+            return mem
+        return torch.full((size,), _POISON_BYTE, dtype=torch.uint8)
+
+
 class Block:
     __slots__ = ("bid", "size", "mem", "typed", "views", "home", "owner", "graph", "taken")
 
@@ -94,14 +117,7 @@ class Block:
                  written: int = 0) -> None:
         self.bid = bid
         self.size = size
-        # poison, but for the first ``written`` bytes, which the caller overwrites at once
-        # (a fresh output moved in: filling them first would only cost a second pass)
-        if written:
-            self.mem = torch.empty((size,), dtype=torch.uint8)
-            if written < size:
-                self.mem[written:].fill_(_POISON_BYTE)
-        else:
-            self.mem = torch.full((size,), _POISON_BYTE, dtype=torch.uint8)
+        self.mem = _device_memory(size, written)
         # a dense result whose memory the block took instead of a copy (``storage``);
         # ``mem`` is None meanwhile, made from it when another layout asks (``_typed``)
         self.taken: Optional[torch.Tensor] = None
@@ -173,10 +189,12 @@ def _typed(block: Block, dtype: torch.dtype) -> torch.Tensor:
     viewed once)."""
     typed = block.typed.get(dtype)
     if typed is None:
-        if block.taken is not None:
-            block.mem = block.taken.reshape(-1).view(torch.uint8)
-            block.taken = None
-        typed = block.typed[dtype] = block.mem.view(dtype)
+        # (a dtype view made inside ``torch.inference_mode`` would be an inference tensor)
+        with _InferenceMode(False):
+            if block.taken is not None:
+                block.mem = block.taken.reshape(-1).view(torch.uint8)
+                block.taken = None
+            typed = block.typed[dtype] = block.mem.view(dtype)
     return typed
 
 
@@ -223,7 +241,8 @@ class SimAllocator:
         if nbytes is None:
             nbytes = _extent(shape, stride, offset) * dtype.itemsize
         if nbytes == 0:
-            return torch.empty_strided(shape, stride, dtype=dtype), None
+            with _InferenceMode(False):  # device memory: never an inference tensor
+                return torch.empty_strided(shape, stride, dtype=dtype), None
         dev = self._devref()
         home = dev.current.sid
         size = -(-nbytes // ROUND) * ROUND
@@ -246,13 +265,15 @@ class SimAllocator:
         if poison and not reused and dtype not in _BYTE_POISON:
             poison_fill(_typed(block, dtype)[:nbytes // dtype.itemsize])
         if (result is not None and reused and block.size == nbytes and not dev.queued
-                and not dev.captured):
+                and not dev.captured and not _inference_mode()):
             # A dense result filling the whole block: the block takes the result's memory
             # instead of a copy of it (a kernel's fresh output, ``OpInfo.returns_fresh``
             # by its schema, shares memory with nothing). The block's old memory is then
             # unreachable -- nothing is queued on any stream (no pending kernel holds it)
             # and no graph was ever captured (no replay will) -- so every later reader
-            # sees what the copy would have left.
+            # sees what the copy would have left. (Not a result computed inside
+            # ``torch.inference_mode``, just now: an inference tensor is no device memory,
+            # ``_device_memory``.)
             block.taken = result
             block.mem = None
             block.typed.clear()

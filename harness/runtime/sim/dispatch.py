@@ -29,6 +29,7 @@ from harness.runtime.load import NONE
 from harness.runtime.sim import load
 from harness.runtime.trace import COPY_H2D, OpKind, OpRecord, user_frame
 from harness.runtime.sim.allocator import poison_fill
+from harness.runtime.sim.inference import host_write, inference_mode, view_in_inference_mode
 from harness.runtime.sim.streams import current_device
 from harness.runtime.sim.launch import launch
 from harness.runtime.sim.tensor import (SimTensor, access, alias, new_storage, note_record_stream,
@@ -40,6 +41,16 @@ _CPU = torch.device("cpu")
 
 
 class SimBackend(ops.Backend):
+    @classmethod
+    def _entry(cls, func: Any) -> Any:
+        """The ladder's routing, but for the ``*_like`` / ``new_*`` factories that take a
+        ``device=``: the ladder makes them kernels (they launch one on the input's
+        device), while the device they make on is the argument's (``like_factory``)."""
+        op, special, routed = super()._entry(func)
+        if special is None and op.metadata_reads and _takes_device(func):
+            routed = cls.like_factory
+        return op, special, routed
+
     # --- the ladder ------------------------------------------------------------------
     def on_device(self, args: tuple, kwargs: dict) -> bool:
         for v in args:
@@ -59,6 +70,11 @@ class SimBackend(ops.Backend):
 
     def host_op(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         """An op on host tensors only: run it, report touches of watched pinned memory."""
+        if op.route == ops.COMPOSITE:
+            # Only inference tensors bring one here (they skip the autograd key, where
+            # torch decomposes): run whole, ``pin_memory`` would pin on the CPU backend,
+            # which cannot -- decomposed, its parts come back here (``_pin_memory``).
+            return self.composite(op, args, kwargs)
         func = op.func
         if kwargs.get("pin_memory"):
             kwargs = dict(kwargs)
@@ -88,11 +104,13 @@ class SimBackend(ops.Backend):
         return self_
 
     def view(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        if inference_mode():
+            return view_in_inference_mode(op, args, kwargs)
         bargs, bkwargs = unwrap_call(args, kwargs)
         out = op.func._op(*bargs, **bkwargs)  # (``OpOverload.__call__``'s own call)
-        owner = op.effects.return_alias
+        owner = op.effects.return_alias  # (``view_base``, written out: asked per view)
         base = (args[owner[0]] if type(owner[0]) is int else kwargs.get(owner[0])) \
-            if owner and owner[0] is not None else None
+            if owner and owner[0] is not None else args[0]
         if isinstance(out, torch.Tensor):
             return alias(out, base)
         return type(out)(alias(o, base) for o in out)
@@ -127,6 +145,8 @@ class SimBackend(ops.Backend):
                 kwargs: dict) -> torch.Tensor:
         """``x.to("cpu")``: a copy kernel on the current stream into new host memory."""
         src = call.src
+        if _device_type(kwargs["device"]) == "meta":  # (a D2H names its device)
+            return _to_meta(op, src, kwargs)
         dtype = kwargs.get("dtype") or src.dtype
         host = poisoned_empty(src.shape, _contig_stride(src.shape), dtype)
         if call.pins_result:
@@ -135,7 +155,7 @@ class SimBackend(ops.Backend):
         sbuf = src._buf
 
         def kernel() -> None:
-            host.copy_(sbuf)
+            host_write(host, sbuf)
 
         _copy(current_device(), call, [access(src)], [dst_acc[0]] if dst_acc else [], kernel,
               call.pins_result, user_frame(4))
@@ -145,6 +165,10 @@ class SimBackend(ops.Backend):
                  kwargs: dict) -> Any:
         """``host.copy_(dev)``: a copy kernel writing the host tensor when it executes."""
         dst, src = call.dst, call.src
+        if dst.is_meta:
+            # meta outranks every backend in torch's dispatch: the meta kernel checks the
+            # shapes and copies nothing, on CUDA too -- no device read, no sync
+            return dst.copy_(src._buf)
         dev = current_device()
         pinned = hostmem.access_of(dst)
         if pinned is not None:
@@ -152,7 +176,7 @@ class SimBackend(ops.Backend):
         sbuf = src._buf
 
         def kernel() -> None:
-            dst.copy_(sbuf)
+            host_write(dst, sbuf)
 
         _copy(dev, call, [access(src)], [pinned[0]] if pinned else [], kernel,
               pinned is not None, user_frame(4))
@@ -203,7 +227,9 @@ class SimBackend(ops.Backend):
             layout = func(*unwrap(args), **kwargs)  # the CPU factory gives shape and strides
             return new_storage(current_device(), layout.shape, layout.stride(), layout.dtype,
                                user_frame(3), func.__name__)
-        out = func(*args, **kwargs)
+        # (``new_empty(dev_tensor, device="cpu")``: the device tensor lends its dtype only;
+        # passed on as itself, it would come back here)
+        out = func(*unwrap(args), **kwargs)
         # Fresh pinned memory is as undefined as device memory; poison it so a host read
         # before the copy lands is loud and deterministic.
         return hostmem.register(poison_fill(out)) if pinned else out
@@ -218,13 +244,34 @@ class SimBackend(ops.Backend):
                   else type(src) is SimTensor)
         kw = dict(kwargs)
         pinned = kw.pop("pin_memory", False)
-        kw["device"] = _CPU
+        if on_sim:
+            kw["device"] = _CPU  # the CPU factory gives the layout
+        # (else the host or the meta device, named or the input's: ``empty_like(t,
+        # device="meta")`` is a meta tensor, not a CPU one)
         base = src._buf if type(src) is SimTensor else src
         buf = op.func(base, *args[1:], **kw)
         if on_sim:
             return new_storage(current_device(), buf.shape, buf.stride(), buf.dtype,
                                user_frame(3), op.func.__name__)
         return hostmem.register(poison_fill(buf)) if pinned else buf
+
+    def like_factory(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+        """``zeros_like`` / ``full_like`` / ``rand_like`` / ``new_zeros``...: factories that
+        read their input's metadata only (shape, dtype, strides for ``preserve_format``).
+        The tensor is made where ``device=`` says, else where the input is -- so
+        ``zeros_like(host, device="sim")`` is a kernel filling fresh device memory, and
+        ``zeros_like(dev, device="cpu")`` (or ``"meta"``) a host factory: the device tensor
+        lends its layout, nothing is read on the device and nothing waits for it.
+        (``empty_like`` / ``new_empty`` allocate without a kernel: ``empty_like``, ``empty``.)
+        """
+        target = kwargs.get("device")
+        if target is None or _device_type(target) == "sim":
+            # fresh device memory: pinning is for host memory, ignored as ``empty`` does
+            if "pin_memory" in kwargs:
+                kwargs = {k: v for k, v in kwargs.items() if k != "pin_memory"}
+            return launch(self, op, args, kwargs)
+        bargs, bkwargs = unwrap_call(args, kwargs)
+        return self.host_op(op, bargs, bkwargs)  # (which pins on ``pin_memory=True``)
 
     def first_arg(self, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
         return args[0] if args else None  # lift_fresh, detach_: nothing to do
@@ -259,6 +306,8 @@ def _copy(dev, call: ops.TransferCall, reads: list, writes: list, kernel: Any,
 
 
 def _h2d(dev, call: ops.TransferCall, dst: SimTensor, src: torch.Tensor, frame) -> None:
+    if src.is_meta:  # torch refuses at the call; queued, it was a sticky device error
+        raise NotImplementedError("Cannot copy out of meta tensor; no data!")
     pinned = hostmem.access_of(src)
     if call.non_blocking and pinned is not None:
         source = src.detach()  # read when the copy executes: the staging-buffer reuse race
@@ -277,6 +326,23 @@ def _h2d(dev, call: ops.TransferCall, dst: SimTensor, src: torch.Tensor, frame) 
     # torch's blocking H2D is a copy plus a sync of the current stream (memcpy_and_sync):
     # the host waits for everything queued there, as on CUDA.
     _copy(dev, call, reads, [access(dst)], kernel, pinned is not None, frame, "h2d")
+
+
+def _takes_device(func: Any) -> bool:
+    return any(a.name == "device" for a in func._schema.arguments)
+
+
+def _device_type(device: Any) -> str:
+    """The type of a ``device=`` argument (a ``torch.device`` or a string)."""
+    return device.type if isinstance(device, torch.device) else torch.device(device).type
+
+
+def _to_meta(op: ops.OpInfo, src: SimTensor, kwargs: dict) -> torch.Tensor:
+    """``x.to("meta")`` of a device tensor: a plain meta tensor of its layout (``_to_copy``
+    on the device memory decides dtype and strides as torch would; a copy into meta copies
+    nothing). Metadata only: no kernel, no device access, no sync -- as on CUDA."""
+    kw = {k: v for k, v in kwargs.items() if k not in ("non_blocking", "pin_memory")}
+    return op.func._op(src._buf, **kw)
 
 
 def _contig_stride(shape) -> tuple:

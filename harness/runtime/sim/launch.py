@@ -54,7 +54,10 @@ def scan(op: ops.OpInfo, args: tuple, kwargs: dict) -> Tuple[tuple, dict, list, 
                 ops.note_accesses(op, v, rule, device_access, _host_arg, reads, writes)
             bargs.append(unwrap(v))
         else:
-            if isinstance(v, torch.Tensor) and rule is not None:
+            # (``rule`` 0: a ``*_like`` / ``new_*`` factory's input, read for its metadata
+            # only -- a host tensor is fine there, as on CUDA: ``zeros_like(host,
+            # device="cuda")``)
+            if rule and isinstance(v, torch.Tensor):
                 _host_arg(v, op)
             bargs.append(v)
     if kwargs:

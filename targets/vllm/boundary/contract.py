@@ -71,6 +71,9 @@ SCENARIO_CODE: Dict[str, Tuple[str, str]] = {
     "vllm-seq-lens-shadow": ("V1 model runner (vllm/v1/worker/gpu_model_runner.py; from "
                              "0.34.0 only Model Runner V2 ships)",
                              f"{_RUNNER}:GPUModelRunner._build_attention_metadata"),
+    "vllm-input-prep": ("V1 model runner's input-prep fence (GPUModelRunner."
+                        "synchronize_input_prep)",
+                        f"{_RUNNER}:GPUModelRunner.synchronize_input_prep"),
 }
 
 

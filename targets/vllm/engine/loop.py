@@ -54,16 +54,18 @@ class VllmRequest:
 def engine_config(args):
     """The ``VllmConfig`` a run's server args ask for, built offline by vLLM's own
     ``EngineArgs``: the toy hybrid model with the toy draft model as its drafter
-    (``draft_model``: the EAGLE-family path, which async scheduling accepts), prefix
+    (``draft_model``: the EAGLE-family path, which async scheduling accepts; none when a
+    step verifies one slot, ``draft_token_num`` 1), prefix
     caching off (so the hybrid accepted counts are copied without a sync, the path
     #36013 is about), eager mode, the KV cache a fixed 64 blocks."""
     from vllm.engine.arg_utils import EngineArgs
+    drafts = args.draft_token_num - 1  # the verified slots of a step, less the bonus one
     return EngineArgs(
         model=os.path.join(CONFIGS, "target"), skip_tokenizer_init=True,
         load_format="dummy", dtype="float32", seed=0,
-        speculative_config={"method": "draft_model",
-                            "model": os.path.join(CONFIGS, "draft"),
-                            "num_speculative_tokens": max(1, args.draft_token_num - 1)},
+        speculative_config=None if drafts < 1 else {
+            "method": "draft_model", "model": os.path.join(CONFIGS, "draft"),
+            "num_speculative_tokens": drafts},
         async_scheduling=bool(args.overlap), enforce_eager=True,
         max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS,
         max_num_batched_tokens=MAX_MODEL_LEN, block_size=BLOCK_SIZE,

@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from targets import envs
+from targets import envs, wheels
 from targets.sglang.environments import LINE
 
 
@@ -147,7 +147,7 @@ def test_a_failed_step_is_one_short_error_not_pips_whole_output():
                    "[print(f'line {i}', file=sys.stderr) for i in range(40)]; sys.exit(3)"])
     text = str(info.value)
     assert "failed (3)" in text and "line 39" in text and "line 10" not in text
-    assert len(text.splitlines()) <= 1 + envs.PIP_TAIL_LINES
+    assert len(text.splitlines()) <= 1 + wheels.PIP_TAIL_LINES
 
 
 @pytest.mark.parametrize("var, value", [("SGLANG", "0.5.23; touch {marker}"),
@@ -164,3 +164,49 @@ def test_the_makefile_never_runs_a_release_string(tmp_path, var, value):
                           f"{var}={value.format(marker=marker)}"],
                          capture_output=True, text=True, check=True).stdout
     assert str(marker) not in out and f"${var}" in out
+
+
+def _zip_wheel(path, members):
+    import zipfile
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return str(path)
+
+
+def test_a_python_only_install_unpacks_the_python_files_and_the_metadata(tmp_path):
+    """vLLM's wheel is mostly compiled CUDA code: only its .py files and its dist-info
+    (version, requirements, RECORD) go in."""
+    whl = _zip_wheel(tmp_path / "pkg-1.0-py3-none-any.whl", {
+        "pkg/__init__.py": "X = 1\n", "pkg/sub/mod.py": "Y = 2\n",
+        "pkg/_C.abi3.so": b"\x7fELF", "pkg/data/config.json": "{}",
+        "pkg-1.0.dist-info/METADATA": "Name: pkg\n", "pkg-1.0.dist-info/RECORD": ""})
+    site = tmp_path / "site"
+    site.mkdir()
+    assert wheels.unpack_python(whl, str(site)) == 4
+    found = sorted(str(p.relative_to(site)) for p in site.rglob("*") if p.is_file())
+    assert found == ["pkg-1.0.dist-info/METADATA", "pkg-1.0.dist-info/RECORD",
+                     "pkg/__init__.py", "pkg/sub/mod.py"]
+
+
+def test_a_wheel_member_outside_its_folder_is_refused(tmp_path):
+    whl = _zip_wheel(tmp_path / "evil-1.0-py3-none-any.whl", {"../escape.py": "boom\n"})
+    site = tmp_path / "site"
+    site.mkdir()
+    with pytest.raises(envs.EnvError, match="outside its folder"):
+        wheels.unpack_python(whl, str(site))
+    assert not (tmp_path / "escape.py").exists()
+
+
+def test_a_downloaded_wheel_is_reused(tmp_path, monkeypatch):
+    monkeypatch.setattr(wheels, "DOWNLOADS", str(tmp_path))
+    calls = []
+
+    def fake_pip(cmd):
+        calls.append(cmd)
+        dest = cmd[cmd.index("-d") + 1]
+        open(os.path.join(dest, "pkg-2.0-py3-none-any.whl"), "w").close()
+    monkeypatch.setattr(wheels, "run_step", fake_pip)
+    first = wheels.download("pkg", "2.0")
+    second = wheels.download("pkg", "2.0")
+    assert first == second and first.endswith("pkg-2.0-py3-none-any.whl") and len(calls) == 1

@@ -1,0 +1,82 @@
+"""The probes of the mutation matrix: a scenario run under one schedule on a few seeds,
+one catalogue for every target (a target runs the probes whose scenario it supports)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    scenario: str
+    variant: str
+    policy: str
+    seeds: Tuple[int, ...] = (0, 1, 2)
+    war_barrier: str = "fine"
+
+
+PROBES: Dict[str, Probe] = {p.name: p for p in (
+    Probe("seed-eager", "ngram-filter-race", "fixed", "eager"),
+    Probe("seed-lazy", "ngram-filter-race", "fixed", "lazy"),
+    Probe("seed-stall", "ngram-filter-race", "fixed", "stall(forward)"),
+    Probe("grammar-ngram", "grammar-ngram", "fixed", "eager", seeds=(0, 1)),
+    Probe("grammar-eagle", "grammar-tree-staging", "fixed", "eager", seeds=(0, 1)),
+    Probe("grammar-lazy", "grammar-ngram", "fixed", "lazy", seeds=(0, 1)),
+    Probe("mixed-overlap", "mixed-overlap", "fixed", "stall(forward)", seeds=(0, 1)),
+    # read-done published only by graph replays: extends and graphs-off steps take the
+    # coarse fallback (the sglang target)
+    Probe("graph-eligibility", "ngram-graph-eligibility", "fixed", "eager", seeds=(0, 1)),
+    Probe("graph-eligibility-off", "ngram-graph-eligibility", "fixed-graphs-off", "lazy",
+          seeds=(0, 1)),
+    Probe("dp-idle", "dp-idle", "fixed", "lazy", seeds=(0, 1)),
+    Probe("slot-reuse", "slot-reuse", "fixed", "eager"),
+    Probe("slot-reuse-stall", "slot-reuse", "fixed", "stall(forward)"),
+    # the memory pools behind the WAR barrier: rows and slots reused, the forward stalled
+    # before its attention gathers req_to_token and after it records read-done
+    Probe("kv-reuse", "kv-row-reuse", "fixed", "eager"),
+    Probe("kv-reuse-lazy", "kv-row-reuse", "fixed", "lazy"),
+    Probe("kv-reuse-swa", "kv-row-reuse", "swa", "eager"),
+    Probe("kv-reuse-swa-lazy", "kv-row-reuse", "swa", "lazy"),
+    Probe("kv-reuse-eagle", "kv-row-reuse", "eagle", "eager"),
+    Probe("kv-reuse-eagle-lazy", "kv-row-reuse", "eagle", "lazy"),
+    Probe("kv-retract", "kv-row-reuse", "retract", "eager"),
+    Probe("kv-retract-lazy", "kv-row-reuse", "retract", "lazy"),
+    # retraction under memory pressure (optimistic admission: whom and when is the
+    # scheduler's choice, on 0.5.23 upstream's retract_decode)
+    Probe("kv-pressure", "kv-pressure", "fixed", "eager"),
+    Probe("kv-pressure-lazy", "kv-pressure", "fixed", "lazy"),
+    # chunked prefill (with retractions: a retracted history prefilled in chunks)
+    Probe("kv-chunked", "kv-row-reuse", "chunked-retract", "eager"),
+    Probe("kv-chunked-lazy", "kv-row-reuse", "chunked-retract", "lazy"),
+    # the DSpark slice (sglang target) in its ordering configurations, clean as released:
+    # the ring with CPU seq lens, the readback with the eager accept
+    Probe("dspark-ring", "dspark-confidence-ring", "cpu-seq-lens", "eager", seeds=(0, 1)),
+    Probe("dspark-ring-lazy", "dspark-confidence-ring", "cpu-seq-lens", "lazy", seeds=(0, 1)),
+    Probe("dspark-ring-random", "dspark-confidence-ring", "cpu-seq-lens", "random(1)",
+          seeds=(0, 1)),
+    Probe("dspark-readback", "dspark-result-readback", "eager-accept", "eager", seeds=(0, 1)),
+    # the ring as the candidate fix leaves it, on a backend without CPU seq lens: there
+    # the copy_done poll is what keeps the host off a slot still being copied
+    Probe("dspark-ring-fixed", "dspark-confidence-ring", "fixed", "eager", seeds=(0, 1)),
+    # the EAGLE v2 slice (sglang target): upstream's worker as released, without and with
+    # the plan streams
+    Probe("eagle-v2", "eagle-v2", "fixed", "eager"),
+    Probe("eagle-v2-lazy", "eagle-v2", "fixed", "lazy"),
+    Probe("eagle-v2-plan", "eagle-v2", "plan-stream", "eager"),
+    Probe("eagle-v2-plan-lazy", "eagle-v2", "plan-stream", "lazy"),
+    Probe("eagle-v2-retract", "eagle-v2", "retract", "eager"),
+    Probe("eagle-v2-chunked", "eagle-v2", "chunked-retract", "eager"),
+    Probe("eagle-v2-topk2", "eagle-v2", "topk2", "eager"),
+    Probe("eagle-v2-topk2-plan-lazy", "eagle-v2", "topk2-plan-stream", "lazy"),
+    Probe("eagle-v2-eagle3", "eagle-v2", "eagle3", "eager", seeds=(0, 1)),
+    Probe("eagle-v2-grammar", "eagle-v2-grammar", "fixed", "eager", seeds=(0, 1)),
+    # the vLLM target: its own engine loop, the main stream stalled per step (as released,
+    # or with the candidate fix where the release races)
+    Probe("vllm-count", "vllm-accepted-count", "fixed", "eager", seeds=(0, 1)),
+    Probe("vllm-count-lazy", "vllm-accepted-count", "fixed", "lazy", seeds=(0, 1)),
+    Probe("vllm-seq-lens", "vllm-seq-lens-shadow", "fixed", "eager", seeds=(0, 1)),
+    Probe("vllm-seq-lens-lazy", "vllm-seq-lens-shadow", "fixed", "lazy", seeds=(0, 1)),
+    Probe("vllm-input-prep", "vllm-input-prep", "fixed", "eager", seeds=(0, 1)),
+    Probe("vllm-input-prep-lazy", "vllm-input-prep", "fixed", "lazy", seeds=(0, 1)),
+)}
