@@ -56,6 +56,9 @@ class ServerArgs:
     eagle_topk: int = 1
     plan_stream: bool = False
     eagle3: bool = False  # EAGLE3: the draft reads three target layers' hidden states
+    # The vLLM target: whether its toy target model is hybrid (a Mamba-style state picked
+    # by the accepted counts: vLLM's hybrid path) or dense attention only
+    hybrid: bool = True
     # Retraction (upstream's retract_decode under memory pressure), at a point the same in
     # a trial and its reference: ((rid, n), ...) retracts request rid once it holds n
     # output tokens (impl.schedule_batch.retract)

@@ -56,9 +56,14 @@ VLLM_SEQ_LENS_SHADOW = Scenario(
             "pending upload to the target forward (0.16.0-0.18.0); main stream stalled",
     workload=_workload(3),  # two proposed tokens: the drafter's loop runs
     stalls=stall_at("vllm.before_execute", VLLM_STALL_MS),
-    variants={AS_INSTALLED: {}, "fixed": with_fix("drafter-increments-out-of-place")},
+    # "dense": a model that is not hybrid -- 0.16.0's blocking read of the hybrid accepted
+    # counts (the sync #35442 removed in 0.17.0) no longer stands between the two
+    variants={AS_INSTALLED: {}, "fixed": with_fix("drafter-increments-out-of-place"),
+              "dense": {"hybrid": False},
+              "dense-fixed": with_fix("drafter-increments-out-of-place", hybrid=False)},
     default_variant=AS_INSTALLED,
-    expect={(AS_INSTALLED, None): "race", ("fixed", None): "clean"},
+    expect={(AS_INSTALLED, None): "race", ("fixed", None): "clean", ("dense", None): "race",
+            ("dense-fixed", None): "clean"},
     sim_trials=3,
 )
 

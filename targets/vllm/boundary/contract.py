@@ -19,7 +19,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from targets import static
-from targets.vllm.engine.kernels import KERNEL_SEAMS
+from targets.vllm.engine.kernels import KERNEL_SEAMS, OPTIONAL_KERNELS
 
 # The V1 engine with async scheduling and spec decode through to the newest release
 # (0.34.0 has no V1 model runner: its scenarios are "not applicable" there, read below).
@@ -126,6 +126,8 @@ def check_api(root: str) -> List[str]:
         import inspect
         ours = tuple(p for p in inspect.signature(fn).parameters if p != "grid")
         got, problem = static.params(root, f"{defined}:{name}")
+        if got is None and name in OPTIONAL_KERNELS:
+            continue  # not in this release (yet): nothing launches it
         if got is None:
             problems.append(f"the kernel {problem}")
         elif tuple(got) != ours[:len(got)] or len(got) > len(ours):

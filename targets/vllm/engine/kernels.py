@@ -159,6 +159,50 @@ def copy_and_expand_eagle_inputs(grid, target_token_ids_ptr, target_positions_pt
                   is_new & in_bounds)
 
 
+def eagle_step_slot_mapping_metadata(grid, positions_ptr, block_table_ptr,
+                                     block_table_stride, seq_lens_ptr,
+                                     out_clamped_positions_ptr, out_slot_mapping_ptr,
+                                     block_size, max_model_len, n_blocks_per_req, PAD_ID,
+                                     batch_size):
+    """One autoregressive draft step (0.18.0 on): each request's next position (0 past
+    the model's length), its slot from the block table (padding past the length, and for
+    graph-padding rows), and its length + 1 (1 past the length)."""
+    n = batch_size
+    pos = positions_ptr[:n].to(torch.int64) + 1
+    exceeds = pos >= max_model_len
+    clamped = torch.where(exceeds, torch.zeros_like(pos), pos)
+    block = (clamped // block_size).clamp(max=n_blocks_per_req - 1)
+    block_id = block_table_ptr[:n].to(torch.int64).gather(1, block[:, None]).squeeze(1)
+    slot = torch.where(exceeds, torch.full_like(pos, PAD_ID),
+                       block_id * block_size + clamped % block_size)
+    length = torch.where(exceeds, torch.ones_like(pos), seq_lens_ptr[:n].to(torch.int64) + 1)
+    out_clamped_positions_ptr[:n].copy_(clamped.to(out_clamped_positions_ptr.dtype))
+    out_slot_mapping_ptr[:n].copy_(slot.to(out_slot_mapping_ptr.dtype))
+    out_slot_mapping_ptr[n: grid[0]].fill_(PAD_ID)
+    seq_lens_ptr[:n].copy_(length.clamp(max=max_model_len).to(seq_lens_ptr.dtype))
+
+
+def compute_slot_mapping(grid, num_tokens, max_num_tokens, query_start_loc_ptr,
+                         positions_ptr, block_table_ptr, block_table_stride, block_size,
+                         slot_mapping_ptr, TOTAL_CP_WORLD_SIZE, TOTAL_CP_RANK,
+                         CP_KV_CACHE_INTERLEAVE_SIZE, PAD_ID, BLOCK_SIZE):
+    """Each scheduled token's KV slot from its request's block table (0.19.0 on), the
+    rest of the buffer padding. One context-parallel rank only."""
+    if TOTAL_CP_WORLD_SIZE != 1:
+        raise NotImplementedError("the slot-mapping stand-in has one context-parallel rank")
+    reqs = grid[0] - 1
+    qsl = query_start_loc_ptr[: reqs + 1].to(torch.int64)
+    tok = torch.arange(num_tokens, device=positions_ptr.device)
+    req = torch.bucketize(tok, qsl[1:], right=True).clamp(max=max(reqs - 1, 0))
+    pos = positions_ptr[:num_tokens].to(torch.int64)
+    block = block_table_ptr[req, pos // block_size].to(torch.int64)
+    slot = block * block_size + pos % block_size
+    mine = tok < qsl[reqs]
+    out = slot_mapping_ptr[:num_tokens]
+    out.copy_(torch.where(mine, slot, out.to(torch.int64)).to(out.dtype))
+    slot_mapping_ptr[num_tokens:max_num_tokens].fill_(PAD_ID)
+
+
 # kernel name -> (its stand-in, the module that defines it, the modules that launch it)
 _SPEC = "vllm.v1.spec_decode"
 KERNEL_SEAMS: Dict[str, Tuple[Callable, str, Tuple[str, ...]]] = {
@@ -171,7 +215,15 @@ KERNEL_SEAMS: Dict[str, Tuple[Callable, str, Tuple[str, ...]]] = {
                                            (f"{_SPEC}.eagle",)),
     "copy_and_expand_eagle_inputs_kernel": (copy_and_expand_eagle_inputs, f"{_SPEC}.utils",
                                             (f"{_SPEC}.eagle",)),
+    # 0.18.0 on: the drafter's per-step update, launched by a helper in its own module
+    "eagle_step_slot_mapping_metadata_kernel": (eagle_step_slot_mapping_metadata,
+                                                f"{_SPEC}.utils", (f"{_SPEC}.utils",)),
+    # 0.19.0 on: the target's slot mapping, on the device
+    "_compute_slot_mapping_kernel": (compute_slot_mapping, "vllm.v1.worker.block_table",
+                                     ("vllm.v1.worker.block_table",)),
 }
+# Kernels a release may not have yet: bound (and checked) only where it defines them.
+OPTIONAL_KERNELS = ("eagle_step_slot_mapping_metadata_kernel", "_compute_slot_mapping_kernel")
 
 
 def _next_power_of_2(n: int) -> int:
@@ -188,6 +240,8 @@ def installed() -> Iterator[None]:
     for name, (fn, _defined, launchers) in KERNEL_SEAMS.items():
         for module in launchers:
             mod = importlib.import_module(module)
+            if name in OPTIONAL_KERNELS and not hasattr(mod, name):
+                continue
             saved.append((mod, name, getattr(mod, name)))
             setattr(mod, name, GridKernel(name, fn))
     triton = triton_utils.triton

@@ -45,10 +45,14 @@ class VllmRequest:
         from vllm.v1.engine import EngineCoreRequest
         params = SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens,
                                 stop_token_ids=[EOS_ID], ignore_eos=False)
+        extra = {}
+        if "eos_token_id" in EngineCoreRequest.__struct_fields__:  # 0.16.0 asks for it
+            extra["eos_token_id"] = EOS_ID
         return EngineCoreRequest(request_id=str(self.rid), prompt_token_ids=self.prompt,
                                  mm_features=None, sampling_params=params,
                                  pooling_params=None, arrival_time=time.time(),
-                                 lora_request=None, cache_salt=None, data_parallel_rank=None)
+                                 lora_request=None, cache_salt=None, data_parallel_rank=None,
+                                 **extra)
 
 
 def engine_config(args):
@@ -61,7 +65,8 @@ def engine_config(args):
     from vllm.engine.arg_utils import EngineArgs
     drafts = args.draft_token_num - 1  # the verified slots of a step, less the bonus one
     return EngineArgs(
-        model=os.path.join(CONFIGS, "target"), skip_tokenizer_init=True,
+        model=os.path.join(CONFIGS, "target" if args.hybrid else "target-dense"),
+        skip_tokenizer_init=True,
         load_format="dummy", dtype="float32", seed=0,
         speculative_config=None if drafts < 1 else {
             "method": "draft_model", "model": os.path.join(CONFIGS, "draft"),

@@ -13,6 +13,9 @@ count the runner handed over is the true one; when they do not (a stale count), 
 the ``seq_lens`` the runner uploaded are not the request's true length, the layer's output
 is garbled, as a real model's is, and the oracles see wrong tokens.
 
+``DENSE_ARCH`` is the same model without the state (attention only): vLLM's path for a
+model that is not hybrid, with no accepted counts copied at all.
+
 The drafter is a second toy model that proposes the successor except after every third
 token, so drafts are accepted in full, in part and not at all.
 
@@ -32,6 +35,7 @@ from impl.vocab import VOCAB_SIZE
 
 HEAD = 4  # the configs' head_dim: the KV cache's last dimension
 TARGET_ARCH = "SpecraceToyHybridForCausalLM"
+DENSE_ARCH = "SpecraceToyDenseForCausalLM"
 DRAFT_ARCH = "SpecraceToyDraftForCausalLM"
 
 _TABLES: dict = {}
@@ -172,6 +176,12 @@ def model_classes():
             return FullAttentionSpec(block_size=vllm_config.cache_config.block_size,
                                      num_kv_heads=1, head_size=HEAD, dtype=torch.float32)
 
+        def cache(self) -> torch.Tensor:
+            """The layer's [2, blocks, block_size, heads, head] KV cache: a one-element
+            list (per virtual engine) up to 0.18.0, the tensor itself from 0.19.0."""
+            kv = self.kv_cache
+            return kv[0] if isinstance(kv, list) else kv
+
         def metadata(self):
             md = get_forward_context().attn_metadata
             return md.get(self.layer_name) if isinstance(md, dict) else None
@@ -179,17 +189,19 @@ def model_classes():
         def write_k(self, ids: torch.Tensor, md) -> None:
             """K[slot] = the token (the KV write); padding slots (-1) go to slot 0, in
             vLLM's null block."""
-            k = self.kv_cache[0][0].view(-1, HEAD)
+            k = self.cache()[0].view(-1, HEAD)
             n = md.num_actual_tokens
             slots = md.slot_mapping[:n].to(torch.int64)
             slots = torch.where(slots >= 0, slots, torch.zeros_like(slots))
             k.select(1, 0).scatter_(0, slots, ids[:n].to(k.dtype))
 
     class ToyHybridLayer(ToyLayer):
+        uses_state = True  # the dense model's layer reads the KV cache alone
+
         def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
             md = self.metadata()
             succ = _succ_table(input_ids.device)
-            if md is None or self.kv_cache[0].numel() == 0:  # a dummy run
+            if md is None or self.cache().numel() == 0:  # a dummy run
                 return succ[input_ids.to(torch.int64)]
             n_in, n, reqs, bs = input_ids.shape[0], md.num_actual_tokens, md.num_reqs, \
                 self.block_size
@@ -201,8 +213,8 @@ def model_classes():
             req = torch.bucketize(tok, qsl[1:], right=True).clamp(max=reqs - 1)
             first = tok == qsl[req]
             bt = md.block_table.to(torch.int64)
-            kc = self.kv_cache[0][0].reshape(-1, bs, HEAD)
-            vc = self.kv_cache[0][1].reshape(-1, bs, HEAD)
+            kc = self.cache()[0].reshape(-1, bs, HEAD)
+            vc = self.cache()[1].reshape(-1, bs, HEAD)
             # the previous token as the state holds it: slot num_accepted - 1 of the
             # request's state (V of its first block), as GDN picks its spec state
             acc = (md.num_accepted_tokens.to(torch.int64)[req]
@@ -211,7 +223,7 @@ def model_classes():
             # ... and as the KV cache holds it, by position
             before = (pos - 1).clamp(min=0)
             from_kv = kc[bt[req, before // bs], before % bs, 0].to(torch.int64)
-            uses_state = first & (pos > 0)
+            uses_state = first & (pos > 0) & self.uses_state
             stale_state = uses_state & (from_state != from_kv)
             # the request's length as the runner uploaded it, against its true length
             last = qsl[1:] - 1
@@ -242,7 +254,7 @@ def model_classes():
     class ToyDraftLayer(ToyLayer):
         def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
             md = self.metadata()
-            if md is not None and self.kv_cache[0].numel() > 0:
+            if md is not None and self.cache().numel() > 0:
                 self.write_k(input_ids.to(torch.int64), md)
             return draft_rule(input_ids.to(torch.int64))
 
@@ -288,6 +300,12 @@ def model_classes():
         def get_mamba_state_copy_func(cls):
             return ()
 
+    class DenseLayer(ToyHybridLayer):
+        uses_state = False
+
+    class Dense(ToyLM):
+        layer_cls = DenseLayer
+
     class Draft(ToyLM):
         layer_cls = ToyDraftLayer
         # a layer index of its own: bind_kv_cache refuses two KV layers on one index
@@ -295,13 +313,15 @@ def model_classes():
         layer_index = 1
 
     Target.__name__ = Target.__qualname__ = TARGET_ARCH
+    Dense.__name__ = Dense.__qualname__ = DENSE_ARCH
     Draft.__name__ = Draft.__qualname__ = DRAFT_ARCH
-    return Target, Draft
+    return Target, Dense, Draft
 
 
 def register() -> None:
     """The toy models into vLLM's own registry (``load_format="dummy"`` builds them)."""
     from vllm import ModelRegistry
-    target, draft = model_classes()
+    target, dense, draft = model_classes()
     ModelRegistry.register_model(TARGET_ARCH, target)
+    ModelRegistry.register_model(DENSE_ARCH, dense)
     ModelRegistry.register_model(DRAFT_ARCH, draft)
