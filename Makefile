@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 XGRAMMAR ?= xgrammar==0.2.9
 
-.PHONY: setup upstream upstream-releases repro test matrix bench litmus upstream-gate releases lock clean example-reports check-reports
+.PHONY: setup upstream upstream-releases repro test matrix bench litmus upstream-gate releases lock clean example-reports check-reports vllm-gate
 
 setup: $(VENV)/.specrace-ready
 
@@ -65,6 +65,23 @@ upstream-gate: upstream
 	$(VENV)/bin/specrace repro dspark-result-readback --target sglang --variant fixed --trials 5 --expect clean --no-report
 	$(VENV)/bin/specrace repro eagle-v2 --target sglang --variant plan-stream --trials 3 --expect clean --no-report
 	$(VENV)/bin/specrace matrix --target sglang
+
+# The vLLM gate (docs/vllm-target.md), in vLLM 0.17.0's own environment: the seq-lens race
+# as shipped and gone with its fix (hybrid and dense), #36013's pair ordered as shipped and
+# racing without the valid-count wait, the input-prep fence, and the mutation matrix.
+# The release reaches the shell as the quoted variable, never as recipe text (as above).
+VLLM_GATE ?= 0.17.0
+export VLLM_GATE
+VPY = ".releases/vllm/$$VLLM_GATE/bin/python" -m specrace.cli
+vllm-gate: setup
+	test -e ".releases/vllm/$$VLLM_GATE/.specrace-ready" -a ".releases/vllm/$$VLLM_GATE/.specrace-ready" -nt requirements-vllm.txt || $(PY) -m targets.envs vllm setup "$$VLLM_GATE"
+	$(VPY) repro vllm-seq-lens-shadow --target vllm --trials 2 --expect race --no-report
+	$(VPY) repro vllm-seq-lens-shadow --target vllm --variant fixed --trials 2 --expect clean --no-report
+	$(VPY) repro vllm-seq-lens-shadow --target vllm --variant dense --trials 2 --expect race --no-report
+	$(VPY) repro vllm-accepted-count --target vllm --trials 2 --expect clean --no-report
+	$(VPY) repro vllm-accepted-count --target vllm --variant no-valid-count-wait --trials 2 --expect race --no-report
+	$(VPY) repro vllm-input-prep --target vllm --trials 2 --expect clean --no-report
+	$(VPY) matrix --target vllm --backend sim
 
 # The release gate, on every release from the first with the NGRAM relay slice to the
 # newest (`make upstream-releases` sets them all up; CI does): each as shipped (its own

@@ -152,14 +152,17 @@ def test_a_failed_step_is_one_short_error_not_pips_whole_output():
 
 @pytest.mark.parametrize("var, value", [("SGLANG", "0.5.23; touch {marker}"),
                                          ("SGLANG", "$(touch {marker})"),
-                                         ("PREFIX_RELAY", "0.5.17; touch {marker}")])
+                                         ("PREFIX_RELAY", "0.5.17; touch {marker}"),
+                                         ("VLLM", "$(touch {marker})"),
+                                         ("VLLM_GATE", "0.17.0; touch {marker}")])
 def test_the_makefile_never_runs_a_release_string(tmp_path, var, value):
     """A release reaches the shell as a quoted variable, never as recipe text: what make
     would run holds the variable's name, not the string."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))))
     marker = tmp_path / "ran"
-    target = "upstream" if var == "SGLANG" else "releases"
+    target = {"SGLANG": "upstream", "VLLM": "upstream", "VLLM_GATE": "vllm-gate"}.get(
+        var, "releases")
     out = subprocess.run(["make", "-n", "-C", root, target,
                           f"{var}={value.format(marker=marker)}"],
                          capture_output=True, text=True, check=True).stdout

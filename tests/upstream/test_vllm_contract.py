@@ -1,0 +1,100 @@
+"""The vLLM target's contract, read from a release's source without importing it: a
+release set up here is compatible, and each edit of what the target relies on is one
+named problem (a copy of the driven files, edited). Skipped where no vLLM release is set
+up (``make upstream TARGET=vllm VLLM=0.17.0``; CI sets it up for its vLLM gate)."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from targets import static
+from targets.vllm.boundary import contract
+from targets.vllm.engine.kernels import KERNEL_SEAMS
+from targets.vllm.environments import LINE
+
+RELEASE = "0.17.0"
+ROOT = LINE.release_root(RELEASE)
+pytestmark = pytest.mark.skipif(ROOT is None, reason=f"vllm {RELEASE} is not set up here")
+
+
+def _modules():
+    names = set(contract.DRIVEN_MODULES)
+    names |= {t.split(":")[0] for t in contract.CALLED}
+    for _fn, defined, launchers in KERNEL_SEAMS.values():
+        names |= {defined, *launchers}
+    return sorted(names)
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """The driven files of the release, copied (edited per test)."""
+    root = tmp_path / "vllm"
+    for module in _modules():
+        src = static.module_path(ROOT, module)
+        if os.path.exists(src):
+            dst = static.module_path(str(root), module)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy(src, dst)
+    return root
+
+
+def _edit(root, module, old, new):
+    path = static.module_path(str(root), module)
+    text = open(path).read()
+    assert text.count(old) == 1, old
+    open(path, "w").write(text.replace(old, new))
+
+
+def test_the_release_set_up_here_fits():
+    verdict = contract.evaluate(RELEASE, ROOT)
+    assert verdict.ok and verdict.problems == [] and verdict.tier in ("compatible", "verified")
+    assert len(verdict.digest) == 16
+
+
+def test_a_copy_of_its_driven_files_fits_too(tree):
+    assert contract.check_api(str(tree)) == []
+
+
+@pytest.mark.parametrize("module, old, new, named", [
+    ("vllm.v1.attention.backends.gdn_attn", "        num_accepted_tokens:",
+     "        accepted_counts:", "GDNAttentionMetadataBuilder.build"),
+    ("vllm.v1.worker.gpu_model_runner", "    def _init_device_properties(self)",
+     "    def _init_device_props(self)", "_init_device_properties"),
+    ("vllm.v1.engine.core", "    def step_with_batch_queue(", "    def step_batched(",
+     "step_with_batch_queue"),
+    ("vllm.v1.spec_decode.utils", "def eagle_prepare_inputs_padded_kernel(\n"
+     "    cu_num_draft_tokens_ptr,", "def eagle_prepare_inputs_padded_kernel(\n"
+     "    cu_draft_ptr,", "eagle_prepare_inputs_padded_kernel"),
+])
+def test_each_edit_is_one_named_problem(tree, module, old, new, named):
+    _edit(tree, module, old, new)
+    problems = contract.check_api(str(tree))
+    assert len(problems) >= 1 and all(named in p for p in problems), problems
+
+
+def test_a_kernel_the_launcher_no_longer_names_is_a_problem(tree):
+    _edit(tree, "vllm.v1.spec_decode.eagle", "    copy_and_expand_eagle_inputs_kernel,\n", "")
+    problems = contract.check_api(str(tree))
+    assert any("no longer names the kernel copy_and_expand_eagle_inputs_kernel" in p
+               for p in problems), problems
+
+
+def test_out_of_range_and_unparsable_versions_are_problems():
+    assert "outside the supported range" in contract.check_version("0.15.1")[0]
+    assert "not a version number" in contract.check_version("main")[0]
+    assert contract.check_version(RELEASE) == []
+
+
+def test_a_release_without_the_v1_runner_makes_its_scenarios_not_applicable(tree):
+    os.remove(static.module_path(str(tree), "vllm.v1.worker.gpu_model_runner"))
+    for scenario in contract.SCENARIO_CODE:
+        assert "the release has no" in contract.not_applicable(str(tree), scenario)
+    verdict = contract.evaluate(RELEASE, str(tree))
+    assert not verdict.ok and "Model Runner V2" in verdict.problems[-1]
+
+
+def test_every_scenario_applies_to_the_release_set_up_here():
+    for scenario in contract.SCENARIO_CODE:
+        assert contract.not_applicable(ROOT, scenario) == ""
