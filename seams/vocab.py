@@ -34,6 +34,13 @@ class Backend(Word):
     CUDA = "cuda"  # real CUDA streams
 
 
+class TargetName(Word):
+    """The code under test (``targets``: the registry that loads one by name)."""
+    IMPL = "impl"      # specrace's own mirror of the server code
+    SGLANG = "sglang"  # the installed sglang
+    VLLM = "vllm"      # the installed vLLM
+
+
 class Platform(Word):
     """The hardware the code under test reads itself as running on."""
     CUDA = "cuda"

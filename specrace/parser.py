@@ -6,9 +6,11 @@ import argparse
 import os
 from typing import Optional
 
+from seams.vocab import TargetName
+
 from specrace import cli_args as A
 
-TARGETS = ("impl", "sglang", "vllm")  # what --target takes (targets.TARGET_NAMES, without importing it)
+TARGETS = tuple(t.value for t in TargetName)  # what --target takes
 UPSTREAM_TARGETS = ("sglang", "vllm")  # the targets with release environments
 
 

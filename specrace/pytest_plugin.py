@@ -29,10 +29,10 @@ import sys
 from typing import Any, List, Optional
 
 import pytest
-from seams.vocab import Backend
+from seams.vocab import Backend, TargetName
 
 BACKENDS = ("sim", "cuda", "auto")
-TARGETS = ("impl", "sglang", "vllm")
+TARGETS = tuple(t.value for t in TargetName)
 TARGET_ENV = "SPECRACE_TARGET"  # what state machines read (set from --specrace-target)
 WATCHDOG_ENV = "SPECRACE_TEST_WATCHDOG_S"  # per-test limit for CUDA runtimes (0: off)
 BACKEND_ENV = "SPECRACE_BACKEND"  # the state machines' backend (sim, cuda or auto)

@@ -16,8 +16,9 @@ from typing import Any, Dict
 
 from harness.target import Target, TargetError  # the interface; re-exported
 from seams import signals
+from seams.vocab import TargetName
 
-TARGET_NAMES = ("impl", "sglang", "vllm")
+TARGET_NAMES = tuple(t.value for t in TargetName)
 
 
 class ImplTarget(Target):

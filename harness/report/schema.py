@@ -16,7 +16,7 @@ from harness.policies import MAX_POLICY_CHARS
 from harness.runtime.policy import MAX_SCHEDULE_CHARS
 from harness.runtime.limits import MAX_STALL_MS
 from harness.runtime.load import LOADS
-from seams.vocab import Platform, Verdict
+from seams.vocab import Platform, TargetName, Verdict
 
 VERDICTS = [v.value for v in Verdict]
 
@@ -137,7 +137,7 @@ REPORT_SCHEMA = {
         "specrace_report": {"const": 1},
         "scenario": {"type": "string", "minLength": 1, "maxLength": 200},
         # absent in reports written before targets existed: impl
-        "target": {"enum": ["impl", "sglang"]},
+        "target": {"enum": [t.value for t in TargetName]},
         "variant": {"type": "string", "minLength": 1, "maxLength": 200},
         "war_barrier": {"enum": ["fine", "coarse"]},
         "backend": {"enum": ["sim", "cuda"]},
