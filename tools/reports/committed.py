@@ -65,6 +65,14 @@ def check() -> int:
     return 1 if bad else 0
 
 
+def _interpreter(path: str) -> List[str]:
+    """``specrace`` as the report's release runs it: this interpreter, or that of the
+    release's environment when the core does not have the report's release (vLLM)."""
+    from specrace.replay import load_report, release_python
+    python = release_python(load_report(path))
+    return SPECRACE if python is None else [python, "-m", "specrace.cli"]
+
+
 def regenerate() -> int:
     for path, doc in committed():
         if doc.get("backend") != "sim":
@@ -76,7 +84,7 @@ def regenerate() -> int:
             argv += ["--backend", "sim"]
         before = set(os.listdir(os.path.dirname(folder)))
         print("+", doc["command"], flush=True)
-        rc = subprocess.run([*SPECRACE, *argv[1:]], cwd=ROOT).returncode
+        rc = subprocess.run([*_interpreter(path), *argv[1:]], cwd=ROOT).returncode
         if rc not in (0, 1):  # 1: a verdict other than --expect; the report is written
             print(f"failed ({rc}): {doc['command']}", file=sys.stderr)
             return rc
