@@ -123,12 +123,13 @@ bench: setup
 	$(VENV)/bin/specrace bench
 
 # Re-pin requirements.lock to this core venv, and each release set up here to its venv
-# (targets/sglang/environments/locks/), after .ci/run passes with newer packages.
+# (targets/{sglang,vllm}/environments/locks/), after .ci/run passes with newer packages.
 lock: upstream
 	{ sed -n '/^#/p' requirements.lock; $(PY) -m pip freeze --local --exclude-editable \
 	    | grep -v -i -E '^(torch|xgrammar|sglang)=='; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock
 	for v in $$($(PY) -m targets.envs sglang list); do $(PY) -m targets.envs sglang lock "$$v" || exit 1; done
+	for v in $$($(PY) -m targets.envs vllm list); do $(PY) -m targets.envs vllm lock "$$v" || exit 1; done
 
 clean:
 	rm -rf $(VENV) .hypothesis .releases
