@@ -25,9 +25,15 @@ from targets.vllm.engine.kernels import KERNEL_SEAMS, OPTIONAL_KERNELS
 # (0.34.0 has no V1 model runner: its scenarios are "not applicable" there, read below).
 SUPPORTED = SpecifierSet(">=0.16.0,<0.35", prereleases=True)
 
-# release -> the digest of its driven files, as measured by the release gate here
-# (reports/upstream/vllm-releases.md)
-VERIFIED: Dict[str, str] = {}
+# release -> the digest of its driven files, as measured: every scenario's release sweep
+# on the simulator (reports/upstream/vllm-releases.md, session 16). Not on a GPU yet.
+VERIFIED: Dict[str, str] = {
+    "0.16.0": "075471a0669b0d12",
+    "0.17.0": "c7af016a3ae6fb41",
+    "0.17.1": "32414c2e20409a03",
+    "0.18.0": "4159184180360b44",
+    "0.19.0": "d64eb4e2c70eb86d",
+}
 
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
 _CORE = "vllm.v1.engine.core"
