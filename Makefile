@@ -68,7 +68,8 @@ upstream-gate: upstream
 
 # The vLLM gate (docs/vllm-target.md), in vLLM 0.17.0's own environment: the seq-lens race
 # as shipped and gone with its fix (hybrid and dense), #36013's pair ordered as shipped and
-# racing without the valid-count wait, the input-prep fence, and the mutation matrix.
+# racing without the valid-count wait, the input-prep fence, the mutation matrix, and the
+# state machine on vLLM's loop (the race found from scratch; nothing with the fix).
 # The release reaches the shell as the quoted variable, never as recipe text (as above).
 VLLM_GATE ?= 0.17.0
 export VLLM_GATE
@@ -82,6 +83,7 @@ vllm-gate: setup
 	$(VPY) repro vllm-accepted-count --target vllm --variant no-valid-count-wait --trials 2 --expect race --no-report
 	$(VPY) repro vllm-input-prep --target vllm --trials 2 --expect clean --no-report
 	$(VPY) matrix --target vllm --backend sim
+	".releases/vllm/$$VLLM_GATE/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/upstream/test_vllm_machine.py
 
 # The release gate, on every release from the first with the NGRAM relay slice to the
 # newest (`make upstream-releases` sets them all up; CI does): each as shipped (its own

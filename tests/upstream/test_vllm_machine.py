@@ -5,7 +5,7 @@ machine finds the drafter's in-place write to the pinned seq_lens buffer from sc
 import importlib.util
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from specrace.machines import TEST_SETTINGS, EngineMachine
@@ -19,9 +19,11 @@ class VllmMachine(EngineMachine):
 
 
 def test_the_shipped_seq_lens_race_is_found_from_scratch():
+    # found is what this asserts; shrinking the program is the sglang machine's test
+    fast = {**TEST_SETTINGS, "phases": (Phase.explicit, Phase.generate)}
     with pytest.raises(AssertionError) as info:
         run_state_machine_as_test(VllmMachine, settings=settings(
-            max_examples=20, stateful_step_count=10, derandomize=True, **TEST_SETTINGS))
+            max_examples=6, stateful_step_count=10, derandomize=True, **fast))
     assert "eagle.py" in str(info.value), str(info.value)[:2000]
 
 
