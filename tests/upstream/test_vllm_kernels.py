@@ -95,3 +95,60 @@ def test_a_launch_looks_like_triton():
     k[3](1)
     k[(2, 5)](2)
     assert seen == [((3,), 1), ((2, 5), 2)]
+
+
+def _slot_mapping_reference(num_tokens, max_tokens, qsl, positions, table, block_size,
+                            kv_block, per_kv_block, pad):
+    """One program per request, one context-parallel rank (0.27.1's kernel; 0.19.0's is
+    it with ``kv_block == block_size``, ``per_kv_block == 1``), the last program padding."""
+    out = torch.full((max_tokens,), 99, dtype=torch.int64)
+    for r in range(len(qsl) - 1):
+        for i in range(int(qsl[r]), int(qsl[r + 1])):
+            pos = int(positions[i])
+            offset = pos % kv_block
+            index = (pos // kv_block) * per_kv_block + offset // block_size
+            out[i] = int(table[r, index]) * block_size + offset % block_size
+    for i in range(num_tokens, max_tokens):
+        out[i] = pad
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda reqs: st.tuples(
+    st.lists(st.integers(0, 4), min_size=reqs, max_size=reqs),
+    st.sampled_from([(4, 4, 1), (8, 4, 2), (8, 2, 4)]),
+    st.integers(0, 3), st.randoms())))
+def test_compute_slot_mapping_matches_the_kernel(case):
+    lens, (kv_block, block_size, per_kv_block), spare, rnd = case
+    qsl = torch.tensor([0] + lens).cumsum(0)
+    n = int(qsl[-1])
+    positions = torch.tensor([rnd.randrange(0, 31) for _ in range(n)], dtype=torch.int64)
+    width = (32 // kv_block) * per_kv_block
+    table = torch.tensor([[rnd.randrange(1, 50) for _ in range(width)] for _ in lens],
+                         dtype=torch.int32)
+    out = torch.full((n + spare,), 99, dtype=torch.int64)
+    kw = dict(TOTAL_CP_WORLD_SIZE=1, TOTAL_CP_RANK=0, CP_KV_CACHE_INTERLEAVE_SIZE=1,
+              PAD_ID=-1, BLOCK_SIZE=1024)
+    if (kv_block, per_kv_block) != (block_size, 1):  # 0.27.1 on: kernel blocks
+        kw.update(KV_CACHE_BLOCK_SIZE=kv_block, BLOCKS_PER_KV_BLOCK=per_kv_block)
+    K.GridKernel("k", K.compute_slot_mapping)[(len(lens) + 1,)](
+        n, n + spare, qsl.to(torch.int32), positions, table, width, block_size, out, **kw)
+    assert torch.equal(out, _slot_mapping_reference(n, n + spare, qsl, positions, table,
+                                                    block_size, kv_block, per_kv_block, -1))
+
+
+def test_rejection_takes_the_synthetic_parameters_and_refuses_the_mode():
+    """0.23.0 on: three trailing parameters, passed positionally; off, the greedy result."""
+    cu, draft, target = torch.tensor([2]), torch.tensor([1, 2]), torch.tensor([1, 3])
+    out = torch.full((1, 3), -1, dtype=torch.int64)
+    launch = K.GridKernel("k", K.rejection_greedy_sample)[(1,)]
+    launch(out, cu, draft, target, torch.tensor([9]), None, 2, None, None,
+           SYNTHETIC_MODE=False)
+    assert out.tolist() == [[1, 3, -1]]
+    try:
+        launch(out, cu, draft, target, torch.tensor([9]), None, 2, torch.zeros(2),
+               torch.ones(2), SYNTHETIC_MODE=True)
+    except NotImplementedError:
+        pass
+    else:
+        raise AssertionError("synthetic mode ran")

@@ -11,6 +11,7 @@ files), *compatible* (in ``SUPPORTED``, no problem: runs with one line on stderr
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
@@ -47,6 +48,9 @@ DRIVEN_MODULES = (
     "vllm.v1.spec_decode.eagle", "vllm.v1.spec_decode.draft_model",
     "vllm.v1.spec_decode.utils", "vllm.v1.attention.backends.gdn_attn",
 )
+# ... and those a later release added: 0.23.0 moved the drafter's body (the proposer
+# the toy draft model runs, its kernel launches) into llm_base_proposer.py.
+LATER_DRIVEN_MODULES = ("vllm.v1.spec_decode.llm_base_proposer",)
 
 # Functions the target calls or overrides -> the parameters it relies on (a prefix).
 CALLED: Dict[str, Tuple[str, ...]] = {
@@ -58,6 +62,7 @@ CALLED: Dict[str, Tuple[str, ...]] = {
     f"{_CORE}:EngineCore.add_request": ("self", "request"),
     "vllm.v1.executor.uniproc_executor:UniProcExecutor._init_executor": ("self",),
     "vllm.v1.worker.gpu_worker:Worker.init_device": ("self",),
+    "vllm.v1.worker.gpu_worker:Worker._maybe_get_memory_pool_context": ("self", "tag"),
     "vllm.v1.worker.gpu_worker:init_worker_distributed_environment":
         ("vllm_config", "rank", "distributed_init_method", "local_rank", "backend"),
     f"{_RUNNER}:GPUModelRunner._init_device_properties": ("self",),
@@ -129,21 +134,54 @@ def check_api(root: str) -> List[str]:
         elif got[:len(expected)] != expected:
             problems.append(f"{target.replace(':', '.')}{got} does not start with {expected}")
     for name, (fn, defined, launchers) in KERNEL_SEAMS.items():
-        import inspect
-        ours = tuple(p for p in inspect.signature(fn).parameters if p != "grid")
         got, problem = static.params(root, f"{defined}:{name}")
         if got is None and name in OPTIONAL_KERNELS:
             continue  # not in this release (yet): nothing launches it
         if got is None:
             problems.append(f"the kernel {problem}")
-        elif tuple(got) != ours[:len(got)] or len(got) > len(ours):
+        elif not _takes(fn, tuple(got)):
+            ours = tuple(p for p in inspect.signature(fn).parameters if p != "grid")
             problems.append(f"the kernel {defined}.{name}{got} is not what specrace's "
                             f"stand-in takes {ours}")
-        for module in launchers:
-            if not static.has_module_attribute(root, module, name):
-                problems.append(f"{module} no longer names the kernel {name} (its "
-                                f"stand-in is bound there)")
+        if got is None:
+            continue
+        # bound in each candidate that names it (kernels.installed): one must, and every
+        # driven module that launches it must be one of those
+        bound = [m for m in launchers if static.has_module_attribute(root, m, name)]
+        if not bound:
+            problems.append(f"{' / '.join(launchers)} no longer names the kernel {name} "
+                            f"(its stand-in is bound where it is named)")
+        for module in driven_modules(root):
+            if module not in bound and _launches(root, module, name):
+                problems.append(f"{module} launches the kernel {name}, where specrace "
+                                f"binds no stand-in")
     return problems
+
+
+def _takes(fn, got: Tuple[str, ...]) -> bool:
+    """Does the stand-in ``fn`` take the kernel parameters ``got``: each of them, in the
+    same order, leaving out only parameters of its own with a default (one a later or
+    earlier release adds: 0.23.0's synthetic rejection mode, 0.27.1's kernel blocks)?"""
+    params = [p for p in inspect.signature(fn).parameters.values() if p.name != "grid"]
+    kept = tuple(p.name for p in params if p.name in got)
+    return kept == got and all(p.name in got for p in params if p.default is p.empty)
+
+
+def _launches(root: str, module: str, name: str) -> bool:
+    """Does ``module`` launch ``name[grid](...)``?"""
+    import ast
+    parsed = static.parse(static.module_path(root, module))
+    return parsed is not None and any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
+        and isinstance(n.func.value, ast.Name) and n.func.value.id == name
+        for n in ast.walk(parsed[0]))
+
+
+def driven_modules(root: str) -> List[str]:
+    """The driven modules of the release at ``root``: those of every release, and the
+    later ones where it has them (so earlier releases' digests stay what they were)."""
+    return list(DRIVEN_MODULES) + [m for m in LATER_DRIVEN_MODULES
+                                   if os.path.exists(static.module_path(root, m))]
 
 
 def not_applicable(root: str, scenario: str) -> str:
@@ -168,8 +206,9 @@ def evaluate(version: str, root: Optional[str]) -> Verdict:
         except (RecursionError, MemoryError) as exc:
             problems.append(f"the contract could not read the source to the end "
                             f"({type(exc).__name__})")
-    digest = static.files_digest(root, list(DRIVEN_MODULES))
-    changed = static.changed_files(root, [static.module_path(root, m) for m in DRIVEN_MODULES
+    driven = driven_modules(root)
+    digest = static.files_digest(root, driven)
+    changed = static.changed_files(root, [static.module_path(root, m) for m in driven
                                           if os.path.exists(static.module_path(root, m))])
     verdict = Verdict(version, "unsupported" if problems else "compatible", problems,
                       digest, changed)

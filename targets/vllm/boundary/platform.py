@@ -2,14 +2,17 @@
 
 vLLM resolves its platform at import; without CUDA that is ``UnspecifiedPlatform``
 (never ``CpuPlatform``: it turns async scheduling off, the very thing under test). The
-simulator stands for the GPU, so three answers of that platform are set, once, for the
+simulator stands for the GPU, so four answers of that platform are set, once, for the
 process (``seams.process``: "vllm-platform"):
 
 * ``device_type`` is ``sim`` (``DeviceConfig`` builds the run's device from it);
 * pinned memory is available (the simulator pins; a CPU-only torch cannot) --
   ``is_pin_memory_available`` is cached by vLLM, so its cache is cleared;
 * the memory in use is 0 (the base platform raises; vLLM's memory profiler asks around
-  model loading).
+  model loading);
+* seeding "every device" does nothing more (0.23.0's ``set_random_seed`` asks the
+  platform, whose base raises; ``torch.manual_seed`` just before seeds the generator the
+  simulated device draws from, and the runs are greedy).
 
 And vLLM's environment defaults for a run on one machine with no network: gloo on the
 loopback interface, no usage statistics, the engine core in this process, its log to critical messages only (its import logs errors about the absent Triton)
@@ -41,5 +44,6 @@ def as_simulated_gpu() -> None:
     current_platform.device_type = "sim"
     current_platform.is_pin_memory_available = lambda: True
     current_platform.get_current_memory_usage = lambda device=None: 0.0
+    current_platform.manual_seed_all = lambda seed: None  # 0.23.0 on asks
     platform_utils.is_pin_memory_available.cache_clear()
     process.note("vllm-platform")

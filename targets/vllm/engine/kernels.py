@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 from typing import Callable, Dict, Iterator, Tuple
 
 import torch
@@ -44,9 +45,14 @@ def _masked_store(dst: torch.Tensor, idx: torch.Tensor, val: torch.Tensor,
 
 def rejection_greedy_sample(grid, output_token_ids_ptr, cu_num_draft_tokens_ptr,
                             draft_token_ids_ptr, target_argmax_ptr, bonus_token_ids_ptr,
-                            is_greedy_ptr, max_spec_len):
+                            is_greedy_ptr, max_spec_len, uniform_probs_ptr=None,
+                            synthetic_conditional_rates_ptr=None, SYNTHETIC_MODE=False):
     """Each request keeps its drafts up to the first that differs from the target's
-    argmax (which it takes instead), and the bonus token when all matched."""
+    argmax (which it takes instead), and the bonus token when all matched. (0.23.0 added
+    a synthetic acceptance-rate mode, a benchmarking aid the target never turns on: its
+    three trailing parameters are taken and the mode refused.)"""
+    if SYNTHETIC_MODE:
+        raise NotImplementedError("the rejection stand-in has no synthetic mode")
     out, reqs, width = output_token_ids_ptr, grid[0], max_spec_len
     dev = out.device
     cu = cu_num_draft_tokens_ptr[:reqs].to(torch.int64)
@@ -184,37 +190,48 @@ def eagle_step_slot_mapping_metadata(grid, positions_ptr, block_table_ptr,
 
 def compute_slot_mapping(grid, num_tokens, max_num_tokens, query_start_loc_ptr,
                          positions_ptr, block_table_ptr, block_table_stride, block_size,
-                         slot_mapping_ptr, TOTAL_CP_WORLD_SIZE, TOTAL_CP_RANK,
-                         CP_KV_CACHE_INTERLEAVE_SIZE, PAD_ID, BLOCK_SIZE):
+                         slot_mapping_ptr, KV_CACHE_BLOCK_SIZE=None, BLOCKS_PER_KV_BLOCK=1,
+                         TOTAL_CP_WORLD_SIZE=1, TOTAL_CP_RANK=0,
+                         CP_KV_CACHE_INTERLEAVE_SIZE=1, PAD_ID=-1, BLOCK_SIZE=1024):
     """Each scheduled token's KV slot from its request's block table (0.19.0 on), the
-    rest of the buffer padding. One context-parallel rank only."""
+    rest of the buffer padding. One context-parallel rank only. 0.27.1 added
+    ``KV_CACHE_BLOCK_SIZE`` / ``BLOCKS_PER_KV_BLOCK`` (a KV-cache block split into
+    several kernel blocks, the table holding the kernel blocks): absent, one kernel block
+    per KV block, as before."""
     if TOTAL_CP_WORLD_SIZE != 1:
         raise NotImplementedError("the slot-mapping stand-in has one context-parallel rank")
+    kv_block = block_size if KV_CACHE_BLOCK_SIZE is None else KV_CACHE_BLOCK_SIZE
     reqs = grid[0] - 1
     qsl = query_start_loc_ptr[: reqs + 1].to(torch.int64)
     tok = torch.arange(num_tokens, device=positions_ptr.device)
     req = torch.bucketize(tok, qsl[1:], right=True).clamp(max=max(reqs - 1, 0))
     pos = positions_ptr[:num_tokens].to(torch.int64)
-    block = block_table_ptr[req, pos // block_size].to(torch.int64)
-    slot = block * block_size + pos % block_size
+    offset = pos % kv_block
+    index = (pos // kv_block) * BLOCKS_PER_KV_BLOCK + offset // block_size
+    block = block_table_ptr[req, index].to(torch.int64)
+    slot = block * block_size + offset % block_size
     mine = tok < qsl[reqs]
     out = slot_mapping_ptr[:num_tokens]
     out.copy_(torch.where(mine, slot, out.to(torch.int64)).to(out.dtype))
     slot_mapping_ptr[num_tokens:max_num_tokens].fill_(PAD_ID)
 
 
-# kernel name -> (its stand-in, the module that defines it, the modules that launch it)
+# kernel name -> (its stand-in, the module that defines it, the modules that may launch
+# it): the stand-in is bound in each of these that names the kernel in the release (the
+# contract asks that one does, and that no driven module launches it unbound). 0.23.0
+# moved the drafter's body from eagle.py into llm_base_proposer.py, with its launches.
 _SPEC = "vllm.v1.spec_decode"
+_DRAFTER = (f"{_SPEC}.eagle", f"{_SPEC}.llm_base_proposer")
 KERNEL_SEAMS: Dict[str, Tuple[Callable, str, Tuple[str, ...]]] = {
     "rejection_greedy_sample_kernel": (rejection_greedy_sample,
                                        "vllm.v1.sample.rejection_sampler",
                                        ("vllm.v1.sample.rejection_sampler",)),
     "eagle_prepare_next_token_padded_kernel": (eagle_prepare_next_token_padded,
-                                               f"{_SPEC}.utils", (f"{_SPEC}.eagle",)),
+                                               f"{_SPEC}.utils", _DRAFTER),
     "eagle_prepare_inputs_padded_kernel": (eagle_prepare_inputs_padded, f"{_SPEC}.utils",
-                                           (f"{_SPEC}.eagle",)),
+                                           _DRAFTER),
     "copy_and_expand_eagle_inputs_kernel": (copy_and_expand_eagle_inputs, f"{_SPEC}.utils",
-                                            (f"{_SPEC}.eagle",)),
+                                            _DRAFTER),
     # 0.18.0 on: the drafter's per-step update, launched by a helper in its own module
     "eagle_step_slot_mapping_metadata_kernel": (eagle_step_slot_mapping_metadata,
                                                 f"{_SPEC}.utils", (f"{_SPEC}.utils",)),
@@ -239,9 +256,11 @@ def installed() -> Iterator[None]:
     saved = []
     for name, (fn, _defined, launchers) in KERNEL_SEAMS.items():
         for module in launchers:
+            if importlib.util.find_spec(module) is None:
+                continue  # a candidate launcher this release does not have
             mod = importlib.import_module(module)
-            if name in OPTIONAL_KERNELS and not hasattr(mod, name):
-                continue
+            if not hasattr(mod, name):
+                continue  # not launched from here in this release (the contract checked)
             saved.append((mod, name, getattr(mod, name)))
             setattr(mod, name, GridKernel(name, fn))
     triton = triton_utils.triton

@@ -6,8 +6,10 @@ replaced -- everything a step runs is vLLM's.
   ``initialize_from_config`` and ``initialize_cache`` are upstream's. Replaced:
   ``init_device`` (CUDA device, NCCL, a memory snapshot: the same distributed set-up on
   gloo, then the real ``GPUModelRunner.__init__``), ``determine_available_memory`` (CUDA
-  memory profiling: a fixed KV budget) and ``compile_or_warm_up_model`` (dummy runs and
-  graph capture, which a toy model does not need).
+  memory profiling: a fixed KV budget), ``compile_or_warm_up_model`` (dummy runs and
+  graph capture, which a toy model does not need) and ``_maybe_get_memory_pool_context``
+  (from 0.23.0 it asks for CUDA's sleep-mode allocator on any platform that is not CUDA,
+  XPU or CPU; sleep mode is off here, so no pool, as up to 0.19.0).
 * The runner is ``GPUModelRunner`` itself, in a subclass that overrides only
   ``_init_device_properties`` (it asks CUDA for the SM count) -- the hook vLLM's own
   ``CPUModelRunner`` overrides.
@@ -20,6 +22,7 @@ replaced -- everything a step runs is vLLM's.
 """
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import Future
 from typing import Any
 
@@ -60,8 +63,17 @@ def worker_class():
         def determine_available_memory(self) -> int:
             return KV_BUDGET_BYTES
 
-        def compile_or_warm_up_model(self) -> float:
-            return 0.0
+        def compile_or_warm_up_model(self):
+            # no compile time, in the form the release reads: a float up to 0.19.0,
+            # ``CompilationTimes`` (language model, encoder) from 0.23.0
+            try:
+                from vllm.v1.worker.worker_base import CompilationTimes
+            except ImportError:
+                return 0.0
+            return CompilationTimes(language_model=0.0, encoder=0.0)
+
+        def _maybe_get_memory_pool_context(self, tag: str):
+            return contextlib.nullcontext()  # no sleep mode (see the module's doc)
 
     return SpecraceWorker
 
