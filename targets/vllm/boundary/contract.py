@@ -34,6 +34,9 @@ VERIFIED: Dict[str, str] = {
     "0.17.1": "32414c2e20409a03",
     "0.18.0": "4159184180360b44",
     "0.19.0": "d64eb4e2c70eb86d",
+    # the three release sweeps ran here (session 17; llm_base_proposer.py in the digest)
+    "0.23.0": "0565a3f0c6a86102",
+    "0.27.1": "6f4f6ec337d8ba9e",
 }
 
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
