@@ -26,4 +26,15 @@ class VllmEnvironments(LineEnvironments):
         return contract.not_applicable(root, scenario)
 
     def not_driven(self, version: str, scenario: str) -> str:
-        return ""
+        """The release has the scenario's code, but the contract refuses what the target
+        would have to call or stand in for there (0.33.0 launches its Triton kernels
+        through wrappers the target cannot bind yet): its first problem, read from source."""
+        root = self.line.release_root(version)
+        if root is None or contract.not_applicable(root, scenario):
+            return ""
+        verdict = contract.evaluate(version, root)
+        if verdict.ok:
+            return ""
+        more = len(verdict.problems) - 1
+        return (f"the release has the code; specrace's vLLM target cannot drive it yet: "
+                f"{verdict.problems[0]}" + (f" (+{more} more)" if more > 0 else ""))
