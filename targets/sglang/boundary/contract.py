@@ -25,13 +25,11 @@ disables only what needs it.
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, Union
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 from targets import static
 from targets.sglang.boundary import bootstrap, loop_contract
@@ -224,20 +222,11 @@ class Verdict:
 
 def installed_version() -> str:
     """The installed sglang's version, or raise LookupError when it is not installed."""
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        raise LookupError("sglang is not installed") from None
+    return static.installed_version("sglang")
 
 
 def check_version(version: str) -> List[str]:
-    try:
-        v = Version(version)
-    except InvalidVersion:
-        return [f"sglang's version {version[:80]!r} is not a version number"]
-    if v not in SUPPORTED:
-        return [f"sglang {version} is outside the supported range {SUPPORTED}"]
-    return []
+    return static.version_problems("sglang", version, SUPPORTED)
 
 
 def check_api(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, ...]

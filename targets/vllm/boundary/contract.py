@@ -10,14 +10,12 @@ files), *compatible* (in ``SUPPORTED``, no problem: runs with one line on stderr
 """
 from __future__ import annotations
 
-import importlib.metadata
 import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 from targets import static
 from targets.vllm.engine.kernels import KERNEL_SEAMS, OPTIONAL_KERNELS
@@ -111,20 +109,12 @@ class Verdict:
 
 
 def installed_version() -> str:
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        raise LookupError("vllm is not installed") from None
+    """The installed vllm's version, or raise LookupError when it is not installed."""
+    return static.installed_version("vllm")
 
 
 def check_version(version: str) -> List[str]:
-    try:
-        v = Version(version)
-    except InvalidVersion:
-        return [f"vllm's version {version[:80]!r} is not a version number"]
-    if v not in SUPPORTED:
-        return [f"vllm {version} is outside the supported range {SUPPORTED}"]
-    return []
+    return static.version_problems("vllm", version, SUPPORTED)
 
 
 def check_api(root: str) -> List[str]:
