@@ -35,28 +35,6 @@ def package_root(package: str) -> Optional[str]:
     return list(spec.submodule_search_locations)[0]
 
 
-def installed_version(package: str) -> str:
-    """The installed ``package``'s version, from its metadata (nothing imported);
-    ``LookupError`` when it is not installed."""
-    import importlib.metadata
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        raise LookupError(f"{package} is not installed") from None
-
-
-def version_problems(package: str, version: str, supported) -> List[str]:
-    """Why ``version`` of ``package`` is not in ``supported`` (a ``SpecifierSet``)."""
-    from packaging.version import InvalidVersion, Version
-    try:
-        v = Version(version)
-    except InvalidVersion:
-        return [f"{package}'s version {version[:80]!r} is not a version number"]
-    if v not in supported:
-        return [f"{package} {version} is outside the supported range {supported}"]
-    return []
-
-
 def module_path(root: str, module: str) -> str:
     """``sglang.srt.managers.scheduler`` -> ``ROOT/srt/managers/scheduler.py``."""
     parts = module.split(".")[1:]

@@ -20,10 +20,13 @@ from .common import _CLEAN, Litmus, _pinned_zeros, _racy, _stall, overlap_stream
 
 # non_blocking D2H into pinned memory, then one of the host-side waits ------------------
 
-def _d2h(rt, stall: bool, how: str) -> bool:
+def _d2h(rt, stall: bool, how: str, via_view: bool = False) -> bool:
+    """``via_view``: the host reads through a numpy view of the pinned buffer taken
+    before the copy (as vLLM's ``CpuGpuBuffer.np``), not through the tensor."""
     m, S, F = overlap_streams(rt)
     x = torch.arange(1, 5, dtype=torch.int32, device=rt.device)
     host = _pinned_zeros(4)
+    view = host.numpy() if via_view else None
     m.synchronize()
     with m.stream(F):
         _stall(rt, stall)
@@ -40,7 +43,8 @@ def _d2h(rt, stall: bool, how: str) -> bool:
         S.synchronize()  # the schedule stream -- not the one doing the copy
     elif how == "right stream":
         F.synchronize()
-    got = host.tolist()  # plain host read of pinned memory
+    # plain host read of pinned memory, through the tensor or the view
+    got = [int(v) for v in view[:4]] if via_view else host.tolist()
     m.synchronize()
     return got != [10, 20, 30, 40]
 

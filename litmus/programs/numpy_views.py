@@ -18,27 +18,7 @@ from typing import List
 import torch
 
 from .common import _CLEAN, Litmus, _pinned_zeros, _racy, _stall, overlap_streams
-
-
-def _view_readback(rt, stall: bool, wait: bool) -> bool:
-    """D2H into pinned memory whose numpy view was taken at construction; the host reads
-    the view with or without waiting for the copy's event."""
-    m, S, F = overlap_streams(rt)
-    x = torch.arange(1, 5, dtype=torch.int32, device=rt.device)
-    host = _pinned_zeros(4)
-    view = host.numpy()  # once, as CpuGpuBuffer.np / InputBatch take theirs
-    m.synchronize()
-    with m.stream(F):
-        _stall(rt, stall)
-        y = x * 10
-        host.copy_(y, non_blocking=True)
-        copied = m.Event()
-        copied.record()
-    if wait:
-        copied.synchronize()
-    got = [int(v) for v in view[:4]]  # a host read through the view
-    m.synchronize()
-    return got != [10, 20, 30, 40]
+from .host_sync import _d2h
 
 
 def _view_refill(rt, stall: bool, fence: bool) -> bool:
@@ -89,10 +69,11 @@ def _cuda_named(rt, stall: bool, wait: bool) -> bool:
 NUMPY_VIEWS: List[Litmus] = [
     Litmus("pinned_view_read_before_event", "non_blocking D2H into pinned memory, read "
            "through a numpy view taken at construction before the copy's event",
-           partial(_view_readback, wait=False), race=True, stale=_racy()),
+           partial(_d2h, how="none", via_view=True), race=True, stale=_racy()),
     Litmus("pinned_view_read_after_event", "non_blocking D2H into pinned memory, read "
            "through the numpy view after event.synchronize()",
-           partial(_view_readback, wait=True), race=False, stale=dict(_CLEAN)),
+           partial(_d2h, how="event.synchronize", via_view=True), race=False,
+           stale=dict(_CLEAN)),
     Litmus("pinned_view_write_while_upload_queued", "the host rewrites a pinned input "
            "buffer through its numpy view while the H2D from it is queued",
            partial(_view_refill, fence=False), race=True, stale=_racy()),

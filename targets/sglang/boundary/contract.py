@@ -25,13 +25,12 @@ disables only what needs it.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple, Union
 
 from packaging.specifiers import SpecifierSet
 
-from targets import static
+from targets import static, tiers
 from targets.sglang.boundary import bootstrap, loop_contract
 
 SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
@@ -222,11 +221,11 @@ class Verdict:
 
 def installed_version() -> str:
     """The installed sglang's version, or raise LookupError when it is not installed."""
-    return static.installed_version("sglang")
+    return tiers.installed_version("sglang")
 
 
 def check_version(version: str) -> List[str]:
-    return static.version_problems("sglang", version, SUPPORTED)
+    return tiers.version_problems("sglang", version, SUPPORTED)
 
 
 def check_api(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, ...]
@@ -324,14 +323,9 @@ def evaluate(version: str, root: Optional[str], provided: Tuple[str, ...],
     except (RecursionError, MemoryError) as exc:  # the reader is bounded: never a crash
         problems.append(f"the contract could not read the source to the end "
                         f"({type(exc).__name__}): not provably drivable")
-    digest = static.files_digest(root, list(DRIVEN_MODULES))
-    changed = static.changed_files(root, [static.module_path(root, m) for m in DRIVEN_MODULES
-                                          if os.path.exists(static.module_path(root, m))])
-    verdict = Verdict(version, "unsupported" if problems else "compatible", problems,
-                      digest, features(root), source_commit(root), changed)
-    if not problems and VERIFIED.get(version) == digest and not changed:
-        verdict.tier = "verified"
-    return verdict
+    digest, changed = tiers.driven_files(root, list(DRIVEN_MODULES))
+    return Verdict(version, tiers.release_tier(version, problems, digest, changed, VERIFIED),
+                   problems, digest, features(root), source_commit(root), changed)
 
 
 def with_executed(verdict: Verdict, root: str, files) -> Verdict:

@@ -10,6 +10,7 @@ files), *compatible* (in ``SUPPORTED``, no problem: runs with one line on stderr
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Dict, List, Optional, Tuple
 
 from packaging.specifiers import SpecifierSet
 
-from targets import static
+from targets import static, tiers
 from targets.vllm.engine.kernels import KERNEL_SEAMS, OPTIONAL_KERNELS
 
 # The V1 engine with async scheduling and spec decode through to the newest release
@@ -110,16 +111,17 @@ class Verdict:
 
 def installed_version() -> str:
     """The installed vllm's version, or raise LookupError when it is not installed."""
-    return static.installed_version("vllm")
+    return tiers.installed_version("vllm")
 
 
 def check_version(version: str) -> List[str]:
-    return static.version_problems("vllm", version, SUPPORTED)
+    return tiers.version_problems("vllm", version, SUPPORTED)
 
 
 def check_api(root: str) -> List[str]:
     """Every difference between the source under ``root`` and what the target relies on."""
     problems: List[str] = []
+    driven = driven_modules(root)
     for target, expected in CALLED.items():
         got, problem = static.params(root, target)
         if got is None:
@@ -144,7 +146,7 @@ def check_api(root: str) -> List[str]:
         if not bound:
             problems.append(f"{' / '.join(launchers)} no longer names the kernel {name} "
                             f"(its stand-in is bound where it is named)")
-        for module in driven_modules(root):
+        for module in driven:
             if module not in bound and _launches(root, module, name):
                 problems.append(f"{module} launches the kernel {name}, where specrace "
                                 f"binds no stand-in")
@@ -162,7 +164,6 @@ def _takes(fn, got: Tuple[str, ...]) -> bool:
 
 def _launches(root: str, module: str, name: str) -> bool:
     """Does ``module`` launch ``name[grid](...)``?"""
-    import ast
     parsed = static.parse(static.module_path(root, module))
     return parsed is not None and any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Subscript)
@@ -199,12 +200,6 @@ def evaluate(version: str, root: Optional[str]) -> Verdict:
         except (RecursionError, MemoryError) as exc:
             problems.append(f"the contract could not read the source to the end "
                             f"({type(exc).__name__})")
-    driven = driven_modules(root)
-    digest = static.files_digest(root, driven)
-    changed = static.changed_files(root, [static.module_path(root, m) for m in driven
-                                          if os.path.exists(static.module_path(root, m))])
-    verdict = Verdict(version, "unsupported" if problems else "compatible", problems,
-                      digest, changed)
-    if not problems and VERIFIED.get(version) == digest and not changed:
-        verdict.tier = "verified"
-    return verdict
+    digest, changed = tiers.driven_files(root, driven_modules(root))
+    return Verdict(version, tiers.release_tier(version, problems, digest, changed, VERIFIED),
+                   problems, digest, changed)
