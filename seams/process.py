@@ -59,6 +59,11 @@ CHANGES: Dict[str, Tuple[str, str]] = {
         "vLLM's environment for a one-machine offline run (gloo on loopback, no usage "
         "statistics, the engine core in this process, errors-only logging; setdefault: "
         "a value the user set wins), set before vLLM is imported"),
+    "vllm-compiled-ops-absent": (
+        "targets/vllm/boundary/platform.py: compiled_ops_stand_in",
+        "on a GPU, an empty `vllm._C` module where a python-only vLLM lacks its compiled "
+        "custom ops: vLLM's CudaPlatform imports it to register ops the driven path never "
+        "calls (a call would fail: torch.ops._C has no such op)"),
     "vllm-platform": (
         "targets/vllm/boundary/platform.py: as_simulated_gpu",
         "vLLM's `current_platform` (UnspecifiedPlatform without CUDA) answers device "

@@ -1,5 +1,5 @@
 """The ``vllm`` target: installed vLLM's own V1 engine loop with async scheduling and
-speculative decoding, on the simulator.
+speculative decoding, on the simulator or on a GPU.
 
 ``VllmTarget.load`` checks the contract on the source (``boundary.contract``), sets
 vLLM's process defaults and platform answers (``boundary.platform``), imports the driven
@@ -30,6 +30,7 @@ class VllmTarget(Target):
 
     def __init__(self) -> None:
         self.version = ""
+        self.on_gpu = False
         self.verdict: Optional[contract.Verdict] = None
 
     def load(self) -> None:
@@ -46,15 +47,18 @@ class VllmTarget(Target):
         self.verdict = verdict
         if verdict.tier == "compatible":
             print(f"specrace: {verdict.line()}", file=sys.stderr)
+        # On a GPU machine vLLM's own CUDA platform is in charge (as sglang's is); without
+        # one, the platform answers for the simulated GPU.
         import torch
-        if torch.cuda.is_available():
-            raise TargetError("--target vllm runs on the simulator only (--backend sim): "
-                              "its CUDA runs are not built yet (docs/vllm-target.md)")
         from targets.vllm.boundary import platform
+        self.on_gpu = torch.cuda.is_available()
         platform.set_env_defaults()
         try:
+            if self.on_gpu:
+                platform.compiled_ops_stand_in()  # before vLLM resolves its platform
             import vllm  # noqa: F401  (vLLM's platform resolves here)
-            platform.as_simulated_gpu()
+            if not self.on_gpu:
+                platform.as_simulated_gpu()
             from targets.vllm.engine import model
             model.register()
         except Exception as exc:  # an import failure of the installed package
@@ -62,6 +66,14 @@ class VllmTarget(Target):
                               f"{type(exc).__name__}: {exc}") from None
 
     def scheduler(self, args, device, grammar_backend: Any = None):
+        import torch
+        if self.on_gpu != (torch.device(device).type == "cuda"):
+            # vLLM's platform was fixed at load, by the machine: its device is the GPU
+            # there and the simulator elsewhere
+            raise TargetError(f"--target vllm on this machine runs on "
+                              f"{'cuda' if self.on_gpu else 'sim'} only (vLLM resolves "
+                              f"its platform once per process): --backend "
+                              f"{'cuda' if self.on_gpu else 'sim'}")
         if grammar_backend is not None:
             raise TargetError("the vllm target runs no structured outputs yet")
         from targets.vllm.engine.loop import VllmEngine

@@ -1,4 +1,14 @@
-"""What vLLM needs of the process to run its GPU path on specrace's simulated device.
+"""What vLLM needs of the process to run its GPU path: on specrace's simulated device, or
+on a GPU from a python-only install.
+
+On a GPU machine vLLM resolves its own ``CudaPlatform``, whose module imports the compiled
+custom ops (``vllm._C``) first thing to register them. specrace's release environments
+hold only the wheel's Python files, so an empty module stands in for the extension
+(``compiled_ops_stand_in``): the driven path -- eager mode, a toy model with its own
+attention, greedy sampling, the spec-decode kernels as torch stand-ins -- calls none of
+its ops, and one that did would fail loudly (``torch.ops._C`` has no such op).
+
+Without CUDA:
 
 vLLM resolves its platform at import; without CUDA that is ``UnspecifiedPlatform``
 (never ``CpuPlatform``: it turns async scheduling off, the very thing under test). The
@@ -20,7 +30,10 @@ loopback interface, no usage statistics, the engine core in this process, its lo
 """
 from __future__ import annotations
 
+import glob
 import os
+import sys
+import types
 
 from seams import process
 
@@ -47,3 +60,14 @@ def as_simulated_gpu() -> None:
     current_platform.manual_seed_all = lambda seed: None  # 0.23.0 on asks
     platform_utils.is_pin_memory_available.cache_clear()
     process.note("vllm-platform")
+
+
+def compiled_ops_stand_in() -> None:
+    """An empty ``vllm._C`` where the installed vLLM has no compiled extension (read from
+    the files: asking the import system would import vLLM, and resolve its platform)."""
+    from targets import static
+    root = static.package_root("vllm")
+    if root and glob.glob(os.path.join(root, "_C.*")):
+        return  # a full install: its own extension
+    sys.modules.setdefault("vllm._C", types.ModuleType("vllm._C"))
+    process.note("vllm-compiled-ops-absent")

@@ -11,8 +11,9 @@ replaced -- everything a step runs is vLLM's.
   (from 0.23.0 it asks for CUDA's sleep-mode allocator on any platform that is not CUDA,
   XPU or CPU; sleep mode is off here, so no pool, as up to 0.19.0).
 * The runner is ``GPUModelRunner`` itself, in a subclass that overrides only
-  ``_init_device_properties`` (it asks CUDA for the SM count) -- the hook vLLM's own
-  ``CPUModelRunner`` overrides.
+  ``_init_device_properties`` on the simulator (it asks CUDA for the SM count) -- the
+  hook vLLM's own ``CPUModelRunner`` overrides -- and marks the step's start for stalls.
+  On a GPU the device set-up is upstream's but for gloo (one rank: no NCCL needed).
 * ``SpecraceExecutor`` is ``UniProcExecutor`` whose output futures run on the engine's
   thread when their result is asked for, instead of on a pool thread: the simulator is
   one thread of device time, and a second thread syncing events while the engine
@@ -25,6 +26,8 @@ from __future__ import annotations
 import contextlib
 from concurrent.futures import Future
 from typing import Any
+
+import torch
 
 from seams.faults import fault_point
 
@@ -42,7 +45,9 @@ def worker_class():
 
     class SpecraceModelRunner(GPUModelRunner):
         def _init_device_properties(self) -> None:
-            self.num_sms = 1  # (CUDA's SM count sizes kernels we do not launch)
+            if self.device.type == "cuda":
+                return GPUModelRunner._init_device_properties(self)  # the GPU's own
+            self.num_sms = 1  # (CUDA's SM count sizes kernels the simulator does not run)
 
         def execute_model(self, scheduler_output, *args: Any, **kwargs: Any):
             # the step's first work on the main stream: its input uploads and forward
@@ -53,6 +58,8 @@ def worker_class():
     class SpecraceWorker(Worker):
         def init_device(self) -> None:
             self.device = self.device_config.device
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
             init_worker_distributed_environment(self.vllm_config, self.rank,
                                                 self.distributed_init_method,
                                                 self.local_rank, "gloo")

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The vLLM target on a GPU (issue "A second server 1/2"): the seq-lens race of 0.16.0-0.18.0
+# as shipped, stalled / unstalled / under contention, the fix, the dense model, and the two
+# other scenarios. Run from the repo root after `source tools/gpu/vllm_gpu_env.sh`:
+#   tools/gpu/vllm_gpu.sh OUTDIR [BUDGET_S]     one JSON line per run in OUTDIR/rates.json
+set -u
+R=$1; budget=${2:-540}; mkdir -p "$R"; export PYTHONUNBUFFERED=1; t0=$(date +%s)
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c "import torch,importlib.metadata as m;print('torch',torch.__version__,'vllm',m.version('vllm'),'transformers',m.version('transformers'))"; } > "$R/env.txt" 2>&1
+run() {  # scenario variant trials [repro options...] -> one JSON line
+  local s=$1 v=$2 n=$3; shift 3
+  if [ $(( $(date +%s) - t0 )) -gt "$budget" ]; then
+    echo "{\"scenario\": \"$s\", \"variant\": \"$v\", \"skipped\": \"call budget\", \"opts\": \"$*\"}" >> "$R/rates.json"; return; fi
+  timeout 150 python3 -m specrace.cli repro "$s" --target vllm --variant "$v" --backend cuda \
+    --trials "$n" --json --no-report "$@" > "$R/run.json" 2> "$R/run.err"
+  local rc=$?
+  python3 - "$s" "$v" "$rc" "$*" "$R" >> "$R/rates.json" <<'PY'
+import json, sys
+s, v, rc, opts, R = sys.argv[1:]
+row = {"scenario": s, "variant": v, "opts": opts, "rc": int(rc)}
+try:
+    d = json.loads(open(f"{R}/run.json").read().strip().splitlines()[-1])
+    tr = d["trial_results"]
+    row.update(trials=len(tr), wrong_output=sum(1 for t in tr if t["divergence"]),
+               raced=sum(1 for t in tr if t["races"]), outcome=d["outcome"],
+               median_trial_ms=d["median_trial_ms"],
+               sites=sorted({f"{r['first']['file']}:{r['first']['line']} / "
+                             f"{r['second']['file']}:{r['second']['line']}"
+                             for r in d.get("races", [])}))
+except Exception as exc:
+    row["error"] = open(f"{R}/run.err").read()[-1500:] or repr(exc)
+print(json.dumps(row))
+PY
+  tail -1 "$R/rates.json"
+}
+run vllm-seq-lens-shadow as-installed 3
+grep -q '"error"' "$R/rates.json" && { SPECRACE_TRACEBACK=1 timeout 120 python3 -m specrace.cli repro vllm-seq-lens-shadow --target vllm --backend cuda --trials 1 --no-report > "$R/smoke.log" 2>&1; tail -40 "$R/smoke.log"; exit 1; }
+run vllm-seq-lens-shadow as-installed 200
+run vllm-seq-lens-shadow fixed 200
+run vllm-seq-lens-shadow as-installed 200 --stall-ms 0
+run vllm-seq-lens-shadow as-installed 200 --stall-ms 0 --load bulk-h2d
+run vllm-seq-lens-shadow as-installed 200 --stall-ms 0 --load bulk-d2h
+run vllm-seq-lens-shadow dense 100
+run vllm-seq-lens-shadow dense-fixed 100
+run vllm-accepted-count as-installed 50
+run vllm-accepted-count no-valid-count-wait 50
+run vllm-input-prep as-installed 50
+run vllm-input-prep no-fence 50
+echo "vllm_gpu: $(( $(date +%s) - t0 )) s"
