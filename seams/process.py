@@ -59,16 +59,12 @@ CHANGES: Dict[str, Tuple[str, str]] = {
         "vLLM's environment for a one-machine offline run (gloo on loopback, no usage "
         "statistics, the engine core in this process, errors-only logging; setdefault: "
         "a value the user set wins), set before vLLM is imported"),
-    "vllm-compiled-ops-absent": (
-        "targets/vllm/boundary/platform.py: compiled_ops_stand_in",
-        "on a GPU, an empty `vllm._C` module where a python-only vLLM lacks its compiled "
-        "custom ops: vLLM's CudaPlatform imports it to register ops the driven path never "
-        "calls (a call would fail: torch.ops._C has no such op)"),
     "vllm-platform": (
-        "targets/vllm/boundary/platform.py: as_simulated_gpu",
-        "vLLM's `current_platform` (UnspecifiedPlatform without CUDA) answers device "
-        "type `sim`, pinned memory available and 0 bytes in use: the simulator stands "
-        "for the GPU, and the platform vLLM picks on a CPU-only torch would refuse both"),
+        "targets/vllm/boundary/platform.py: base_platform_first, as_gpu",
+        "vLLM's `current_platform` is its base UnspecifiedPlatform on both backends (set "
+        "before vLLM resolves CudaPlatform on a GPU: that one needs compiled extensions a "
+        "python-only install lacks) and answers device type `sim` or `cuda`, pinned "
+        "memory available and 0 bytes in use"),
 }
 
 _APPLIED: List[str] = []

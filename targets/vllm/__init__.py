@@ -47,18 +47,17 @@ class VllmTarget(Target):
         self.verdict = verdict
         if verdict.tier == "compatible":
             print(f"specrace: {verdict.line()}", file=sys.stderr)
-        # On a GPU machine vLLM's own CUDA platform is in charge (as sglang's is); without
-        # one, the platform answers for the simulated GPU.
+        # The platform answers for the GPU, simulated or real (boundary.platform: why the
+        # base platform on both)
         import torch
         from targets.vllm.boundary import platform
         self.on_gpu = torch.cuda.is_available()
         platform.set_env_defaults()
         try:
             if self.on_gpu:
-                platform.compiled_ops_stand_in()  # before vLLM resolves its platform
+                platform.base_platform_first()
             import vllm  # noqa: F401  (vLLM's platform resolves here)
-            if not self.on_gpu:
-                platform.as_simulated_gpu()
+            platform.as_gpu("cuda" if self.on_gpu else "sim")
             from targets.vllm.engine import model
             model.register()
         except Exception as exc:  # an import failure of the installed package

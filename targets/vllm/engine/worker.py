@@ -58,7 +58,8 @@ def worker_class():
     class SpecraceWorker(Worker):
         def init_device(self) -> None:
             self.device = self.device_config.device
-            if self.device.type == "cuda":
+            if self.device.type == "cuda":  # as upstream's: the rank's own card
+                self.device = torch.device(f"cuda:{self.local_rank}")
                 torch.cuda.set_device(self.device)
             init_worker_distributed_environment(self.vllm_config, self.rank,
                                                 self.distributed_init_method,
