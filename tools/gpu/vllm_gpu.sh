@@ -37,14 +37,13 @@ run vllm-seq-lens-shadow as-installed 3
 grep -q '"error"' "$R/rates.json" && { SPECRACE_TRACEBACK=1 timeout 120 python3 -m specrace.cli repro vllm-seq-lens-shadow --target vllm --backend cuda --trials 1 --no-report > "$R/smoke.log" 2>&1; tail -40 "$R/smoke.log"; exit 1; }
 # in order of what the issue asks first; the call's budget skips the tail (named)
 run vllm-seq-lens-shadow as-installed 200
-run vllm-seq-lens-shadow fixed 100
-run vllm-seq-lens-shadow as-installed 200 --stall-ms 0
+run vllm-seq-lens-shadow fixed 50
+run vllm-seq-lens-shadow as-installed 100 --stall-ms 0
 run vllm-seq-lens-shadow as-installed 100 --stall-ms 0 --load bulk-h2d
-run vllm-seq-lens-shadow dense 50
-run vllm-seq-lens-shadow dense-fixed 50
-run vllm-accepted-count as-installed 30
-run vllm-accepted-count no-valid-count-wait 30
-run vllm-input-prep as-installed 30
-run vllm-input-prep no-fence 30
-run vllm-seq-lens-shadow as-installed 100 --stall-ms 0 --load bulk-d2h
+run vllm-seq-lens-shadow dense 30
+run vllm-seq-lens-shadow dense-fixed 30
+run vllm-accepted-count as-installed 20
+run vllm-accepted-count no-valid-count-wait 20
+run vllm-input-prep as-installed 20
+run vllm-input-prep no-fence 20
 echo "vllm_gpu: $(( $(date +%s) - t0 )) s"

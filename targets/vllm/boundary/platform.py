@@ -12,7 +12,7 @@ before vLLM resolves one (``as_gpu``). The driven path -- eager mode, a toy mode
 own attention, greedy sampling, the spec-decode kernels as torch stand-ins -- takes no
 branch of ``CudaPlatform``'s, and the GPU runs the very code the simulator judged.
 
-Four answers of that platform are set, once, for the process (``seams.process``:
+These answers of that platform are set, once, for the process (``seams.process``:
 "vllm-platform"):
 
 * ``device_type`` is ``sim`` or ``cuda`` (``DeviceConfig`` builds the run's device from
@@ -21,6 +21,7 @@ Four answers of that platform are set, once, for the process (``seams.process``:
   ``is_pin_memory_available`` is cached by vLLM, so its cache is cleared;
 * the memory in use is 0 (the base platform raises; vLLM's memory profiler asks around
   model loading, and the KV budget is fixed);
+* on a GPU, the SM count is the card's (the runner sizes kernels by it);
 * seeding "every device" is CUDA's on a GPU and nothing more on the simulator (0.23.0's
   ``set_random_seed`` asks the platform, whose base raises; ``torch.manual_seed`` just
   before seeds the generator the simulated device draws from, and the runs are greedy).
@@ -67,6 +68,10 @@ def as_gpu(device_type: str) -> None:
         current_platform.manual_seed_all = lambda seed: None  # 0.23.0 on asks
     else:
         current_platform.manual_seed_all = torch.cuda.manual_seed_all
+        # the runner sizes kernels by the SM count (CudaPlatform's answer, from torch)
+        current_platform.num_compute_units = (
+            lambda device_id=0: torch.cuda.get_device_properties(device_id)
+            .multi_processor_count)
     current_platform.device_type = device_type
     current_platform.is_pin_memory_available = lambda: True
     current_platform.get_current_memory_usage = lambda device=None: 0.0
