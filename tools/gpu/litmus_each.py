@@ -3,9 +3,12 @@ per (program, policy) as it finishes -- verdict, agreement, seconds -- so a slow
 program names itself instead of taking the whole run with it.
 Usage (a CUDA machine): python3 tools/gpu/litmus_each.py [SECONDS_EACH]"""
 import json
+import os
 import signal
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from litmus.programs import PROGRAMS
 from litmus.run import CUDA_POLICIES, run_one_cuda

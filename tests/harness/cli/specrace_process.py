@@ -31,3 +31,13 @@ def specrace(*args, patch: str = "", **env):
         cmd = [sys.executable, "-m", "specrace.cli", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=cli_env(**env), cwd=ROOT,
                           timeout=300)
+
+
+def pytest_plugin_args():
+    """``-p specrace.pytest_plugin`` where the project is not pip-installed (a GPU machine
+    runs it from the source tree): there its entry point does not register the plugin, and
+    naming it where it does would register it twice (pluggy refuses)."""
+    from importlib.metadata import entry_points
+    installed = any(ep.value == "specrace.pytest_plugin"
+                    for ep in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "specrace.pytest_plugin"]

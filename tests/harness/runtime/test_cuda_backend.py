@@ -664,7 +664,8 @@ def test_plugin_marker_skip_and_report_section(tmp_path):
     import os
     # The plugin goes in with -p alone: when the project is pip-installed its entry point
     # would register it a second time (pluggy refuses one module under two names).
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}  # (a GPU's wheels)
     env.pop("PYTEST_XDIST_WORKER", None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "specrace.pytest_plugin", "-p",
