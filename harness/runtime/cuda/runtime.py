@@ -24,6 +24,7 @@ from harness.runtime.cuda import calibration
 from harness.runtime.cuda.api import ensure_api_wrapped
 from harness.runtime.cuda.capture import Capture, handle_of
 from harness.runtime.cuda.dispatch import CaptureMode
+from harness.runtime.device_names import answered, generic_names
 
 
 def _raw_stream_fn(index: int) -> Callable[[], int]:
@@ -120,8 +121,10 @@ def cuda_runtime(trace: bool = True) -> Iterator[CudaRuntime]:
         cap = rt._cap
         ensure_api_wrapped(torch.cuda.Stream, torch.cuda.Event, torch.cuda,
                            getattr(torch.cuda, "CUDAGraph", None))
+        # torch.Event / torch.Stream (vLLM's names) answered by torch.cuda's classes,
+        # whose API the capture wraps
         with opened(cuda_capture=cap, recorder=cap.note_host_access), torch.no_grad(), \
-                pinning, CaptureMode(cap):
+                pinning, answered(generic_names(torch.cuda)), CaptureMode(cap):
             yield rt
     finally:
         if outer is not None:

@@ -135,7 +135,7 @@ def test_watchdog_fires_and_stays_quiet():
 class FakeEvent:
     """Behaves like torch.cuda.Event as far as the wrappers can tell."""
 
-    def __init__(self, enable_timing=False):
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
         self.recorded = False
 
     def record(self, stream=None):
@@ -153,8 +153,12 @@ class FakeEvent:
 
 class FakeStream:
     """Like torch.cuda.Stream: wait_event -> event.wait, wait_stream -> record + wait."""
+    made = 100  # handles of streams made without one (torch.Stream(), as vLLM makes)
 
-    def __init__(self, handle):
+    def __init__(self, handle=None, priority=0):
+        if handle is None:
+            FakeStream.made += 1
+            handle = FakeStream.made
         self.cuda_stream = handle
 
     def wait_event(self, event):
@@ -572,6 +576,30 @@ def test_runtime_lifecycle_on_fake_cuda(fake_cuda):
     assert torch._C._only_lift_cpu_tensors() is False
     assert context.current().cuda_capture is None
     del y, z
+
+
+def test_device_generic_events_and_streams_are_traced_in_a_cuda_run(fake_cuda):
+    """vLLM makes ``torch.Event()`` / ``torch.Stream()``: inside a traced CUDA run they are
+    torch.cuda's classes, whose API the capture wraps (``torch.Event`` is an immutable C
+    type: its own synchronize could never be logged, and every host access after one
+    looked unordered -- the H100 run of vLLM's fixed code reported 339 false race sites).
+    Outside the run the names are torch's again."""
+    generic = (torch.Event, torch.Stream)
+    with C.cuda_runtime() as rt:
+        side = torch.Stream()
+        assert isinstance(side, FakeStream)
+        with fake_cuda.on(side):
+            x = torch.zeros(4)
+            done = torch.Event(blocking=True)
+            assert isinstance(done, FakeEvent)
+            done.record()
+        done.synchronize()
+        assert x.sum().item() == 0  # the host read after the event's sync: ordered
+    assert (torch.Event, torch.Stream) == generic
+    syncs = [r for r in rt.trace.log if isinstance(r, SyncRecord)]
+    assert [r.label for r in syncs] == ["event.synchronize", "blocking D2H (.item)"]
+    assert syncs[0].waits == [(rt._cap.stream_id(side.cuda_stream), 1)]
+    assert detect(rt.trace) == []
 
 
 def test_capture_numbers_storages_per_run(fake_cuda):
