@@ -143,7 +143,7 @@ def cmd_repro(args) -> int:
         scenario=args.scenario, target=args.target, variant=args.variant,
         war_barrier=args.war_barrier, backend=args.backend, policy=args.policy,
         stall_ms=args.stall_ms, trials=args.trials, seed=args.seed, expect=args.expect,
-        load=args.load, platform=args.platform))
+        load=args.load, platform=args.platform, detect=not args.outputs_only))
     report_dir = args.report_dir or os.path.join("reports", "runs")
     if not args.no_report:  # before the run: a folder that cannot take the set costs no trial
         from harness.report import ReportDirError, check_report_dir

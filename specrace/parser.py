@@ -72,6 +72,10 @@ def _repro(r: argparse.ArgumentParser) -> None:
     r.add_argument("--platform", choices=["cuda", "rocm"], default="cuda",
                    help="the hardware the target's code reads itself as running on "
                         "(sglang: every upstream is_cuda()/_is_hip branch as on it)")
+    r.add_argument("--outputs-only", action="store_true",
+                   help="judge the outputs only: no trace, no race detection -- on CUDA "
+                        "the host then runs at its own speed (a traced op costs ~100 us), "
+                        "so the wrong-token rate is the one a server sees")
     r.add_argument("--trials", type=A.trials)
     r.add_argument("--seed", type=A.seed, default=0)
     r.add_argument("--expect", choices=["clean", "race"], default=None,

@@ -169,7 +169,7 @@ def _rerun(loaded: LoadedReport, from_: str) -> Any:
         trials=old.trials, seed=old.seed, expect=old.expect, target=old.target,
         stall_plan=list(old.stall_plan) if "stall_plan" in loaded.keys else None,
         host_order=dict(old.host_order) if "host_order" in loaded.keys else None,
-        load=old.load, platform=old.platform))
+        load=old.load, platform=old.platform, detect=old.detected))
 
 
 def _notes(loaded: LoadedReport, from_: str, new: Any) -> List[str]:

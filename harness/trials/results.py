@@ -123,6 +123,12 @@ class ReproResult:
     def traced_trials(self) -> int:
         return sum(t.traced for t in self.trial_results)
 
+    @property
+    def detected(self) -> bool:
+        """Were the trials traced for races (``--outputs-only``: not)? Every trial is, or
+        none (a report without trial rows: as a run that traced)."""
+        return all(t.traced for t in self.trial_results) if self.trial_results else True
+
     def identity(self) -> Dict[str, Any]:
         """Every setting that changed what ran (``Run.identity`` before the run
         gives the same): the report set's name is made from it."""
@@ -130,8 +136,7 @@ class ReproResult:
                 "war_barrier": self.war_barrier, "backend": self.backend,
                 "policy": self.policy, "stall_ms": self.stall_ms, "trials": self.trials,
                 "seed": self.seed,
-                "detect": all(t.traced for t in self.trial_results) if self.trial_results
-                else True,
+                "detect": self.detected,
                 "stall_plan": [s.to_json() for s in self.stall_plan],
                 "host_order": dict(self.host_order),
                 "code": code_identity(self.target_info), **load_identity(self.load),
@@ -171,6 +176,8 @@ class ReproResult:
             parts += ["--stall-ms", str(self.stall_ms)]
         if self.load != "none":
             parts += ["--load", self.load]
+        if not self.detected:
+            parts += ["--outputs-only"]
         if self.platform != Platform.CUDA:
             parts += ["--platform", self.platform]
         parts += ["--trials", str(self.trials), "--seed", str(self.seed)]

@@ -63,3 +63,23 @@ def test_bulk_d2h_makes_the_result_readback_stale_with_no_stall():
     # a backend with CPU seq lens syncs a D2H each step: the queue drains in time
     drained = run_scenario_result("dspark-result-readback", load="bulk-d2h", **run)
     assert drained.first_divergence is None and drained.races
+
+
+def test_outputs_only_judges_the_outputs_and_replays_as_such(tmp_path, capsys):
+    """``--outputs-only``: no trace and no race detection (the host at its own speed on
+    CUDA), the wrong tokens still judged; in the run's name, its report's command, its
+    replay."""
+    assert cli.main(["repro", "ngram-filter-race", "--variant", "pre-fix", "--trials", "2",
+                     "--backend", "sim", "--outputs-only", "--json", "--report-dir",
+                     str(tmp_path)]) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert doc["traced_trials"] == 0 and doc["races"] == []
+    assert doc["outcome"] == "race" and doc["reproduced"] == 2  # by the wrong tokens
+    report = next(tmp_path.glob("*/report.json"))
+    assert "--outputs-only" in (report.parent / "report.md").read_text()
+    assert cli.main(["replay", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "identical verdict" in out
+    traced = resolve(RunRequest("ngram-filter-race", backend="sim", trials=1))
+    untraced = resolve(RunRequest("ngram-filter-race", backend="sim", trials=1, detect=False))
+    assert traced.identity()["detect"] and not untraced.identity()["detect"]
