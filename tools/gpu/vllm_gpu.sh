@@ -24,9 +24,10 @@ try:
     row.update(trials=len(tr), wrong_output=sum(1 for t in tr if t["divergence"]),
                raced=sum(1 for t in tr if t["races"]), outcome=d["outcome"],
                median_trial_ms=d["median_trial_ms"],
+               n_sites=len(d.get("races", [])),
                sites=sorted({f"{r['first']['file']}:{r['first']['line']} / "
                              f"{r['second']['file']}:{r['second']['line']}"
-                             for r in d.get("races", [])}))
+                             for r in d.get("races", [])})[:12])
 except Exception as exc:
     row["error"] = open(f"{R}/run.err").read()[-1500:] or repr(exc)
 print(json.dumps(row))
@@ -35,15 +36,21 @@ PY
 }
 run vllm-seq-lens-shadow as-installed 3
 grep -q '"error"' "$R/rates.json" && { SPECRACE_TRACEBACK=1 timeout 120 python3 -m specrace.cli repro vllm-seq-lens-shadow --target vllm --backend cuda --trials 1 --no-report > "$R/smoke.log" 2>&1; tail -40 "$R/smoke.log"; exit 1; }
-# in order of what the issue asks first; the call's budget skips the tail (named)
-run vllm-seq-lens-shadow as-installed 200
-run vllm-seq-lens-shadow fixed 50
-run vllm-seq-lens-shadow as-installed 100 --stall-ms 0
-run vllm-seq-lens-shadow as-installed 100 --stall-ms 0 --load bulk-h2d
-run vllm-seq-lens-shadow dense 30
-run vllm-seq-lens-shadow dense-fixed 30
-run vllm-accepted-count as-installed 20
-run vllm-accepted-count no-valid-count-wait 20
-run vllm-input-prep as-installed 20
-run vllm-input-prep no-fence 20
+# happens-before verdicts (traced: every op logged, the host ~100 us an op slower)
+run vllm-seq-lens-shadow fixed 3
+# rates as a server sees them: outputs only, the host at its own speed
+O=--outputs-only
+run vllm-seq-lens-shadow as-installed 200 $O
+run vllm-seq-lens-shadow fixed 100 $O
+run vllm-seq-lens-shadow as-installed 200 $O --stall-ms 0
+run vllm-seq-lens-shadow as-installed 200 $O --stall-ms 0 --load bulk-h2d
+run vllm-seq-lens-shadow dense 50 $O
+run vllm-seq-lens-shadow dense-fixed 50 $O
+run vllm-accepted-count as-installed 10
+run vllm-accepted-count no-valid-count-wait 10
+run vllm-input-prep as-installed 10
+run vllm-input-prep no-fence 10
+run vllm-seq-lens-shadow as-installed 100 $O --stall-ms 0 --load bulk-d2h
+run vllm-seq-lens-shadow as-installed 100 $O --stall-ms 0 --load host-busy
+run vllm-seq-lens-shadow as-installed 30 --stall-ms 100
 echo "vllm_gpu: $(( $(date +%s) - t0 )) s"
