@@ -69,6 +69,13 @@ class Runtime:
         puts bulk traffic around its own copies."""
         raise NotImplementedError
 
+    def uva_view(self, host: torch.Tensor) -> torch.Tensor:
+        """A device tensor over ``host``'s pinned memory, read and written in place by the
+        kernels that take it -- when they *execute*, not when they are launched (Unified
+        Virtual Addressing: vLLM's ``UvaBuffer``). Its accesses are the pinned buffer's,
+        ordered by the detector against the host's reads and writes of it."""
+        raise NotImplementedError
+
 
 
 @contextlib.contextmanager

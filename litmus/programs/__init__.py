@@ -29,7 +29,7 @@ from .graphs import GRAPH_PROGRAMS
 from .host_sync import D2H, PINNED, STREAM_SYNC, SYNC_POINTS
 from .load import LOAD
 from .message_passing import EVENT_POINTS, MESSAGE_PASSING, WAR
-from .numpy_views import NUMPY_VIEWS
+from .numpy_views import NUMPY_VIEWS, UVA
 from .relay import FILTER, SEED
 
 __all__ = ["KINDS", "STALL_MS", "Litmus", "overlap_streams", "PROGRAMS", "GRAPH_PROGRAMS",
@@ -49,6 +49,7 @@ PROGRAMS: List[Litmus] = [
     *REUSE,
     *LOAD,
     *NUMPY_VIEWS,
+    *UVA,
     *GRAPH_PROGRAMS,  # last: graph_capture_sync is the one that leaves CUDA state behind
 ]
 

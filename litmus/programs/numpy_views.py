@@ -87,3 +87,38 @@ NUMPY_VIEWS: List[Litmus] = [
            "torch.Event() the reader waits for", partial(_cuda_named, wait=True),
            race=False, stale=dict(_CLEAN)),
 ]
+
+
+def _uva_read(rt, stall: bool, fence: bool) -> bool:
+    """A kernel reads pinned host memory in place through its UVA view (vLLM's
+    ``UvaBuffer``: Model Runner V2's input prep) -- when the kernel executes, not when it
+    is launched -- while the host rewrites the buffer through its numpy view for the next
+    step (with ``fence``: after the kernel's event)."""
+    m, S, F = overlap_streams(rt)
+    staging = _pinned_zeros(4)
+    view = staging.numpy()
+    view[:] = [1, 2, 3, 4]  # this step's inputs, written on the host
+    uva = rt.uva_view(staging)
+    dev = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        dev.copy_(uva * 10)  # the input-prep kernel: reads host memory as it runs
+        done = m.Event()
+        done.record()
+    if fence:
+        done.synchronize()  # the kernel has read the buffer
+    view[:4] = 9  # the next step's inputs into the same buffer
+    m.synchronize()
+    return dev.tolist() != [10, 20, 30, 40]
+
+
+UVA = [
+    Litmus("uva_kernel_read_then_host_write", "a kernel reads pinned memory through its "
+           "UVA view as it executes; the host rewrites the buffer through its numpy view "
+           "before the kernel ran (WAR: the kernel reads the next step's inputs)",
+           partial(_uva_read, fence=False), race=True, stale=_racy(lazy=True)),
+    Litmus("uva_kernel_read_fenced", "the same, the host rewriting only after the "
+           "kernel's event: ordered",
+           partial(_uva_read, fence=True), race=False, stale=_CLEAN),
+]

@@ -78,6 +78,30 @@ class CudaRuntime(Runtime):
             cap.op(cap.cur(), STALL_OP, [], [], user_frame(2), kind=OpKind.STALL,
                    duration=calibration.clamp_ms(ms) * 1000.0)
 
+    def uva_view(self, host: torch.Tensor) -> torch.Tensor:
+        """Pinned memory is mapped into the device's address space under UVA, at the same
+        address: a CUDA tensor over the host pointer, made zero-copy through
+        ``__cuda_array_interface__`` (what vLLM's ``get_cuda_view_from_cpu_tensor`` op does
+        in C++). The capture knows its storage as the pinned buffer's (``Runtime.uva_view``)."""
+        from harness.runtime import hostmem
+        hit = hostmem.lookup(host)
+        if hit is None:
+            raise ValueError("a UVA view needs pinned host memory (pin_memory=True)")
+        with torch._C.DisableTorchFunctionSubclass():
+            ptr, shape = host.data_ptr(), tuple(host.shape)
+            strides = tuple(x * host.element_size() for x in host.stride())
+            typestr = torch.empty(0, dtype=host.dtype).numpy().dtype.str
+
+        class _Mapped:
+            __cuda_array_interface__ = {"shape": shape, "typestr": typestr,
+                                        "data": (ptr, False), "strides": strides,
+                                        "version": 2}
+
+        view = torch.as_tensor(_Mapped(), device=self.device)
+        if self._cap is not None:  # its kernels' accesses are the pinned buffer's
+            self._cap.ptr_sid[view.untyped_storage().data_ptr()] = hit[0]
+        return view
+
     def loaded(self, load):
         from harness.runtime.cuda.load import cuda_load
         return cuda_load(load)

@@ -42,6 +42,18 @@ class SimRuntime(Runtime):
     def synchronize(self) -> None:
         self.dev.synchronize_all()
 
+    def uva_view(self, host: torch.Tensor) -> torch.Tensor:
+        """The pinned buffer's own memory as a simulated device tensor on the buffer's
+        storage id: a deferred kernel computes from it when its stream runs it, so it
+        reads what the host wrote by then (``Runtime.uva_view``)."""
+        from harness.runtime import hostmem
+        from harness.runtime.sim.tensor import SimTensor
+        hit = hostmem.lookup(host)
+        if hit is None:
+            raise ValueError("a UVA view needs pinned host memory (pin_memory=True)")
+        # the same memory as a plain tensor: no host access is reported for taking it
+        return SimTensor(torch.Tensor.as_subclass(host, torch.Tensor), hit[0])
+
     @contextlib.contextmanager
     def loaded(self, load: Load) -> Iterator[None]:
         before = self.dev.load

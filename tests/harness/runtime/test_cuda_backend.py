@@ -602,6 +602,20 @@ def test_device_generic_events_and_streams_are_traced_in_a_cuda_run(fake_cuda):
     assert detect(rt.trace) == []
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU")
+def test_a_cuda_uva_view_is_the_pinned_memory_and_the_captures_storage_for_it():
+    """On a GPU the UVA view is the pinned buffer at the same address (zero-copy): a host
+    write is what a later kernel reads, and the capture knows the view's storage as the
+    pinned buffer's (so its kernels are ordered against the host's accesses)."""
+    with C.cuda_runtime() as rt:
+        host = torch.zeros(4, dtype=torch.int32, pin_memory=True)
+        uva = rt.uva_view(host)
+        assert uva.is_cuda and uva.data_ptr() == host.data_ptr()
+        host.numpy()[:] = [1, 2, 3, 4]
+        assert (uva * 10).tolist() == [10, 20, 30, 40]
+        assert rt._cap.storage_id(uva)[0] == hostmem.lookup(host)[0]
+
+
 def test_capture_numbers_storages_per_run(fake_cuda):
     """The same run twice in one process gives the same trace (storage ids per run)."""
     traces = []

@@ -125,6 +125,46 @@ def test_a_view_read_before_its_copy_lands_is_a_race_on_the_simulator():
     assert got == [0, 2, 4, 6] and races == []
 
 
+# --- UVA: kernels reading pinned memory in place --------------------------------------------
+
+def test_a_uva_view_is_the_pinned_buffer_read_when_the_kernel_runs():
+    """``uva_view``: the pinned buffer's own memory on the device, on its storage id. A
+    kernel deferred on a stalled stream reads what the host wrote by the time it runs
+    (the next step's inputs: stale), and the detector orders it against the host's write
+    through the numpy view -- a WAR without the kernel's event, none with it."""
+    from harness.runtime.sim.runtime import sim_runtime
+
+    def run(fence: bool):
+        with sim_runtime(parse_policy("lazy")) as rt:
+            m = rt.module
+            host = torch.zeros(4, dtype=torch.int32, pin_memory=True)
+            host.numpy()[:] = [1, 2, 3, 4]
+            uva = rt.uva_view(host)
+            assert uva.device == rt.device and uva._sid == hostmem.lookup(host)[0]
+            side = m.Stream()
+            with m.stream(side):
+                out = uva + 0  # reads the host memory when the stream runs it
+                done = m.Event()
+                done.record()
+            if fence:
+                done.synchronize()
+            host.numpy()[:] = 9
+            m.synchronize()
+            got = out.tolist()
+        return got, detect(rt.trace)
+
+    got, races = run(fence=False)
+    assert got == [9, 9, 9, 9] and [r.kind for r in races] == ["WAR"]
+    got, races = run(fence=True)
+    assert got == [1, 2, 3, 4] and races == []
+
+
+def test_a_uva_view_of_memory_that_is_not_pinned_is_refused():
+    from harness.runtime.sim.runtime import sim_runtime
+    with sim_runtime() as rt, pytest.raises(ValueError, match="pinned host memory"):
+        rt.uva_view(torch.zeros(4))
+
+
 # --- torch.cuda's names on the simulator --------------------------------------------------
 
 _NAMES = [(torch.cuda, "Stream"), (torch.cuda, "Event"), (torch.cuda, "stream"),
