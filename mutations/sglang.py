@@ -37,6 +37,7 @@ DSPARK_RING = ("dspark-ring", "dspark-ring-lazy", "dspark-ring-random", "dspark-
 DSPARK_RELAY = ("dspark-readback", "dspark-ring")
 _RING = "sglang.srt.managers.overlap_utils:ConfidenceRelay"
 _DFLASH = "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2"
+_PLANNER = "sglang.srt.speculative.dspark_components.dspark_planner:HostConfidenceBudgetPlanner"
 
 
 MUTATIONS: List[Mutation] = [
@@ -244,6 +245,16 @@ MUTATIONS: List[Mutation] = [
         "            self._publish_fresh = True\n"
         "        if publish_confidence:\n"
         "            self.confidence_relay.scatter(indices, confidence)\n")],
+      DSPARK_RING),
+    M("budget-freshness-skips-generation",
+      "the budget planner's freshness test without the slot generation: a pool slot reused "
+      "within the ring's lag hands the new request the previous occupant's confidence, "
+      "and its verify budget is planned from it",
+      "DSpark (budget planner)", f"{_PLANNER}._two_steps_prior_survival",
+      [("        fresh = (\n"
+        "            (current_gen >= 1) & (lagged_generation.to(torch.int64) == current_gen)\n"
+        "        ).view(-1, 1)\n",
+        "        fresh = (current_gen >= 1).view(-1, 1)\n")],
       DSPARK_RING),
     M("stash-drops-bonus-tokens",
       "FutureMap.stash does not write the relayed bonus token for a non-NGRAM algorithm "

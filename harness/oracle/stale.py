@@ -10,6 +10,9 @@ The engine reports host-visible values through ``seams.faults.observe``:
   forward published for each (request, step) (the reference reads it; a trial never
   does), and what the host later got from the relay's pinned ring for the budget
   planner, each row labelled with the (request, step) its ring slot stands for;
+* ``confidence_used`` -- which of those rows the budget planner used (not the all-ones of
+  a row its generation check found stale): a request's budget from another request's
+  confidence (a pool slot reused within the ring's lag) is a divergence;
 * ``hidden_states`` -- the hidden-state rows a request with ``return_hidden_states`` got
   back with a committed result (row sums);
 * ``kv_context`` -- what a forward's attention read of its request's KV (``impl.attention``):
@@ -154,6 +157,28 @@ class StaleValueOracle:
                     self._check_rows("confidence", self.ref.confidence, label[0].rid,
                                      label[1], row, "the budget planner (host, pinned ring "
                                      "after copy_done.query())", "d2h")
+        elif name == "confidence_used":
+            for req, label, used in ctx["rows"]:
+                self._check_used(req, label, used)
+
+    def _check_used(self, req, label, used: bool) -> None:
+        """The budget planner may use only the request's own lagged confidence: a row
+        another request published (its pool slot since reused) must read as stale --
+        the generation check's job. Judged on its own terms, not against the reference:
+        the ring is lagged and polled, so the budget is not the reference's."""
+        if label is None:
+            return
+        self.checked += 1
+        owner, step = label[0].rid, label[1]
+        if owner == req.rid or not used:
+            return
+        where = "the budget planner (survival, after the generation check)"
+        self._diverge(Divergence(
+            "confidence", f"request {req.rid}'s verify budget used request {owner}'s "
+                          f"confidence (its step {step}) at {where}: the pool slot was "
+                          f"reused within the ring's lag and the row was not found stale",
+            req.rid, None, where, "host", f"request {req.rid}'s own or none",
+            f"request {owner}'s"))
 
     def _history(self, req) -> List[int]:
         h = self.history.get(req.rid)

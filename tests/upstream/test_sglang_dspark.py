@@ -107,6 +107,41 @@ def test_the_planner_and_the_oracle_see_every_resolved_slot():
     assert seen.count("confidence_published") > seen.count("confidence_resolved")
 
 
+def test_the_budget_planner_reads_reused_slots_as_stale_and_the_oracle_sees_each_use():
+    """The budget probe is not vacuous either: on the fixed code, across seeds, the
+    planner is handed rows another request published (a pool slot reused within the
+    ring's lag) and its generation check finds every one stale (unused); each row's use
+    reaches the oracle. With the check's generation dropped (the seeded bug) a reused
+    row is used, and the run diverges on it."""
+    sc = get("dspark-confidence-ring")
+    foreign = own_used = 0
+    for seed in range(4):
+        wl = sc.workload(seed)
+        rows = []
+        plan = FaultPlan(observer=lambda name, ctx: rows.extend(
+            ctx["rows"]) if name == "confidence_used" else None)
+        with open_runtime("sim", parse_policy("eager"), trace=False) as rt, \
+                sc.variants["fixed"].patch(targets.get("sglang")).applied():
+            drive(rt, wl, server_args(wl, sc.variants["fixed"].args), plan,
+                  targets.get("sglang"))
+        for req, label, used in rows:
+            if label is None:
+                continue
+            if label[0].rid != req.rid:
+                foreign += 1
+                assert not used, (seed, req.rid, label[0].rid)
+            else:
+                own_used += used
+    assert foreign >= 1 and own_used >= 3, (foreign, own_used)
+    from mutations.sglang import MUTATIONS
+    bug = next(m for m in MUTATIONS if m.name == "budget-freshness-skips-generation")
+    from matrix.probes import PROBES
+    from matrix.run import run_probe
+    killed, oracle, detail = run_probe(PROBES["dspark-ring"], "sim", bug, target="sglang")
+    assert killed and oracle == "stale-value", (oracle, detail)
+    assert "verify budget used request" in detail, detail
+
+
 def test_same_seed_same_verdict():
     a = repro("dspark-confidence-ring", policy="random(1)")
     b = repro("dspark-confidence-ring", policy="random(1)")

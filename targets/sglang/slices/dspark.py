@@ -25,7 +25,8 @@ profiled-looking SPS table in place of ``--speculative-dspark-sps-table-path``.
 Two probe shims sit on the FutureMap instance, each calling upstream's method unchanged:
 ``publish`` marks a fault point on the private D2H stream before the ring copy is queued
 (``d2h.before_ring_copy``: a stall there is a busy copy engine), and
-``resolve_confidence_cpu`` reports what the planner got (``observe``).
+``resolve_confidence_cpu`` reports what the planner got (``observe``); a third, on the
+budget planner's survival step, reports which rows it used (``_install_budget_probe``).
 """
 from __future__ import annotations
 
@@ -201,6 +202,7 @@ class ToyDSparkWorker(SharedReadRunner):
         # host bookkeeping, for the oracle: which (request, step) each confidence publish
         # carried per pool row (publish k fills ring slot k % depth)
         self.confidence_publishes: List[Dict[int, Tuple[Any, int]]] = []
+        self.resolved_rows = None  # the last resolve: (request, its row's publisher) per row
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
         bs = len(batch.reqs)
@@ -308,12 +310,44 @@ def install_probes(sched, worker: ToyDSparkWorker) -> None:
     def resolve_shim(batch, *a, **kw):
         slot_publish = fm.confidence_relay.ring_pos - lag
         got = resolve(fm, batch, *a, **kw)
+        worker.resolved_rows = None
         if got is not None and 0 <= slot_publish < len(worker.confidence_publishes):
             labels = worker.confidence_publishes[slot_publish]
             rows = batch.req_pool_indices_cpu.tolist()
             observe("confidence_resolved", labels=[labels.get(p) for p in rows],
                     confidence=got.confidence.tolist())
+            # for the budget probe: whose confidence each batch row was handed
+            worker.resolved_rows = [(req, labels.get(p)) for req, p in zip(batch.reqs, rows)]
         return got
 
     fm.publish = publish_shim
     fm.resolve_confidence_cpu = resolve_shim
+    _install_budget_probe(sched, worker)
+
+
+def _install_budget_probe(sched, worker) -> None:
+    """A shim on the budget planner's survival step (upstream's, called unchanged) that
+    reports, for each row of the batch, whose published confidence the planner handed
+    it and whether it *used* it (a row of survival probabilities, not the all-ones of a
+    row the generation check found stale). The budget itself is not comparable with the
+    synchronous reference -- the ring is lagged and polled (``copy_done.query()``), the
+    reference reads the fresh buffer -- so the oracle judges the use instead: a request's
+    budget must come from its own confidence, never from the previous occupant's of a
+    pool slot reused within the ring's lag. Only without a carry (the default lag of 2
+    steps equals the ring's): with one, the rows used are older resolves' (not reported)."""
+    prepare = getattr(sched, "_confidence_budget_prepare", None)
+    bp = getattr(getattr(prepare, "__self__", None), "_budget_planner", None)
+    survival = getattr(type(bp), "_two_steps_prior_survival", None) if bp else None
+    if survival is None or getattr(bp, "carry_steps", 0):
+        return
+
+    def survival_shim(**kw):
+        out = survival(bp, **kw)
+        rows = worker.resolved_rows
+        if rows is not None and len(rows) == out.shape[0]:
+            used = (out != 1).any(dim=1).tolist()
+            observe("confidence_used", rows=[(req, label, u)
+                                             for (req, label), u in zip(rows, used)])
+        return out
+
+    bp._two_steps_prior_survival = survival_shim
