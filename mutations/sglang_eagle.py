@@ -20,6 +20,21 @@ _EAGLE_V2 = "sglang.srt.speculative.eagle_worker_v2"
 _EAGLE_COMMON = "sglang.srt.speculative.eagle_worker_common"
 
 MUTATIONS: List[Mutation] = [
+    M("eagle-verify-lifetime-dropped",
+      "run_eagle_verify neither marks the plan stream's rebinds as used on the forward "
+      "stream nor parks the verify's forward batch: nothing holds the blocks the verify "
+      "still reads once the host drops them",
+      "digest §2.6-2.7", f"{_EAGLE_COMMON}:run_eagle_verify",
+      [("    record_stream_each((batch.input_ids, batch.out_cache_loc), fwd_stream)\n", ""),
+       ("        extra_keep_alive_refs=[verify_forward_batch],\n",
+        "        extra_keep_alive_refs=None,\n")],
+      EAGLE_PLAN,
+      equivalent="in every configuration driven (plan stream on; topk 1 and 2; eager and "
+                 "lazy) each allocation that could take a block the verify reads is "
+                 "ordered after the verify: the forward stream's by program order, the "
+                 "plan stream's by run_eagle_verify's plan_stream.wait_stream(fwd_stream) "
+                 "before each plan -- record_stream and the keep-alive are defence in "
+                 "depth there (without that wait the trace shows 11-13 reuse races)"),
     M("eagle-filter-keeps-future-indices",
       "EagleDraftInput.filter_batch returns without slicing future_indices: the resolve "
       "gathers the relayed bonus tokens and draft state of finished requests' rows",

@@ -49,9 +49,11 @@ CHANGES: Dict[str, Tuple[str, str]] = {
         "mirror and confidence ring exist only on CUDA, and the simulator stands for "
         "that GPU (set once, after the contract checked the attribute exists)"),
     "sglang-kernel-seams": (
-        "targets/sglang/slices/eagle_kernels.py: install; targets/sglang/engine/kv_lifecycle.py: install",
+        "targets/sglang/slices/eagle_kernels.py: install (and eagle_fused.py: install); "
+        "targets/sglang/engine/kv_lifecycle.py: install",
         "upstream modules' module-level names of Triton kernel launchers (EAGLE's tree "
-        "build and verify, the KV-column write `assign_req_to_token_pool_func`, ...) bound "
+        "build and verify, the fused chain-tree / commit / draft-extend kernels of the "
+        "GPU path, the KV-column write `assign_req_to_token_pool_func`, ...) bound "
         "to specrace's declared ops of the same effect: a Triton kernel has no simulator "
         "path, and on CUDA its reads and writes would be outside the happens-before trace"),
     "vllm-env-defaults": (

@@ -75,6 +75,15 @@ class SimTensor(torch.Tensor):
     def record_stream(self, stream) -> None:
         note_record_stream(self, stream, user_frame(2))
 
+    @property
+    def is_cuda(self) -> bool:
+        # One rule: the simulator is the GPU it stands for. Code under test that asks a
+        # tensor whether it is on a GPU (sglang's record_stream_each, its async D2H, the
+        # fused EAGLE paths) takes its GPU path, and ``record_stream`` above is the
+        # allocator's deferred free. (``device.type`` stays "sim": code that names the
+        # device by type sees the simulator -- docs/limits.md.)
+        return True
+
     def __repr__(self, *, tensor_contents=None) -> str:  # never syncs, never reads
         return f"SimTensor({list(self.shape)}, {self.dtype}, sid={self._sid})"
 

@@ -46,36 +46,9 @@ PRE_FIX: Tuple[SourcePatch, ...] = (
 )
 
 
-# The simulator as the GPU it stands for. Releases up to 0.5.22 branch their result D2H
-# (``managers/utils.py:_async_d2h``, in 0.5.22 ``utils/common.py:async_d2h``) on
-# ``is_cuda``, which a simulated tensor is not,
-# and would take the host path with no pinned buffer and no ``record_stream``. On the
-# simulator only, that test reads as a GPU reads it (0.5.23's own ``async_d2h`` is
-# device-generic and needs no patch; where the snippet is absent the patch is skipped).
-SIM_AS_GPU: Tuple[SourcePatch, ...] = (
-    SourcePatch("sglang.srt.managers.utils:_async_d2h", (
-        ("    if not t.is_cuda:\n", "    if t.device.type == \"cpu\":\n"),
-        ("t.record_stream(torch.cuda.current_stream(t.device))",
-         "t.record_stream(torch.get_device_module(t.device).current_stream())")),
-        "the simulator as a GPU in _async_d2h (releases up to 0.5.22)"),
-    # 0.5.22 moved it to utils/common.py:async_d2h, with the same test
-    SourcePatch("sglang.srt.utils.common:async_d2h", (
-        ("    if not tensor.is_cuda:\n", "    if tensor.device.type == \"cpu\":\n"),
-        ("tensor.record_stream(torch.cuda.current_stream(tensor.device))",
-         "tensor.record_stream(torch.get_device_module(tensor.device).current_stream())")),
-        "the simulator as a GPU in async_d2h (0.5.22)"),
-)
-
-
-def platform_patches() -> Tuple[SourcePatch, ...]:
-    """The SIM_AS_GPU patches that fit the installed release, on a machine without CUDA."""
-    import torch
-    from targets import static
-    if torch.cuda.is_available():
-        return ()
-    root = static.package_root("sglang")
-    return tuple(p for p in SIM_AS_GPU if root and not static.patch_fits(root, p.target,
-                                                                         p.edits))
+# (No patch makes the simulator read as a GPU: a simulated tensor answers ``is_cuda`` as
+# the GPU it stands for -- one rule, ``harness/runtime/sim/tensor.py`` -- so upstream's
+# own GPU paths run, ``_async_d2h`` / ``async_d2h`` and ``record_stream_each`` included.)
 
 
 def relay_patches(relay: str) -> Tuple[SourcePatch, ...]:
@@ -91,7 +64,7 @@ def variant_patches(args) -> Iterator[None]:
     """Everything a run with these server args patches, for the duration of the run."""
     from sglang.srt.environ import envs
     with contextlib.ExitStack() as stack:
-        stack.enter_context(all_applied(platform_patches() + relay_patches(args.relay)))
+        stack.enter_context(all_applied(relay_patches(args.relay)))
         if args.war_barrier == "coarse" and hasattr(envs, "SGLANG_FORCE_COARSE_WAR_BARRIER"):
             # upstream's own switch (0.5.16+); before it, a forward that publishes no
             # read-done event is the coarse fence (the toy worker then publishes none)

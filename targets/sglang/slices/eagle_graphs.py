@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import types
-from typing import Dict, Iterator
+import weakref
+from typing import Dict, Iterator, Optional
 
 import torch
 
@@ -74,7 +75,10 @@ class ToyVerifyGraphs:
         self.D = D
         self.req_to_token = req_to_token
         self.bs = None  # the loaded bucket (upstream's runner exposes it)
-        self.loaded = None  # the forward batch last loaded
+        # the forward batch last loaded, weakly: upstream's runner copies a batch into
+        # its static buffers and keeps no reference to it -- a strong one here would keep
+        # the verify's tensors alive past their owners and hide a lifetime bug
+        self._loaded: Optional[weakref.ref] = None
 
     def can_run_graph(self, forward_batch) -> bool:
         return self.graphs.can_run(forward_batch.batch_size)
@@ -85,7 +89,11 @@ class ToyVerifyGraphs:
         self.bs = next(b for b in self.graphs.capture_bs if b * self.D >= n)
         self.graphs.input_ids[self.bs][:n].copy_(fb.input_ids)
         self.req_to_token[fb.req_pool_indices.to(torch.int64)].sum()  # the metadata
-        self.loaded = fb
+        self._loaded = weakref.ref(fb)
+
+    def loaded(self, forward_batch) -> bool:
+        """Was ``forward_batch`` the one ``load_batch`` took last?"""
+        return self._loaded is not None and self._loaded() is forward_batch
 
     def replay(self, forward_batch):
         n = forward_batch.input_ids.shape[0]

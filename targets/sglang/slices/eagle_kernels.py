@@ -6,10 +6,8 @@ one stream, as for the fused kernel's single launch. Each body is plain
 vectorised torch on the device -- no host synchronisation, which would drain the stream
 and hide the very races under test -- and each has a brute-force reference in the tests
 (``tests/upstream/test_eagle_kernels.py``). ``install()`` binds them where upstream's
-modules imported the kernel functions by name. The other kernels on the path take
-upstream's own torch branch off CUDA (``prepare_verify_commit_outputs``,
-``prepare_draft_extend_inputs``, the topk-1 draft postprocess) and are upstream's real
-Triton kernels on a GPU.
+modules imported the kernel functions by name, and the fused kernels of the GPU path
+(``eagle_fused``: simulated tensors answer ``is_cuda`` as a GPU's do).
 
 What they model, and what not (README "EAGLE v2"):
 
@@ -328,4 +326,7 @@ def install() -> None:
     spec_utils = importlib.import_module("sglang.srt.speculative.spec_utils")
     later = spec_utils._select_top_k_tokens_later
     spec_utils._select_top_k_tokens_later = getattr(later, "_torchdynamo_orig_callable", later)
+    # the fused kernels of the GPU path (simulated tensors say is_cuda: eagle_fused)
+    from targets.sglang.slices import eagle_fused
+    eagle_fused.install()
     process.note("sglang-kernel-seams")

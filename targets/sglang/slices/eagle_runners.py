@@ -193,7 +193,7 @@ class ToyTargetWorker:
                                          fb.seq_lens.to(torch.int64))
         fault_point("forward.before_verify")
         graphs = self.model_runner.decode_cuda_graph_runner
-        if graphs is not None and graphs.loaded is fb:
+        if graphs is not None and graphs.loaded(fb):
             self.model_runner._record_shared_read_done(replayed=True)  # load_batch read the rows
             hidden, logits = graphs.replay(fb)
             out = types.SimpleNamespace(logits_output=upstream.LogitsProcessorOutput(
