@@ -314,6 +314,14 @@ MUTATIONS: List[Mutation] = [
         "                self.new_seq_lens_buf[fi], non_blocking=True\n"
         "            )\n")],
       ("dspark-readback", "dspark-ring")),
+    M("async-d2h-skips-record-stream",
+      "async_d2h enqueues the result's device-to-host copy on the copy stream without "
+      "marking the source as used there: once the host drops it, the forward stream's "
+      "next allocation can take its block before the copy has read it",
+      "lifetime (record_stream)", "sglang.srt.utils.common:async_d2h",
+      [("    tensor.record_stream(torch.get_device_module(tensor.device).current_stream())\n",
+        "")],
+      SEED + KV_REUSE),
     M("war-barrier-keeps-stale-event",
       "upstream's WAR barrier takes the runner's read-done event without clearing it: the "
       "next forward that publishes none (an extend, a batch over the graph's size) is "
