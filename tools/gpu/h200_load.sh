@@ -15,11 +15,16 @@ R=$1; shift; mkdir -p "$R"; export PYTHONUNBUFFERED=1
 sections=${*:-probe rates ring overlap script}
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import torch,importlib.metadata as m;print('torch',torch.__version__,'sglang',m.version('sglang'))"; } > "$R/env.txt" 2>&1
+# Rates with --outputs-only by default: the host at its own speed, as a server's (a traced
+# op costs ~100 us, which delays the next forward's write and so hides staleness); set
+# RATES_TRACE=1 for traced runs (then the race trials are counted too).
+RATES_OPTS=${RATES_TRACE:+}
+[ -z "${RATES_TRACE:-}" ] && RATES_OPTS=--outputs-only
 rates() {  # scenario variant load -> one JSON line: trials, stale trials, race trials
   timeout 120 python3 -m specrace.cli repro "$1" --target sglang --variant "$2" --backend cuda \
-    --stall-ms 0 --trials 200 --load "$3" --json --no-report 2>/dev/null | tail -1 | python3 -c "
+    --stall-ms 0 --trials 200 --load "$3" $RATES_OPTS --json --no-report 2>/dev/null | tail -1 | python3 -c "
 import json,sys; d=json.loads(sys.stdin.read())
-print(json.dumps({'scenario': '$1', 'variant': '$2', 'load': '$3', 'trials': d['trials'],
+print(json.dumps({'scenario': '$1', 'variant': '$2', 'load': '$3', 'traced': d['traced_trials'] > 0, 'trials': d['trials'],
   'stale': sum(1 for t in d['trial_results'] if t['divergence']),
   'raced': sum(1 for t in d['trial_results'] if t['races']),
   'median_trial_ms': d['median_trial_ms']}))"; }
