@@ -59,6 +59,9 @@ class ServerArgs:
     # The vLLM target: whether its toy target model is hybrid (a Mamba-style state picked
     # by the accepted counts: vLLM's hybrid path) or dense attention only
     hybrid: bool = True
+    # The vLLM target's slices in place of its whole engine ("": the engine;
+    # "draft-tokens": Model Runner V2's draft-token handler, targets/vllm/slices/)
+    vllm_slice: str = ""
     # Retraction (upstream's retract_decode under memory pressure), at a point the same in
     # a trial and its reference: ((rid, n), ...) retracts request rid once it holds n
     # output tokens (impl.schedule_batch.retract)

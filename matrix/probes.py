@@ -79,4 +79,7 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("vllm-seq-lens-lazy", "vllm-seq-lens-shadow", "fixed", "lazy", seeds=(0, 1)),
     Probe("vllm-input-prep", "vllm-input-prep", "fixed", "eager", seeds=(0, 1)),
     Probe("vllm-input-prep-lazy", "vllm-input-prep", "fixed", "lazy", seeds=(0, 1)),
+    # the draft-token slice with 0.27.1's record_stream (the handler's other orderings)
+    Probe("vllm-draft", "vllm-draft-tokens", "fixed", "eager", seeds=(0, 1)),
+    Probe("vllm-draft-lazy", "vllm-draft-tokens", "fixed", "lazy", seeds=(0, 1)),
 )}

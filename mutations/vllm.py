@@ -20,11 +20,13 @@ _RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
 _OUTPUT = "vllm.v1.worker.gpu_model_runner:AsyncGPUModelRunnerOutput"
 _DRAFTER = "vllm.v1.spec_decode.eagle:SpecDecodeBaseProposer"
 _ASYNC = "vllm.v1.core.sched.async_scheduler:AsyncScheduler"
+_DRAFTS = "vllm.v1.worker.gpu.spec_decode.utils:DraftTokensHandler"
 
 COUNT = ("vllm-count", "vllm-count-lazy")
 SEQ_LENS = ("vllm-seq-lens", "vllm-seq-lens-lazy")
 INPUT_PREP = ("vllm-input-prep", "vllm-input-prep-lazy")
 ANY = COUNT + SEQ_LENS + INPUT_PREP
+DRAFT = ("vllm-draft", "vllm-draft-lazy")
 
 
 MUTATIONS: List[Mutation] = [
@@ -105,6 +107,23 @@ MUTATIONS: List[Mutation] = [
         "                else None\n"
         "            )\n")],
       ANY),
+    # --- Model Runner V2's draft-token handler (the draft-token slice) --------------------
+    M("draft-copy-skips-main-wait",
+      "DraftTokensHandler.set_draft_tokens copies the drafts on its stream without waiting "
+      "for the main stream (the speculator that writes them)",
+      "MRv2 draft tokens", f"{_DRAFTS}.set_draft_tokens",
+      [("        self.copy_stream.wait_stream(current_stream)\n", "")],
+      DRAFT),
+    M("draft-copy-event-not-recorded",
+      "the draft copy records no event: get_draft_tokens' synchronize() waits for nothing",
+      "MRv2 draft tokens", f"{_DRAFTS}.set_draft_tokens",
+      [("            self.copy_event.record()\n", "")],
+      DRAFT),
+    M("draft-copy-not-awaited",
+      "get_draft_tokens reads the pinned drafts without synchronising their copy",
+      "MRv2 draft tokens", f"{_DRAFTS}.get_draft_tokens",
+      [("            self.copy_event.synchronize()\n", "")],
+      DRAFT),
     # --- the scheduler's placeholders ---------------------------------------------------
     M("placeholders-miss-spec-tokens",
       "the async scheduler reserves one output placeholder per step, not one per token "
@@ -126,4 +145,12 @@ FIXES: Dict[str, SourcePatch] = {
           "                common_attn_metadata._seq_lens_cpu = (\n"
           "                    common_attn_metadata._seq_lens_cpu + 1)\n"),),
         "fix drafter-increments-out-of-place"),
+    # vllm-draft-tokens: what 0.27.1 added -- the main stream's draft temporary marked as
+    # used on the copy stream, so the allocator keeps its block until the copy has run
+    "draft-tokens-record-stream": SourcePatch(
+        "vllm.v1.worker.gpu.spec_decode.utils:DraftTokensHandler.set_draft_tokens",
+        (("            self.draft_tokens_np = async_copy_to_np(draft_tokens)\n",
+          "            self.draft_tokens_np = async_copy_to_np(draft_tokens)\n"
+          "            draft_tokens.record_stream(self.copy_stream)\n"),),
+        "fix draft-tokens-record-stream"),
 }

@@ -13,14 +13,16 @@ from scenarios.host_order import DP_IDLE, MIXED_OVERLAP
 from scenarios.kv_reuse import KV_PRESSURE, KV_ROW_REUSE
 from scenarios.ngram_filter_race import SCENARIO as _NGRAM_FILTER_RACE
 from scenarios.slot_reuse import SLOT_REUSE
-from scenarios.vllm import VLLM_ACCEPTED_COUNT, VLLM_INPUT_PREP, VLLM_SEQ_LENS_SHADOW
+from scenarios.vllm import (VLLM_ACCEPTED_COUNT, VLLM_DRAFT_TOKENS, VLLM_INPUT_PREP,
+                            VLLM_SEQ_LENS_SHADOW)
 
 SCENARIOS: Dict[str, Scenario] = {
     s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING,
                         MIXED_OVERLAP, DP_IDLE, SLOT_REUSE, DSPARK_CONFIDENCE_RING,
                         DSPARK_RESULT_READBACK, NGRAM_HIDDEN_READBACK, KV_ROW_REUSE,
                         KV_PRESSURE, EAGLE_V2, EAGLE_V2_GRAMMAR, GRAPH_ELIGIBILITY,
-                        VLLM_ACCEPTED_COUNT, VLLM_SEQ_LENS_SHADOW, VLLM_INPUT_PREP)}
+                        VLLM_ACCEPTED_COUNT, VLLM_SEQ_LENS_SHADOW, VLLM_INPUT_PREP,
+                        VLLM_DRAFT_TOKENS)}
 
 
 def get(name: str) -> Scenario:

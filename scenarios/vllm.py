@@ -19,6 +19,11 @@ behind the stall while the host goes on to the next step.
 * ``vllm-input-prep`` -- the reused pinned input buffers (#24527 / #25279): with spec
   decode the valid-count sync also orders the previous step's uploads, so this runs
   without it, where ``prepare_inputs_event`` -- the fence -- is all that does.
+* ``vllm-draft-tokens`` -- Model Runner V2's ``DraftTokensHandler`` (a slice: the handler
+  is upstream's, the step loop and speculator ours, ``targets/vllm/slices/``): the draft
+  tensor, a main-stream temporary, is copied to the host on a side stream with no
+  ``record_stream`` up to 0.23.0, so the next step's allocation can take its block before
+  the copy reads it. Variant ``fixed``: 0.27.1's ``record_stream``.
 """
 from __future__ import annotations
 
@@ -77,5 +82,19 @@ VLLM_INPUT_PREP = Scenario(
               "no-fence": with_bug("input-prep-fence-dropped")},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "clean", ("no-fence", None): "race"},
+    sim_trials=3,
+)
+
+VLLM_DRAFT_TOKENS = Scenario(
+    name="vllm-draft-tokens",
+    summary="Model Runner V2's draft-token copy for structured outputs: a main-stream "
+            "temporary read on a side stream with no record_stream (0.16.0-0.23.0) vs the "
+            "next step's allocation; the side stream stalled before each copy",
+    workload=_workload(3),
+    stalls=stall_at("vllm.before_draft_copy", VLLM_STALL_MS),
+    variants={AS_INSTALLED: {"vllm_slice": "draft-tokens"},
+              "fixed": with_fix("draft-tokens-record-stream", vllm_slice="draft-tokens")},
+    default_variant=AS_INSTALLED,
+    expect={(AS_INSTALLED, None): "race", ("fixed", None): "clean"},
     sim_trials=3,
 )

@@ -19,7 +19,8 @@ from harness.target import Target, TargetError
 from targets import static
 from targets.vllm.boundary import contract
 
-SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow", "vllm-input-prep")
+SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow", "vllm-input-prep",
+             "vllm-draft-tokens")
 
 
 class VllmTarget(Target):
@@ -75,6 +76,9 @@ class VllmTarget(Target):
                               f"{'cuda' if self.on_gpu else 'sim'}")
         if grammar_backend is not None:
             raise TargetError("the vllm target runs no structured outputs yet")
+        if args.vllm_slice == "draft-tokens":
+            from targets.vllm.slices.draft_tokens import DraftTokensEngine
+            return DraftTokensEngine(args, device)
         from targets.vllm.engine.loop import VllmEngine
         return VllmEngine(args, device)
 

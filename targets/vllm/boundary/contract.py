@@ -26,16 +26,18 @@ from targets.vllm.engine.kernels import KERNEL_SEAMS, OPTIONAL_KERNELS
 SUPPORTED = SpecifierSet(">=0.16.0,<0.35", prereleases=True)
 
 # release -> the digest of its driven files, as measured: every scenario's release sweep
-# on the simulator (reports/upstream/vllm-releases.md, session 16). Not on a GPU yet.
+# on the simulator (reports/upstream/vllm-releases.md). 0.17.0's seq-lens race was also
+# run on an H100 (session 17; reports/gpu/s17/).
 VERIFIED: Dict[str, str] = {
-    "0.16.0": "075471a0669b0d12",
-    "0.17.0": "c7af016a3ae6fb41",
-    "0.17.1": "32414c2e20409a03",
-    "0.18.0": "4159184180360b44",
-    "0.19.0": "d64eb4e2c70eb86d",
-    # the three release sweeps ran here (session 17; llm_base_proposer.py in the digest)
-    "0.23.0": "0565a3f0c6a86102",
-    "0.27.1": "6f4f6ec337d8ba9e",
+    # the driven files' digests (session 17: with the draft-token slice's two MRv2
+    # modules, SLICE_MODULES) of the releases every scenario's sweep ran on here
+    "0.16.0": "3f22eadac778eafd",
+    "0.17.0": "531f5473cc2f5502",
+    "0.17.1": "e45d686c246624f7",
+    "0.18.0": "77502dca84b07b53",
+    "0.19.0": "17c91d9cbca92388",
+    "0.23.0": "fc1e7c658da666f1",
+    "0.27.1": "75858f3568b18dfd",
 }
 
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
@@ -53,6 +55,9 @@ DRIVEN_MODULES = (
 # ... and those a later release added: 0.23.0 moved the drafter's body (the proposer
 # the toy draft model runs, its kernel launches) into llm_base_proposer.py.
 LATER_DRIVEN_MODULES = ("vllm.v1.spec_decode.llm_base_proposer",)
+# ... and the draft-token slice's (targets/vllm/slices/draft_tokens.py): Model Runner V2's
+# DraftTokensHandler and its copy helper
+SLICE_MODULES = ("vllm.v1.worker.gpu.spec_decode.utils", "vllm.v1.worker.gpu.async_utils")
 
 # Functions the target calls or overrides -> the parameters it relies on (a prefix).
 CALLED: Dict[str, Tuple[str, ...]] = {
@@ -87,6 +92,10 @@ SCENARIO_CODE: Dict[str, Tuple[str, str]] = {
     "vllm-input-prep": ("V1 model runner's input-prep fence (GPUModelRunner."
                         "synchronize_input_prep)",
                         f"{_RUNNER}:GPUModelRunner.synchronize_input_prep"),
+    "vllm-draft-tokens": ("Model Runner V2 draft-token handler (vllm/v1/worker/gpu/"
+                          "spec_decode/utils.py: DraftTokensHandler)",
+                          "vllm.v1.worker.gpu.spec_decode.utils:"
+                          "DraftTokensHandler.set_draft_tokens"),
 }
 
 
@@ -174,7 +183,7 @@ def _launches(root: str, module: str, name: str) -> bool:
 def driven_modules(root: str) -> List[str]:
     """The driven modules of the release at ``root``: those of every release, and the
     later ones where it has them (so earlier releases' digests stay what they were)."""
-    return list(DRIVEN_MODULES) + [m for m in LATER_DRIVEN_MODULES
+    return list(DRIVEN_MODULES) + [m for m in LATER_DRIVEN_MODULES + SLICE_MODULES
                                    if os.path.exists(static.module_path(root, m))]
 
 
