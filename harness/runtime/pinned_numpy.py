@@ -190,7 +190,11 @@ class PinnedArray(np.ndarray):
         np.ndarray.fill(self, value)
 
     def __iter__(self):
-        _note(self, False)
+        if self.ndim > 1:
+            # rows are views over the same memory (MRv2 keeps one per request): no data
+            # touched yet, each row reports its own reads and writes
+            return (self[i] for i in range(self.shape[0]))
+        _note(self, False)  # a 1-D array yields its elements: a read of them all
         return iter(self.view(np.ndarray))
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:

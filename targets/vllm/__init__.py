@@ -42,11 +42,15 @@ class VllmTarget(Target):
                               "up with `make upstream TARGET=vllm VLLM=0.17.0` and run in "
                               "its environment (docs/vllm-target.md)") from None
         verdict = contract.evaluate(self.version, static.package_root("vllm"))
-        if not verdict.ok:
+        if not verdict.ok and not verdict.slices_only:
             raise TargetError(f"--target vllm: vllm {self.version} is unsupported",
                               problems=verdict.problems)
         self.verdict = verdict
-        if verdict.tier == "compatible":
+        if verdict.slices_only:  # the V1 engine is not driven here; the slices are
+            print(f"specrace: vllm {self.version}: its V1 engine is not driven "
+                  f"({verdict.engine[0]}); the slice scenarios run "
+                  f"({', '.join(contract.SLICE_SCENARIOS)})", file=sys.stderr)
+        elif verdict.tier == "compatible":
             print(f"specrace: {verdict.line()}", file=sys.stderr)
         # The platform answers for the GPU, simulated or real (boundary.platform: why the
         # base platform on both)
@@ -61,6 +65,12 @@ class VllmTarget(Target):
             platform.as_gpu("cuda" if self.on_gpu else "sim")
             from targets.vllm.engine import model
             model.register()
+            # the slices' upstream modules, imported here, outside any simulated session:
+            # some evaluate `torch.Stream | None` at import, which a session answers
+            # with its own factory (harness/runtime/device_names.py)
+            if static.find(static.package_root("vllm"),
+                           "vllm.v1.worker.gpu.spec_decode.utils:DraftTokensHandler")[0]:
+                import vllm.v1.worker.gpu.spec_decode.utils  # noqa: F401
         except Exception as exc:  # an import failure of the installed package
             raise TargetError(f"--target vllm: importing vllm {self.version} failed: "
                               f"{type(exc).__name__}: {exc}") from None
@@ -79,6 +89,9 @@ class VllmTarget(Target):
         if args.vllm_slice == "draft-tokens":
             from targets.vllm.slices.draft_tokens import DraftTokensEngine
             return DraftTokensEngine(args, device)
+        if self.verdict is not None and self.verdict.slices_only:
+            raise TargetError(f"--target vllm: vllm {self.version}'s V1 engine is not "
+                              f"driven: {self.verdict.engine[0]}")
         from targets.vllm.engine.loop import VllmEngine
         return VllmEngine(args, device)
 
@@ -132,7 +145,10 @@ class VllmTarget(Target):
 
     def describe(self) -> Dict[str, Any]:
         v = self.verdict
+        tier = v.tier if v else None
+        if v is not None and v.slices_only:
+            tier = "slices only"  # the engine unsupported here: a slice ran
         return {"target": self.name, "vllm_version": self.version,
-                "vllm_tier": v.tier if v else None,
+                "vllm_tier": tier,
                 "vllm_files_digest": v.digest if v else None,
                 "vllm_changed_files": list(v.changed) if v else []}

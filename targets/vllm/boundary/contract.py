@@ -99,6 +99,18 @@ SCENARIO_CODE: Dict[str, Tuple[str, str]] = {
 }
 
 
+# The slices (targets/vllm/slices/): scenarios that drive one piece of upstream's code
+# under a loop of specrace's, not the V1 engine -- they run where the engine cannot be
+# driven (Model Runner V2 only, 0.34.0), and need only what they call.
+SLICE_SCENARIOS = ("vllm-draft-tokens",)
+_DRAFTS = "vllm.v1.worker.gpu.spec_decode.utils:DraftTokensHandler"
+SLICE_CALLED: Dict[str, Tuple[str, ...]] = {
+    f"{_DRAFTS}.__init__": ("self", "device"),
+    f"{_DRAFTS}.set_draft_tokens": ("self", "input_batch", "draft_tokens"),
+    f"{_DRAFTS}.get_draft_tokens": ("self",),
+}
+
+
 @dataclass
 class Verdict:
     version: str
@@ -106,10 +118,18 @@ class Verdict:
     problems: List[str] = field(default_factory=list)
     digest: str = ""
     changed: List[str] = field(default_factory=list)
+    engine: List[str] = field(default_factory=list)  # the problems the V1 engine has
+    slices: List[str] = field(default_factory=list)  # the problems the slices have
 
     @property
     def ok(self) -> bool:
         return self.tier != "unsupported"
+
+    @property
+    def slices_only(self) -> bool:
+        """Unsupported for the engine alone: the slices can run."""
+        return (not self.ok and bool(self.engine) and not self.slices
+                and len(self.problems) == len(self.engine))
 
     def line(self) -> str:
         if self.tier == "compatible":
@@ -199,16 +219,33 @@ def evaluate(version: str, root: Optional[str]) -> Verdict:
     problems = check_version(version)
     if root is None:
         return Verdict(version, "unsupported", problems + ["vllm's source cannot be found"])
+    engine: List[str] = []
     if static.find(root, f"{_RUNNER}:GPUModelRunner")[0] is None:
-        problems.append("vllm.v1.worker.gpu_model_runner.GPUModelRunner is missing (this "
-                        "release ships Model Runner V2 only, which the target does not "
-                        "drive yet)")
+        engine.append("vllm.v1.worker.gpu_model_runner.GPUModelRunner is missing (this "
+                      "release ships Model Runner V2 only, which the target does not "
+                      "drive yet)")
     else:
         try:
-            problems += check_api(root)
+            engine += check_api(root)
         except (RecursionError, MemoryError) as exc:
-            problems.append(f"the contract could not read the source to the end "
-                            f"({type(exc).__name__})")
+            engine.append(f"the contract could not read the source to the end "
+                          f"({type(exc).__name__})")
+    problems += engine
     digest, changed = tiers.driven_files(root, driven_modules(root))
     return Verdict(version, tiers.release_tier(version, problems, digest, changed, VERIFIED),
-                   problems, digest, changed)
+                   problems, digest, changed, engine, check_slices(root))
+
+
+def check_slices(root: str) -> List[str]:
+    """What the slices call, where the release has their code (a release without it: the
+    slice scenario is not applicable there, no problem)."""
+    problems: List[str] = []
+    for target, expected in SLICE_CALLED.items():
+        if static.find(root, target.rsplit(".", 1)[0])[0] is None:
+            continue
+        got, problem = static.params(root, target)
+        if got is None:
+            problems.append(problem)
+        elif got[:len(expected)] != expected:
+            problems.append(f"{target.replace(':', '.')}{got} does not start with {expected}")
+    return problems

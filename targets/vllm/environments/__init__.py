@@ -33,7 +33,7 @@ class VllmEnvironments(LineEnvironments):
         if root is None or contract.not_applicable(root, scenario):
             return ""
         verdict = contract.evaluate(version, root)
-        if verdict.ok:
+        if verdict.ok or (verdict.slices_only and scenario in contract.SLICE_SCENARIOS):
             return ""
         more = len(verdict.problems) - 1
         return (f"the release has the code; specrace's vLLM target cannot drive it yet: "

@@ -84,8 +84,11 @@ class DraftTokensEngine:
         if self.pending is None:
             return
         got = self.handler.get_draft_tokens()
-        for req, rid, drafts in zip(self.pending, got.req_ids, got.draft_token_ids):
-            assert rid == str(req.rid)
+        # by request id: from 0.33.0 the handler keeps every live request's latest drafts
+        # and hands them all out
+        by_rid = dict(zip(got.req_ids, got.draft_token_ids))
+        for req in self.pending:
+            drafts = by_rid[str(req.rid)]
             for t in drafts:  # as the grammar check consumes them: up to EOS or budget
                 if req.finished is not None:
                     break
@@ -94,6 +97,8 @@ class DraftTokensEngine:
                     req.finished = "stop"
                 elif len(req.tokens) >= req.max_new_tokens:
                     req.finished = "length"
+            if req.finished is not None and hasattr(self.handler, "discard"):
+                self.handler.discard(str(req.rid))  # as the runner does for a finished one
         self.pending = None
 
     def step(self) -> None:

@@ -47,6 +47,16 @@ def test_taking_views_reports_nothing(watched):
     assert seen == [] and isinstance(part, PinnedArray)
 
 
+def test_iterating_rows_takes_views_and_each_row_reports_its_own_reads(watched):
+    """MRv2 keeps a row view per request (``zip(req_ids, array)``): taking the rows of a
+    2-D array touches no data; reading a row later is a read of that row's bytes."""
+    _, view, seen = watched
+    rows = list(view.reshape(4, 2))
+    assert seen == [] and all(isinstance(r, PinnedArray) for r in rows)
+    rows[2].tolist()
+    assert seen == [(16, 24, False)]
+
+
 @pytest.mark.parametrize("access, expected", [
     (lambda v: v[5], [(20, 24, False)]),
     (lambda v: v[2:4].tolist(), [(8, 16, False)]),
