@@ -148,8 +148,9 @@ class SglangTarget(Target):
 
     def mutations(self):
         from mutations.sglang import MUTATIONS
+        from mutations.sglang_dspark import MUTATIONS as DSPARK
         from mutations.sglang_eagle import MUTATIONS as EAGLE
-        return MUTATIONS + EAGLE
+        return MUTATIONS + DSPARK + EAGLE
 
     def fixes(self):
         from mutations.fixes import FIXES

@@ -133,8 +133,7 @@ def test_the_budget_planner_reads_reused_slots_as_stale_and_the_oracle_sees_each
             else:
                 own_used += used
     assert foreign >= 1 and own_used >= 3, (foreign, own_used)
-    from mutations.sglang import MUTATIONS
-    bug = next(m for m in MUTATIONS if m.name == "budget-freshness-skips-generation")
+    bug = targets.get("sglang").mutation("budget-freshness-skips-generation")
     from matrix.probes import PROBES
     from matrix.run import run_probe
     killed, oracle, detail = run_probe(PROBES["dspark-ring"], "sim", bug, target="sglang")
