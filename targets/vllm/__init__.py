@@ -86,6 +86,9 @@ class VllmTarget(Target):
                               f"{'cuda' if self.on_gpu else 'sim'}")
         if grammar_backend is not None:
             raise TargetError("the vllm target runs no structured outputs yet")
+        if args.vllm_slice and self.verdict is not None and self.verdict.slices:
+            raise TargetError(f"--target vllm: vllm {self.version}'s slice code does not "
+                              f"fit: {self.verdict.slices[0]}")
         if args.vllm_slice == "draft-tokens":
             from targets.vllm.slices.draft_tokens import DraftTokensEngine
             return DraftTokensEngine(args, device)

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.skipif(ROOT is None, reason=f"vllm {RELEASE} is not set
 
 
 def _modules():
-    names = set(contract.DRIVEN_MODULES)
-    names |= {t.split(":")[0] for t in contract.CALLED}
+    names = set(contract.DRIVEN_MODULES) | set(contract.SLICE_MODULES)
+    names |= {t.split(":")[0] for t in (*contract.CALLED, *contract.SLICE_CALLED)}
     for _fn, defined, launchers in KERNEL_SEAMS.values():
         names |= {defined, *launchers}
     return sorted(names)
@@ -94,12 +94,30 @@ def test_out_of_range_and_unparsable_versions_are_problems():
     assert contract.check_version(RELEASE) == []
 
 
-def test_a_release_without_the_v1_runner_makes_its_scenarios_not_applicable(tree):
+def test_a_release_without_the_v1_runner_runs_its_slices_only(tree):
+    """0.34.0's shape: no V1 runner. Its engine scenarios are not applicable, the target
+    is unsupported for the engine -- and loads for the slices, whose code is there."""
     os.remove(static.module_path(str(tree), "vllm.v1.worker.gpu_model_runner"))
     for scenario in contract.SCENARIO_CODE:
-        assert "the release has no" in contract.not_applicable(str(tree), scenario)
+        why = contract.not_applicable(str(tree), scenario)
+        if scenario in contract.SLICE_SCENARIOS:
+            assert why == ""
+        else:
+            assert "the release has no" in why
     verdict = contract.evaluate(RELEASE, str(tree))
     assert not verdict.ok and "Model Runner V2" in verdict.problems[-1]
+    assert verdict.slices_only and verdict.engine == verdict.problems
+
+
+def test_a_slice_edit_is_a_named_problem_and_stops_the_slices_too(tree):
+    _edit(tree, "vllm.v1.worker.gpu.spec_decode.utils",
+          "    def set_draft_tokens(\n        self, input_batch",
+          "    def set_draft_tokens(\n        self, batch")
+    verdict = contract.evaluate(RELEASE, str(tree))
+    assert verdict.ok and verdict.slices  # the engine still fits; the slice is named
+    assert "set_draft_tokens" in verdict.slices[0]
+    os.remove(static.module_path(str(tree), "vllm.v1.worker.gpu_model_runner"))
+    assert not contract.evaluate(RELEASE, str(tree)).slices_only
 
 
 def test_every_scenario_applies_to_the_release_set_up_here():

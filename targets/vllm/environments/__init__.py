@@ -33,7 +33,13 @@ class VllmEnvironments(LineEnvironments):
         if root is None or contract.not_applicable(root, scenario):
             return ""
         verdict = contract.evaluate(version, root)
-        if verdict.ok or (verdict.slices_only and scenario in contract.SLICE_SCENARIOS):
+        if scenario in contract.SLICE_SCENARIOS:
+            if verdict.slices:
+                return (f"the release has the code; specrace's vLLM slice cannot drive "
+                        f"it: {verdict.slices[0]}")
+            if verdict.ok or verdict.slices_only:
+                return ""
+        elif verdict.ok:
             return ""
         more = len(verdict.problems) - 1
         return (f"the release has the code; specrace's vLLM target cannot drive it yet: "
