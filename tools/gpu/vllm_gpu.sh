@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The vLLM target on a GPU (issue "A second server 1/2"): the seq-lens race of 0.16.0-0.18.0
-# as shipped, stalled / unstalled / under contention, the fix, the dense model, and the two
-# other scenarios. Run from the repo root after `source tools/gpu/vllm_gpu_env.sh`:
+# The vLLM target on a GPU (issues "A second server 1/2, 2/2"): the seq-lens race of
+# 0.16.0-0.18.0 as shipped, stalled / unstalled / under contention, the fix, the dense model,
+# MRv2's draft-token race (0.16.0-0.23.0) and its fix, and the other scenarios. Run from the repo root after `source tools/gpu/vllm_gpu_env.sh`:
 #   tools/gpu/vllm_gpu.sh OUTDIR [BUDGET_S]     one JSON line per run in OUTDIR/rates.json
 set -u
 R=$1; budget=${2:-540}; mkdir -p "$R"; export PYTHONUNBUFFERED=1; t0=$(date +%s)
@@ -46,6 +46,9 @@ run vllm-seq-lens-shadow as-installed 200 $O --stall-ms 0
 run vllm-seq-lens-shadow as-installed 200 $O --stall-ms 0 --load bulk-h2d
 run vllm-seq-lens-shadow dense 50 $O
 run vllm-seq-lens-shadow dense-fixed 50 $O
+run vllm-draft-tokens as-installed 100 $O
+run vllm-draft-tokens fixed 100 $O
+run vllm-draft-tokens as-installed 3
 run vllm-accepted-count as-installed 10
 run vllm-accepted-count no-valid-count-wait 10
 run vllm-input-prep as-installed 10
