@@ -149,8 +149,10 @@ FIXES: Dict[str, SourcePatch] = {
     # used on the copy stream, so the allocator keeps its block until the copy has run
     "draft-tokens-record-stream": SourcePatch(
         "vllm.v1.worker.gpu.spec_decode.utils:DraftTokensHandler.set_draft_tokens",
-        (("            self.draft_tokens_np = async_copy_to_np(draft_tokens)\n",
-          "            self.draft_tokens_np = async_copy_to_np(draft_tokens)\n"
-          "            draft_tokens.record_stream(self.copy_stream)\n"),),
+        # (placed before the event's record, a line every release has; where the release
+        # has the fix already -- 0.27.1 on -- it marks the tensor a second time, harmless)
+        (("            self.copy_event.record()\n",
+          "            draft_tokens.record_stream(self.copy_stream)\n"
+          "            self.copy_event.record()\n"),),
         "fix draft-tokens-record-stream"),
 }

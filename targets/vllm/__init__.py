@@ -125,6 +125,15 @@ class VllmTarget(Target):
     def default_variant(self, scenario) -> str:
         return AS_INSTALLED
 
+    def supports(self, scenario: str) -> bool:
+        """Where the V1 engine is not driven (a release with Model Runner V2 only), the
+        slices alone."""
+        if scenario not in self.scenarios:
+            return False
+        if self.verdict is not None and self.verdict.slices_only:
+            return scenario in contract.SLICE_SCENARIOS
+        return True
+
     def mutations(self):
         from mutations.vllm import MUTATIONS
         return MUTATIONS

@@ -24,3 +24,15 @@ def test_mutation_applies_and_reverts(mutation):
         assert inspect.getattr_static(owner, attr) is not raw
     assert inspect.getattr_static(owner, attr) is raw
 
+
+
+def test_a_mutation_none_of_whose_probes_runs_here_is_disabled_and_named():
+    """A catalogue entry whose probes are all of scenarios the target cannot run here (a
+    vLLM release whose V1 engine is not driven: only its slices' probes run) is a
+    ``disabled`` row that says so -- never a run of an unsupported scenario."""
+    from matrix.run import mutation_row
+    from mutations.base import M
+    real = MUTATIONS[0]
+    m = M("only-elsewhere", "x", "test", real.target, real.edits, ("vllm-draft",))
+    row = mutation_row(m, "sim", target="impl")
+    assert row["status"] == "disabled" and "none of its probes (vllm-draft)" in row["detail"]
