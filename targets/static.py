@@ -116,6 +116,16 @@ def params(root: str, target: str) -> Tuple[Optional[Tuple[str, ...]], str]:
     return tuple(names), ""
 
 
+def params_problem(root: str, target: str, expected: Tuple[str, ...]
+                   ) -> Tuple[Optional[Tuple[str, ...]], str]:
+    """``params`` of ``target`` and the problem with them: missing, or not starting with
+    ``expected`` (the parameters a caller relies on); "" when they do."""
+    got, problem = params(root, target)
+    if got is not None and got[:len(expected)] != expected:
+        problem = f"{target.replace(':', '.')}{got} does not start with {expected}"
+    return got, problem
+
+
 def dataclass_fields(root: str, target: str) -> Tuple[Optional[FrozenSet[str]], str]:
     """The annotated fields of a ``@dataclass`` class."""
     node, problem = find(root, target)

@@ -234,13 +234,12 @@ def check_api(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, 
     ``provided``: the attributes the target's scheduler object carries."""
     problems: List[str] = []
     for target, expected in CALLED.items():
-        got, problem = static.params(root, target)
-        if got is None:
+        got, problem = static.params_problem(root, target, expected)
+        if problem:
             problems.append(problem)
+        if got is None:
             continue
         name = target.replace(":", ".")
-        if got[:len(expected)] != expected:
-            problems.append(f"{name}{got} does not start with {expected}")
         for kw in CALLED_KEYWORDS.get(target, ()):
             if kw not in got and not any(p.startswith("**") for p in got):
                 problems.append(f"{name} takes no {kw!r}")

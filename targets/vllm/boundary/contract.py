@@ -151,12 +151,7 @@ def check_api(root: str) -> List[str]:
     """Every difference between the source under ``root`` and what the target relies on."""
     problems: List[str] = []
     driven = driven_modules(root)
-    for target, expected in CALLED.items():
-        got, problem = static.params(root, target)
-        if got is None:
-            problems.append(problem)
-        elif got[:len(expected)] != expected:
-            problems.append(f"{target.replace(':', '.')}{got} does not start with {expected}")
+    problems += _params_problems(root, CALLED)
     for name, (fn, defined, launchers) in KERNEL_SEAMS.items():
         got, problem = static.params(root, f"{defined}:{name}")
         if got is None and name in OPTIONAL_KERNELS:
@@ -239,13 +234,16 @@ def evaluate(version: str, root: Optional[str]) -> Verdict:
 def check_slices(root: str) -> List[str]:
     """What the slices call, where the release has their code (a release without it: the
     slice scenario is not applicable there, no problem)."""
-    problems: List[str] = []
-    for target, expected in SLICE_CALLED.items():
-        if static.find(root, target.rsplit(".", 1)[0])[0] is None:
-            continue
-        got, problem = static.params(root, target)
-        if got is None:
+    present = {t: e for t, e in SLICE_CALLED.items()
+               if static.find(root, t.rsplit(".", 1)[0])[0] is not None}
+    return _params_problems(root, present)
+
+
+def _params_problems(root: str, called: Dict[str, Tuple[str, ...]]) -> List[str]:
+    """One problem per function of ``called`` whose parameters are not what it says."""
+    problems = []
+    for target, expected in called.items():
+        problem = static.params_problem(root, target, expected)[1]
+        if problem:
             problems.append(problem)
-        elif got[:len(expected)] != expected:
-            problems.append(f"{target.replace(':', '.')}{got} does not start with {expected}")
     return problems
