@@ -17,9 +17,10 @@ from typing import Any, Iterator, Sequence, Tuple
 # torch modules that subclass or bind these names when first imported (``class
 # Event(torch.Event)`` in dynamo's device interface, which a meta kernel's lazy import
 # pulls in mid-run): imported before the first swap, so none is first imported while a
-# run has the names swapped -- a class cannot subclass a factory function, and a binding
-# made then would outlive the run. (Imported lazily: ~2 s of dynamo that every simulated
-# run pays at its first meta kernel anyway, and a command that opens no run should not.)
+# run has the names swapped -- a class made then would subclass the run's answer, and a
+# binding made then would outlive the run. (Imported lazily: ~2 s of dynamo that every
+# simulated run pays at its first meta kernel anyway, and a command that opens no run
+# should not.)
 _BIND_AT_IMPORT = ("torch._streambase", "torch.mtia", "torch._dynamo.device_interface",
                    "torch._dynamo.variables.streams", "torch._inductor.standalone_compile")
 
@@ -47,17 +48,24 @@ def answered(names: Sequence[Tuple[Any, str, Any]]) -> Iterator[None]:
 
 def generic_names(module: Any) -> Sequence[Tuple[Any, str, Any]]:
     """``torch.Event`` / ``torch.Stream`` answered by ``module``'s Event and Stream (the
-    simulator's device module, or ``torch.cuda``): one device in a run."""
+    simulator's device module, or ``torch.cuda``): one device in a run. The answers are
+    classes whose construction returns the backend's object, not plain functions, so a
+    module first imported inside a run that evaluates ``torch.Stream | None`` at import
+    (vLLM 0.34.0's ``eplb_utils``) still imports."""
     import torch
 
-    def generic_event(device: Any = None, *, enable_timing: bool = False,
-                      blocking: bool = False, interprocess: bool = False) -> Any:
+    class GenericEvent:
         """``torch.Event(device, ...)``, the device-generic event."""
-        return module.Event(enable_timing=enable_timing, blocking=blocking,
-                            interprocess=interprocess)
 
-    def generic_stream(device: Any = None, priority: int = 0, **_: Any) -> Any:
+        def __new__(cls, device: Any = None, *, enable_timing: bool = False,
+                    blocking: bool = False, interprocess: bool = False) -> Any:
+            return module.Event(enable_timing=enable_timing, blocking=blocking,
+                                interprocess=interprocess)
+
+    class GenericStream:
         """``torch.Stream(device, priority)``, the device-generic stream."""
-        return module.Stream(priority=priority)
 
-    return [(torch, "Event", generic_event), (torch, "Stream", generic_stream)]
+        def __new__(cls, device: Any = None, priority: int = 0, **_: Any) -> Any:
+            return module.Stream(priority=priority)
+
+    return [(torch, "Event", GenericEvent), (torch, "Stream", GenericStream)]

@@ -65,12 +65,6 @@ class VllmTarget(Target):
             platform.as_gpu("cuda" if self.on_gpu else "sim")
             from targets.vllm.engine import model
             model.register()
-            # the slices' upstream modules, imported here, outside any simulated session:
-            # some evaluate `torch.Stream | None` at import, which a session answers
-            # with its own factory (harness/runtime/device_names.py)
-            if static.find(static.package_root("vllm"),
-                           "vllm.v1.worker.gpu.spec_decode.utils:DraftTokensHandler")[0]:
-                import vllm.v1.worker.gpu.spec_decode.utils  # noqa: F401
         except Exception as exc:  # an import failure of the installed package
             raise TargetError(f"--target vllm: importing vllm {self.version} failed: "
                               f"{type(exc).__name__}: {exc}") from None

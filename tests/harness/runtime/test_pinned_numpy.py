@@ -204,3 +204,12 @@ def test_names_come_back_when_the_session_raises():
         with sim.session(parse_policy("eager")):
             raise RuntimeError("boom")
     assert torch.cuda.Stream is before and torch.Event is not sim.module.Event
+
+
+def test_a_module_first_imported_in_a_session_may_annotate_with_the_generic_names():
+    """``torch.Stream | None`` evaluated at a module's import inside a session (vLLM
+    0.34.0's eplb_utils): the session's answers are classes, so the union is a type."""
+    from harness.runtime.sim.runtime import sim_runtime
+    with sim_runtime():
+        assert (torch.Stream | None) is not None and (torch.Event | None) is not None
+        assert type(torch.Stream()).__module__.startswith("harness.runtime.sim")
