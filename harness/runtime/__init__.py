@@ -76,6 +76,15 @@ class Runtime:
         ordered by the detector against the host's reads and writes of it."""
         raise NotImplementedError
 
+    @staticmethod
+    def pinned_sid(host: torch.Tensor) -> int:
+        """The storage id of ``host``'s watched pinned memory (what a UVA view is of)."""
+        from harness.runtime import hostmem
+        hit = hostmem.lookup(host)
+        if hit is None:
+            raise ValueError("a UVA view needs pinned host memory (pin_memory=True)")
+        return hit[0]
+
 
 
 @contextlib.contextmanager

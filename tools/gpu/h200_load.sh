@@ -18,8 +18,8 @@ sections=${*:-probe rates ring overlap script}
 # Rates with --outputs-only by default: the host at its own speed, as a server's (a traced
 # op costs ~100 us, which delays the next forward's write and so hides staleness); set
 # RATES_TRACE=1 for traced runs (then the race trials are counted too).
-RATES_OPTS=${RATES_TRACE:+}
-[ -z "${RATES_TRACE:-}" ] && RATES_OPTS=--outputs-only
+RATES_OPTS=--outputs-only
+[ -n "${RATES_TRACE:-}" ] && RATES_OPTS=
 rates() {  # scenario variant load -> one JSON line: trials, stale trials, race trials
   timeout 120 python3 -m specrace.cli repro "$1" --target sglang --variant "$2" --backend cuda \
     --stall-ms 0 --trials 200 --load "$3" $RATES_OPTS --json --no-report 2>/dev/null | tail -1 | python3 -c "

@@ -83,10 +83,7 @@ class CudaRuntime(Runtime):
         address: a CUDA tensor over the host pointer, made zero-copy through
         ``__cuda_array_interface__`` (what vLLM's ``get_cuda_view_from_cpu_tensor`` op does
         in C++). The capture knows its storage as the pinned buffer's (``Runtime.uva_view``)."""
-        from harness.runtime import hostmem
-        hit = hostmem.lookup(host)
-        if hit is None:
-            raise ValueError("a UVA view needs pinned host memory (pin_memory=True)")
+        sid = self.pinned_sid(host)
         with torch._C.DisableTorchFunctionSubclass():
             ptr, shape = host.data_ptr(), tuple(host.shape)
             strides = tuple(x * host.element_size() for x in host.stride())
@@ -98,8 +95,8 @@ class CudaRuntime(Runtime):
                                         "version": 2}
 
         view = torch.as_tensor(_Mapped(), device=self.device)
-        if self._cap is not None:  # its kernels' accesses are the pinned buffer's
-            self._cap.ptr_sid[view.untyped_storage().data_ptr()] = hit[0]
+        # its kernels' accesses are the pinned buffer's
+        self._cap.ptr_sid[view.untyped_storage().data_ptr()] = sid
         return view
 
     def loaded(self, load):

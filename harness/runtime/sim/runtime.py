@@ -46,13 +46,10 @@ class SimRuntime(Runtime):
         """The pinned buffer's own memory as a simulated device tensor on the buffer's
         storage id: a deferred kernel computes from it when its stream runs it, so it
         reads what the host wrote by then (``Runtime.uva_view``)."""
-        from harness.runtime import hostmem
         from harness.runtime.sim.tensor import SimTensor
-        hit = hostmem.lookup(host)
-        if hit is None:
-            raise ValueError("a UVA view needs pinned host memory (pin_memory=True)")
+        sid = self.pinned_sid(host)
         # the same memory as a plain tensor: no host access is reported for taking it
-        return SimTensor(torch.Tensor.as_subclass(host, torch.Tensor), hit[0])
+        return SimTensor(torch.Tensor.as_subclass(host, torch.Tensor), sid)
 
     @contextlib.contextmanager
     def loaded(self, load: Load) -> Iterator[None]:

@@ -41,11 +41,9 @@ class DraftTokensEngine:
 
     def __init__(self, args, device) -> None:
         from vllm.v1.worker.gpu.spec_decode.utils import DraftTokensHandler
-        self.args = args
         self.device = torch.device(device)
         self.overlap = bool(args.overlap)
         self.handler = DraftTokensHandler(self.device)
-        self.requests: Dict[str, Any] = {}
         self.running: List[Any] = []
         self.state: Dict[str, torch.Tensor] = {}  # per request: its speculator state
         self.pending: Optional[List[Any]] = None  # the batch whose drafts are in flight
@@ -56,7 +54,6 @@ class DraftTokensEngine:
         return {"main": torch.cuda.current_stream(), "draft copy": self.handler.copy_stream}
 
     def add_request(self, req) -> None:
-        self.requests[str(req.rid)] = req
         self.state[str(req.rid)] = torch.tensor(req.prompt[-1:], dtype=torch.int64,
                                                 device=self.device)
         self.running.append(req)
