@@ -12,7 +12,9 @@ installed files is ~40% smaller than the wheels):
   core's versions, which the GPU image lacks or may lack.
 
 ``tools/gpu/vllm_gpu_env.sh`` unpacks them there (PYTHONPATH=/tmp/vsite:/tmp/vcore).
-Usage (here, with the release set up):  .venv/bin/python tools/gpu/vllm_bundle.py 0.17.0
+Usage (here, with the release set up):  .venv/bin/python tools/gpu/vllm_bundle.py 0.17.0 [DIR]
+(DIR, default ``.vllmgpu``: a second release's bundle beside the first, e.g. ``.vllmgpu-0.27.1``,
+so that one tool message can run both, each call carrying its own.)
 """
 from __future__ import annotations
 
@@ -30,7 +32,13 @@ OUT = os.path.join(ROOT, ".vllmgpu")
 # Pinned by the release but not imported on the driven path (a trial's sys.modules).
 UNUSED = {"xgrammar": "imported lazily, for structured outputs (not driven); the core's "
                       "xgrammar serves specrace",
-          "uvloop": "the API server's event loop", "compressed-tensors": "quantized weights"}
+          "uvloop": "the API server's event loop",
+          "llguidance": "the guidance structured-output backend and Mistral's tokenizer "
+                        "(neither driven; 1.7.6 has no cp312 wheel on the index)",
+          "opencv-python-headless": "multimodal inputs (170 MiB installed; a trial never "
+                                    "imports cv2)",
+          # imported, but the GPU image's own serves (as for releases that do not pin it)
+          "numpy": "the GPU image's numpy (torch's)", "compressed-tensors": "quantized weights"}
 # Imported by a vLLM trial from the core venv (a run's sys.modules), less torch's own and
 # transformers 5's / huggingface_hub 1's dependencies (the image has them): specrace's
 # GPU set (as tools/gpu/gpu_wheels.sh) and what vLLM's modules import beside.
@@ -67,23 +75,23 @@ def _pinned(name: str) -> str:
         return name
 
 
-def pack(src: str, name: str) -> None:
-    with tarfile.open(os.path.join(OUT, name), "w:xz") as tar:
+def pack(src: str, out: str, name: str) -> None:
+    with tarfile.open(os.path.join(out, name), "w:xz") as tar:
         for entry in sorted(os.listdir(src)):
             if entry != "bin":
                 tar.add(os.path.join(src, entry), entry,
                         filter=lambda t: None if "__pycache__" in t.name else t)
 
 
-def main(version: str) -> int:
+def main(version: str, out: str = OUT) -> int:
     release = os.path.join(ROOT, ".releases", "vllm", version)
     sites = glob.glob(os.path.join(release, "lib", "python3*", "site-packages"))
     lock = os.path.join(ROOT, "targets", "vllm", "environments", "locks", f"{version}.txt")
     if not sites or not os.path.exists(lock):
         print(f"vllm {version} is not set up here: make upstream TARGET=vllm VLLM={version}")
         return 2
-    shutil.rmtree(OUT, ignore_errors=True)
-    os.makedirs(OUT)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
     pinned = [ln.strip() for ln in open(lock) if ln.strip() and not ln.startswith("#")
               and ln.split("==")[0].strip().lower() not in UNUSED]
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,14 +101,15 @@ def main(version: str) -> int:
                         ignore=shutil.ignore_patterns("__pycache__"))
         for info in glob.glob(os.path.join(sites[0], f"vllm-{version}.dist-info")):
             shutil.copytree(info, os.path.join(vsite, os.path.basename(info)))
-        pack(vsite, "vsite.tar.xz")
+        pack(vsite, out, "vsite.tar.xz")
         pinned_names = {p.split("==")[0].lower() for p in pinned}
         install([_pinned(n) for n in CORE if n not in pinned_names], vcore)
-        pack(vcore, "vcore.tar.xz")
-    total = sum(os.path.getsize(f) for f in glob.glob(os.path.join(OUT, "*")))
-    print(f"{OUT}: {total / 2**20:.1f} MiB")
+        pack(vcore, out, "vcore.tar.xz")
+    total = sum(os.path.getsize(f) for f in glob.glob(os.path.join(out, "*")))
+    print(f"{out}: {total / 2**20:.1f} MiB")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "0.17.0"))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "0.17.0",
+                  os.path.join(ROOT, sys.argv[2]) if len(sys.argv) > 2 else OUT))

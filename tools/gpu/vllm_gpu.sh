@@ -2,7 +2,8 @@
 # The vLLM target on a GPU (issues "A second server 1/2, 2/2"): the seq-lens race of
 # 0.16.0-0.18.0 as shipped, stalled / unstalled / under contention, the fix, the dense model,
 # MRv2's draft-token race (0.16.0-0.23.0) and its fix, and the other scenarios. Run from the repo root after `source tools/gpu/vllm_gpu_env.sh`:
-#   tools/gpu/vllm_gpu.sh OUTDIR [BUDGET_S]     one JSON line per run in OUTDIR/rates.json
+#   tools/gpu/vllm_gpu.sh OUTDIR [BUDGET_S] [draft]   one JSON line per run in OUTDIR/rates.json
+# ("draft": only the draft-token runs, for a release whose V1 runner is fixed or absent)
 set -u
 R=$1; budget=${2:-540}; mkdir -p "$R"; export PYTHONUNBUFFERED=1; t0=$(date +%s)
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -34,6 +35,9 @@ print(json.dumps(row))
 PY
   tail -1 "$R/rates.json"
 }
+if [ "${3:-}" = draft ]; then
+  run vllm-draft-tokens as-installed 3; run vllm-draft-tokens as-installed 200 --outputs-only
+  run vllm-draft-tokens fixed 3; echo "vllm_gpu: $(( $(date +%s) - t0 )) s"; exit 0; fi
 run vllm-seq-lens-shadow as-installed 3
 grep -q '"error"' "$R/rates.json" && { SPECRACE_TRACEBACK=1 timeout 120 python3 -m specrace.cli repro vllm-seq-lens-shadow --target vllm --backend cuda --trials 1 --no-report > "$R/smoke.log" 2>&1; tail -40 "$R/smoke.log"; exit 1; }
 # happens-before verdicts (traced: every op logged, the host ~100 us an op slower)
