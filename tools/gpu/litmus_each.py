@@ -1,7 +1,9 @@
 """Every litmus program on this GPU, one at a time, each under a deadline: one JSON line
 per (program, policy) as it finishes -- verdict, agreement, seconds -- so a slow or stuck
 program names itself instead of taking the whole run with it.
-Usage (a CUDA machine): python3 tools/gpu/litmus_each.py [SECONDS_EACH]"""
+Usage (a CUDA machine): python3 tools/gpu/litmus_each.py [SECONDS_EACH [NAME_PART ...]]
+(with NAME_PARTs, only the programs whose name contains one of them: the ones still owed a
+GPU truth first, before a slow family uses up the call)"""
 import json
 import os
 import signal
@@ -22,10 +24,12 @@ def _alarm(signum, frame):
     raise Deadline()
 
 
-def main(each: int) -> int:
+def main(each: int, parts) -> int:
     signal.signal(signal.SIGALRM, _alarm)
     bad = 0
     for program in PROGRAMS:
+        if parts and not any(part in program.name for part in parts):
+            continue
         for policy in CUDA_POLICIES:
             t0 = time.perf_counter()
             signal.alarm(each)
@@ -43,4 +47,4 @@ def main(each: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 20))
+    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 20, sys.argv[2:]))
