@@ -62,6 +62,13 @@ class ServerArgs:
     # The vLLM target's slices in place of its whole engine ("": the engine;
     # "draft-tokens": Model Runner V2's draft-token handler, targets/vllm/slices/)
     vllm_slice: str = ""
+    # The vLLM target's model runner: "" the V1 GPUModelRunner, "v2" Model Runner V2
+    # (vllm/v1/worker/gpu/, upstream's VLLM_USE_V2_MODEL_RUNNER; targets/vllm/mrv2/)
+    vllm_runner: str = ""
+    # Model Runner V2 with every request asking for structured output (a toy grammar of
+    # the model's own language, targets/vllm/mrv2/grammar.py): the batches whose drafts
+    # MRv2 copies to the host
+    vllm_structured_outputs: bool = False
     # Retraction (upstream's retract_decode under memory pressure), at a point the same in
     # a trial and its reference: ((rid, n), ...) retracts request rid once it holds n
     # output tokens (impl.schedule_batch.retract)
@@ -102,6 +109,10 @@ class ServerArgs:
             raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}")
         if not 0 <= self.chunked_prefill_size <= 1 << 16:
             raise ValueError("chunked_prefill_size must be in 0..65536 (0: off)")
+        if self.vllm_runner not in ("", "v2"):
+            raise ValueError("vllm_runner must be '' (V1) or 'v2' (Model Runner V2)")
+        if self.vllm_structured_outputs and self.vllm_runner != "v2":
+            raise ValueError("vllm_structured_outputs runs on Model Runner V2 only")
         if self.admission not in ADMISSIONS:
             raise ValueError(f"admission must be one of {ADMISSIONS}")
         if self.admission == "optimistic" and self.chunked_prefill_size:

@@ -14,7 +14,7 @@ from scenarios.kv_reuse import KV_PRESSURE, KV_ROW_REUSE
 from scenarios.ngram_filter_race import SCENARIO as _NGRAM_FILTER_RACE
 from scenarios.slot_reuse import SLOT_REUSE
 from scenarios.vllm import (VLLM_ACCEPTED_COUNT, VLLM_DRAFT_TOKENS, VLLM_INPUT_PREP,
-                            VLLM_SEQ_LENS_SHADOW)
+                            VLLM_MRV2, VLLM_MRV2_DRAFT_TOKENS, VLLM_SEQ_LENS_SHADOW)
 
 SCENARIOS: Dict[str, Scenario] = {
     s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING,
@@ -22,7 +22,7 @@ SCENARIOS: Dict[str, Scenario] = {
                         DSPARK_RESULT_READBACK, NGRAM_HIDDEN_READBACK, KV_ROW_REUSE,
                         KV_PRESSURE, EAGLE_V2, EAGLE_V2_GRAMMAR, GRAPH_ELIGIBILITY,
                         VLLM_ACCEPTED_COUNT, VLLM_SEQ_LENS_SHADOW, VLLM_INPUT_PREP,
-                        VLLM_DRAFT_TOKENS)}
+                        VLLM_DRAFT_TOKENS, VLLM_MRV2, VLLM_MRV2_DRAFT_TOKENS)}
 
 
 def get(name: str) -> Scenario:

@@ -24,6 +24,12 @@ behind the stall while the host goes on to the next step.
   tensor, a main-stream temporary, is copied to the host on a side stream with no
   ``record_stream`` up to 0.23.0, so the next step's allocation can take its block before
   the copy reads it. Variant ``fixed``: 0.27.1's ``record_stream``.
+* ``vllm-mrv2`` -- Model Runner V2 itself (``targets/vllm/mrv2/``: upstream's MRv2 runner,
+  sampler, EAGLE speculator and UVA staging under the same loop, a toy EAGLE head, the
+  dense model), main stream stalled per step.
+* ``vllm-mrv2-draft-tokens`` -- ``vllm-draft-tokens`` on the whole MRv2 runner: requests
+  with structured output (a toy grammar), one proposed token a step, the draft copy
+  stream stalled. Variant ``fixed``: 0.27.1's ``record_stream``.
 """
 from __future__ import annotations
 
@@ -95,6 +101,47 @@ VLLM_DRAFT_TOKENS = Scenario(
     variants={AS_INSTALLED: {"vllm_slice": "draft-tokens"},
               "fixed": with_fix("draft-tokens-record-stream", vllm_slice="draft-tokens")},
     default_variant=AS_INSTALLED,
+    expect={(AS_INSTALLED, None): "race", ("fixed", None): "clean"},
+    sim_trials=3,
+)
+
+
+# Model Runner V2 itself (targets/vllm/mrv2/): upstream's MRv2 GPUModelRunner under the
+# same EngineCore / AsyncScheduler loop, with its EAGLE speculator (a toy EAGLE head) and
+# the dense toy model (MRv2 has no hybrid path), on the simulator
+_MRV2 = {"vllm_runner": "v2", "hybrid": False}
+
+VLLM_MRV2 = Scenario(
+    name="vllm-mrv2",
+    summary="Model Runner V2 (VLLM_USE_V2_MODEL_RUNNER) driven whole: its input prep, "
+            "UVA staging, sampler and EAGLE speculator under async scheduling; main "
+            "stream stalled per step",
+    workload=_workload(3),  # two proposed tokens: the speculator's decode steps run
+    stalls=stall_at("vllm.before_execute", VLLM_STALL_MS),
+    variants={AS_INSTALLED: dict(_MRV2)},
+    default_variant=AS_INSTALLED,
+    # as measured on 0.17.0 (eager, lazy, random and pct schedules): its UVA staging
+    # rings (two buffers deep) and output copy event order every access
+    expect={(AS_INSTALLED, None): "clean"},
+    sim_trials=3,
+)
+
+_MRV2_STRUCTURED = dict(_MRV2, vllm_structured_outputs=True)
+
+VLLM_MRV2_DRAFT_TOKENS = Scenario(
+    name="vllm-mrv2-draft-tokens",
+    summary="vllm-draft-tokens on Model Runner V2 driven whole: structured-output "
+            "requests, so each step's drafts (one a step: the speculator's temporary) are "
+            "copied on a side stream with no record_stream (0.17.0); copy stream stalled",
+    # one proposed token a step: the speculator hands back its sampler's temporary (with
+    # more it hands back a view of its persistent draft buffer)
+    workload=_workload(2),
+    stalls=stall_at("vllm.before_draft_copy", VLLM_STALL_MS),
+    variants={AS_INSTALLED: dict(_MRV2_STRUCTURED),
+              "fixed": with_fix("draft-tokens-record-stream", **_MRV2_STRUCTURED)},
+    default_variant=AS_INSTALLED,
+    # the toy grammar admits one token a step, so a corrupted draft copy is cut by
+    # validation and changes no token: the race shows in the detector only
     expect={(AS_INSTALLED, None): "race", ("fixed", None): "clean"},
     sim_trials=3,
 )

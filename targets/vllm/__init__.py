@@ -20,7 +20,7 @@ from targets import static
 from targets.vllm.boundary import contract
 
 SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow", "vllm-input-prep",
-             "vllm-draft-tokens")
+             "vllm-draft-tokens", "vllm-mrv2", "vllm-mrv2-draft-tokens")
 
 
 class VllmTarget(Target):
@@ -65,6 +65,8 @@ class VllmTarget(Target):
             platform.as_gpu("cuda" if self.on_gpu else "sim")
             from targets.vllm.engine import model
             model.register()
+            from targets.vllm.mrv2 import model as mrv2_model
+            mrv2_model.register()  # Model Runner V2's toy EAGLE head (targets/vllm/mrv2/)
         except Exception as exc:  # an import failure of the installed package
             raise TargetError(f"--target vllm: importing vllm {self.version} failed: "
                               f"{type(exc).__name__}: {exc}") from None
@@ -100,7 +102,12 @@ class VllmTarget(Target):
     def variant(self, args, device) -> Iterator[None]:
         from targets.vllm.engine import kernels
         with kernels.installed():
-            yield
+            if args.vllm_runner != "v2":
+                yield
+                return
+            from targets.vllm.mrv2 import seams  # Model Runner V2's kernels and UVA op
+            with seams.installed():
+                yield
 
     def patch_problem(self, target: str, edits) -> str:
         if not target.startswith("vllm."):

@@ -40,11 +40,15 @@ class VllmRequest:
     def output(self) -> List[int]:
         return list(self.tokens)
 
-    def core_request(self):
+    def core_request(self, structured: bool = False):
         from vllm import SamplingParams
         from vllm.v1.engine import EngineCoreRequest
+        extra_params = {}
+        if structured:  # Model Runner V2's toy grammar (targets/vllm/mrv2/grammar.py)
+            from targets.vllm.mrv2.grammar import params_for
+            extra_params["structured_outputs"] = params_for(self.prompt)
         params = SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens,
-                                stop_token_ids=[EOS_ID], ignore_eos=False)
+                                stop_token_ids=[EOS_ID], ignore_eos=False, **extra_params)
         extra = {}
         if "eos_token_id" in EngineCoreRequest.__struct_fields__:  # 0.16.0 asks for it
             extra["eos_token_id"] = EOS_ID
@@ -64,13 +68,20 @@ def engine_config(args):
     #36013 is about), eager mode, the KV cache a fixed 64 blocks."""
     from vllm.engine.arg_utils import EngineArgs
     drafts = args.draft_token_num - 1  # the verified slots of a step, less the bonus one
+    method, drafter = "draft_model", os.path.join(CONFIGS, "draft")
+    if args.vllm_runner == "v2":
+        # Model Runner V2 (targets/vllm/mrv2/): its speculator is EAGLE only, and it has
+        # no hybrid (Mamba-state) path -- 0.17.0's attn_utils.py asserts attention specs
+        if args.hybrid:
+            raise ValueError("Model Runner V2 runs the dense toy model (hybrid=False)")
+        from targets.vllm.mrv2.model import CONFIG as EAGLE_CONFIG
+        method, drafter = "eagle", EAGLE_CONFIG
     return EngineArgs(
         model=os.path.join(CONFIGS, "target" if args.hybrid else "target-dense"),
         skip_tokenizer_init=True,
         load_format="dummy", dtype="float32", seed=0,
         speculative_config=None if drafts < 1 else {
-            "method": "draft_model", "model": os.path.join(CONFIGS, "draft"),
-            "num_speculative_tokens": drafts},
+            "method": method, "model": drafter, "num_speculative_tokens": drafts},
         async_scheduling=bool(args.overlap), enforce_eager=True,
         max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS,
         max_num_batched_tokens=MAX_MODEL_LEN, block_size=BLOCK_SIZE,
@@ -85,10 +96,16 @@ class VllmEngine:
     def __init__(self, args, device, grammar_backend: Any = None) -> None:
         from vllm.v1.engine.core import EngineCore
         from targets.vllm.engine.worker import executor_class
+        from targets.vllm.mrv2.runner import selected
         self.args = args
         self.config = engine_config(args)
-        self.core = EngineCore(self.config, executor_class=executor_class(), log_stats=False)
+        with selected(args.vllm_runner == "v2"):  # the runner: V1, or Model Runner V2
+            self.core = EngineCore(self.config, executor_class=executor_class(),
+                                   log_stats=False)
         self.runner = self.core.model_executor.driver_worker.worker.model_runner
+        if args.vllm_structured_outputs:
+            from targets.vllm.mrv2 import grammar
+            grammar.install(self.core.structured_output_manager, self.config)
         self.requests: Dict[str, VllmRequest] = {}
         self.iteration = 0
 
@@ -97,6 +114,9 @@ class VllmEngine:
         """The runner's streams, named for traces (a release that lacks one: None)."""
         import torch
         r = self.runner
+        if self.args.vllm_runner == "v2":
+            from targets.vllm.mrv2.runner import streams
+            return {"main": torch.cuda.current_stream(), **streams(r)}
         return {"main": torch.cuda.current_stream(),
                 "output copy": getattr(r, "async_output_copy_stream", None),
                 "valid-count copy": getattr(r, "valid_sampled_token_count_copy_stream", None),
@@ -104,7 +124,8 @@ class VllmEngine:
 
     def add_request(self, req: VllmRequest) -> None:
         self.requests[str(req.rid)] = req
-        request, wave = self.core.preprocess_add_request(req.core_request())
+        request, wave = self.core.preprocess_add_request(
+            req.core_request(structured=self.args.vllm_structured_outputs))
         self.core.add_request(request, wave)
 
     def has_work(self) -> bool:

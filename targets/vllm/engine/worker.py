@@ -1,7 +1,9 @@
 """Upstream's worker and executor with only their CUDA start-up and their second thread
 replaced -- everything a step runs is vLLM's.
 
-* ``SpecraceWorker`` is ``vllm.v1.worker.gpu_worker.Worker``: ``execute_model``,
+* ``SpecraceWorker`` is ``vllm.v1.worker.gpu_worker.Worker`` (its runner the V1
+  ``GPUModelRunner``, or Model Runner V2 where upstream's ``VLLM_USE_V2_MODEL_RUNNER``
+  asks for it: ``targets/vllm/mrv2/runner.py``): ``execute_model``,
   ``sample_tokens``, ``take_draft_token_ids``, ``load_model``, ``get_kv_cache_spec``,
   ``initialize_from_config`` and ``initialize_cache`` are upstream's. Replaced:
   ``init_device`` (CUDA device, NCCL, a memory snapshot: the same distributed set-up on
@@ -66,6 +68,12 @@ def worker_class():
                                                 self.local_rank, "gloo")
             set_random_seed(self.model_config.seed)
             init_workspace_manager(self.device, 1)
+            if getattr(self, "use_v2_model_runner", False):
+                # upstream's own switch (VLLM_USE_V2_MODEL_RUNNER, read by Worker.__init__):
+                # Model Runner V2, as its init_device builds it (targets/vllm/mrv2/)
+                from targets.vllm.mrv2.runner import runner_class
+                self.model_runner = runner_class()(self.vllm_config, self.device)
+                return
             self.model_runner = SpecraceModelRunner(self.vllm_config, self.device)
 
         def determine_available_memory(self) -> int:
