@@ -69,6 +69,11 @@ class ServerArgs:
     # the model's own language, targets/vllm/mrv2/grammar.py): the batches whose drafts
     # MRv2 copies to the host
     vllm_structured_outputs: bool = False
+    # The vLLM target's requests' presence penalty (0: none). Any penalty makes the V1
+    # runner copy each step's drafts to the host (for the penalties' token history); a
+    # toy logit is 1 for the successor and 0 elsewhere, so a penalty below 1 leaves the
+    # greedy output -- what the model oracle knows -- unchanged
+    vllm_presence_penalty: float = 0.0
     # Retraction (upstream's retract_decode under memory pressure), at a point the same in
     # a trial and its reference: ((rid, n), ...) retracts request rid once it holds n
     # output tokens (impl.schedule_batch.retract)
@@ -113,6 +118,9 @@ class ServerArgs:
             raise ValueError("vllm_runner must be '' (V1) or 'v2' (Model Runner V2)")
         if self.vllm_structured_outputs and self.vllm_runner != "v2":
             raise ValueError("vllm_structured_outputs runs on Model Runner V2 only")
+        if not 0.0 <= self.vllm_presence_penalty < 1.0:
+            raise ValueError("vllm_presence_penalty must be in [0, 1): the toy model's "
+                             "greedy output is known only below 1")
         if self.admission not in ADMISSIONS:
             raise ValueError(f"admission must be one of {ADMISSIONS}")
         if self.admission == "optimistic" and self.chunked_prefill_size:

@@ -46,10 +46,7 @@ def probes_for(target: str) -> Dict[str, Probe]:
 
 def oracle_of(result) -> str:
     if result.divergence is not None:
-        kind = result.divergence.kind
-        return {"accept_lens": "stale-value", "accept_tokens": "stale-value",
-                "confidence": "stale-value", "hidden_states": "stale-value",
-                "kv_context": "stale-value"}.get(kind, kind)
+        return "stale-value" if result.divergence.stale else result.divergence.kind
     return "happens-before"
 
 

@@ -11,10 +11,10 @@ one step to the next.
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Union
 
 from mutations.base import M, Mutation
-from seams.sourcepatch import SourcePatch
+from seams.sourcepatch import PatchSet, SourcePatch
 
 _RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
 _OUTPUT = "vllm.v1.worker.gpu_model_runner:AsyncGPUModelRunnerOutput"
@@ -134,17 +134,45 @@ MUTATIONS: List[Mutation] = [
       ANY),
 ]
 
-FIXES: Dict[str, SourcePatch] = {
-    # vllm-seq-lens-shadow's cheapest fix: the drafter increments a copy of the CPU
-    # shadow of seq_lens, never the runner's pinned staging buffer it aliases (what its
-    # own comment asks of the device-side seq_lens: no in-place update under async
-    # scheduling); no sync added
-    "drafter-increments-out-of-place": SourcePatch(
-        f"{_DRAFTER}.propose",
-        (("                common_attn_metadata._seq_lens_cpu += 1\n",
-          "                common_attn_metadata._seq_lens_cpu = (\n"
-          "                    common_attn_metadata._seq_lens_cpu + 1)\n"),),
-        "fix drafter-increments-out-of-place"),
+# vllm-v1-draft-copy: the two orderings the V1 draft-ids copy lacks (one function, so one
+# patch each; ``draft-ids-copy-ordered`` is both)
+_COPY = f"{_RUNNER}._copy_draft_token_ids_to_cpu"
+_ZEROS_IN_STREAM_ORDER = (
+    # zeros too go through the copy stream, queued after the previous step's copy, instead
+    # of a host write that copy can land on: the zeros tensor the near-max-length path
+    # built is copied like any drafts (no host sync, one tiny copy on a rare step)
+    "            if not zeros_only:\n",
+    "            if True:  # zeros_only too: in the copy stream's order, not a host write\n")
+_RECORD_STREAM = (
+    # the drafts tensor marked as used on the copy stream: the allocator keeps its block
+    # until the copy has read it (what Model Runner V2's DraftTokensHandler does from 0.27.1)
+    "            self.draft_token_ids_event.record()\n",
+    "            draft_token_ids.record_stream(self.draft_token_ids_copy_stream)\n"
+    "            self.draft_token_ids_event.record()\n")
+
+_DRAFT_IDS_ORDERED = SourcePatch(_COPY, (_ZEROS_IN_STREAM_ORDER, _RECORD_STREAM),
+                                 "fix draft-ids-copy-ordered")
+# vllm-seq-lens-shadow's cheapest fix: the drafter increments a copy of the CPU shadow of
+# seq_lens, never the runner's pinned staging buffer it aliases (what its own comment asks
+# of the device-side seq_lens: no in-place update under async scheduling); no sync added
+_SEQ_LENS_OUT_OF_PLACE = SourcePatch(
+    f"{_DRAFTER}.propose",
+    (("                common_attn_metadata._seq_lens_cpu += 1\n",
+      "                common_attn_metadata._seq_lens_cpu = (\n"
+      "                    common_attn_metadata._seq_lens_cpu + 1)\n"),),
+    "fix drafter-increments-out-of-place")
+
+FIXES: Dict[str, Union[SourcePatch, PatchSet]] = {
+    "draft-ids-copy-ordered": _DRAFT_IDS_ORDERED,
+    "draft-ids-zeros-in-stream-order": SourcePatch(_COPY, (_ZEROS_IN_STREAM_ORDER,),
+                                                   "fix draft-ids-zeros-in-stream-order"),
+    "draft-ids-record-stream": SourcePatch(_COPY, (_RECORD_STREAM,),
+                                           "fix draft-ids-record-stream"),
+    # 0.16.0-0.18.0 ship the seq-lens race too, on the same steps: both fixes
+    "draft-ids-copy-ordered+seq-lens": PatchSet((_DRAFT_IDS_ORDERED, _SEQ_LENS_OUT_OF_PLACE),
+                                                "fix draft-ids-copy-ordered + "
+                                                "drafter-increments-out-of-place"),
+    "drafter-increments-out-of-place": _SEQ_LENS_OUT_OF_PLACE,
     # vllm-draft-tokens: what 0.27.1 added -- the main stream's draft temporary marked as
     # used on the copy stream, so the allocator keeps its block until the copy has run
     "draft-tokens-record-stream": SourcePatch(

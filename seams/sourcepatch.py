@@ -60,6 +60,10 @@ class SourcePatch:
         with self.applied():
             pass
 
+    def parts(self) -> Tuple["SourcePatch", ...]:
+        """The one-function patches it is made of (a ``PatchSet`` has several)."""
+        return (self,)
+
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
         try:
@@ -116,6 +120,28 @@ class SourcePatch:
         ast.increment_lineno(tree, inspect.getsourcelines(func)[1] - 1)
         code = _COMPILED[key] = compile(tree, inspect.getsourcefile(func), "exec")
         return code
+
+
+@dataclass(frozen=True)
+class PatchSet:
+    """Patches of several functions applied together: a fix whose change spans two
+    functions, or one release's fix beside another's (each part checked on its own)."""
+    patches: Tuple[SourcePatch, ...]
+    label: str = ""
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for patch in self.patches:
+                stack.enter_context(patch.applied())
+            yield
+
+    def check(self) -> None:
+        with self.applied():
+            pass
+
+    def parts(self) -> Tuple[SourcePatch, ...]:
+        return self.patches
 
 
 _COMPILED: Dict[Tuple[SourcePatch, Any], Any] = {}

@@ -240,12 +240,12 @@ def _short(value: Any) -> str:
 
 def _check_names(result: Any, name: str) -> Any:
     import targets
-    from scenarios.registry import SCENARIOS
+    from scenarios.registry import get
 
-    scen = SCENARIOS.get(result.scenario)
-    if scen is None:
-        raise ValueError(f"{name}: unknown scenario {one_line(repr(result.scenario), 80)}; "
-                         f"known: {', '.join(sorted(SCENARIOS))}")
+    try:
+        scen = get(result.scenario)
+    except KeyError as exc:  # the registry's own message: close matches, kept short
+        raise ValueError(f"{name}: {one_line(str(exc.args[0]), 200)}") from None
     if result.variant not in scen.variants:
         raise ValueError(f"{name}: unknown variant {one_line(repr(result.variant), 80)} for "
                          f"{scen.name}; expected one of: {', '.join(scen.variants)}")

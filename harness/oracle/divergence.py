@@ -12,17 +12,18 @@ from dataclasses import dataclass
 from typing import Any, Dict, Literal, Optional, Tuple, get_args
 
 # What diverged: a stale accept length / accept token row / relayed confidence row /
-# returned hidden-state row / resolved sequence length seen by the host, a forward's
-# attention that read KV other than its request's own context, a final output (against
-# the reference run's; ``model``: against the target model's greedy continuation), a
-# constrained output its grammar rejects, or the engine crashed / deadlocked.
+# returned hidden-state row / resolved sequence length / zeroed draft-id row seen by the
+# host, a forward's attention that read KV other than its request's own context, a final
+# output (against the reference run's; ``model``: against the target model's greedy
+# continuation), a constrained output its grammar rejects, or the engine crashed /
+# deadlocked.
 DivergenceKind = Literal["accept_lens", "accept_tokens", "confidence", "hidden_states",
-                         "seq_lens", "kv_context", "output", "model", "grammar", "crash",
-                         "deadlock"]
+                         "seq_lens", "draft_rows", "kv_context", "output", "model",
+                         "grammar", "crash", "deadlock"]
 KINDS: Tuple[str, ...] = get_args(DivergenceKind)
 # a stale value on the host
 STALE_KINDS = ("accept_lens", "accept_tokens", "confidence", "hidden_states", "seq_lens",
-               "kv_context")
+               "draft_rows", "kv_context")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,10 @@ The engine reports host-visible values through ``seams.faults.observe``:
 * ``confidence_used`` -- which of those rows the budget planner used (not the all-ones of
   a row its generation check found stale): a request's budget from another request's
   confidence (a pool slot reused within the ring's lag) is a divergence;
+* ``draft_rows_zeroed`` -- vLLM's pinned draft-id rows as the host reads them back for a
+  step whose drafts it zeroed on the host (V1's near-max-length path): judged on their own
+  terms -- each must read zeros -- since a trial reads them at other steps than the
+  reference does;
 * ``hidden_states`` -- the hidden-state rows a request with ``return_hidden_states`` got
   back with a committed result (row sums);
 * ``kv_context`` -- what a forward's attention read of its request's KV (``impl.attention``):
@@ -160,6 +164,22 @@ class StaleValueOracle:
         elif name == "confidence_used":
             for req, label, used in ctx["rows"]:
                 self._check_used(req, label, used)
+        elif name == "draft_rows_zeroed":
+            for req_id, row in ctx["rows"]:
+                self._check_zeroed(req_id, row)
+
+    def _check_zeroed(self, req_id, row) -> None:
+        """A draft row the host zeroed must read back as zeros: anything else is an
+        earlier device-to-host copy that landed after the host's write."""
+        self.checked += 1
+        if not any(row):
+            return
+        where = "the host's read of the pinned draft ids (after the copy event)"
+        self._diverge(Divergence(
+            "draft_rows", f"stale draft ids for request {req_id} at {where}: the host "
+                          f"zeroed the row, observed {list(row)}",
+            int(req_id) if str(req_id).isdigit() else None, None, where, "d2h",
+            [0] * len(row), list(row)))
 
     def _check_used(self, req, label, used: bool) -> None:
         """The budget planner may use only the request's own lagged confidence: a row

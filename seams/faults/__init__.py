@@ -31,8 +31,9 @@ FAULT_POINTS = {
     "grammar.before_mask_upload": "before the grammar mask is uploaded",
     "d2h.before_ring_copy": "the private D2H stream, before the confidence ring copy",
     "copy.before_result_d2h": "the copy stream, before the result readback",
-    "vllm.before_draft_copy": "vLLM Model Runner V2's draft-token copy stream, before "
-                              "each step's device-to-host copy of the drafts is queued",
+    "vllm.before_draft_copy": "vLLM's draft-token copy stream (V1's draft-ids copy, Model "
+                              "Runner V2's DraftTokensHandler), before each step's "
+                              "device-to-host copy of the drafts is queued",
     "vllm.before_execute": "vLLM's main stream, as a step's execute_model starts (its "
                            "input uploads and forward queue behind it)",
 }

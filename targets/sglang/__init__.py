@@ -114,7 +114,7 @@ class SglangTarget(Target):
         args = variant.args
         patches = list(relay_patches(args.get("relay", "future_map")))
         if variant.fix is not None:
-            patches.append(variant.patch(self))
+            patches.extend(variant.patch(self).parts())
         slices = {"dspark": ("dspark", "DSpark"), "eagle-v2": ("eagle_v2", "EAGLE v2")}
         if args.get("spec_algorithm") in slices:
             feature, name = slices[args["spec_algorithm"]]

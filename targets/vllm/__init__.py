@@ -20,7 +20,8 @@ from targets import static
 from targets.vllm.boundary import contract
 
 SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow", "vllm-input-prep",
-             "vllm-draft-tokens", "vllm-mrv2", "vllm-mrv2-draft-tokens")
+             "vllm-draft-tokens", "vllm-mrv2", "vllm-mrv2-draft-tokens",
+             "vllm-v1-draft-copy")
 
 
 class VllmTarget(Target):
@@ -117,10 +118,11 @@ class VllmTarget(Target):
 
     def variant_problem(self, variant) -> str:
         if variant.fix is not None:
-            p = variant.patch(self)
-            problem = self.patch_problem(p.target, p.edits)
-            if problem:
-                return f"{p.label} does not fit vllm {self.version}: {problem}"
+            fix = variant.patch(self)
+            for p in fix.parts():
+                problem = self.patch_problem(p.target, p.edits)
+                if problem:
+                    return f"{fix.label} does not fit vllm {self.version}: {problem}"
         return ""
 
     def default_variant(self, scenario) -> str:

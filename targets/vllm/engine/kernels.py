@@ -239,6 +239,15 @@ KERNEL_SEAMS: Dict[str, Tuple[Callable, str, Tuple[str, ...]]] = {
     "_compute_slot_mapping_kernel": (compute_slot_mapping, "vllm.v1.worker.block_table",
                                      ("vllm.v1.worker.block_table",)),
 }
+# Compiled ops (``torch.ops._C``, absent from a python-only install) whose callers vLLM
+# routes by ``tensor.is_cuda`` -- True for a simulated GPU tensor -- and for which vLLM
+# ships its own torch implementation: (module, the op's wrapper, upstream's torch one).
+# The penalties' repetition op is reached by any request with a penalty.
+OP_FALLBACKS: Tuple[Tuple[str, str, str], ...] = (
+    ("vllm._custom_ops", "apply_repetition_penalties_cuda",
+     "apply_repetition_penalties_torch"),
+)
+
 # Kernels a release may not have yet: bound (and checked) only where it defines them.
 OPTIONAL_KERNELS = ("eagle_step_slot_mapping_metadata_kernel", "_compute_slot_mapping_kernel")
 
@@ -249,7 +258,8 @@ def _next_power_of_2(n: int) -> int:
 
 @contextlib.contextmanager
 def installed() -> Iterator[None]:
-    """The stand-ins bound under every launching module's name for the block; Triton's
+    """The stand-ins bound under every launching module's name for the block, and
+    ``OP_FALLBACKS`` to upstream's torch versions; Triton's
     ``next_power_of_2`` (the drafter sizes its blocks with it) given to vLLM's Triton
     placeholder where Triton is absent."""
     import vllm.triton_utils as triton_utils
@@ -263,6 +273,10 @@ def installed() -> Iterator[None]:
                 continue  # not launched from here in this release (the contract checked)
             saved.append((mod, name, getattr(mod, name)))
             setattr(mod, name, GridKernel(name, fn))
+    for module, op, fallback in OP_FALLBACKS:
+        mod = importlib.import_module(module)
+        saved.append((mod, op, getattr(mod, op)))
+        setattr(mod, op, getattr(mod, fallback))  # upstream's own torch version
     triton = triton_utils.triton
     added = not hasattr(triton, "next_power_of_2")
     if added:

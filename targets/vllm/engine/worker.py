@@ -14,7 +14,10 @@ replaced -- everything a step runs is vLLM's.
   XPU or CPU; sleep mode is off here, so no pool, as up to 0.19.0).
 * The runner is ``GPUModelRunner`` itself, in a subclass that overrides only
   ``_init_device_properties`` on the simulator (it asks CUDA for the SM count) -- the
-  hook vLLM's own ``CPUModelRunner`` overrides -- and marks the step's start for stalls.
+  hook vLLM's own ``CPUModelRunner`` overrides -- and marks the step's start for stalls,
+  the draft-ids copy stream's point before each step's draft copy (a copy engine busy
+  with earlier transfers), and which pinned draft rows the host zeroed: the judge's
+  ``draft_rows_zeroed`` (``harness.oracle.stale``) needs no device read to know them.
   On a GPU the device set-up is upstream's but for gloo (one rank: no NCCL needed).
 * ``SpecraceExecutor`` is ``UniProcExecutor`` whose output futures run on the engine's
   thread when their result is asked for, instead of on a pool thread: the simulator is
@@ -31,7 +34,7 @@ from typing import Any
 
 import torch
 
-from seams.faults import fault_point
+from seams.faults import fault_point, observe
 
 KV_BUDGET_BYTES = 8 << 20
 
@@ -50,6 +53,23 @@ def worker_class():
             if self.device.type == "cuda":
                 return GPUModelRunner._init_device_properties(self)  # the GPU's own
             self.num_sms = 1  # (CUDA's SM count sizes kernels the simulator does not run)
+
+        def _copy_draft_token_ids_to_cpu(self, scheduler_output, zeros_only=False):
+            stream = getattr(self, "draft_token_ids_copy_stream", None)
+            if stream is not None:
+                with torch.cuda.stream(stream):
+                    fault_point("vllm.before_draft_copy")  # a busy copy engine
+            GPUModelRunner._copy_draft_token_ids_to_cpu(self, scheduler_output, zeros_only)
+            # rows the host has just zeroed (upstream's near-max-length path): whatever
+            # the host reads back for them must be zeros
+            self._specrace_zeroed = (zeros_only and self._draft_token_req_ids is not None
+                                     and torch.is_tensor(self._draft_token_ids))
+
+        def _get_draft_token_ids_cpu(self):
+            rows, req_ids = GPUModelRunner._get_draft_token_ids_cpu(self)
+            if getattr(self, "_specrace_zeroed", False):
+                observe("draft_rows_zeroed", rows=list(zip(req_ids, rows)))
+            return rows, req_ids
 
         def execute_model(self, scheduler_output, *args: Any, **kwargs: Any):
             # the step's first work on the main stream: its input uploads and forward
