@@ -162,7 +162,26 @@ _SEQ_LENS_OUT_OF_PLACE = SourcePatch(
       "                    common_attn_metadata._seq_lens_cpu + 1)\n"),),
     "fix drafter-increments-out-of-place")
 
+# vllm-seq-lens-shadow --variant sync: the same in-place increment, of the CPU shadow of
+# num_computed_tokens, which with async scheduling off is a view of the input batch's
+# pinned tensor whose non-blocking upload the target forward reads (0.19.0-0.27.1; the
+# drafter body moved to llm_base_proposer.py in 0.23.0; 0.33.0 no longer increments it)
+_NUM_COMPUTED = "common_attn_metadata._num_computed_tokens_cpu"
+
+
+def _num_computed_out_of_place(indent: str):
+    return (f"{indent}{_NUM_COMPUTED} += 1\n",
+            f"{indent}{_NUM_COMPUTED} = (\n{indent}    {_NUM_COMPUTED} + 1)\n")
+
+
 FIXES: Dict[str, Union[SourcePatch, PatchSet]] = {
+    "drafter-num-computed-out-of-place": SourcePatch(
+        "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer."
+        "_update_positions_dependent_metadata", (_num_computed_out_of_place(" " * 12),),
+        "fix drafter-num-computed-out-of-place"),
+    "drafter-num-computed-out-of-place-0.19": SourcePatch(
+        f"{_DRAFTER}.propose", (_num_computed_out_of_place(" " * 16),),
+        "fix drafter-num-computed-out-of-place (0.19.0's drafter)"),
     "draft-ids-copy-ordered": _DRAFT_IDS_ORDERED,
     "draft-ids-zeros-in-stream-order": SourcePatch(_COPY, (_ZEROS_IN_STREAM_ORDER,),
                                                    "fix draft-ids-zeros-in-stream-order"),

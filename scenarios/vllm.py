@@ -71,7 +71,17 @@ VLLM_SEQ_LENS_SHADOW = Scenario(
     # counts (the sync #35442 removed in 0.17.0) no longer stands between the two
     variants={AS_INSTALLED: {}, "fixed": with_fix("drafter-increments-out-of-place"),
               "dense": {"hybrid": False},
-              "dense-fixed": with_fix("drafter-increments-out-of-place", hybrid=False)},
+              "dense-fixed": with_fix("drafter-increments-out-of-place", hybrid=False),
+              # async scheduling off: the runner hands the drafter its pinned
+              # num_computed_tokens too (0.19.0-0.27.1), which it increments in place
+              # while the target's upload of them may still be queued
+              "sync": {"overlap": False},
+              "sync-dense": {"overlap": False, "hybrid": False},
+              "sync-fixed": with_fix("drafter-num-computed-out-of-place", overlap=False),
+              "sync-fixed-0.19": with_fix("drafter-num-computed-out-of-place-0.19",
+                                          overlap=False),
+              "sync-seq-lens-fixed": with_fix("drafter-increments-out-of-place",
+                                              overlap=False)},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "race", ("fixed", None): "clean", ("dense", None): "race",
             ("dense-fixed", None): "clean"},

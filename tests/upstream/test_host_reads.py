@@ -75,4 +75,4 @@ def test_the_mirror_is_judged_a_mirror_of_the_batch_rows_only_is_caught():
     from matrix.run import PROBES, run_probe
     m = targets.get("sglang").mutation("seq-lens-mirror-batch-rows-only")
     killed, oracle, detail = run_probe(PROBES["dspark-readback"], "sim", m, "sglang")
-    assert killed and oracle == "seq_lens" and "seq lens" in detail, detail
+    assert killed and oracle == "stale-value" and "seq lens" in detail, detail
