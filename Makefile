@@ -69,7 +69,8 @@ upstream-gate: upstream
 # The vLLM gate (docs/vllm-target.md), in vLLM 0.17.0's own environment: the seq-lens race
 # as shipped and gone with its fix (hybrid and dense), #36013's pair ordered as shipped and
 # racing without the valid-count wait, the input-prep fence, MRv2's draft-token copy as
-# shipped and with 0.27.1's record_stream, the mutation matrix, and the
+# shipped and with 0.27.1's record_stream (the slice, then Model Runner V2 driven whole,
+# clean as shipped without structured outputs), the mutation matrix, and the
 # state machine on vLLM's loop (the race found from scratch; nothing with the fix).
 # The release reaches the shell as the quoted variable, never as recipe text (as above).
 VLLM_GATE ?= 0.17.0
@@ -85,6 +86,9 @@ vllm-gate: setup
 	$(VPY) repro vllm-input-prep --target vllm --trials 2 --expect clean --no-report
 	$(VPY) repro vllm-draft-tokens --target vllm --trials 2 --expect race --no-report
 	$(VPY) repro vllm-draft-tokens --target vllm --variant fixed --trials 2 --expect clean --no-report
+	$(VPY) repro vllm-mrv2 --target vllm --trials 2 --expect clean --no-report
+	$(VPY) repro vllm-mrv2-draft-tokens --target vllm --trials 2 --expect race --no-report
+	$(VPY) repro vllm-mrv2-draft-tokens --target vllm --variant fixed --trials 2 --expect clean --no-report
 	$(VPY) matrix --target vllm --backend sim
 	".releases/vllm/$$VLLM_GATE/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/upstream/test_vllm_machine.py
 

@@ -82,4 +82,10 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     # the draft-token slice with 0.27.1's record_stream (the handler's other orderings)
     Probe("vllm-draft", "vllm-draft-tokens", "fixed", "eager", seeds=(0, 1)),
     Probe("vllm-draft-lazy", "vllm-draft-tokens", "fixed", "lazy", seeds=(0, 1)),
+    # Model Runner V2 driven whole (vLLM target): as released, the main stream stalled per
+    # step; with structured outputs and 0.27.1's record_stream, the draft copy stalled
+    Probe("vllm-mrv2", "vllm-mrv2", "as-installed", "eager", seeds=(0, 1)),
+    Probe("vllm-mrv2-lazy", "vllm-mrv2", "as-installed", "lazy", seeds=(0, 1)),
+    Probe("vllm-mrv2-draft", "vllm-mrv2-draft-tokens", "fixed", "eager", seeds=(0, 1)),
+    Probe("vllm-mrv2-draft-lazy", "vllm-mrv2-draft-tokens", "fixed", "lazy", seeds=(0, 1)),
 )}

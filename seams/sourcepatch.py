@@ -75,13 +75,24 @@ class SourcePatch:
         func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
         func = func.fget if isinstance(func, property) else func  # its source re-makes it
         module = inspect.getmodule(func)
-        namespace = dict(module.__dict__)
+        # Defined in the module's own namespace, so the patched function looks its globals
+        # up live, as the original does: a name rebound after the patch is applied (a
+        # kernel stand-in bound for the run) is the one it calls. The name the ``def``
+        # binds there is put straight back.
+        namespace = module.__dict__
+        missing = object()
+        before = namespace.get(func.__name__, missing)
         try:
             exec(self._compiled(func), namespace)  # the code under test's source, patched
             patched = namespace[func.__name__]
         except (SyntaxError, KeyError) as exc:
             raise PatchError(f"{self.label or 'patch'}: the patched {self.target} does not "
                              f"compile: {type(exc).__name__}: {exc}") from None
+        finally:
+            if before is missing:
+                namespace.pop(func.__name__, None)
+            else:
+                namespace[func.__name__] = before
         if isinstance(raw, (classmethod, staticmethod)):
             patched = type(raw)(patched)
         aliases = [(m, k) for m, k in _aliases(raw, module) if m is not owner]

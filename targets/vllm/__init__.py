@@ -138,8 +138,8 @@ class VllmTarget(Target):
         return True
 
     def mutations(self):
-        from mutations.vllm import MUTATIONS
-        return MUTATIONS
+        from mutations import vllm, vllm_mrv2
+        return vllm.MUTATIONS + vllm_mrv2.MUTATIONS
 
     def fixes(self):
         from mutations.vllm import FIXES
