@@ -89,6 +89,10 @@ vllm-gate: setup
 	$(VPY) repro vllm-mrv2 --target vllm --trials 2 --expect clean --no-report
 	$(VPY) repro vllm-mrv2-draft-tokens --target vllm --trials 2 --expect race --no-report
 	$(VPY) repro vllm-mrv2-draft-tokens --target vllm --variant fixed --trials 2 --expect clean --no-report
+	$(VPY) repro vllm-seq-lens-shadow --target vllm --variant sync --trials 2 --expect race --no-report
+	$(VPY) repro vllm-seq-lens-shadow --target vllm --variant sync-seq-lens-fixed --trials 2 --expect clean --no-report
+	$(VPY) repro vllm-v1-draft-copy --target vllm --trials 2 --expect race --no-report
+	$(VPY) repro vllm-v1-draft-copy --target vllm --variant fixed-seq-lens --trials 2 --expect clean --no-report
 	$(VPY) matrix --target vllm --backend sim
 	".releases/vllm/$$VLLM_GATE/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/upstream/test_vllm_machine.py
 
