@@ -109,6 +109,12 @@ class Target:
     def supports(self, scenario: str) -> bool:
         return self.scenarios is None or scenario in self.scenarios
 
+    def unsupported(self, scenario: str) -> str:
+        """Why ``scenario`` does not run here (for the one-line error): which scenarios
+        do, and the installed code's reason where the target knows one."""
+        runs = [s for s in (self.scenarios or ()) if self.supports(s)]
+        return f"it runs: {', '.join(runs) or 'none here'}"
+
     def mutations(self) -> List[Mutation]:
         """The seeded bugs of this target's code (the mutation matrix's rows)."""
         return []

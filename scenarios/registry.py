@@ -16,6 +16,7 @@ from scenarios.slot_reuse import SLOT_REUSE
 from scenarios.vllm_v1_drafts import VLLM_V1_DRAFT_COPY
 from scenarios.vllm import (VLLM_ACCEPTED_COUNT, VLLM_DRAFT_TOKENS, VLLM_INPUT_PREP,
                             VLLM_MRV2, VLLM_MRV2_DRAFT_TOKENS, VLLM_SEQ_LENS_SHADOW)
+from scenarios.vllm import VLLM_MRV2_UVA_POOL
 
 SCENARIOS: Dict[str, Scenario] = {
     s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING,
@@ -24,7 +25,7 @@ SCENARIOS: Dict[str, Scenario] = {
                         KV_PRESSURE, EAGLE_V2, EAGLE_V2_GRAMMAR, GRAPH_ELIGIBILITY,
                         VLLM_ACCEPTED_COUNT, VLLM_SEQ_LENS_SHADOW, VLLM_INPUT_PREP,
                         VLLM_DRAFT_TOKENS, VLLM_MRV2, VLLM_MRV2_DRAFT_TOKENS,
-                        VLLM_V1_DRAFT_COPY)}
+                        VLLM_V1_DRAFT_COPY, VLLM_MRV2_UVA_POOL)}
 
 
 def get(name: str) -> Scenario:

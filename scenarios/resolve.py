@@ -65,7 +65,7 @@ def resolve(request: RunRequest, load_target=None) -> Run:
     target = load_target(request.target)
     if not target.supports(scenario.name):
         raise ResolveError(f"scenario {scenario.name} does not run on the {target.name} "
-                           f"target; it runs: {', '.join(target.scenarios or ())}")
+                           f"target: {target.unsupported(scenario.name)}")
     variant = scenario.variants[request.variant or target.default_variant(scenario)]
     _check_variant(target, variant)
     war_barrier = _word(Fence, request.war_barrier or target.default_war_barrier(),

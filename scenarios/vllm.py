@@ -155,3 +155,44 @@ VLLM_MRV2_DRAFT_TOKENS = Scenario(
     expect={(AS_INSTALLED, None): "race", ("fixed", None): "clean"},
     sim_trials=3,
 )
+
+
+# S1 of the 0.34.0 audit (reports/upstream/vllm-0.34.0-audit.md, section 3): the sampling
+# states (temperature, seeds) live in a two-slot UVA pool the host restages on each step
+# with new requests; the drafter copies the current slot after the step's output copy
+# event (0.34.0 spec_decode/speculator.py:707-708), and the engine's wait before a step's
+# staging covers the step two back only up to that event (a fresh event per output from
+# 0.23.0; up to 0.19.0 one event, re-recorded each step). New requests in consecutive
+# iterations (a short one each) make the host restage the slot a pending drafter copy
+# reads; short budgets finish requests so their request rows are handed out again; the
+# main stream is held after the output copy event, before the drafter
+# (vllm.before_propose), so that copy runs after the restaging. The drafter's inputs are
+# recorded against what the host staged (targets/vllm/mrv2/probe.py).
+def _s1_workload(seed: int):
+    from harness.oracle.workload import RequestSpec, Workload
+    from scenarios.workloads import _prompt
+    import random
+    rng = random.Random(seed)
+    reqs = [RequestSpec(0, 0, _prompt(rng), 24)]  # decodes (and drafts) throughout
+    reqs += [RequestSpec(rid, rid, _prompt(rng), rng.randint(1, 3)) for rid in range(1, 9)]
+    return Workload(reqs, 3)  # two proposed tokens a step
+
+
+VLLM_MRV2_UVA_POOL = Scenario(
+    name="vllm-mrv2-uva-pool",
+    summary="the 0.34.0 audit's S1 on Model Runner V2 driven whole: the drafter's copy of "
+            "the sampling states' UVA pool slot after the output copy event vs the "
+            "host's restaging of that slot for new requests two steps later; main "
+            "stream held before the drafter",
+    workload=_s1_workload,
+    stalls=stall_at("vllm.before_propose", VLLM_STALL_MS),
+    variants={AS_INSTALLED: dict(_MRV2)},
+    default_variant=AS_INSTALLED,
+    # as measured on 0.34.0 (the newest release): the detector reports the drafter's copy
+    # (speculator.py:707-708) unordered with the host's restaging (buffer_utils.py:128);
+    # the values that differ are only rows of requests that had finished (their drafts
+    # discarded), and greedy drafting reads neither: no token differs. 0.17.0/0.17.1:
+    # clean (one output event, re-recorded each step, covers the drafter).
+    expect={(AS_INSTALLED, None): "race"},
+    sim_trials=3,
+)

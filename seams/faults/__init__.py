@@ -36,6 +36,9 @@ FAULT_POINTS = {
                               "device-to-host copy of the drafts is queued",
     "vllm.before_execute": "vLLM's main stream, as a step's execute_model starts (its "
                            "input uploads and forward queue behind it)",
+    "vllm.before_propose": "vLLM Model Runner V2's main stream, after the step's output "
+                           "copy event, as the speculator's propose starts (the drafter "
+                           "queues behind it)",
 }
 
 

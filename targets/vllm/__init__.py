@@ -21,7 +21,7 @@ from targets.vllm.boundary import contract
 
 SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow", "vllm-input-prep",
              "vllm-draft-tokens", "vllm-mrv2", "vllm-mrv2-draft-tokens",
-             "vllm-v1-draft-copy")
+             "vllm-v1-draft-copy", "vllm-mrv2-uva-pool")
 
 
 class VllmTarget(Target):
@@ -129,13 +129,17 @@ class VllmTarget(Target):
         return AS_INSTALLED
 
     def supports(self, scenario: str) -> bool:
-        """Where the V1 engine is not driven (a release with Model Runner V2 only), the
-        slices alone."""
+        """The scenarios whose code the installed release lets the target drive: the V1
+        engine's, Model Runner V2's, the slices' (``contract.scenario_problems``)."""
         if scenario not in self.scenarios:
             return False
-        if self.verdict is not None and self.verdict.slices_only:
-            return scenario in contract.SLICE_SCENARIOS
-        return True
+        return self.verdict is None or not contract.scenario_problems(self.verdict, scenario)
+
+    def unsupported(self, scenario: str) -> str:
+        problems = ([] if self.verdict is None or scenario not in self.scenarios
+                    else contract.scenario_problems(self.verdict, scenario))
+        why = f"vllm {self.version}: {problems[0]}; " if problems else ""
+        return why + super().unsupported(scenario)
 
     def mutations(self):
         from mutations import vllm, vllm_mrv2

@@ -20,24 +20,30 @@ from packaging.specifiers import SpecifierSet
 
 from targets import static, tiers
 from targets.vllm.engine.kernels import KERNEL_SEAMS, OPTIONAL_KERNELS
+from targets.vllm.mrv2 import table as mrv2_table
 
 # The V1 engine with async scheduling and spec decode through to the newest release
-# (0.34.0 has no V1 model runner: its scenarios are "not applicable" there, read below).
+# (0.34.0 has no V1 model runner: its scenarios are "not applicable" there, read below),
+# and Model Runner V2 driven whole (0.17.0 on; check_mrv2).
 SUPPORTED = SpecifierSet(">=0.16.0,<0.35", prereleases=True)
 
 # release -> the digest of its driven files, as measured: every scenario's release sweep
 # on the simulator (reports/upstream/vllm-releases.md). 0.17.0's seq-lens race was also
 # run on an H100 (session 17; reports/gpu/s17/).
 VERIFIED: Dict[str, str] = {
-    # the driven files' digests (session 17: with the draft-token slice's two MRv2
-    # modules, SLICE_MODULES) of the releases every scenario's sweep ran on here
-    "0.16.0": "3f22eadac778eafd",
-    "0.17.0": "531f5473cc2f5502",
-    "0.17.1": "e45d686c246624f7",
-    "0.18.0": "77502dca84b07b53",
-    "0.19.0": "17c91d9cbca92388",
-    "0.23.0": "fc1e7c658da666f1",
-    "0.27.1": "75858f3568b18dfd",
+    # the driven files' digests -- with Model Runner V2's modules (MRV2_MODULES) since
+    # MRv2 is driven whole -- of the releases every driven scenario's sweep ran on here
+    # (0.33.0 and 0.34.0: the MRv2 scenarios and the draft-token slice; 0.16.0: its V1
+    # engine, its MRv2 is not driven)
+    "0.16.0": "55cf1a0c6b1ba377",
+    "0.17.0": "ed2f222b12d256b7",
+    "0.17.1": "3cb1f22c74461a85",
+    "0.18.0": "6a2bc46d622ffa33",
+    "0.19.0": "4d40e730db203d43",
+    "0.23.0": "b09c97afbd81a11c",
+    "0.27.1": "16a11bc63e602399",
+    "0.33.0": "00e727aa6f72a8de",
+    "0.34.0": "16c33cc8fa7b2b74",
 }
 
 _RUNNER = "vllm.v1.worker.gpu_model_runner"
@@ -58,6 +64,13 @@ LATER_DRIVEN_MODULES = ("vllm.v1.spec_decode.llm_base_proposer",)
 # ... and the draft-token slice's (targets/vllm/slices/draft_tokens.py): Model Runner V2's
 # DraftTokensHandler and its copy helper
 SLICE_MODULES = ("vllm.v1.worker.gpu.spec_decode.utils", "vllm.v1.worker.gpu.async_utils")
+# ... and Model Runner V2's driven whole (targets/vllm/mrv2/): the modules its greedy EAGLE
+# path with async scheduling and structured outputs runs (those of them a release has),
+# its attention and drafter helpers, vLLM's kernel-override seam where it binds through it
+_GPU = "vllm.v1.worker.gpu"
+MRV2_MODULES = tuple(mrv2_table.DRIVEN_MODULES) + (
+    f"{_GPU}.attn_utils", f"{_GPU}.spec_decode.eagle.utils", f"{_GPU}.spec_decode.eagle",
+    f"{_GPU}.spec_decode.rejection_sample", "vllm.triton_utils.dispatcher")
 
 # Functions the target calls or overrides -> the parameters it relies on (a prefix).
 CALLED: Dict[str, Tuple[str, ...]] = {
@@ -79,6 +92,25 @@ CALLED: Dict[str, Tuple[str, ...]] = {
          "num_decode_draft_tokens_cpu"),
 }
 
+# Model Runner V2 (targets/vllm/mrv2/): what it calls or overrides beyond the engine's
+# (its worker, targets/vllm/mrv2/worker.py, overrides the same Worker methods as the V1
+# path's), with the parameters relied on; its Triton kernels are checked from source
+# against targets/vllm/mrv2/table.py (check_mrv2)
+_MRV2_RUNNER = f"{_GPU}.model_runner:GPUModelRunner"
+MRV2_CALLED: Dict[str, Tuple[str, ...]] = {
+    **{t: e for t, e in CALLED.items() if t.startswith((_CORE, "vllm.v1.executor",
+                                                       "vllm.v1.worker.gpu_worker"))},
+    f"{_MRV2_RUNNER}.__init__": ("self", "vllm_config", "device"),
+    f"{_MRV2_RUNNER}.initialize_kv_cache": ("self", "kv_cache_config"),
+    f"{_MRV2_RUNNER}.execute_model": ("self", "scheduler_output"),
+    f"{_GPU}.spec_decode.utils:DraftTokensHandler.set_draft_tokens":
+        ("self", "input_batch", "draft_tokens"),
+    f"{_GPU}.buffer_utils:UvaBuffer.__init__": ("self", "size", "dtype"),
+    "vllm.v1.structured_output.backend_types:StructuredOutputBackend.compile_grammar":
+        ("self", "request_type", "grammar_spec"),
+}
+MRV2_SCENARIOS = ("vllm-mrv2", "vllm-mrv2-draft-tokens", "vllm-mrv2-uva-pool")
+
 # What a scenario's code is, per release: scenario -> (what the release lacks without
 # it, the code that has it). A release without it: the scenario is "not applicable".
 SCENARIO_CODE: Dict[str, Tuple[str, str]] = {
@@ -92,6 +124,10 @@ SCENARIO_CODE: Dict[str, Tuple[str, str]] = {
     "vllm-input-prep": ("V1 model runner's input-prep fence (GPUModelRunner."
                         "synchronize_input_prep)",
                         f"{_RUNNER}:GPUModelRunner.synchronize_input_prep"),
+    "vllm-v1-draft-copy": ("V1 model runner's draft-token host copy (vllm/v1/worker/"
+                           "gpu_model_runner.py; from 0.34.0 only Model Runner V2 ships, "
+                           "which writes no zeros on the host)",
+                           f"{_RUNNER}:GPUModelRunner._copy_draft_token_ids_to_cpu"),
     "vllm-draft-tokens": ("Model Runner V2 draft-token handler (vllm/v1/worker/gpu/"
                           "spec_decode/utils.py: DraftTokensHandler)",
                           "vllm.v1.worker.gpu.spec_decode.utils:"
@@ -120,6 +156,7 @@ class Verdict:
     changed: List[str] = field(default_factory=list)
     engine: List[str] = field(default_factory=list)  # the problems the V1 engine has
     slices: List[str] = field(default_factory=list)  # the problems the slices have
+    mrv2: List[str] = field(default_factory=list)  # the problems Model Runner V2 has
 
     @property
     def ok(self) -> bool:
@@ -198,7 +235,8 @@ def _launches(root: str, module: str, name: str) -> bool:
 def driven_modules(root: str) -> List[str]:
     """The driven modules of the release at ``root``: those of every release, and the
     later ones where it has them (so earlier releases' digests stay what they were)."""
-    return list(DRIVEN_MODULES) + [m for m in LATER_DRIVEN_MODULES + SLICE_MODULES
+    later = LATER_DRIVEN_MODULES + SLICE_MODULES + MRV2_MODULES
+    return list(DRIVEN_MODULES) + [m for m in dict.fromkeys(later)
                                    if os.path.exists(static.module_path(root, m))]
 
 
@@ -215,20 +253,100 @@ def evaluate(version: str, root: Optional[str]) -> Verdict:
     if root is None:
         return Verdict(version, "unsupported", problems + ["vllm's source cannot be found"])
     engine: List[str] = []
+    mrv2 = _guarded(check_mrv2, root)
     if static.find(root, f"{_RUNNER}:GPUModelRunner")[0] is None:
         engine.append("vllm.v1.worker.gpu_model_runner.GPUModelRunner is missing (this "
-                      "release ships Model Runner V2 only, which the target does not "
-                      "drive yet)")
+                      "release ships Model Runner V2 only" + (
+                          f", which the target cannot drive here: {mrv2[0]})" if mrv2
+                          else "; the target drives it: " + ", ".join(MRV2_SCENARIOS) + ")"))
     else:
-        try:
-            engine += check_api(root)
-        except (RecursionError, MemoryError) as exc:
-            engine.append(f"the contract could not read the source to the end "
-                          f"({type(exc).__name__})")
-    problems += engine
+        engine += _guarded(check_api, root)
+    # One engine driven is enough to run: the other's scenarios are refused when their
+    # engine is built (path_problem), each with its first problem named
+    problems += engine if mrv2 else []
     digest, changed = tiers.driven_files(root, driven_modules(root))
     return Verdict(version, tiers.release_tier(version, problems, digest, changed, VERIFIED),
-                   problems, digest, changed, engine, check_slices(root))
+                   problems, digest, changed, engine, check_slices(root), mrv2)
+
+
+def _guarded(check, root: str) -> List[str]:
+    try:
+        return check(root)
+    except (RecursionError, MemoryError) as exc:
+        return [f"the contract could not read the source to the end ({type(exc).__name__})"]
+
+
+def check_mrv2(root: str) -> List[str]:
+    """What Model Runner V2 driven whole needs of the release at ``root``: the functions
+    it calls with their parameters, the compiled op it stands in for, and each Triton
+    kernel the driven modules launch -- defined where ``table`` says, with a stand-in
+    that takes exactly its parameters (``table.choose``), or listed as never launched on
+    the path (``table.NOT_LAUNCHED``)."""
+    if static.find(root, _MRV2_RUNNER)[0] is None:
+        return [f"{_MRV2_RUNNER.replace(':', '.')} is missing (no Model Runner V2)"]
+    problems = _params_problems(root, MRV2_CALLED)
+    module, op = f"{_GPU}.buffer_utils", "get_accelerator_view_from_cpu_tensor"
+    if not static.has_module_attribute(root, module, op):
+        problems.append(f"{module} no longer names {op} (specrace's UVA view is bound "
+                        f"there)")
+    bound = set()
+    for module, name, fns in mrv2_table.KERNELS:
+        got, _ = static.params(root, f"{module}:{name}")
+        if got is None:
+            continue  # not in this release: bound only where defined
+        bound.add((module, name))
+        if mrv2_table.choose(fns, got) is None:
+            problems.append(f"the kernel {module}.{name}{got} is not what any of "
+                            f"specrace's stand-ins for it takes")
+    for module in mrv2_table.DRIVEN_MODULES:
+        for defined, name in mrv2_table.launched(root, module):
+            if (defined, name) not in bound and (defined, name) not in \
+                    mrv2_table.NOT_LAUNCHED:
+                problems.append(f"{module} launches the kernel {defined}.{name}, for "
+                                f"which specrace has no stand-in")
+    return problems
+
+
+def scenario_problems(verdict: Verdict, scenario: str) -> List[str]:
+    """What stops ``scenario`` on a release: the version's own problems, then those of
+    the code it drives -- its slice, Model Runner V2, or the V1 engine (a release may
+    drive one and not another: 0.34.0 ships MRv2 only, 0.16.0's MRv2 kernels differ)."""
+    own = (verdict.slices if scenario in SLICE_SCENARIOS else
+           verdict.mrv2 if scenario in MRV2_SCENARIOS else verdict.engine)
+    return check_version(verdict.version) + own
+
+
+def path_problem(v2: bool) -> str:
+    """Why the installed release's V1 engine (``v2`` False) or Model Runner V2 cannot be
+    driven ("" when it can): its first problem, read from source once per process."""
+    verdict = _installed_verdict()
+    problems = verdict.mrv2 if v2 else verdict.engine
+    return problems[0] if problems else ""
+
+
+def refuse_undriven(v2: bool) -> None:
+    """Raise ``TargetError`` naming why the engine a run asks for (the V1 runner, or Model
+    Runner V2) is not driven in the installed release: a release may run one and not
+    the other (0.34.0 ships MRv2 only; 0.16.0's MRv2 kernels differ), and the other's
+    scenarios stop before anything is bound or built, the problem named, instead of
+    crashing half-way through a run."""
+    problem = path_problem(v2)
+    if problem:
+        from harness.target import TargetError
+        what = "Model Runner V2" if v2 else "V1 engine"
+        raise TargetError(f"--target vllm: vllm {installed_version()}'s {what} is not "
+                          f"driven: {problem}")
+
+
+_VERDICTS: Dict[str, Verdict] = {}
+
+
+def _installed_verdict() -> Verdict:
+    version, root = installed_version(), static.package_root("vllm")
+    key = f"{version}@{root}"
+    if key not in _VERDICTS:
+        _VERDICTS[key] = evaluate(version, root)
+    return _VERDICTS[key]
 
 
 def check_slices(root: str) -> List[str]:

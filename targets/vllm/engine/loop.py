@@ -77,8 +77,11 @@ def engine_config(args):
             raise ValueError("Model Runner V2 runs the dense toy model (hybrid=False)")
         from targets.vllm.mrv2.model import CONFIG as EAGLE_CONFIG
         method, drafter = "eagle", EAGLE_CONFIG
+    model = os.path.join(CONFIGS, "target" if args.hybrid else "target-dense")
+    if args.vllm_runner == "v2":  # the dense toy model as MRv2's loaders read it
+        from targets.vllm.mrv2.model import TARGET_CONFIG as model
     return EngineArgs(
-        model=os.path.join(CONFIGS, "target" if args.hybrid else "target-dense"),
+        model=model,
         skip_tokenizer_init=True,
         load_format="dummy", dtype="float32", seed=0,
         speculative_config=None if drafts < 1 else {
@@ -88,7 +91,8 @@ def engine_config(args):
         max_num_batched_tokens=MAX_MODEL_LEN, block_size=BLOCK_SIZE,
         num_gpu_blocks_override=KV_BLOCKS, enable_prefix_caching=False,
         distributed_executor_backend="uni",
-        worker_cls="targets.vllm.engine.worker.SpecraceWorker",
+        worker_cls=("targets.vllm.mrv2.worker.SpecraceWorkerV2" if args.vllm_runner == "v2"
+                    else "targets.vllm.engine.worker.SpecraceWorker"),
         disable_log_stats=True,
     ).create_engine_config()
 
@@ -98,6 +102,8 @@ class VllmEngine:
         from vllm.v1.engine.core import EngineCore
         from targets.vllm.engine.worker import executor_class
         from targets.vllm.mrv2.runner import selected
+        from targets.vllm.boundary.contract import refuse_undriven
+        refuse_undriven(args.vllm_runner == "v2")  # the engine asked for is driven here
         self.args = args
         self.config = engine_config(args)
         with selected(args.vllm_runner == "v2"):  # the runner: V1, or Model Runner V2
@@ -152,6 +158,12 @@ class VllmEngine:
             self.step()
 
     def close(self) -> None:
+        probe = getattr(self.runner, "_specrace_probe", None)  # Model Runner V2's
+        try:
+            if probe is not None:
+                probe.close("trial" if self.args.overlap else "reference")
+        except Exception:  # a run that failed mid-step: its error is the verdict
+            pass
         try:
             self.core.shutdown()
         except Exception:  # a run that failed mid-step: its error is the verdict, not this

@@ -27,20 +27,15 @@ class VllmEnvironments(LineEnvironments):
 
     def not_driven(self, version: str, scenario: str) -> str:
         """The release has the scenario's code, but the contract refuses what the target
-        would have to call or stand in for there (0.33.0 launches its Triton kernels
-        through wrappers the target cannot bind yet): its first problem, read from source."""
+        would have to call or stand in for there (0.33.0's V1 runner, 0.16.0's Model
+        Runner V2 kernels): the first problem of the code the scenario drives, read from
+        source."""
         root = self.line.release_root(version)
         if root is None or contract.not_applicable(root, scenario):
             return ""
-        verdict = contract.evaluate(version, root)
-        if scenario in contract.SLICE_SCENARIOS:
-            if verdict.slices:
-                return (f"the release has the code; specrace's vLLM slice cannot drive "
-                        f"it: {verdict.slices[0]}")
-            if verdict.ok or verdict.slices_only:
-                return ""
-        elif verdict.ok:
+        problems = contract.scenario_problems(contract.evaluate(version, root), scenario)
+        if not problems:
             return ""
-        more = len(verdict.problems) - 1
+        more = len(problems) - 1
         return (f"the release has the code; specrace's vLLM target cannot drive it yet: "
-                f"{verdict.problems[0]}" + (f" (+{more} more)" if more > 0 else ""))
+                f"{problems[0]}" + (f" (+{more} more)" if more > 0 else ""))

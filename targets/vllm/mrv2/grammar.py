@@ -35,13 +35,18 @@ from impl.model import successor
 from impl.vocab import EOS_ID
 
 SPEC_PREFIX = "specrace-successor-of "
+BACKEND_NAME = "specrace-successor"
 
 
 def params_for(prompt: List[int]):
     """A request's structured-output parameters: the toy grammar from its last prompt
     token (carried in the grammar spec the manager hands the backend)."""
     from vllm.sampling_params import StructuredOutputsParams
-    return StructuredOutputsParams(grammar=f"{SPEC_PREFIX}{prompt[-1]}")
+    params = StructuredOutputsParams(grammar=f"{SPEC_PREFIX}{prompt[-1]}")
+    # the backend the request resolves to, as vLLM's input processor records it (the
+    # engine is driven below that processor); 0.34.0's manager asserts one is named
+    params._backend = BACKEND_NAME
+    return params
 
 
 def _classes():
@@ -89,7 +94,9 @@ def _classes():
             del self.tokens[1:]
 
     class SuccessorBackend(StructuredOutputBackend):
-        def compile_grammar(self, request_type, grammar_spec: str):
+        def compile_grammar(self, request_type, grammar_spec: str, stop_token_ids=None):
+            # (0.34.0 passes the request's stop tokens too: the toy grammar ends at
+            # EOS, the one stop token the target's requests have)
             if not grammar_spec.startswith(SPEC_PREFIX):
                 raise ValueError(f"the toy grammar backend compiles its own specs only, "
                                  f"not {grammar_spec[:60]!r}")
@@ -126,4 +133,6 @@ def install(manager, vllm_config) -> None:
     backend = _classes()
     manager.backend = backend(vllm_config, tokenizer=None,
                               vocab_size=vllm_config.model_config.get_vocab_size())
+    if hasattr(manager, "backend_name"):  # 0.34.0: one backend per engine, by name
+        manager.backend_name = BACKEND_NAME
     manager.executor = _AtSubmission()

@@ -13,6 +13,9 @@ upstream's, unmodified. The subclass adds, and changes nothing it calls:
 * the draft-token copy's stall point (``vllm.before_draft_copy``) on the handler's copy
   stream right before upstream's ``set_draft_tokens`` queues its copy there (a copy
   engine busy with earlier transfers), as the slice (``slices/draft_tokens.py``) does;
+* the drafter's stall point (``vllm.before_propose``) on the main stream as the
+  speculator's ``propose`` starts -- after the step's output copy event -- and a probe
+  of the sampling inputs the drafter copies (``probe``: recorded, never acted on);
 * after upstream's ``initialize_kv_cache``, which tensors each of the block tables'
   pointer tables holds (``kernels.register_pointer_table``: the stand-ins cannot follow
   raw device addresses).
@@ -33,6 +36,7 @@ import torch
 
 from seams.faults import fault_point
 from targets.vllm.mrv2.kernels import register_pointer_table
+from targets.vllm.mrv2.probe import wrap_propose
 
 _BUILT: dict = {}
 
@@ -56,14 +60,16 @@ def runner_class():
                 upstream(input_batch, draft_tokens)
 
             handler.set_draft_tokens = set_draft_tokens
+            # the main stream's stall point after the output copy event, before the
+            # drafter (vllm.before_propose), and the drafter's sampling inputs recorded
+            wrap_propose(self, fault_point)
 
-        def initialize_kv_cache(self, kv_cache_config) -> None:
-            GPUModelRunner.initialize_kv_cache(self, kv_cache_config)
-            tables = self.block_tables
-            register_pointer_table(tables.block_table_ptrs,
-                                   [t.gpu for t in tables.block_tables])
-            register_pointer_table(tables.input_block_table_ptrs,
-                                   tables.input_block_tables)
+        def initialize_kv_cache(self, kv_cache_config, *args: Any, **kwargs: Any) -> None:
+            GPUModelRunner.initialize_kv_cache(self, kv_cache_config, *args, **kwargs)
+            register_block_tables(self.block_tables)
+            # a drafter with block tables of its own (0.34.0's speculators hold the
+            # target's, or their own)
+            register_block_tables(getattr(self.speculator, "block_tables", None))
 
         def execute_model(self, scheduler_output, *args: Any, **kwargs: Any):
             if not kwargs.get("dummy_run", False):
@@ -83,6 +89,14 @@ def streams(runner) -> dict:
     return {"output copy": getattr(runner, "output_copy_stream", None),
             "draft copy": getattr(handler, "copy_stream", None),
             "grammar copy": getattr(grammar, "copy_stream", None)}
+
+
+def register_block_tables(tables) -> None:
+    """Which tensors a ``BlockTables``' pointer tables hold (``kernels._deref``)."""
+    if tables is None:
+        return
+    register_pointer_table(tables.block_table_ptrs, [t.gpu for t in tables.block_tables])
+    register_pointer_table(tables.input_block_table_ptrs, tables.input_block_tables)
 
 
 ENV = "VLLM_USE_V2_MODEL_RUNNER"

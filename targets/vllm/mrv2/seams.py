@@ -1,14 +1,25 @@
 """Where Model Runner V2's Triton kernels and its one compiled op are replaced for a run.
 
-MRv2 launches each kernel as ``name[grid](...)`` through a module-level name of the
-module that defines it (0.17.0 has no kernel-override seam of its own), so, as for the
-V1 path (``targets/vllm/engine/kernels.py``), each stand-in is bound under that name for
-the run and the original put back after. ``MRV2_KERNEL_SEAMS`` lists every kernel the
-driven path launches -- greedy sampling, EAGLE spec decode, async scheduling, structured
-outputs -- with its launching module; the kernels it does not launch (temperature,
-penalties, logit bias, bad words, min-p, logprobs, M-RoPE, pooling, context parallel)
-are left unbound, so reaching one fails loudly (a ``@triton.jit`` function without
-Triton is a plain function: ``'function' object is not subscriptable``).
+MRv2 launches each kernel as ``name[grid](...)`` through a module-level name. Which
+kernels the path launches, and the stand-in for each per release, is ``table``
+(``KERNELS``); each is bound only where the release defines it, with the stand-in whose
+parameters are the kernel's. How it is bound depends on the release:
+
+* with vLLM's own kernel-override seam (``vllm/triton_utils/dispatcher.py``:
+  ``register_kernels``, what a platform's ``register_triton_kernel_overrides`` calls)
+  where it hands the implementation the launch's grid (0.34.0; ``_dispatcher_passes_
+  grid``: 0.33.0's does not), through it: it replaces the defining module's name and every ``from ... import``
+  copy. Its registrations are for the process (it has no undo), so each kernel is
+  registered once, as a switch that runs the stand-in while ``installed()`` is active
+  and raises outside it;
+* without it (0.17.0 has none; 0.33.0's drops the grid), the name is rebound in the defining module and in every
+  vLLM module holding the same kernel object, and put back after the run.
+
+Either way, a ``@triton.jit`` kernel of a driven module (``table.DRIVEN_MODULES``) that
+no stand-in covers is bound for the run to ``_Missing``, which raises naming it: a
+kernel the path reaches without a stand-in fails loudly, never silently (without Triton
+vLLM's placeholder leaves a kernel a plain function, ``'function' object is not
+subscriptable`` at best).
 
 The compiled op: ``UvaBuffer`` maps pinned host memory into the device's address space
 with ``get_accelerator_view_from_cpu_tensor`` (``torch.ops._C.get_cuda_view_from_cpu_
@@ -21,40 +32,21 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import Callable, Dict, Iterator, Tuple
+import importlib.util
+import logging
+import sys
+import warnings
+from typing import Callable, Dict, Iterator, List, Tuple
 
 import torch
 
 from targets.vllm.engine.kernels import GridKernel, _next_power_of_2
-from targets.vllm.mrv2 import kernels as K
-from targets.vllm.mrv2 import spec_kernels as S
-
-_GPU = "vllm.v1.worker.gpu"
-_BATCH = f"{_GPU}.input_batch"
-_EAGLE = f"{_GPU}.spec_decode.eagle.speculator"
-
-# kernel name -> (its stand-in, the module that defines and launches it)
-MRV2_KERNEL_SEAMS: Dict[str, Tuple[Callable, str]] = {
-    "_apply_write_kernel": (K.apply_write, f"{_GPU}.buffer_utils"),
-    "_prepare_prefill_inputs_kernel": (K.prepare_prefill_inputs, _BATCH),
-    "_prepare_pos_seq_lens_kernel": (K.prepare_pos_seq_lens, _BATCH),
-    "_combine_sampled_and_draft_tokens_kernel": (K.combine_sampled_and_draft_tokens,
-                                                 _BATCH),
-    "_get_num_sampled_and_rejected_kernel": (K.get_num_sampled_and_rejected, _BATCH),
-    "_post_update_kernel": (K.post_update, _BATCH),
-    "_expand_idx_mapping_kernel": (K.expand_idx_mapping, _BATCH),
-    "_gather_block_tables_kernel": (K.gather_block_tables, f"{_GPU}.block_table"),
-    "_compute_slot_mappings_kernel": (K.compute_slot_mappings, f"{_GPU}.block_table"),
-    "_gumbel_sample_kernel": (S.gumbel_sample, f"{_GPU}.sample.gumbel"),
-    "_rejection_sample_kernel": (S.rejection_sample, f"{_GPU}.spec_decode.rejection_sample"),
-    "_prepare_eagle_inputs_kernel": (S.prepare_eagle_inputs, _EAGLE),
-    "_prepare_eagle_docode_kernel": (S.prepare_eagle_decode, _EAGLE),  # (sic) upstream
-    "_update_eagle_inputs_kernel": (S.update_eagle_inputs, _EAGLE),
-    "_apply_grammar_bitmask_kernel": (S.apply_grammar_bitmask, f"{_GPU}.structured_outputs"),
-}
+from targets.vllm.mrv2 import table
+from targets.vllm.mrv2.table import MRV2_KERNEL_SEAMS  # noqa: F401  (0.17.0's table)
 
 # the compiled op's name in the module that calls it
-UVA_SEAM = (f"{_GPU}.buffer_utils", "get_accelerator_view_from_cpu_tensor")
+UVA_SEAM = (f"{table._GPU}.buffer_utils", "get_accelerator_view_from_cpu_tensor")
+DISPATCHER = "vllm.triton_utils.dispatcher"
 
 
 def uva_view(cpu_tensor: torch.Tensor) -> torch.Tensor:
@@ -83,8 +75,130 @@ class _Launch(GridKernel):
             *args, **{k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS})
 
 
+class _Missing:
+    """A driven module's kernel no stand-in covers: launching it is an error."""
+
+    def __init__(self, qualname: str) -> None:
+        self.qualname = qualname
+
+    def __getitem__(self, grid):
+        raise NotImplementedError(f"{self.qualname} was launched, and specrace has no "
+                                  f"stand-in for it (targets/vllm/mrv2/table.py)")
+
+
+_ACTIVE = [0]  # how many installed() blocks are open (the dispatcher's switches)
+_REGISTERED: Dict[str, "_Switch"] = {}  # dispatcher registrations of this process
+
+
+class _Switch:
+    """A kernel registered with vLLM's dispatcher: the stand-in while a run is on."""
+
+    def __init__(self, qualname: str, launch: _Launch) -> None:
+        self.qualname, self.launch = qualname, launch
+
+    def __getitem__(self, grid):
+        if not _ACTIVE[0]:
+            raise RuntimeError(f"{self.qualname} launched outside a specrace run (its "
+                               f"stand-in is registered for runs only)")
+        return self.launch[grid]
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def bindings() -> List[Tuple[str, str, Callable]]:
+    """(module, kernel, stand-in) for each kernel of ``table.KERNELS`` the installed
+    release defines (importing its module); a kernel no stand-in takes is an error."""
+    out = []
+    for module, name, fns in table.KERNELS:
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue  # not in this release
+        if not hasattr(mod, name):
+            continue
+        params = table.kernel_params(getattr(mod, name))
+        fn = table.choose(fns, params)
+        if fn is None:
+            raise LookupError(f"{module}.{name}{params}: no stand-in of specrace's takes "
+                              f"these parameters")
+        out.append((module, name, fn))
+    return out
+
+
+def _rebind(original, replacement, saved: list) -> None:
+    """Every vLLM module attribute that is ``original``, bound to ``replacement``."""
+    for modname, mod in list(sys.modules.items()):
+        if not modname.startswith("vllm") or mod is None:
+            continue
+        for attr, value in list(getattr(mod, "__dict__", {}).items()):
+            if value is original:
+                saved.append((mod, attr, value))
+                setattr(mod, attr, replacement)
+
+
+def _register(binds: List[Tuple[str, str, Callable]]) -> None:
+    """The kernels with vLLM's dispatcher, once per process."""
+    from vllm.triton_utils.dispatcher import register_kernels
+    new = {}
+    for module, name, fn in binds:
+        key = f"{module}.{name}"
+        if key not in _REGISTERED:
+            _REGISTERED[key] = new[key] = _Switch(key, _Launch(name, fn))
+    if new:
+        # its scan reads every module's attributes: quiet the deprecation warnings and
+        # torch's "Triton not available" note that touching some of them raises
+        with warnings.catch_warnings(), _quiet("torch._library.triton"):
+            warnings.simplefilter("ignore")
+            register_kernels(new)
+
+
+@contextlib.contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    log = logging.getLogger(logger)
+    before = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(before)
+
+
+def _dispatcher_passes_grid() -> bool:
+    """Does the release's kernel-override seam hand an implementation the launch's grid
+    (0.34.0: an implementation with ``__getitem__`` gets ``[grid]``)? 0.33.0's calls it
+    with the launch arguments alone, and the stand-ins need the grid (it is how many
+    programs run): there the names are rebound as where there is no seam."""
+    if importlib.util.find_spec(DISPATCHER) is None:
+        return False
+    from vllm.triton_utils.dispatcher import KernelOverride
+
+    def kernel(x):  # a kernel as vLLM's Triton placeholder leaves it: a plain function
+        return x
+
+    class Launcher:
+        def __getitem__(self, grid):
+            return grid
+
+    try:
+        return KernelOverride(kernel, Launcher())[(3,)] == (3,)
+    except Exception:  # its constructor or launch refuses such an implementation
+        return False
+
+
+def _unbound(bound: set) -> List[Tuple[str, str]]:
+    """(module, kernel) of each ``@triton.jit`` function of a driven module that no
+    stand-in covers (read from the module's source)."""
+    out = []
+    for module in table.DRIVEN_MODULES:
+        mod = sys.modules.get(module)
+        if mod is None or not getattr(mod, "__file__", None):
+            continue
+        for name in table.jit_functions(mod.__file__):
+            if (module, name) not in bound:
+                out.append((module, name))
+    return out
 
 
 @contextlib.contextmanager
@@ -93,13 +207,28 @@ def installed() -> Iterator[None]:
     ``next_power_of_2`` (MRv2 sizes grids with them on the host) given to vLLM's Triton
     placeholder where Triton is absent."""
     import vllm.triton_utils as triton_utils
-    saved = []
-    for name, (fn, module) in MRV2_KERNEL_SEAMS.items():
-        mod = importlib.import_module(module)
-        if not hasattr(mod, name):
-            raise LookupError(f"{module} no longer defines the kernel {name}")
+    from targets.vllm.boundary.contract import refuse_undriven
+    refuse_undriven(True)  # a release whose MRv2 the contract refuses: named, not bound
+    with _quiet("torch._library.triton"):  # (a module's op registration asks for Triton)
+        for module in table.DRIVEN_MODULES:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                pass  # not in this release
+    binds = bindings()
+    saved: list = []
+    use_dispatcher = _dispatcher_passes_grid()
+    if use_dispatcher:
+        _register(binds)
+    else:
+        for module, name, fn in binds:
+            mod = sys.modules[module]
+            _rebind(getattr(mod, name), _Launch(name, fn), saved)
+    bound = {(m, n) for m, n, _ in binds}
+    for module, name in _unbound(bound):
+        mod = sys.modules[module]
         saved.append((mod, name, getattr(mod, name)))
-        setattr(mod, name, _Launch(name, fn))
+        setattr(mod, name, _Missing(f"{module}.{name}"))
     mod = importlib.import_module(UVA_SEAM[0])
     saved.append((mod, UVA_SEAM[1], getattr(mod, UVA_SEAM[1])))
     setattr(mod, UVA_SEAM[1], uva_view)
@@ -108,9 +237,11 @@ def installed() -> Iterator[None]:
              if not hasattr(triton, n)]
     for n in added:
         setattr(triton, n, {"cdiv": _cdiv, "next_power_of_2": _next_power_of_2}[n])
+    _ACTIVE[0] += 1
     try:
         yield
     finally:
+        _ACTIVE[0] -= 1
         for mod, name, before in reversed(saved):
             setattr(mod, name, before)
         for n in added:

@@ -1,0 +1,124 @@
+"""Upstream's worker for Model Runner V2 runs, with only its CUDA start-up replaced.
+
+``SpecraceWorkerV2`` is ``vllm.v1.worker.gpu_worker.Worker`` -- ``execute_model``,
+``sample_tokens``, ``take_draft_token_ids``, ``load_model``, ``get_kv_cache_spec``,
+``initialize_from_config`` and ``initialize_cache`` are upstream's -- whose runner is
+``runner.runner_class()`` (upstream's MRv2 ``GPUModelRunner`` with the stall points).
+What it replaces is what the V1 path's worker replaces (``engine/worker.py``), written
+without that module's import of the V1 runner, which 0.34.0 no longer ships:
+
+* ``init_device``: the same distributed set-up on gloo (one rank), the seed, the
+  workspace, then the runner -- through upstream's ``_init_workspace_and_model_runner``
+  and its ``_make_model_runner`` hook where the release has them (0.34.0), as 0.17.0's
+  ``init_device`` builds it otherwise; no CUDA device, NCCL or memory snapshot;
+* ``determine_available_memory`` (a fixed KV budget), ``compile_or_warm_up_model`` (no
+  dummy runs, no Triton JIT warm-up, no graph capture) and
+  ``_maybe_get_memory_pool_context`` (no sleep-mode pool), as the V1 path's;
+* 0.34.0's loader, runner and worker call ``torch.accelerator``'s ``empty_cache`` and
+  ``synchronize``, which the simulated device has no allocator hooks for: on the
+  simulator ``load_model`` and ``shutdown`` run with them standing for nothing (no
+  cache to empty) and for ``torch.cuda.synchronize`` (the simulator's);
+* 0.34.0's ``Worker.__init__`` refuses to build without Triton ("vLLM's model runner
+  requires Triton"): the runner's Triton kernels run as the stand-ins
+  (``seams``), so the check is answered for the construction alone.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+
+from targets.vllm.engine.worker import KV_BUDGET_BYTES
+
+
+@contextlib.contextmanager
+def _accelerator_on_sim(device) -> Iterator[None]:
+    """``torch.accelerator.empty_cache`` / ``synchronize`` for a simulated device."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is None or getattr(device, "type", "cuda") == "cuda":
+        yield
+        return
+    saved = {n: getattr(acc, n) for n in ("empty_cache", "synchronize") if hasattr(acc, n)}
+    acc.empty_cache = lambda *a, **k: None
+    acc.synchronize = lambda *a, **k: torch.cuda.synchronize()
+    try:
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(acc, n, fn)
+
+
+def worker_class():
+    import vllm.v1.worker.gpu_worker as gpu_worker
+    from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+    from vllm.v1.worker.workspace import init_workspace_manager
+    try:
+        from vllm.v1.worker.gpu_worker import set_random_seed
+    except ImportError:  # a release that imports it from elsewhere
+        from vllm.utils.torch_utils import set_random_seed
+    from targets.vllm.mrv2.runner import runner_class
+
+    class SpecraceWorkerV2(Worker):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            before = getattr(gpu_worker, "HAS_TRITON", None)
+            if before is not None:  # the stand-ins are the Triton kernels here
+                gpu_worker.HAS_TRITON = True
+            try:
+                Worker.__init__(self, *args, **kwargs)
+            finally:
+                if before is not None:
+                    gpu_worker.HAS_TRITON = before
+
+        def init_device(self) -> None:
+            self.device = self.device_config.device
+            if self.device.type == "cuda":  # as upstream's: the rank's own card
+                self.device = torch.device(f"cuda:{self.local_rank}")
+                torch.cuda.set_device(self.device)
+            init_worker_distributed_environment(self.vllm_config, self.rank,
+                                                self.distributed_init_method,
+                                                self.local_rank, "gloo")
+            set_random_seed(self.model_config.seed)
+            if hasattr(Worker, "_init_workspace_and_model_runner"):  # 0.34.0
+                self._init_workspace_and_model_runner()
+                return
+            init_workspace_manager(self.device, 1)
+            self.model_runner = runner_class()(self.vllm_config, self.device)
+
+        def load_model(self, *args: Any, **kwargs: Any) -> None:
+            with _accelerator_on_sim(self.device):
+                return Worker.load_model(self, *args, **kwargs)
+
+        def shutdown(self) -> None:
+            with _accelerator_on_sim(getattr(self, "device", None)):
+                return Worker.shutdown(self)
+
+        def _make_model_runner(self):
+            return runner_class()(self.vllm_config, self.device)
+
+        def determine_available_memory(self) -> int:
+            return KV_BUDGET_BYTES
+
+        def compile_or_warm_up_model(self):
+            try:
+                from vllm.v1.worker.worker_base import CompilationTimes
+            except ImportError:
+                return 0.0
+            return CompilationTimes(language_model=0.0, encoder=0.0)
+
+        def _maybe_get_memory_pool_context(self, tag: str):
+            return contextlib.nullcontext()
+
+    return SpecraceWorkerV2
+
+
+_BUILT: dict = {}
+
+
+def __getattr__(name: str):
+    """``SpecraceWorkerV2`` by qualified name, as vLLM's ``worker_cls`` resolves it."""
+    if name == "SpecraceWorkerV2":
+        if name not in _BUILT:
+            _BUILT[name] = worker_class()
+        return _BUILT[name]
+    raise AttributeError(name)
