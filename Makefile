@@ -94,7 +94,7 @@ vllm-gate: setup
 	$(VPY) repro vllm-v1-draft-copy --target vllm --trials 2 --expect race --no-report
 	$(VPY) repro vllm-v1-draft-copy --target vllm --variant fixed-seq-lens --trials 2 --expect clean --no-report
 	$(VPY) matrix --target vllm --backend sim
-	".releases/vllm/$$VLLM_GATE/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/upstream/test_vllm_machine.py
+	".releases/vllm/$$VLLM_GATE/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/upstream/test_vllm_machine.py tests/upstream/test_vllm_mrv2_releases.py
 
 # The release gate, on every release from the first with the NGRAM relay slice to the
 # newest (`make upstream-releases` sets them all up; CI does): each as shipped (its own

@@ -17,7 +17,7 @@ difference without changing the schedule:
 
 ``drafter_input_mismatches`` keeps every difference of the process's runs (request id,
 the step's index, the row, staged value, read value): the S1 scenario's value-level
-evidence, read by ``tests/upstream/test_vllm_mrv2_releases_s1.py``. A greedy request's
+evidence, read by ``tests/upstream/test_vllm_mrv2_releases.py`` (``test_s1_...``). A greedy request's
 tokens do not depend on these rows (greedy drafting reads neither), so a difference
 shows here, not in the tokens.
 """
