@@ -27,6 +27,28 @@ from harness.runtime.cuda.dispatch import CaptureMode
 from harness.runtime.device_names import answered, generic_names
 
 
+def mapped_view(host: torch.Tensor, device, capture=None) -> torch.Tensor:
+    """A CUDA tensor over ``host``'s pinned memory, zero-copy through
+    ``__cuda_array_interface__`` (what vLLM's ``get_cuda_view_from_cpu_tensor`` op does in
+    C++): kernels that take it read and write the host memory when they execute. With a
+    ``capture`` (a traced run) its accesses are recorded as the pinned buffer's."""
+    if not host.is_pinned():  # a device view of pageable memory would fault
+        raise ValueError("a UVA view needs pinned host memory (pin_memory=True)")
+    with torch._C.DisableTorchFunctionSubclass():
+        ptr, shape = host.data_ptr(), tuple(host.shape)
+        strides = tuple(x * host.element_size() for x in host.stride())
+        typestr = torch.empty(0, dtype=host.dtype).numpy().dtype.str
+
+    class _Mapped:
+        __cuda_array_interface__ = {"shape": shape, "typestr": typestr,
+                                    "data": (ptr, False), "strides": strides, "version": 2}
+
+    view = torch.as_tensor(_Mapped(), device=device)
+    if capture is not None:
+        capture.ptr_sid[view.untyped_storage().data_ptr()] = Runtime.pinned_sid(host)
+    return view
+
+
 def _raw_stream_fn(index: int) -> Callable[[], int]:
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     if raw is not None:
@@ -80,24 +102,9 @@ class CudaRuntime(Runtime):
 
     def uva_view(self, host: torch.Tensor) -> torch.Tensor:
         """Pinned memory is mapped into the device's address space under UVA, at the same
-        address: a CUDA tensor over the host pointer, made zero-copy through
-        ``__cuda_array_interface__`` (what vLLM's ``get_cuda_view_from_cpu_tensor`` op does
-        in C++). The capture knows its storage as the pinned buffer's (``Runtime.uva_view``)."""
-        sid = self.pinned_sid(host)
-        with torch._C.DisableTorchFunctionSubclass():
-            ptr, shape = host.data_ptr(), tuple(host.shape)
-            strides = tuple(x * host.element_size() for x in host.stride())
-            typestr = torch.empty(0, dtype=host.dtype).numpy().dtype.str
-
-        class _Mapped:
-            __cuda_array_interface__ = {"shape": shape, "typestr": typestr,
-                                        "data": (ptr, False), "strides": strides,
-                                        "version": 2}
-
-        view = torch.as_tensor(_Mapped(), device=self.device)
-        # its kernels' accesses are the pinned buffer's
-        self._cap.ptr_sid[view.untyped_storage().data_ptr()] = sid
-        return view
+        address (``mapped_view``); the capture knows its storage as the pinned buffer's
+        (``Runtime.uva_view``)."""
+        return mapped_view(host, self.device, self._cap)
 
     def loaded(self, load):
         from harness.runtime.cuda.load import cuda_load

@@ -50,16 +50,18 @@ DISPATCHER = "vllm.triton_utils.dispatcher"
 
 
 def uva_view(cpu_tensor: torch.Tensor) -> torch.Tensor:
-    """``cpu_tensor``'s pinned memory as a device tensor (what the compiled op makes)."""
+    """``cpu_tensor``'s pinned memory as a device tensor (what the compiled op makes): on
+    the simulator the runtime's UVA view; on CUDA the same zero-copy mapping the op makes,
+    its accesses recorded as the pinned buffer's in a traced run (not yet run on a GPU:
+    tools/gpu/NEXT.md)."""
     from seams.context import current
-    dev = current().sim_device
-    if dev is None:
-        # on CUDA the view needs the capture's storage map (CudaRuntime.uva_view); MRv2
-        # is driven on the simulator only so far
-        raise NotImplementedError("Model Runner V2's UVA buffers are driven on the "
-                                  "simulator only (targets/vllm/mrv2/seams.py)")
-    from harness.runtime.sim.runtime import SimRuntime
-    return SimRuntime(dev).uva_view(cpu_tensor)
+    ctx = current()
+    if ctx.sim_device is not None:
+        from harness.runtime.sim.runtime import SimRuntime
+        return SimRuntime(ctx.sim_device).uva_view(cpu_tensor)
+    from harness.runtime.cuda.runtime import mapped_view
+    return mapped_view(cpu_tensor, torch.device("cuda", torch.cuda.current_device()),
+                       ctx.cuda_capture)
 
 
 # Triton's launch options (how the GPU runs a kernel, not what it computes)
