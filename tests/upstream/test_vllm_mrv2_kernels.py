@@ -135,23 +135,29 @@ def test_prepare_pos_seq_lens_matches_the_kernel(batch, data):
     assert torch.equal(pos, want_pos) and torch.equal(seq_lens, want_lens)
 
 
+def combine_case(cu, data, width):
+    """A batch for ``_combine_sampled_and_draft_tokens_kernel``: each request's query
+    ends with its 1 + drafts logits slots. (idx, qsl, qsl tensor, seq_lens, prefill lens,
+    last sampled, drafts, input ids, logits indices)"""
+    reqs = len(cu) - 1
+    idx = torch.tensor(data.draw(st.permutations(range(MAX_REQS)))[:reqs], dtype=torch.int32)
+    qsl = [0]
+    for b in range(reqs):
+        qsl.append(qsl[-1] + int(cu[b + 1] - cu[b]) + data.draw(st.integers(0, 3)))
+    return (idx, qsl, torch.tensor(qsl, dtype=torch.int32), ints(data.draw, reqs, 1, 20),
+            ints(data.draw, MAX_REQS, 1, 20),
+            ints(data.draw, MAX_REQS, 0, 90, torch.int64).view(MAX_REQS, 1),
+            ints(data.draw, MAX_REQS * width, 0, 90, torch.int64).view(MAX_REQS, width),
+            ints(data.draw, 40, -9, -1), torch.full((int(cu[-1]),), -1, dtype=torch.int64))
+
+
 @SETTINGS
 @given(st.integers(1, 5).flatmap(lambda reqs: st.tuples(logit_layouts(reqs), st.data())))
 def test_combine_sampled_and_draft_tokens_matches_the_kernel(case):
     cu, data = case
     reqs, width = len(cu) - 1, 3
-    idx = torch.tensor(data.draw(st.permutations(range(MAX_REQS)))[:reqs], dtype=torch.int32)
-    # each request's query ends with its 1 + drafts logits slots
-    qsl = [0]
-    for b in range(reqs):
-        qsl.append(qsl[-1] + int(cu[b + 1] - cu[b]) + data.draw(st.integers(0, 3)))
-    qsl_t = torch.tensor(qsl, dtype=torch.int32)
-    seq_lens = ints(data.draw, reqs, 1, 20)
-    prefill = ints(data.draw, MAX_REQS, 1, 20)
-    last = ints(data.draw, MAX_REQS, 0, 90, torch.int64).view(MAX_REQS, 1)
-    drafts = ints(data.draw, MAX_REQS * width, 0, 90, torch.int64).view(MAX_REQS, width)
-    input_ids = ints(data.draw, 40, -9, -1)
-    logits_indices = torch.full((int(cu[-1]),), -1, dtype=torch.int64)
+    (idx, qsl, qsl_t, seq_lens, prefill, last, drafts, input_ids,
+     logits_indices) = combine_case(cu, data, width)
     want_ids, want_li = input_ids.clone(), logits_indices.clone()
     launch(K.combine_sampled_and_draft_tokens, (reqs,))(
         input_ids, idx, last, qsl_t, seq_lens, prefill, drafts, drafts.stride(0), cu,

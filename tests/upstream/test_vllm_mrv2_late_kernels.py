@@ -13,7 +13,8 @@ from hypothesis import given, strategies as st
 
 from targets.vllm.mrv2 import kernels_late as KL
 from tests.upstream.test_vllm_mrv2_kernels import (MAX_REQS, SETTINGS, _pointer_table,
-                                                   batches, ints, launch, logit_layouts)
+                                                   batches, combine_case, ints, launch,
+                                                   logit_layouts)
 
 
 def _idx_with_dummies(data, reqs):
@@ -105,17 +106,8 @@ def test_prepare_prefill_inputs_matches_the_kernel(batch, lookahead, data):
 def test_combine_sampled_and_draft_tokens_matches_the_kernel(case, new_sampled):
     cu, data = case
     reqs, width = len(cu) - 1, 4
-    idx = torch.tensor(data.draw(st.permutations(range(MAX_REQS)))[:reqs], dtype=torch.int32)
-    qsl = [0]
-    for b in range(reqs):
-        qsl.append(qsl[-1] + int(cu[b + 1] - cu[b]) + data.draw(st.integers(0, 3)))
-    qsl_t = torch.tensor(qsl, dtype=torch.int32)
-    seq_lens = ints(data.draw, reqs, 1, 20)
-    prefill = ints(data.draw, MAX_REQS, 1, 20)
-    last = ints(data.draw, MAX_REQS, 0, 90, torch.int64).view(MAX_REQS, 1)
-    drafts = ints(data.draw, MAX_REQS * width, 0, 90, torch.int64).view(MAX_REQS, width)
-    input_ids = ints(data.draw, 40, -9, -1)
-    logits_indices = torch.full((int(cu[-1]),), -1, dtype=torch.int64)
+    (idx, qsl, qsl_t, seq_lens, prefill, last, drafts, input_ids,
+     logits_indices) = combine_case(cu, data, width)
     want_ids, want_li = input_ids.clone(), logits_indices.clone()
     launch(KL.combine_sampled_and_draft_tokens, (reqs,))(
         input_ids, idx, last, qsl_t, seq_lens, prefill, drafts, drafts.stride(0), cu,

@@ -1,9 +1,9 @@
 """Upstream's worker and executor with only their CUDA start-up and their second thread
 replaced -- everything a step runs is vLLM's.
 
-* ``SpecraceWorker`` is ``vllm.v1.worker.gpu_worker.Worker`` (its runner the V1
-  ``GPUModelRunner``, or Model Runner V2 where upstream's ``VLLM_USE_V2_MODEL_RUNNER``
-  asks for it: ``targets/vllm/mrv2/runner.py``): ``execute_model``,
+* ``SpecraceWorker`` is ``vllm.v1.worker.gpu_worker.Worker`` with the V1
+  ``GPUModelRunner`` (Model Runner V2 runs get ``targets/vllm/mrv2/worker.py``'s, which
+  shares ``SimWorkerOverrides``): ``execute_model``,
   ``sample_tokens``, ``take_draft_token_ids``, ``load_model``, ``get_kv_cache_spec``,
   ``initialize_from_config`` and ``initialize_cache`` are upstream's. Replaced:
   ``init_device`` (CUDA device, NCCL, a memory snapshot: the same distributed set-up on
@@ -39,14 +39,49 @@ from seams.faults import fault_point, observe
 KV_BUDGET_BYTES = 8 << 20
 
 
+class SimWorkerOverrides:
+    """What both workers replace of upstream's ``Worker`` -- this module's for the V1
+    runner and Model Runner V2's (``targets/vllm/mrv2/worker.py``) -- mixed in before it:
+    the device start-up (``start_device``), the KV budget, the warm-up and the sleep-mode
+    pool (see the module's doc)."""
+
+    def start_device(self) -> None:
+        """The rank's device, the distributed set-up on gloo (one rank) and the seed, as
+        upstream's ``init_device`` makes them -- no NCCL, no memory snapshot."""
+        from vllm.v1.worker.gpu_worker import init_worker_distributed_environment
+        try:
+            from vllm.v1.worker.gpu_worker import set_random_seed
+        except ImportError:  # a release that imports it from elsewhere
+            from vllm.utils.torch_utils import set_random_seed
+        self.device = self.device_config.device
+        if self.device.type == "cuda":  # as upstream's: the rank's own card
+            self.device = torch.device(f"cuda:{self.local_rank}")
+            torch.cuda.set_device(self.device)
+        init_worker_distributed_environment(self.vllm_config, self.rank,
+                                            self.distributed_init_method,
+                                            self.local_rank, "gloo")
+        set_random_seed(self.model_config.seed)
+
+    def determine_available_memory(self) -> int:
+        return KV_BUDGET_BYTES
+
+    def compile_or_warm_up_model(self):
+        # no compile time, in the form the release reads: a float up to 0.19.0,
+        # ``CompilationTimes`` (language model, encoder) from 0.23.0
+        try:
+            from vllm.v1.worker.worker_base import CompilationTimes
+        except ImportError:
+            return 0.0
+        return CompilationTimes(language_model=0.0, encoder=0.0)
+
+    def _maybe_get_memory_pool_context(self, tag: str):
+        return contextlib.nullcontext()  # no sleep mode (see the module's doc)
+
+
 def worker_class():
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-    from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+    from vllm.v1.worker.gpu_worker import Worker
     from vllm.v1.worker.workspace import init_workspace_manager
-    try:
-        from vllm.v1.worker.gpu_worker import set_random_seed
-    except ImportError:  # a release that imports it from elsewhere
-        from vllm.utils.torch_utils import set_random_seed
 
     class SpecraceModelRunner(GPUModelRunner):
         def _init_device_properties(self) -> None:
@@ -77,39 +112,11 @@ def worker_class():
             fault_point("vllm.before_execute")
             return GPUModelRunner.execute_model(self, scheduler_output, *args, **kwargs)
 
-    class SpecraceWorker(Worker):
+    class SpecraceWorker(SimWorkerOverrides, Worker):
         def init_device(self) -> None:
-            self.device = self.device_config.device
-            if self.device.type == "cuda":  # as upstream's: the rank's own card
-                self.device = torch.device(f"cuda:{self.local_rank}")
-                torch.cuda.set_device(self.device)
-            init_worker_distributed_environment(self.vllm_config, self.rank,
-                                                self.distributed_init_method,
-                                                self.local_rank, "gloo")
-            set_random_seed(self.model_config.seed)
+            self.start_device()
             init_workspace_manager(self.device, 1)
-            if getattr(self, "use_v2_model_runner", False):
-                # upstream's own switch (VLLM_USE_V2_MODEL_RUNNER, read by Worker.__init__):
-                # Model Runner V2, as its init_device builds it (targets/vllm/mrv2/)
-                from targets.vllm.mrv2.runner import runner_class
-                self.model_runner = runner_class()(self.vllm_config, self.device)
-                return
             self.model_runner = SpecraceModelRunner(self.vllm_config, self.device)
-
-        def determine_available_memory(self) -> int:
-            return KV_BUDGET_BYTES
-
-        def compile_or_warm_up_model(self):
-            # no compile time, in the form the release reads: a float up to 0.19.0,
-            # ``CompilationTimes`` (language model, encoder) from 0.23.0
-            try:
-                from vllm.v1.worker.worker_base import CompilationTimes
-            except ImportError:
-                return 0.0
-            return CompilationTimes(language_model=0.0, encoder=0.0)
-
-        def _maybe_get_memory_pool_context(self, tag: str):
-            return contextlib.nullcontext()  # no sleep mode (see the module's doc)
 
     return SpecraceWorker
 

@@ -49,6 +49,18 @@ def _deref(ptrs: torch.Tensor) -> List[torch.Tensor]:
     return tensors
 
 
+def _count_sampled(bins: torch.Tensor, row: torch.Tensor, stride: int,
+                   sampled: torch.Tensor, valid: torch.Tensor) -> None:
+    """``output_bin_counts[row, token] += 1`` for each valid sampled token, with no
+    data-dependent shape: invalid entries are counted in a one-element overflow slot."""
+    flat = bins.view(-1)
+    at = (row[:, None] * stride + sampled.clamp(min=0)).reshape(-1)
+    where = torch.where(valid.reshape(-1), at, torch.full_like(at, flat.numel()))
+    ext = torch.cat([flat, flat.new_zeros(1)])
+    ext.scatter_add_(0, where, torch.ones_like(where, dtype=flat.dtype))
+    flat.copy_(ext[:-1])
+
+
 def _requests_of(n: int, qsl: torch.Tensor, num_reqs: int):
     """For token slots 0..n-1: each one's request (clamped) and whether it is a real
     token of one (below ``qsl[num_reqs]``) -- without reading ``qsl`` on the host."""
@@ -172,12 +184,7 @@ def post_update(grid, idx_mapping_ptr, num_computed_tokens_ptr, last_sampled_tok
     last = sampled.gather(1, (ns - 1).clamp(0, width - 1)[:, None]).squeeze(1)
     _store(last_sampled_tokens_ptr.view(-1), idx, last, some)
     _store(total_len_ptr, idx, total + ns, some)
-    bins = output_bin_counts_ptr.view(-1)
-    at = (idx[:, None] * output_bin_counts_stride + sampled.clamp(min=0)).reshape(-1)
-    where = torch.where(valid.reshape(-1), at, torch.full_like(at, bins.numel()))
-    ext = torch.cat([bins, bins.new_zeros(1)])
-    ext.scatter_add_(0, where, torch.ones_like(where, dtype=bins.dtype))
-    bins.copy_(ext[:-1])
+    _count_sampled(output_bin_counts_ptr, idx, output_bin_counts_stride, sampled, valid)
     dst = idx[:, None] * all_token_ids_stride + total[:, None] + j
     _store(all_token_ids_ptr.view(-1), dst.reshape(-1), sampled.reshape(-1),
            valid.reshape(-1))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from targets.vllm.engine.kernels import _masked_store as _store
-from targets.vllm.mrv2.kernels import _deref, _requests_of
+from targets.vllm.mrv2.kernels import _count_sampled, _deref, _requests_of
 
 
 def _i64(t: torch.Tensor) -> torch.Tensor:
@@ -148,12 +148,7 @@ def post_update(grid, idx_mapping_ptr, num_computed_tokens_ptr, last_sampled_tok
     _store(last_sampled_tokens_ptr.view(-1), idx, last, some)
     _store(total_len_ptr, idx, total + ns, some)
     if output_bin_counts_ptr is not None:
-        bins = output_bin_counts_ptr.view(-1)
-        at = (idx[:, None] * output_bin_counts_stride + sampled.clamp(min=0)).reshape(-1)
-        where = torch.where(valid.reshape(-1), at, torch.full_like(at, bins.numel()))
-        ext = torch.cat([bins, bins.new_zeros(1)])
-        ext.scatter_add_(0, where, torch.ones_like(where, dtype=bins.dtype))
-        bins.copy_(ext[:-1])
+        _count_sampled(output_bin_counts_ptr, idx, output_bin_counts_stride, sampled, valid)
     dst = idx[:, None] * all_token_ids_stride + total[:, None] + j
     _store(all_token_ids_ptr.view(-1), dst.reshape(-1), sampled.reshape(-1),
            valid.reshape(-1))

@@ -4,8 +4,9 @@
 ``sample_tokens``, ``take_draft_token_ids``, ``load_model``, ``get_kv_cache_spec``,
 ``initialize_from_config`` and ``initialize_cache`` are upstream's -- whose runner is
 ``runner.runner_class()`` (upstream's MRv2 ``GPUModelRunner`` with the stall points).
-What it replaces is what the V1 path's worker replaces (``engine/worker.py``), written
-without that module's import of the V1 runner, which 0.34.0 no longer ships:
+What it replaces is what the V1 path's worker replaces (``engine/worker.py``'s
+``SimWorkerOverrides``, shared; that module imports the V1 runner only when its own worker
+is built, which 0.34.0 could not do):
 
 * ``init_device``: the same distributed set-up on gloo (one rank), the seed, the
   workspace, then the runner -- through upstream's ``_init_workspace_and_model_runner``
@@ -29,7 +30,7 @@ from typing import Any, Iterator
 
 import torch
 
-from targets.vllm.engine.worker import KV_BUDGET_BYTES
+from targets.vllm.engine.worker import SimWorkerOverrides
 
 
 @contextlib.contextmanager
@@ -51,15 +52,11 @@ def _accelerator_on_sim(device) -> Iterator[None]:
 
 def worker_class():
     import vllm.v1.worker.gpu_worker as gpu_worker
-    from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+    from vllm.v1.worker.gpu_worker import Worker
     from vllm.v1.worker.workspace import init_workspace_manager
-    try:
-        from vllm.v1.worker.gpu_worker import set_random_seed
-    except ImportError:  # a release that imports it from elsewhere
-        from vllm.utils.torch_utils import set_random_seed
     from targets.vllm.mrv2.runner import runner_class
 
-    class SpecraceWorkerV2(Worker):
+    class SpecraceWorkerV2(SimWorkerOverrides, Worker):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             before = getattr(gpu_worker, "HAS_TRITON", None)
             if before is not None:  # the stand-ins are the Triton kernels here
@@ -71,14 +68,7 @@ def worker_class():
                     gpu_worker.HAS_TRITON = before
 
         def init_device(self) -> None:
-            self.device = self.device_config.device
-            if self.device.type == "cuda":  # as upstream's: the rank's own card
-                self.device = torch.device(f"cuda:{self.local_rank}")
-                torch.cuda.set_device(self.device)
-            init_worker_distributed_environment(self.vllm_config, self.rank,
-                                                self.distributed_init_method,
-                                                self.local_rank, "gloo")
-            set_random_seed(self.model_config.seed)
+            self.start_device()
             if hasattr(Worker, "_init_workspace_and_model_runner"):  # 0.34.0
                 self._init_workspace_and_model_runner()
                 return
@@ -95,19 +85,6 @@ def worker_class():
 
         def _make_model_runner(self):
             return runner_class()(self.vllm_config, self.device)
-
-        def determine_available_memory(self) -> int:
-            return KV_BUDGET_BYTES
-
-        def compile_or_warm_up_model(self):
-            try:
-                from vllm.v1.worker.worker_base import CompilationTimes
-            except ImportError:
-                return 0.0
-            return CompilationTimes(language_model=0.0, encoder=0.0)
-
-        def _maybe_get_memory_pool_context(self, tag: str):
-            return contextlib.nullcontext()
 
     return SpecraceWorkerV2
 
