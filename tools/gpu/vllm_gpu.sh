@@ -2,8 +2,11 @@
 # The vLLM target on a GPU (issues "A second server 1/2, 2/2"): the seq-lens race of
 # 0.16.0-0.18.0 as shipped, stalled / unstalled / under contention, the fix, the dense model,
 # MRv2's draft-token race (0.16.0-0.23.0) and its fix, and the other scenarios. Run from the repo root after `source tools/gpu/vllm_gpu_env.sh`:
-#   tools/gpu/vllm_gpu.sh OUTDIR [BUDGET_S] [draft]   one JSON line per run in OUTDIR/rates.json
-# ("draft": only the draft-token runs, for a release whose V1 runner is fixed or absent)
+#   tools/gpu/vllm_gpu.sh OUTDIR [BUDGET_S] [PLAN]   one JSON line per run in OUTDIR/rates.json
+# PLAN: "seq" (default: the seq-lens race and the slices), "draft" (only the slice's
+# draft-token runs, for a release whose V1 runner is fixed or absent), "mrv2" (0.17.0: Model
+# Runner V2 driven whole, its draft-token race and the V1 draft copy near max_model_len),
+# "late" (0.27.1: the same scenarios where that release fixed or newly ships them)
 set -u
 R=$1; budget=${2:-540}; mkdir -p "$R"; export PYTHONUNBUFFERED=1; t0=$(date +%s)
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -12,7 +15,8 @@ run() {  # scenario variant trials [repro options...] -> one JSON line
   local s=$1 v=$2 n=$3; shift 3
   if [ $(( $(date +%s) - t0 )) -gt "$budget" ]; then
     echo "{\"scenario\": \"$s\", \"variant\": \"$v\", \"skipped\": \"call budget\", \"opts\": \"$*\"}" >> "$R/rates.json"; return; fi
-  timeout 240 python3 -m specrace.cli repro "$s" --target vllm --variant "$v" --backend cuda \
+  local left=$(( budget + 60 - ($(date +%s) - t0) )); [ $left -gt 240 ] && left=240
+  timeout $left python3 -m specrace.cli repro "$s" --target vllm --variant "$v" --backend cuda \
     --trials "$n" --json --no-report "$@" > "$R/run.json" 2> "$R/run.err"
   local rc=$?
   python3 - "$s" "$v" "$rc" "$*" "$R" >> "$R/rates.json" <<'PY'
@@ -26,6 +30,8 @@ try:
                raced=sum(1 for t in tr if t["races"]), outcome=d["outcome"],
                median_trial_ms=d["median_trial_ms"],
                n_sites=len(d.get("races", [])),
+               checked=sum(t.get("checked", 0) for t in tr),
+               divergences=sorted({str(t["divergence"])[:160] for t in tr if t["divergence"]})[:3],
                sites=sorted({f"{r['first']['file']}:{r['first']['line']} / "
                              f"{r['second']['file']}:{r['second']['line']}"
                              for r in d.get("races", [])})[:12])
@@ -35,7 +41,32 @@ print(json.dumps(row))
 PY
   tail -1 "$R/rates.json"
 }
-if [ "${3:-}" = draft ]; then
+plan=${3:-seq}; O=--outputs-only
+smoke() {  # the scenario's traceback when its first run errored
+  grep -q '"error"' "$R/rates.json" || return 0
+  SPECRACE_TRACEBACK=1 timeout 120 python3 -m specrace.cli repro "$1" --target vllm --variant "$2" \
+    --backend cuda --trials 1 --no-report > "$R/smoke.log" 2>&1; tail -40 "$R/smoke.log"; exit 1; }
+if [ "$plan" = mrv2 ]; then
+  run vllm-mrv2 as-installed 1; smoke vllm-mrv2 as-installed
+  run vllm-mrv2-draft-tokens as-installed 3; run vllm-mrv2-draft-tokens fixed 3
+  run vllm-mrv2-draft-tokens as-installed 200 $O; run vllm-mrv2-draft-tokens fixed 100 $O
+  run vllm-mrv2-draft-tokens as-installed 100 $O --stall-ms 0
+  run vllm-v1-draft-copy seq-lens-fixed-only 3; run vllm-v1-draft-copy fixed-seq-lens 3
+  run vllm-v1-draft-copy seq-lens-fixed-only 200 $O; run vllm-v1-draft-copy fixed-seq-lens 100 $O
+  run vllm-v1-draft-copy seq-lens-fixed-only 200 $O --stall-ms 0
+  run vllm-draft-tokens as-installed 100 $O; run vllm-draft-tokens fixed 100 $O
+  run vllm-seq-lens-shadow as-installed 100 $O --stall-ms 100
+  echo "vllm_gpu: $(( $(date +%s) - t0 )) s"; exit 0; fi
+if [ "$plan" = late ]; then
+  run vllm-mrv2-uva-pool as-installed 3; smoke vllm-mrv2-uva-pool as-installed
+  run vllm-mrv2-draft-tokens as-installed 3; run vllm-mrv2-draft-tokens as-installed 100 $O
+  run vllm-v1-draft-copy as-installed 3; run vllm-v1-draft-copy fixed 3
+  run vllm-seq-lens-shadow sync 3; run vllm-seq-lens-shadow sync-fixed 3
+  run vllm-seq-lens-shadow sync 100 $O; run vllm-seq-lens-shadow sync-fixed 100 $O
+  run vllm-seq-lens-shadow sync 100 $O --stall-ms 0
+  run vllm-seq-lens-shadow sync-dense 30 $O
+  echo "vllm_gpu: $(( $(date +%s) - t0 )) s"; exit 0; fi
+if [ "$plan" = draft ]; then
   run vllm-draft-tokens as-installed 3; run vllm-draft-tokens as-installed 200 --outputs-only
   run vllm-draft-tokens fixed 3; echo "vllm_gpu: $(( $(date +%s) - t0 )) s"; exit 0; fi
 run vllm-seq-lens-shadow as-installed 3
@@ -43,7 +74,6 @@ grep -q '"error"' "$R/rates.json" && { SPECRACE_TRACEBACK=1 timeout 120 python3 
 # happens-before verdicts (traced: every op logged, the host ~100 us an op slower)
 run vllm-seq-lens-shadow fixed 3
 # rates as a server sees them: outputs only, the host at its own speed
-O=--outputs-only
 run vllm-seq-lens-shadow as-installed 200 $O
 run vllm-seq-lens-shadow fixed 100 $O
 run vllm-seq-lens-shadow as-installed 200 $O --stall-ms 0
