@@ -13,6 +13,7 @@ from scenarios.host_order import DP_IDLE, MIXED_OVERLAP
 from scenarios.kv_reuse import KV_PRESSURE, KV_ROW_REUSE
 from scenarios.ngram_filter_race import SCENARIO as _NGRAM_FILTER_RACE
 from scenarios.slot_reuse import SLOT_REUSE
+from scenarios.vllm_v1_counts import VLLM_V1_VALID_COUNT
 from scenarios.vllm_v1_drafts import VLLM_V1_DRAFT_COPY
 from scenarios.vllm import (VLLM_ACCEPTED_COUNT, VLLM_DRAFT_TOKENS, VLLM_INPUT_PREP,
                             VLLM_MRV2, VLLM_MRV2_DRAFT_TOKENS, VLLM_SEQ_LENS_SHADOW)
@@ -25,7 +26,7 @@ SCENARIOS: Dict[str, Scenario] = {
                         KV_PRESSURE, EAGLE_V2, EAGLE_V2_GRAMMAR, GRAPH_ELIGIBILITY,
                         VLLM_ACCEPTED_COUNT, VLLM_SEQ_LENS_SHADOW, VLLM_INPUT_PREP,
                         VLLM_DRAFT_TOKENS, VLLM_MRV2, VLLM_MRV2_DRAFT_TOKENS,
-                        VLLM_V1_DRAFT_COPY, VLLM_MRV2_UVA_POOL)}
+                        VLLM_V1_DRAFT_COPY, VLLM_MRV2_UVA_POOL, VLLM_V1_VALID_COUNT)}
 
 
 def get(name: str) -> Scenario:

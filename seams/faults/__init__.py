@@ -34,6 +34,9 @@ FAULT_POINTS = {
     "vllm.before_draft_copy": "vLLM's draft-token copy stream (V1's draft-ids copy, Model "
                               "Runner V2's DraftTokensHandler), before each step's "
                               "device-to-host copy of the drafts is queued",
+    "vllm.before_valid_count_copy": "vLLM V1's valid-count copy stream, before each "
+                                    "step's device-to-host copy of the drafter's valid "
+                                    "sampled-token counts is queued",
     "vllm.before_execute": "vLLM's main stream, as a step's execute_model starts (its "
                            "input uploads and forward queue behind it)",
     "vllm.before_propose": "vLLM Model Runner V2's main stream, after the step's output "

@@ -21,7 +21,7 @@ from targets.vllm.boundary import contract
 
 SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow", "vllm-input-prep",
              "vllm-draft-tokens", "vllm-mrv2", "vllm-mrv2-draft-tokens",
-             "vllm-v1-draft-copy", "vllm-mrv2-uva-pool")
+             "vllm-v1-draft-copy", "vllm-mrv2-uva-pool", "vllm-v1-valid-count")
 
 
 class VllmTarget(Target):

@@ -128,6 +128,9 @@ SCENARIO_CODE: Dict[str, Tuple[str, str]] = {
                            "gpu_model_runner.py; from 0.34.0 only Model Runner V2 ships, "
                            "which writes no zeros on the host)",
                            f"{_RUNNER}:GPUModelRunner._copy_draft_token_ids_to_cpu"),
+    "vllm-v1-valid-count": ("V1 model runner's valid-count copy (vllm/v1/worker/"
+                            "gpu_model_runner.py; from 0.34.0 only Model Runner V2 ships)",
+                            f"{_RUNNER}:GPUModelRunner._copy_valid_sampled_token_count"),
     "vllm-draft-tokens": ("Model Runner V2 draft-token handler (vllm/v1/worker/gpu/"
                           "spec_decode/utils.py: DraftTokensHandler)",
                           "vllm.v1.worker.gpu.spec_decode.utils:"

@@ -112,6 +112,13 @@ def worker_class():
             fault_point("vllm.before_execute")
             return GPUModelRunner.execute_model(self, scheduler_output, *args, **kwargs)
 
+        def _copy_valid_sampled_token_count(self, *args: Any, **kwargs: Any):
+            stream = getattr(self, "valid_sampled_token_count_copy_stream", None)
+            if stream is not None and self.valid_sampled_token_count_event is not None:
+                with torch.cuda.stream(stream):
+                    fault_point("vllm.before_valid_count_copy")  # a busy copy engine
+            return GPUModelRunner._copy_valid_sampled_token_count(self, *args, **kwargs)
+
     class SpecraceWorker(SimWorkerOverrides, Worker):
         def init_device(self) -> None:
             self.start_device()
