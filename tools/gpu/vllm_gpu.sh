@@ -50,11 +50,11 @@ if [ "$plan" = mrv2 ]; then
   run vllm-mrv2 as-installed 1; smoke vllm-mrv2 as-installed
   run vllm-mrv2-draft-tokens as-installed 3; run vllm-mrv2-draft-tokens fixed 3
   run vllm-mrv2-draft-tokens as-installed 200 $O; run vllm-mrv2-draft-tokens fixed 100 $O
+  run vllm-draft-tokens as-installed 100 $O; run vllm-draft-tokens fixed 100 $O
   run vllm-mrv2-draft-tokens as-installed 100 $O --stall-ms 0
   run vllm-v1-draft-copy seq-lens-fixed-only 3; run vllm-v1-draft-copy fixed-seq-lens 3
   run vllm-v1-draft-copy seq-lens-fixed-only 200 $O; run vllm-v1-draft-copy fixed-seq-lens 100 $O
   run vllm-v1-draft-copy seq-lens-fixed-only 200 $O --stall-ms 0
-  run vllm-draft-tokens as-installed 100 $O; run vllm-draft-tokens fixed 100 $O
   run vllm-seq-lens-shadow as-installed 100 $O --stall-ms 100
   echo "vllm_gpu: $(( $(date +%s) - t0 )) s"; exit 0; fi
 if [ "$plan" = late ]; then
