@@ -6,7 +6,8 @@
 # PLAN: "seq" (default: the seq-lens race and the slices), "draft" (only the slice's
 # draft-token runs, for a release whose V1 runner is fixed or absent), "mrv2" (0.17.0: Model
 # Runner V2 driven whole, its draft-token race and the V1 draft copy near max_model_len),
-# "late" (0.27.1: the same scenarios where that release fixed or newly ships them)
+# "late" (0.27.1: the same scenarios where that release fixed or newly ships them),
+# "draftmin" (the draft-token race alone, traced and by rates, for a short call)
 set -u
 R=$1; budget=${2:-540}; mkdir -p "$R"; export PYTHONUNBUFFERED=1; t0=$(date +%s)
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -56,6 +57,12 @@ if [ "$plan" = mrv2 ]; then
   run vllm-v1-draft-copy seq-lens-fixed-only 200 $O; run vllm-v1-draft-copy fixed-seq-lens 100 $O
   run vllm-v1-draft-copy seq-lens-fixed-only 200 $O --stall-ms 0
   run vllm-seq-lens-shadow as-installed 100 $O --stall-ms 100
+  echo "vllm_gpu: $(( $(date +%s) - t0 )) s"; exit 0; fi
+if [ "$plan" = draftmin ]; then  # the draft-token race alone, for a short call
+  run vllm-mrv2-draft-tokens as-installed 3; smoke vllm-mrv2-draft-tokens as-installed
+  run vllm-mrv2-draft-tokens fixed 3
+  run vllm-draft-tokens as-installed 100 $O; run vllm-draft-tokens fixed 100 $O
+  run vllm-mrv2-draft-tokens as-installed 100 $O; run vllm-mrv2-draft-tokens fixed 50 $O
   echo "vllm_gpu: $(( $(date +%s) - t0 )) s"; exit 0; fi
 if [ "$plan" = late ]; then
   run vllm-mrv2-uva-pool as-installed 3; smoke vllm-mrv2-uva-pool as-installed
