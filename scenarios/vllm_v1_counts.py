@@ -21,7 +21,7 @@ may be queued. What each can cost, read from the code: ``reports/upstream/vllm-r
 """
 from __future__ import annotations
 
-from scenarios.base import AS_INSTALLED, Scenario, stall_at, with_fix
+from scenarios.base import AS_INSTALLED, Scenario, stall_at
 from scenarios.workloads import random_workload
 
 STALL_MS = 20.0
