@@ -15,12 +15,12 @@ from seams.faults.plan import StallAt
 
 
 
-def stall_at(point: str, default_ms: Optional[float] = None
+def stall_at(*points: str, default_ms: Optional[float] = None
              ) -> Callable[[Optional[float]], List[StallAt]]:
-    """A scenario's stall plan: one stall at ``point`` for ``--stall-ms`` when given, else
-    for ``default_ms`` (None: the backend's own -- until forced on the simulator, the
-    default long stall on CUDA)."""
-    return lambda ms: [StallAt(point, default_ms if ms is None else ms)]
+    """A scenario's stall plan: a stall at each of ``points``, each for ``--stall-ms`` when
+    given, else for ``default_ms`` (None: the backend's own -- until forced on the
+    simulator, the default long stall on CUDA)."""
+    return lambda ms: [StallAt(point, default_ms if ms is None else ms) for point in points]
 
 
 def with_bug(mutation: str, **args: Any) -> Variant:

@@ -43,7 +43,7 @@ DSPARK_CONFIDENCE_RING = Scenario(
     workload=_workload,
     # a finite stall by default: the ring copy is late, not lost -- it must land (after
     # the next scatter) for the host's copy_done.query() to hand the slot to the planner
-    stalls=stall_at("d2h.before_ring_copy", RING_STALL_MS),
+    stalls=stall_at("d2h.before_ring_copy", default_ms=RING_STALL_MS),
     variants={AS_INSTALLED: dict(_RING),
               "fixed": with_fix("ring-copy-fenced", **_RING),
               # the other ragged mode builds the same ring
@@ -60,7 +60,7 @@ DSPARK_RESULT_READBACK = Scenario(
     summary="DSpark, folded accept: the result readback of the verify graph's static "
             "buffers vs the next replay; copy stream stalled before the readback",
     workload=_workload,
-    stalls=stall_at("copy.before_result_d2h", READBACK_STALL_MS),
+    stalls=stall_at("copy.before_result_d2h", default_ms=READBACK_STALL_MS),
     variants={AS_INSTALLED: dict(_FOLDED),
               "fixed": with_fix("forward-waits-result-copy", **_FOLDED),
               # the cheaper fixes (reports/upstream/findings/graph-result-readback.md)

@@ -13,9 +13,7 @@ to waiting ones).
 """
 import dataclasses
 
-from seams.faults.plan import StallAt
-
-from scenarios.base import AS_INSTALLED, Scenario, with_bug
+from scenarios.base import AS_INSTALLED, Scenario, stall_at, with_bug
 from scenarios.grammar import grammar_workload
 from scenarios.workloads import slot_reuse_workload
 
@@ -32,8 +30,7 @@ EAGLE_V2 = Scenario(
             "relay under upstream's loop, rows reused; forward stalled before the verify "
             "and after read-done",
     workload=eagle_workload,
-    stalls=lambda ms: [StallAt("forward.before_verify", ms),
-                       StallAt("forward.after_read_done", ms)],
+    stalls=stall_at("forward.before_verify", "forward.after_read_done"),
     # "fixed" is the release's code as it is (no seeded bug; "as-installed" copies it)
     variants={"fixed": dict(_EAGLE),
               "plan-stream": {**_EAGLE, "plan_stream": True},

@@ -18,7 +18,7 @@ NGRAM_HIDDEN_READBACK = Scenario(
     summary="NGRAM with return_hidden_states: the readback of the verify graph's static "
             "hidden states vs the next replay; copy stream stalled before the readback",
     workload=lambda seed: random_workload(seed, n_requests=6, draft_token_num=4),
-    stalls=stall_at("copy.before_result_d2h", READBACK_STALL_MS),
+    stalls=stall_at("copy.before_result_d2h", default_ms=READBACK_STALL_MS),
     variants={AS_INSTALLED: dict(_HIDDEN),
               "fixed": with_fix("forward-waits-result-copy", **_HIDDEN),
               "fixed-clone": with_fix("clone-graph-outputs", **_HIDDEN),

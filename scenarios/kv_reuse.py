@@ -22,9 +22,7 @@ row yet; its middle chunks' results are dropped.
 """
 import dataclasses
 
-from seams.faults.plan import StallAt
-
-from scenarios.base import Scenario, with_bug
+from scenarios.base import Scenario, stall_at, with_bug
 from scenarios.workloads import slot_reuse_workload
 
 KV_POOL_SLOTS = 96  # the long request and two short ones at a time
@@ -46,8 +44,7 @@ KV_ROW_REUSE = Scenario(
             "finished request's last forward may not have gathered its row yet; forward "
             "stalled before its attention metadata and after read-done",
     workload=kv_reuse_workload,
-    stalls=lambda ms: [StallAt("forward.before_attn_metadata", ms),
-                       StallAt("forward.after_read_done", ms)],
+    stalls=stall_at("forward.before_attn_metadata", "forward.after_read_done"),
     variants={"fixed": {}, "no-war-barrier": with_bug("war-barrier-removed"),
               # a hybrid sliding-window pool: freeing a finished request's slots clears
               # their SWA mapping during result processing, which the barrier right after

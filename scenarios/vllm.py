@@ -53,7 +53,7 @@ VLLM_ACCEPTED_COUNT = Scenario(
     # one proposed token a step: the drafter's multi-token loop, where the seq-lens race
     # lives (the other scenario), never runs, so this one judges #36013's pair alone
     workload=_workload(2),
-    stalls=stall_at("vllm.before_execute", VLLM_STALL_MS),
+    stalls=stall_at("vllm.before_execute", default_ms=VLLM_STALL_MS),
     variants={AS_INSTALLED: {}, "fixed": {},
               "no-valid-count-wait": with_bug("valid-count-copy-skips-main-wait")},
     default_variant=AS_INSTALLED,
@@ -66,7 +66,7 @@ VLLM_SEQ_LENS_SHADOW = Scenario(
     summary="the drafter's in-place += 1 on the pinned seq_lens staging buffer vs its "
             "pending upload to the target forward (0.16.0-0.18.0); main stream stalled",
     workload=_workload(3),  # two proposed tokens: the drafter's loop runs
-    stalls=stall_at("vllm.before_execute", VLLM_STALL_MS),
+    stalls=stall_at("vllm.before_execute", default_ms=VLLM_STALL_MS),
     # "dense": a model that is not hybrid -- 0.16.0's blocking read of the hybrid accepted
     # counts (the sync #35442 removed in 0.17.0) no longer stands between the two
     variants={AS_INSTALLED: {}, "fixed": with_fix("drafter-increments-out-of-place"),
@@ -93,7 +93,7 @@ VLLM_INPUT_PREP = Scenario(
     summary="the reused pinned input buffers vs the previous step's queued uploads "
             "(#24527 / #25279), async scheduling without spec decode; main stream stalled",
     workload=_workload(1),  # no drafter: the input-prep fence alone orders the uploads
-    stalls=stall_at("vllm.before_execute", VLLM_STALL_MS),
+    stalls=stall_at("vllm.before_execute", default_ms=VLLM_STALL_MS),
     variants={AS_INSTALLED: {}, "fixed": {},
               "no-fence": with_bug("input-prep-fence-dropped")},
     default_variant=AS_INSTALLED,
@@ -107,7 +107,7 @@ VLLM_DRAFT_TOKENS = Scenario(
             "temporary read on a side stream with no record_stream (0.16.0-0.23.0) vs the "
             "next step's allocation; the side stream stalled before each copy",
     workload=_workload(3),
-    stalls=stall_at("vllm.before_draft_copy", VLLM_STALL_MS),
+    stalls=stall_at("vllm.before_draft_copy", default_ms=VLLM_STALL_MS),
     variants={AS_INSTALLED: {"vllm_slice": "draft-tokens"},
               "fixed": with_fix("draft-tokens-record-stream", vllm_slice="draft-tokens")},
     default_variant=AS_INSTALLED,
@@ -127,7 +127,7 @@ VLLM_MRV2 = Scenario(
             "UVA staging, sampler and EAGLE speculator under async scheduling; main "
             "stream stalled per step",
     workload=_workload(3),  # two proposed tokens: the speculator's decode steps run
-    stalls=stall_at("vllm.before_execute", VLLM_STALL_MS),
+    stalls=stall_at("vllm.before_execute", default_ms=VLLM_STALL_MS),
     variants={AS_INSTALLED: dict(_MRV2)},
     default_variant=AS_INSTALLED,
     # as measured on 0.17.0 (eager, lazy, random and pct schedules): its UVA staging
@@ -146,7 +146,7 @@ VLLM_MRV2_DRAFT_TOKENS = Scenario(
     # one proposed token a step: the speculator hands back its sampler's temporary (with
     # more it hands back a view of its persistent draft buffer)
     workload=_workload(2),
-    stalls=stall_at("vllm.before_draft_copy", VLLM_STALL_MS),
+    stalls=stall_at("vllm.before_draft_copy", default_ms=VLLM_STALL_MS),
     variants={AS_INSTALLED: dict(_MRV2_STRUCTURED),
               "fixed": with_fix("draft-tokens-record-stream", **_MRV2_STRUCTURED)},
     default_variant=AS_INSTALLED,
@@ -185,7 +185,7 @@ VLLM_MRV2_UVA_POOL = Scenario(
             "host's restaging of that slot for new requests two steps later; main "
             "stream held before the drafter",
     workload=_s1_workload,
-    stalls=stall_at("vllm.before_propose", VLLM_STALL_MS),
+    stalls=stall_at("vllm.before_propose", default_ms=VLLM_STALL_MS),
     variants={AS_INSTALLED: dict(_MRV2)},
     default_variant=AS_INSTALLED,
     # as measured on 0.34.0 (the newest release): the detector reports the drafter's copy

@@ -33,18 +33,13 @@ def _workload(seed: int):
                            min_tokens=6, max_tokens=14)
 
 
-def _stalls(ms):
-    return (stall_at("vllm.before_execute", STALL_MS)(ms)
-            + stall_at("vllm.before_valid_count_copy", STALL_MS)(ms))
-
-
 VLLM_V1_VALID_COUNT = Scenario(
     name="vllm-v1-valid-count",
     summary="vLLM V1's valid-count copy: the drafter's counts, a main-stream temporary, "
             "read on a side stream with no record_stream vs the next steps' allocations "
             "(0.19.0-0.33.0); main and valid-count copy streams stalled",
     workload=_workload,
-    stalls=_stalls,
+    stalls=stall_at("vllm.before_execute", "vllm.before_valid_count_copy", default_ms=STALL_MS),
     variants={AS_INSTALLED: dict(_ARGS)},
     default_variant=AS_INSTALLED,
     # the detector's pairs as shipped, on every release set up (0.16.0-0.18.0: their

@@ -55,18 +55,13 @@ def near_max_len_workload(seed: int) -> Workload:
     return Workload(reqs, 3)
 
 
-def _stalls(ms):
-    return (stall_at("vllm.before_execute", STALL_MS)(ms)
-            + stall_at("vllm.before_draft_copy", STALL_MS)(ms))
-
-
 VLLM_V1_DRAFT_COPY = Scenario(
     name="vllm-v1-draft-copy",
     summary="vLLM V1's draft-token copy to pinned host rows vs the zeros the host writes "
             "there near max_model_len, and vs the drafts' freed block (0.16.0-0.33.0); "
             "presence penalty, main and copy streams stalled",
     workload=near_max_len_workload,
-    stalls=_stalls,
+    stalls=stall_at("vllm.before_execute", "vllm.before_draft_copy", default_ms=STALL_MS),
     variants={AS_INSTALLED: dict(_ARGS),
               "fixed": with_fix("draft-ids-copy-ordered", **_ARGS),
               "zeros-in-stream-order": with_fix("draft-ids-zeros-in-stream-order", **_ARGS),
