@@ -120,11 +120,41 @@ def _safe_streams():
     return sys.stdout, sys.stderr
 
 
+# Python's hash seed every specrace process runs under (``_pin_hash_seed``).
+HASH_SEED = "0"
+
+
+def _pin_hash_seed() -> None:
+    """Run under ``PYTHONHASHSEED=0``, re-executing this process once when it was started
+    under another seed. The code under test iterates sets of strings -- vLLM clears the
+    rows of a step's finished requests in the order of the set of their ids -- so under a
+    random seed a simulator trace changed from process to process, and a report did not
+    replay to its own trace. SIGINT and SIGTERM stay blocked across the exec: one that
+    arrives then is pending, not lost, and ``console_main`` honours it (one line) as soon as
+    the new image unblocks them."""
+    if os.environ.get("PYTHONHASHSEED") == HASH_SEED or not sys.executable:
+        return
+    was = os.environ.get("PYTHONHASHSEED")
+    os.environ["PYTHONHASHSEED"] = HASH_SEED
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals.SIGNALS)
+    try:
+        os.execv(sys.executable, [sys.executable, "-m", "specrace.cli", *sys.argv[1:]])
+    except OSError:  # no exec here: run on under the seed this process has (as reports say)
+        if was is None:
+            del os.environ["PYTHONHASHSEED"]
+        else:
+            os.environ["PYTHONHASHSEED"] = was
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.SIGNALS)
+
+
 def console_main() -> None:
     signals.install()  # installed at import already; again, if main was called otherwise
+    _pin_hash_seed()
     rc = EXIT_USAGE
     out = err = None
     try:
+        # blocked across _pin_hash_seed's exec: a signal pending since is honoured here
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.SIGNALS)
         out, err = _safe_streams()
         from specrace.cli import main
         rc = main()

@@ -107,8 +107,11 @@ def _console(args, patch=""):
         from specrace.console import console_main
         console_main()
     """)
+    # a patch lives in this process only: started under the pinned hash seed, the console
+    # runs on in it instead of re-executing (specrace.console._pin_hash_seed)
+    env = _env(PYTHONHASHSEED="0") if patch else _env(PYTHONHASHSEED="random")
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
 
 
 def test_a_signal_during_the_trials_is_one_line_and_keeps_the_old_set(tmp_path):
