@@ -132,9 +132,9 @@ def _pin_hash_seed() -> None:
     replay to its own trace. SIGINT and SIGTERM stay blocked across the exec: one that
     arrives then is pending, not lost, and ``console_main`` honours it (one line) as soon as
     the new image unblocks them."""
-    if os.environ.get("PYTHONHASHSEED") == HASH_SEED or not sys.executable:
-        return
     was = os.environ.get("PYTHONHASHSEED")
+    if was == HASH_SEED or not sys.executable:
+        return
     os.environ["PYTHONHASHSEED"] = HASH_SEED
     signal.pthread_sigmask(signal.SIG_BLOCK, signals.SIGNALS)
     try:

@@ -182,15 +182,14 @@ def _notes(loaded: LoadedReport, from_: str, new: Any) -> List[str]:
             notes.append(left)
     report = loaded.report
     if report.trace_digest and new.trace is not None:
-        from harness.report import environment
+        from harness.report import python_hash_seed
         from harness.report.chrome import trace_digest
         if trace_digest(new.trace, new.trace_races) != report.trace_digest:
-            seeds = (report.environment.get("python_hash_seed"),
-                     environment().get("python_hash_seed"))
+            recorded, now = report.environment.get("python_hash_seed"), python_hash_seed()
             notes.append("DIFFERENT trace: the shown trial's trace differs from the report's"
-                         + (f" (recorded under PYTHONHASHSEED={one_line(str(seeds[0]), 20)}, "
-                            f"replayed under {seeds[1]})"
-                            if seeds[0] is not None and seeds[0] != seeds[1] else ""))
+                         + (f" (recorded under PYTHONHASHSEED={one_line(str(recorded), 20)}, "
+                            f"replayed under {now})"
+                            if recorded is not None and recorded != now else ""))
     return notes
 
 

@@ -155,13 +155,18 @@ def environment() -> Dict[str, Any]:
     env["xgrammar"] = _dist_version("xgrammar")
     env["specrace"] = _dist_version("specrace") or _pyproject_version()
     env["git_commit"] = _git_commit()
-    # the seed set iteration in the code under test follows ("random": none fixed; the
-    # console pins 0 so that a report replays to its own trace)
-    env["python_hash_seed"] = os.environ.get("PYTHONHASHSEED") or "random"
+    env["python_hash_seed"] = python_hash_seed()
     _ENV_CACHE.update(env)
     env = dict(env)
     env["source_digest"] = source_digest()  # not cached: the code may change in a process
     return env
+
+
+def python_hash_seed() -> str:
+    """The hash seed this process runs under, which the order of set iteration in the code
+    under test follows ("random": none fixed; the console pins 0 so that a report replays
+    to its own trace)."""
+    return os.environ.get("PYTHONHASHSEED") or "random"
 
 
 def source_digest() -> str:
