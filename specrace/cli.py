@@ -1,4 +1,4 @@
-"""``specrace``: list | repro | replay | litmus | matrix | bench.
+"""``specrace``: list | repro | replay | litmus | matrix | releases | census | coverage | bench.
 
 Exit codes: 0 = the outcome matches what was expected (``repro`` without ``--expect``:
 it ran), 1 = it does not, 2 = bad input, a report that cannot be written or output that
@@ -72,6 +72,9 @@ def _say(text: object) -> None:
 
 
 def _dispatch(args) -> int:
+    if args.command in ("census", "coverage"):  # static reads and children: no torch here
+        from specrace.census_cmd import run
+        return run(args)
     from seams import signals
     with signals.deferred():  # no interrupt raised into a C extension's initialisation
         import torch  # noqa: F401 -- every command needs it; matplotlib comes before a write

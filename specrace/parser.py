@@ -44,6 +44,8 @@ def build_parser(description: str = "specrace") -> argparse.ArgumentParser:
     _releases(sub.add_parser("releases", help="one scenario on every installed release of "
                                               "an upstream target (make upstream SGLANG=V "
                                               "sets one up)"))
+    from specrace.census_args import add_parsers as _census_parsers
+    _census_parsers(sub)  # census, coverage
     b = sub.add_parser("bench", help="benchmarks (figures, not tests)")
     b.add_argument("what", nargs="?", default="all", choices=["all", "runtime", "engine",
                                                               "matrix", "cuda", "grammar"])

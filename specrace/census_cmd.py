@@ -1,0 +1,118 @@
+"""``specrace census`` and ``specrace coverage``: their arguments and their tables.
+
+The work is ``targets.census.census`` and ``targets.coverage.coverage`` (which other
+commands call too); this module parses, shows progress and prints: a rich table on a
+terminal or in a log, or one JSON object with ``--json``. Bad input -- an unknown
+target or scenario, a release that is not a version or not set up -- is one line and
+exit 2 (``UsageError``).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Dict, List
+
+from specrace import cli_args as A
+from specrace.parser import UsageError
+
+def run(args) -> int:
+    from targets.census import CensusError
+    try:
+        if args.command == "census":
+            return _census(args)
+        return _coverage(args)
+    except (CensusError, ValueError) as exc:  # EnvError is a ValueError
+        raise UsageError(str(exc)) from None
+
+
+def _console():
+    from rich.console import Console
+    # a log or a pipe gets wide rows (rich's default there is 80 columns, which folds
+    # every path); a terminal its own width
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _table(title: str, columns: List[str], rows: List[List[Any]]):
+    from rich.table import Table
+    t = Table(title=title, title_justify="left")
+    for i, col in enumerate(columns):
+        t.add_column(col, justify="left" if i == 0 or not rows
+                     or not isinstance(rows[0][i], (int, float)) else "right",
+                     overflow="fold")
+    for r in rows:
+        t.add_row(*["" if x is None else str(x) for x in r])
+    return t
+
+
+def _census(args) -> int:
+    from targets.census import census
+    c = A.with_progress(lambda prog: census(args.target, args.release, args.readbacks),
+                        None, f"census of {args.target}", quiet=args.json)
+    if args.json:
+        print(json.dumps(c.to_json()))
+        return 0
+    out = _console()
+    out.print(f"{c.package} {c.version}: {len(c.sites)} ordering sites in {c.files} "
+              f"files ({', '.join(c.areas)})")
+    if c.missing_areas:
+        out.print(f"areas absent from this release: {', '.join(c.missing_areas)}")
+    areas: Dict[str, int] = {}
+    for s in c.sites:
+        area = next((a for a in c.areas if s.file == a or s.file.startswith(a + "/")), "?")
+        areas[area] = areas.get(area, 0) + 1
+    out.print(_table("by area", ["area", "sites"], [[a, areas.get(a, 0)] for a in c.areas]))
+    out.print(_table("by kind", ["kind", "sites"], [[k, n] for k, n in c.by_kind().items()]))
+    if c.unreadable:
+        out.print(_table("files not read", ["file", "why"], [list(u) for u in c.unreadable]))
+    if not args.summary:
+        out.print(_table("sites", ["file:line", "function", "kind"],
+                         [[f"{s.file}:{s.line}", s.function, s.kind] for s in c.sites]))
+    return 0
+
+
+def _coverage(args) -> int:
+    from targets.census import census, spec_of
+    from targets.coverage import coverage
+    import targets
+    spec_of(args.target)  # an unknown target fails before any work
+    declared = targets.declared(args.target)
+    for s in args.scenarios:
+        if not declared.supports(s.partition(":")[0]):
+            raise UsageError(f"scenario {A._echo(s)} does not run on the {args.target} "
+                             f"target; {declared.unsupported(s)}")
+    c = A.with_progress(lambda prog: census(args.target, args.release), None,
+                        f"census of {args.target}", quiet=args.json)
+    n = len(args.scenarios) or len(declared.scenarios or ())
+    res = A.with_progress(
+        lambda prog: coverage(args.target, args.release, args.scenarios, prog,
+                              backend=args.backend, trials=args.trials, census_of=c),
+        n, f"coverage of {c.package} {c.version}", quiet=args.json)
+    if args.json:
+        print(json.dumps(res.to_json()))
+        return 0
+    print_coverage(res, summary=args.summary)
+    return 0 if all(r.status != "error" for r in res.runs) else 1
+
+
+def print_coverage(res, summary: bool = False) -> None:
+    out = _console()
+    s = res.summary()
+    c = res.census
+    out.print(_table(f"{c.package} {c.version}: census sites run, by scenario",
+                     ["scenario", "status", "outcome", "sites run", "single-node run",
+                      "note"],
+                     [[r["scenario"], r["status"], r["outcome"], r["ran"],
+                       r["single_node_ran"], r["note"]] for r in s["by_scenario"]]))
+    out.print(_table("by directory", ["directory", "sites", "run", "single-node",
+                                      "single-node run"],
+                     [[d["directory"], d["sites"], d["ran"], d["single_node_sites"],
+                       d["single_node_ran"]] for d in s["by_directory"]]))
+    out.print(_table("not run, by reason", ["reason", "sites"],
+                     [[k, v] for k, v in s["not_run_by_reason"].items()]))
+    if not summary:
+        out.print(_table("sites not run", ["file:line", "function", "kind", "reason"],
+                         [[f"{x.file}:{x.line}", x.function, x.kind, why]
+                          for x, why in res.not_run()]))
+    out.print(f"total: {s['ran']}/{s['sites']} census sites run ({s['percent']}%)")
+    out.print(f"single-node paths: {s['single_node_ran']}/{s['single_node_sites']} "
+              f"({s['single_node_percent']}%) -- the headline")

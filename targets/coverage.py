@@ -1,0 +1,231 @@
+"""Coverage of the census: which ordering sites ran, in which scenario, and why the rest
+did not -- read from the runs themselves.
+
+Each scenario runs as ``specrace repro SCENARIO --target T --trials 1`` in a child: the
+release's own interpreter (its environment, as ``specrace releases`` runs it), under
+coverage.py measuring the package's files (``specrace.coverage_child``). A site ran when
+coverage.py saw a line of its statement execute (``Site.span``: a compound statement's
+header only). A site that did not run gets the first of its target's reason rules that
+names it (``targets/{sglang,vllm}/environments/census.py``: path, function, enclosing
+if-tests, the call's text), else "not reached by any scenario". The headline counts the
+sites of the single-node paths: all but the other-hardware and multi-node categories.
+
+    coverage(target, release, scenarios=(), progress=...) -> CoverageResult
+    ran_sites(sites, lines_by_file) -> set of Site.key      # the mapping alone
+    classify(site, rules) -> category
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from targets.census import Census, CensusError, Site, census, spec_of
+from targets.census_rules import NOT_REACHED, OFF_NODE
+
+CHILD_TIMEOUT_S = 1800  # a scenario's run that has not answered by then is a harness error
+Key = Tuple[str, int, int, str]
+
+
+@dataclass(frozen=True)
+class ScenarioRun:
+    scenario: str  # "name" or "name:variant"
+    status: str  # "ran" | "error" | "not applicable" | "not driven"
+    note: str = ""
+    outcome: Optional[str] = None  # the repro's verdict, where it gave one
+    ran: frozenset = frozenset()  # Site.key of every census site it ran
+
+
+@dataclass
+class CoverageResult:
+    census: Census
+    runs: List[ScenarioRun]
+    categories: Dict[Key, str] = field(default_factory=dict)  # the reason rule per site
+
+    @property
+    def ran(self) -> Set[Key]:
+        out: Set[Key] = set()
+        for r in self.runs:
+            out |= r.ran
+        return out
+
+    def single_node(self, site: Site) -> bool:
+        return self.categories.get(site.key, NOT_REACHED) not in OFF_NODE
+
+    def not_run(self) -> List[Tuple[Site, str]]:
+        """Every site no scenario ran, with its reason, in census order."""
+        ran = self.ran
+        return [(s, self.categories.get(s.key, NOT_REACHED)) for s in self.census.sites
+                if s.key not in ran]
+
+    def summary(self) -> Dict[str, Any]:
+        ran = self.ran
+        sites = self.census.sites
+        single = [s for s in sites if self.single_node(s)]
+        dirs: Dict[str, List[int]] = {}
+        for s in sites:
+            row = dirs.setdefault(s.directory, [0, 0, 0, 0])
+            row[0] += 1
+            row[1] += s.key in ran
+            if self.single_node(s):
+                row[2] += 1
+                row[3] += s.key in ran
+        reasons: Dict[str, int] = {}
+        for _, why in self.not_run():
+            reasons[why] = reasons.get(why, 0) + 1
+        return {
+            "sites": len(sites), "ran": len(ran), "percent": _pct(len(ran), len(sites)),
+            "single_node_sites": len(single),
+            "single_node_ran": sum(s.key in ran for s in single),
+            "single_node_percent": _pct(sum(s.key in ran for s in single), len(single)),
+            "by_directory": [{"directory": d, "sites": v[0], "ran": v[1],
+                              "single_node_sites": v[2], "single_node_ran": v[3]}
+                             for d, v in sorted(dirs.items())],
+            "by_scenario": [{"scenario": r.scenario, "status": r.status, "note": r.note,
+                             "outcome": r.outcome, "ran": len(r.ran),
+                             "single_node_ran": sum(1 for s in single if s.key in r.ran)}
+                            for r in self.runs],
+            "not_run_by_reason": dict(sorted(reasons.items())),
+        }
+
+    def to_json(self) -> Dict[str, Any]:
+        ran = self.ran
+        c = self.census
+        return {"target": c.target, "package": c.package, "version": c.version,
+                "areas": list(c.areas), "summary": self.summary(),
+                "unreadable": [{"file": f, "why": w} for f, w in c.unreadable],
+                "sites": [{**s.to_json(), "ran_in": [r.scenario for r in self.runs
+                                                      if s.key in r.ran],
+                           "reason": None if s.key in ran else self.categories[s.key]}
+                          for s in c.sites]}
+
+
+def _pct(n: int, d: int) -> Optional[float]:
+    return round(100.0 * n / d, 1) if d else None
+
+
+# --- the mapping and the reasons (pure) --------------------------------------------------
+
+def ran_sites(sites: Iterable[Site], lines_by_file: Dict[str, Iterable[int]]) -> Set[Key]:
+    """The sites a run executed: a line of the site's statement span among the lines
+    coverage.py measured in its file (``lines_by_file``: package-relative paths)."""
+    lines = {f: set(v) for f, v in lines_by_file.items()}
+    out = set()
+    for s in sites:
+        seen = lines.get(s.file)
+        if seen and any(n in seen for n in range(s.span[0], s.span[1] + 1)):
+            out.add(s.key)
+    return out
+
+
+def classify(site: Site, rules: Sequence[Tuple[str, str, str]]) -> str:
+    """The first rule that names the site, else "not reached by any scenario"."""
+    for category, what, pattern in rules:
+        if what == "guard":
+            values: Tuple[str, ...] = site.guards
+        else:
+            values = ({"path": site.file, "function": site.function,
+                       "text": site.text}.get(what, ""),)
+        if any(re.search(pattern, v) for v in values):
+            return category
+    return NOT_REACHED
+
+
+# --- the runs -----------------------------------------------------------------------------
+
+def _split(spec: str) -> Tuple[str, Optional[str]]:
+    name, _, variant = spec.partition(":")
+    return name, (variant or None)
+
+
+def _outcome(stdout: str) -> Optional[str]:
+    lines = stdout.strip().splitlines()
+    try:
+        res = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    return res.get("outcome") if isinstance(res, dict) else None
+
+
+def measure(python: str, root: str, target: str, spec: str, backend: str = "sim",
+            trials: int = 1) -> Tuple[Optional[Dict[str, List[int]]], str, Optional[str]]:
+    """One scenario under coverage.py in a child: (lines by package-relative file, or
+    None; the note when there are none; the repro's outcome)."""
+    name, variant = _split(spec)
+    argv = ["repro", name, "--target", target, "--trials", str(trials), "--seed", "0",
+            "--backend", backend, "--no-report", "--json"]
+    if variant:
+        argv += ["--variant", variant]
+    with tempfile.TemporaryDirectory(prefix="specrace-coverage-") as d:
+        out = os.path.join(d, "lines.json")
+        cmd = [python, "-m", "specrace.coverage_child", out, root, *argv]
+        env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                                  timeout=CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None, f"no answer in {CHILD_TIMEOUT_S} s", None
+        except OSError as exc:
+            return None, f"cannot run {python}: {exc.strerror or type(exc).__name__}", None
+        try:
+            with open(out, encoding="utf-8") as f:
+                data = json.load(f)
+            lines = {str(k): [int(n) for n in v] for k, v in data["files"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+            return None, (err[-1] if err else f"exit {proc.returncode}")[:200], None
+    outcome = _outcome(proc.stdout)
+    note = "" if proc.returncode == 0 else f"repro exited {proc.returncode}"
+    return lines, note, outcome
+
+
+def _python_and_scenarios(target: str, release: Optional[str]):
+    import targets
+    declared = targets.declared(target)
+    if release is None:
+        return sys.executable, declared, None
+    environments = declared.environments()
+    return environments.python(environments.line.check_release(release)), declared, \
+        environments
+
+
+def coverage(target: str, release: Optional[str] = None, scenarios: Sequence[str] = (),
+             progress: Callable[[int, Optional[int]], None] = lambda n, t=None: None,
+             backend: str = "sim", trials: int = 1,
+             census_of: Optional[Census] = None) -> CoverageResult:
+    """Which of ``release``'s census sites ``scenarios`` run (default: every scenario of
+    the target that applies to the release), each scenario in a child of the release's
+    environment (``release=None``: the package installed here, this interpreter)."""
+    c = census_of or census(target, release)
+    spec = spec_of(target)
+    python, declared, environments = _python_and_scenarios(target, release)
+    asked = list(scenarios) or list(declared.scenarios)
+    for s in asked:
+        if not declared.supports(_split(s)[0]):
+            raise CensusError(f"scenario {s[:80]!r} does not run on the {target} target")
+    runs: List[ScenarioRun] = []
+    for i, s in enumerate(asked):
+        progress(i, len(asked))
+        name = _split(s)[0]
+        if environments is not None:
+            why = environments.not_applicable(c.version, name)
+            if why:
+                runs.append(ScenarioRun(s, "not applicable", why))
+                continue
+            cannot = environments.not_driven(c.version, name)
+            if cannot:
+                runs.append(ScenarioRun(s, "not driven", cannot))
+                continue
+        lines, note, outcome = measure(python, c.root, target, s, backend, trials)
+        if lines is None:
+            runs.append(ScenarioRun(s, "error", note))
+        else:
+            runs.append(ScenarioRun(s, "ran", note, outcome,
+                                    frozenset(ran_sites(c.sites, lines))))
+    progress(len(asked), len(asked))
+    return CoverageResult(c, runs, {x.key: classify(x, spec.RULES) for x in c.sites})
