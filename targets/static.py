@@ -42,17 +42,27 @@ def module_path(root: str, module: str) -> str:
 
 
 @lru_cache(maxsize=64)
-def _parse(path: str, mtime: float) -> Optional[Tuple[ast.Module, str]]:
+def _read(path: str, mtime: float) -> Union[Tuple[ast.Module, str], str]:
+    """The parsed file and its text, or why there is none (one reason, said once: a file
+    too deep for ``ast`` is not "missing")."""
     try:
-        if os.path.getsize(path) > MAX_SOURCE_BYTES:
-            return None
+        size = os.path.getsize(path)
+        if size > MAX_SOURCE_BYTES:
+            return f"is larger than the reader reads ({size} bytes > {MAX_SOURCE_BYTES})"
         with open(path, encoding="utf-8") as f:
             text = f.read()
         tree = ast.parse(text, filename=path)
-    except (OSError, SyntaxError, ValueError, UnicodeDecodeError, RecursionError,
-            MemoryError):
-        return None
-    return (tree, text) if _depth(tree) <= MAX_DEPTH else None
+    except SyntaxError as exc:
+        return f"does not parse (line {exc.lineno}: {str(exc.msg)[:80]})"
+    except UnicodeDecodeError:
+        return "is not UTF-8 text"
+    except (RecursionError, MemoryError):
+        return f"nests deeper than the reader reads ({MAX_DEPTH} levels)"
+    except (OSError, ValueError) as exc:
+        return f"cannot be read ({type(exc).__name__})"
+    if _depth(tree) > MAX_DEPTH:
+        return f"nests deeper than the reader reads ({MAX_DEPTH} levels)"
+    return tree, text
 
 
 def _depth(tree: ast.AST) -> int:
@@ -67,11 +77,24 @@ def _depth(tree: ast.AST) -> int:
     return deepest
 
 
-def parse(path: str) -> Optional[Tuple[ast.Module, str]]:
+def _parsed(path: str) -> Union[Tuple[ast.Module, str], str]:
     try:
-        return _parse(path, os.path.getmtime(path))
+        mtime = os.path.getmtime(path)
     except OSError:
-        return None
+        return "is missing"
+    return _read(path, mtime)
+
+
+def parse(path: str) -> Optional[Tuple[ast.Module, str]]:
+    got = _parsed(path)
+    return got if isinstance(got, tuple) else None
+
+
+def module_problem(root: str, module: str) -> str:
+    """Why ``module``'s source cannot be read ("" when it can): it is missing, does not
+    parse (where), is too large or too deep for the reader."""
+    got = _parsed(module_path(root, module))
+    return "" if isinstance(got, tuple) else f"{module} {got}"
 
 
 def find(root: str, target: str) -> Tuple[Optional[ast.AST], str]:
@@ -81,7 +104,7 @@ def find(root: str, target: str) -> Tuple[Optional[ast.AST], str]:
     module, _, qual = target.partition(":")
     parsed = parse(module_path(root, module))
     if parsed is None:
-        return None, f"{module} is missing or does not parse"
+        return None, module_problem(root, module)
     node: ast.AST = parsed[0]
     for part in qual.split("."):
         found = None
@@ -322,63 +345,3 @@ def patch_fits(root: str, target: str, edits) -> str:
             first = old.strip().splitlines()[0] if old.strip() else old
             return f"a snippet does not fit {target.replace(':', '.')} ({problem}): {first[:60]!r}"
     return ""
-
-
-def installed_hashes(root: str) -> Optional[Dict[str, str]]:
-    """The wheel's own record of the files it installed (``*.dist-info/RECORD``): the
-    file's path (relative to site-packages) -> its sha256 as RECORD writes it. None where
-    there is no record (a source checkout)."""
-    import csv
-    import glob
-    site = os.path.dirname(root)
-    package = os.path.basename(root)
-    records = glob.glob(os.path.join(site, f"{package}-*.dist-info", "RECORD"))
-    if len(records) != 1:
-        return None
-    out: Dict[str, str] = {}
-    try:
-        with open(records[0], newline="", encoding="utf-8") as f:
-            for row in csv.reader(f):
-                if len(row) >= 2 and row[1].startswith("sha256="):
-                    out[os.path.normpath(row[0])] = row[1][len("sha256="):]
-    except (OSError, ValueError, csv.Error):
-        return None
-    return out
-
-
-def changed_files(root: str, paths) -> List[str]:
-    """Of ``paths`` (files under ``root``), those whose content is not what the installed
-    wheel recorded (edited, or not the wheel's at all), relative to ``root``'s parent;
-    [] where there is no record to compare with."""
-    import base64
-    import hashlib
-    recorded = installed_hashes(root)
-    if recorded is None:
-        return []
-    site = os.path.dirname(root)
-    changed = []
-    for path in sorted(set(paths)):
-        rel = os.path.normpath(os.path.relpath(path, site))
-        try:
-            with open(path, "rb") as f:
-                digest = base64.urlsafe_b64encode(hashlib.sha256(f.read()).digest())
-        except OSError:
-            changed.append(rel)
-            continue
-        if recorded.get(rel) != digest.rstrip(b"=").decode():
-            changed.append(rel)
-    return changed
-
-
-def files_digest(root: str, modules: List[str]) -> str:
-    """sha256 over the named modules' files (name and content), 16 hex digits."""
-    import hashlib
-    h = hashlib.sha256()
-    for name in sorted(modules):
-        try:
-            with open(module_path(root, name), "rb") as f:
-                data = f.read()
-        except OSError:
-            data = b"<missing>"
-        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    return h.hexdigest()[:16]

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, Optional
 from harness.run import AS_INSTALLED
 from harness.target import Target, TargetError
 from targets import static
+from targets.tiers import MetadataError
 from targets.sglang.boundary import contract
 
 # Scenarios the upstream engine runs: all of them (grammar staging on sglang's own
@@ -46,6 +47,8 @@ class SglangTarget(Target):
     def load(self) -> None:
         try:
             self.version = contract.installed_version()
+        except MetadataError as exc:  # installed, but no version to check: bad input
+            raise TargetError(f"--target sglang: {exc}") from None
         except LookupError:
             raise TargetError("--target sglang: sglang is not installed here; set it up "
                               "with `make upstream` (README: Verifying installed sglang)"

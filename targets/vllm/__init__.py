@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterator, Optional
 from harness.run import AS_INSTALLED
 from harness.target import Target, TargetError
 from targets import static
+from targets.tiers import MetadataError
 from targets.vllm.boundary import contract
 
 SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow", "vllm-input-prep",
@@ -38,6 +39,8 @@ class VllmTarget(Target):
     def load(self) -> None:
         try:
             self.version = contract.installed_version()
+        except MetadataError as exc:  # installed, but no version to check: bad input
+            raise TargetError(f"--target vllm: {exc}") from None
         except LookupError:
             raise TargetError("--target vllm: vllm is not installed here; set a release "
                               "up with `make upstream TARGET=vllm VLLM=0.17.0` and run in "
@@ -48,7 +51,9 @@ class VllmTarget(Target):
                               problems=verdict.problems)
         self.verdict = verdict
         if verdict.slices_only:  # the V1 engine is not driven here; the slices are
-            print(f"specrace: vllm {self.version}: its V1 engine is not driven "
+            what = "neither engine (V1 nor Model Runner V2) is" if verdict.mrv2 else \
+                "its V1 engine is not"
+            print(f"specrace: vllm {self.version}: {what} driven "
                   f"({verdict.engine[0]}); the slice scenarios run "
                   f"({', '.join(contract.SLICE_SCENARIOS)})", file=sys.stderr)
         elif verdict.tier == "compatible":

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 from packaging.specifiers import SpecifierSet
 
-from targets import static, tiers
+from targets import driven, static, tiers
 from targets.sglang.boundary import bootstrap, loop_contract
 
 SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
@@ -192,6 +192,20 @@ NOT_MODELLED = ("tp_worker", "pp_group", "tree_cache", "invariant_checker",
 # The keywords the toy worker's forward_batch_generation takes.
 WORKER_KEYWORDS = ("on_publish", "grammar_barrier")
 
+# Driven modules that only later releases have (0.5.16 on: the allocation helpers, the
+# DSpark and EAGLE v2 common modules): each parses where it is there
+LATER_MODULES = ("sglang.srt.mem_cache.allocation", "sglang.srt.mem_cache.allocation_sizing",
+                 "sglang.srt.speculative.eagle_worker_common",
+                 "sglang.srt.speculative.dspark_components.dspark_planner",
+                 "sglang.srt.speculative.ragged_verify",
+                 "sglang.srt.speculative.draft_worker_common")
+# What the target drives, as the shared discipline proves it (targets.driven): every
+# driven module exists and parses, every function it calls has its kind and parameters
+SURFACE = driven.Surface(
+    modules=tuple(m for m in DRIVEN_MODULES if m not in LATER_MODULES),
+    later_modules=LATER_MODULES, functions=CALLED, keywords=CALLED_KEYWORDS,
+    passed_through=PASSED_THROUGH)
+
 @dataclass
 class Verdict:
     version: str
@@ -232,30 +246,18 @@ def check_api(root: str, provided: Tuple[str, ...], worker_keywords: Tuple[str, 
               ) -> List[str]:
     """Every difference between the source under ``root`` and what the target relies on.
     ``provided``: the attributes the target's scheduler object carries."""
-    problems: List[str] = []
-    for target, expected in CALLED.items():
-        got, problem = static.params_problem(root, target, expected)
-        if problem:
-            problems.append(problem)
-        if got is None:
-            continue
-        name = target.replace(":", ".")
-        for kw in CALLED_KEYWORDS.get(target, ()):
-            if kw not in got and not any(p.startswith("**") for p in got):
-                problems.append(f"{name} takes no {kw!r}")
-        required, _ = static.required_params(root, target) if target not in PASSED_THROUGH \
-            else ((), "")
-        passed = set(expected) | {"*" + kw for kw in CALLED_KEYWORDS.get(target, ())}
-        problems += [f"{name} requires {p.lstrip('*')!r}, which the target does not pass"
-                     for p in required or () if p not in passed]
+    problems = driven.problems(root, SURFACE)
+    broken = {m for m in (*SURFACE.modules, *SURFACE.later_modules)
+              if static.module_problem(root, m)}  # said once, above
     fields, problem = static.dataclass_fields(root, RESULT_CLASS)
     if fields is None:
-        problems.append(problem)
+        if RESULT_CLASS.partition(":")[0] not in broken:
+            problems.append(problem)
     else:
         problems += [f"GenerationBatchResult.{f} is missing" for f in RESULT_FIELDS
                      if f not in fields]
     for module, name in ATTRIBUTES:
-        if not static.has_module_attribute(root, module, name):
+        if module not in broken and not static.has_module_attribute(root, module, name):
             problems.append(f"{module}.{name} is missing")
     problems += loop_contract.loop_problems(root, provided, worker_keywords)
     return problems
@@ -330,7 +332,7 @@ def evaluate(version: str, root: Optional[str], provided: Tuple[str, ...],
 def with_executed(verdict: Verdict, root: str, files) -> Verdict:
     """The verdict once a run has shown which of the package's files executed: one that
     is not the wheel's makes a verified release compatible, and is named."""
-    changed = sorted(set(verdict.changed) | set(static.changed_files(root, files)))
+    changed = sorted(set(verdict.changed) | set(tiers.changed_files(root, files)))
     tier = verdict.tier
     if changed and tier == "verified":
         tier = "compatible"

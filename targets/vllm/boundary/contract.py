@@ -18,9 +18,13 @@ from typing import Dict, List, Optional, Tuple
 
 from packaging.specifiers import SpecifierSet
 
-from targets import static, tiers
+from targets import driven, static, tiers
 from targets.vllm.engine.kernels import KERNEL_SEAMS, OPTIONAL_KERNELS
 from targets.vllm.mrv2 import table as mrv2_table
+from targets.vllm.boundary import surface
+from targets.vllm.boundary.surface import (  # noqa: F401 -- the contract's tables, here too
+    CALLED, DRIVEN_MODULES, LATER_DRIVEN_MODULES, MRV2_CALLED, MRV2_MODULES, MRV2_SCENARIOS,
+    SLICE_CALLED, SLICE_MODULES, SLICE_SCENARIOS, _GPU, _MRV2_RUNNER, _RUNNER)
 
 # The V1 engine with async scheduling and spec decode through to the newest release
 # (0.34.0 has no V1 model runner: its scenarios are "not applicable" there, read below),
@@ -46,71 +50,6 @@ VERIFIED: Dict[str, str] = {
     "0.34.0": "16c33cc8fa7b2b74",
 }
 
-_RUNNER = "vllm.v1.worker.gpu_model_runner"
-_CORE = "vllm.v1.engine.core"
-
-# The modules whose files the target drives (the report's digest covers them).
-DRIVEN_MODULES = (
-    _CORE, "vllm.v1.core.sched.async_scheduler", "vllm.v1.core.sched.scheduler",
-    "vllm.v1.executor.uniproc_executor", "vllm.v1.worker.gpu_worker", _RUNNER,
-    "vllm.v1.worker.gpu_input_batch", "vllm.v1.worker.block_table", "vllm.v1.utils",
-    "vllm.v1.sample.sampler", "vllm.v1.sample.rejection_sampler",
-    "vllm.v1.spec_decode.eagle", "vllm.v1.spec_decode.draft_model",
-    "vllm.v1.spec_decode.utils", "vllm.v1.attention.backends.gdn_attn",
-)
-# ... and those a later release added: 0.23.0 moved the drafter's body (the proposer
-# the toy draft model runs, its kernel launches) into llm_base_proposer.py.
-LATER_DRIVEN_MODULES = ("vllm.v1.spec_decode.llm_base_proposer",)
-# ... and the draft-token slice's (targets/vllm/slices/draft_tokens.py): Model Runner V2's
-# DraftTokensHandler and its copy helper
-SLICE_MODULES = ("vllm.v1.worker.gpu.spec_decode.utils", "vllm.v1.worker.gpu.async_utils")
-# ... and Model Runner V2's driven whole (targets/vllm/mrv2/): the modules its greedy EAGLE
-# path with async scheduling and structured outputs runs (those of them a release has),
-# its attention and drafter helpers, vLLM's kernel-override seam where it binds through it
-_GPU = "vllm.v1.worker.gpu"
-MRV2_MODULES = tuple(mrv2_table.DRIVEN_MODULES) + (
-    f"{_GPU}.attn_utils", f"{_GPU}.spec_decode.eagle.utils", f"{_GPU}.spec_decode.eagle",
-    f"{_GPU}.spec_decode.rejection_sample", "vllm.triton_utils.dispatcher")
-
-# Functions the target calls or overrides -> the parameters it relies on (a prefix).
-CALLED: Dict[str, Tuple[str, ...]] = {
-    f"{_CORE}:EngineCore.__init__": ("self", "vllm_config", "executor_class", "log_stats"),
-    f"{_CORE}:EngineCore.step_with_batch_queue": ("self",),
-    f"{_CORE}:EngineCore.step": ("self",),
-    f"{_CORE}:EngineCore.post_step": ("self", "model_executed"),
-    f"{_CORE}:EngineCore.preprocess_add_request": ("self", "request"),
-    f"{_CORE}:EngineCore.add_request": ("self", "request"),
-    "vllm.v1.executor.uniproc_executor:UniProcExecutor._init_executor": ("self",),
-    "vllm.v1.worker.gpu_worker:Worker.init_device": ("self",),
-    "vllm.v1.worker.gpu_worker:Worker._maybe_get_memory_pool_context": ("self", "tag"),
-    "vllm.v1.worker.gpu_worker:init_worker_distributed_environment":
-        ("vllm_config", "rank", "distributed_init_method", "local_rank", "backend"),
-    f"{_RUNNER}:GPUModelRunner._init_device_properties": ("self",),
-    f"{_RUNNER}:GPUModelRunner.execute_model": ("self", "scheduler_output"),
-    "vllm.v1.attention.backends.gdn_attn:GDNAttentionMetadataBuilder.build":
-        ("self", "common_prefix_len", "common_attn_metadata", "num_accepted_tokens",
-         "num_decode_draft_tokens_cpu"),
-}
-
-# Model Runner V2 (targets/vllm/mrv2/): what it calls or overrides beyond the engine's
-# (its worker, targets/vllm/mrv2/worker.py, overrides the same Worker methods as the V1
-# path's), with the parameters relied on; its Triton kernels are checked from source
-# against targets/vllm/mrv2/table.py (check_mrv2)
-_MRV2_RUNNER = f"{_GPU}.model_runner:GPUModelRunner"
-MRV2_CALLED: Dict[str, Tuple[str, ...]] = {
-    **{t: e for t, e in CALLED.items() if t.startswith((_CORE, "vllm.v1.executor",
-                                                       "vllm.v1.worker.gpu_worker"))},
-    f"{_MRV2_RUNNER}.__init__": ("self", "vllm_config", "device"),
-    f"{_MRV2_RUNNER}.initialize_kv_cache": ("self", "kv_cache_config"),
-    f"{_MRV2_RUNNER}.execute_model": ("self", "scheduler_output"),
-    f"{_GPU}.spec_decode.utils:DraftTokensHandler.set_draft_tokens":
-        ("self", "input_batch", "draft_tokens"),
-    f"{_GPU}.buffer_utils:UvaBuffer.__init__": ("self", "size", "dtype"),
-    "vllm.v1.structured_output.backend_types:StructuredOutputBackend.compile_grammar":
-        ("self", "request_type", "grammar_spec"),
-}
-MRV2_SCENARIOS = ("vllm-mrv2", "vllm-mrv2-draft-tokens", "vllm-mrv2-uva-pool")
-
 # What a scenario's code is, per release: scenario -> (what the release lacks without
 # it, the code that has it). A release without it: the scenario is "not applicable".
 SCENARIO_CODE: Dict[str, Tuple[str, str]] = {
@@ -135,18 +74,6 @@ SCENARIO_CODE: Dict[str, Tuple[str, str]] = {
                           "spec_decode/utils.py: DraftTokensHandler)",
                           "vllm.v1.worker.gpu.spec_decode.utils:"
                           "DraftTokensHandler.set_draft_tokens"),
-}
-
-
-# The slices (targets/vllm/slices/): scenarios that drive one piece of upstream's code
-# under a loop of specrace's, not the V1 engine -- they run where the engine cannot be
-# driven (Model Runner V2 only, 0.34.0), and need only what they call.
-SLICE_SCENARIOS = ("vllm-draft-tokens",)
-_DRAFTS = "vllm.v1.worker.gpu.spec_decode.utils:DraftTokensHandler"
-SLICE_CALLED: Dict[str, Tuple[str, ...]] = {
-    f"{_DRAFTS}.__init__": ("self", "device"),
-    f"{_DRAFTS}.set_draft_tokens": ("self", "input_batch", "draft_tokens"),
-    f"{_DRAFTS}.get_draft_tokens": ("self",),
 }
 
 
@@ -188,10 +115,11 @@ def check_version(version: str) -> List[str]:
 
 
 def check_api(root: str) -> List[str]:
-    """Every difference between the source under ``root`` and what the target relies on."""
-    problems: List[str] = []
-    driven = driven_modules(root)
-    problems += _params_problems(root, CALLED)
+    """Every difference between the source under ``root`` and what the V1 engine path
+    relies on: the engine's shared side and the V1 runner's (``surface``: modules,
+    names, parameters; ``targets.driven``), and each Triton kernel's stand-in."""
+    problems = driven.problems(root, surface.ENGINE) + driven.problems(root, surface.V1)
+    modules = driven_modules(root)
     for name, (fn, defined, launchers) in KERNEL_SEAMS.items():
         got, problem = static.params(root, f"{defined}:{name}")
         if got is None and name in OPTIONAL_KERNELS:
@@ -210,11 +138,11 @@ def check_api(root: str) -> List[str]:
         if not bound:
             problems.append(f"{' / '.join(launchers)} no longer names the kernel {name} "
                             f"(its stand-in is bound where it is named)")
-        for module in driven:
+        for module in modules:
             if module not in bound and _launches(root, module, name):
                 problems.append(f"{module} launches the kernel {name}, where specrace "
                                 f"binds no stand-in")
-    return problems
+    return list(dict.fromkeys(problems))  # a module both paths drive is named once
 
 
 def _takes(fn, got: Tuple[str, ...]) -> bool:
@@ -255,15 +183,18 @@ def evaluate(version: str, root: Optional[str]) -> Verdict:
     problems = check_version(version)
     if root is None:
         return Verdict(version, "unsupported", problems + ["vllm's source cannot be found"])
-    engine: List[str] = []
     mrv2 = _guarded(check_mrv2, root)
-    if static.find(root, f"{_RUNNER}:GPUModelRunner")[0] is None:
+    runner = driven.module_problem(root, _RUNNER)
+    if runner.endswith(" is missing") or (
+            not runner and static.find(root, f"{_RUNNER}:GPUModelRunner")[0] is None):
+        # the engine's shared side still has to fit, for Model Runner V2's sake
+        engine = _guarded(lambda r: driven.problems(r, surface.ENGINE), root)
         engine.append("vllm.v1.worker.gpu_model_runner.GPUModelRunner is missing (this "
                       "release ships Model Runner V2 only" + (
                           f", which the target cannot drive here: {mrv2[0]})" if mrv2
                           else "; the target drives it: " + ", ".join(MRV2_SCENARIOS) + ")"))
-    else:
-        engine += _guarded(check_api, root)
+    else:  # a runner that is there and does not parse is named as such (check_api)
+        engine = _guarded(check_api, root)
     # One engine driven is enough to run: the other's scenarios are refused when their
     # engine is built (path_problem), each with its first problem named
     problems += engine if mrv2 else []
@@ -285,9 +216,13 @@ def check_mrv2(root: str) -> List[str]:
     kernel the driven modules launch -- defined where ``table`` says, with a stand-in
     that takes exactly its parameters (``table.choose``), or listed as never launched on
     the path (``table.NOT_LAUNCHED``)."""
+    problems = driven.problems(root, surface.ENGINE)  # the engine's side it shares
     if static.find(root, _MRV2_RUNNER)[0] is None:
-        return [f"{_MRV2_RUNNER.replace(':', '.')} is missing (no Model Runner V2)"]
-    problems = _params_problems(root, MRV2_CALLED)
+        module = _MRV2_RUNNER.partition(":")[0]
+        unread = driven.module_problem(root, module)
+        return problems + [unread if unread and not unread.endswith(" is missing") else
+                           f"{_MRV2_RUNNER.replace(':', '.')} is missing (no Model Runner V2)"]
+    problems += driven.problems(root, surface.MRV2)
     module, op = f"{_GPU}.buffer_utils", "get_accelerator_view_from_cpu_tensor"
     if not static.has_module_attribute(root, module, op):
         problems.append(f"{module} no longer names {op} (specrace's UVA view is bound "
@@ -354,17 +289,9 @@ def _installed_verdict() -> Verdict:
 
 def check_slices(root: str) -> List[str]:
     """What the slices call, where the release has their code (a release without it: the
-    slice scenario is not applicable there, no problem)."""
+    slice scenario is not applicable there, no problem): their modules parse, each
+    function they call has its kind and parameters."""
     present = {t: e for t, e in SLICE_CALLED.items()
                if static.find(root, t.rsplit(".", 1)[0])[0] is not None}
-    return _params_problems(root, present)
-
-
-def _params_problems(root: str, called: Dict[str, Tuple[str, ...]]) -> List[str]:
-    """One problem per function of ``called`` whose parameters are not what it says."""
-    problems = []
-    for target, expected in called.items():
-        problem = static.params_problem(root, target, expected)[1]
-        if problem:
-            problems.append(problem)
-    return problems
+    return driven.problems(root, driven.Surface(later_modules=SLICE_MODULES,
+                                                functions=present))
