@@ -171,13 +171,14 @@ class FileFacts:
     pinned: Set[Tuple[str, str]] = field(default_factory=set)
     torch_imports: FrozenSet[str] = frozenset()  # names imported from torch.cuda / torch
     bare_event_is_host: bool = False  # ``from threading import Event``
+    factories: Tuple[str, ...] = ()  # calls that return a pinned buffer (the target's)
 
     @classmethod
     def build(cls, imports: List[ast.ImportFrom], assigns: List[Tuple[ast.stmt, str, str]],
               factories: Tuple[str, ...] = ()) -> "FileFacts":
         """From a file's ``from X import ...`` statements and its assignments, each with
         its class and qualified function (the census's one walk collects them)."""
-        facts = cls()
+        facts = cls(factories=tuple(factories))
         names: Set[str] = set()
         for n in imports:
             imported = {a.asname or a.name for a in n.names}
@@ -297,7 +298,8 @@ def kinds_of(call: ast.Call, facts: FileFacts, klass: str, fn: str,
         out.append("sync-readback")
     if _kw_on(call, "non_blocking"):
         out.append("non-blocking-copy")
-    if _kw_on(call, "pin_memory") or (name == "pin_memory" and recv):
+    if _kw_on(call, "pin_memory") or (name == "pin_memory" and recv) \
+            or (name in facts.factories and name):
         out.append("pinned-alloc")
     if name in IN_PLACE and recv and not _kw_on(call, "non_blocking") \
             and isinstance(call.func, ast.Attribute) \

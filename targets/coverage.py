@@ -124,14 +124,15 @@ def ran_sites(sites: Iterable[Site], lines_by_file: Dict[str, Iterable[int]]) ->
 
 
 def classify(site: Site, rules: Sequence[Tuple[str, str, str]]) -> str:
-    """The first rule that names the site, else "not reached by any scenario"."""
+    """The first rule that names the site (patterns ignore case: ``HiCacheController``
+    is hicache's), else "not reached by any scenario"."""
     for category, what, pattern in rules:
         if what == "guard":
             values: Tuple[str, ...] = site.guards
         else:
             values = ({"path": site.file, "function": site.function,
                        "text": site.text}.get(what, ""),)
-        if any(re.search(pattern, v) for v in values):
+        if any(re.search(pattern, v, re.IGNORECASE) for v in values):
             return category
     return NOT_REACHED
 

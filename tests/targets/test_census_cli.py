@@ -1,0 +1,50 @@
+"""``specrace census`` / ``specrace coverage`` at the command line: bad input is one line
+and exit 2, the table and the JSON come from the census they are given."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from targets.census import Census, Site
+
+BAD = [
+    ["census", "--target", "impl"],
+    ["census", "--target", "nope"],
+    ["census", "--release", "x;rm -rf /"],
+    ["census", "--release", "0.4.0"],  # outside the supported range
+    ["coverage", "no-such-scenario"],
+    ["coverage", "--trials", "0"],
+    ["coverage", "--target", "vllm", "ngram-filter-race"],
+]
+
+
+@pytest.mark.parametrize("args", BAD, ids=" ".join)
+def test_bad_input_is_one_line_and_exit_2(args, capsys):
+    from specrace.cli import main
+    assert main(list(args)) == 2
+    _, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("specrace: error: ")
+
+
+def _fake(target, release=None, readbacks=False):
+    sites = (Site("srt/managers/a.py", 3, 4, "A.f", "wait-stream", (3, 3)),
+             Site("srt/managers/a.py", 9, 0, "A.g", "event-record", (9, 10)))
+    return Census(target, "sglang", "9.9.9", "/nowhere", ("srt/managers", "srt/gone"),
+                  ("srt/gone",), 2, sites, (("srt/managers/b.py", "does not parse"),))
+
+
+def test_census_json_and_table_come_from_the_census(monkeypatch, capsys):
+    import targets.census
+    from specrace.cli import main
+    monkeypatch.setattr(targets.census, "census", _fake)
+    assert main(["census", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["total"] == 2 and out["by_kind"] == {"wait-stream": 1, "event-record": 1}
+    assert [s["line"] for s in out["sites"]] == [3, 9]
+    assert out["unreadable"] == [{"file": "srt/managers/b.py", "why": "does not parse"}]
+    assert main(["census"]) == 0
+    text = capsys.readouterr().out
+    assert "sglang 9.9.9: 2 ordering sites in 2 files" in text
+    assert "srt/managers/a.py:9" in text and "srt/gone" in text and "does not parse" in text

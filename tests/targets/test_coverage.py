@@ -1,0 +1,120 @@
+"""Coverage of the census (``targets.coverage``): executed lines mapped to sites on a tiny
+module run under coverage.py, the reason rules, the figures computed from the census,
+and one cheap scenario of the installed sglang measured for real (the CI check)."""
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+
+import pytest
+
+from targets.census import Census, Site, scan_tree
+from targets.census_rules import CONFIG, HARDWARE, MULTI_NODE, NOT_REACHED
+from targets.coverage import CoverageResult, ScenarioRun, classify, ran_sites
+
+MODULE = textwrap.dedent('''
+    class FakeStream:
+        def wait_stream(self, other):
+            return other
+
+        def synchronize(self):
+            return None
+
+    def ran(stream):
+        stream.wait_stream(
+            stream)
+        if stream is None:
+            stream.synchronize()
+        return stream
+
+    def never(stream):
+        stream.wait_stream(stream)
+''')
+
+
+def _run_under_coverage(tmp_path):
+    coverage = pytest.importorskip("coverage")
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    path = pkg / "mod.py"
+    path.write_text(MODULE)
+    cov = coverage.Coverage(data_file=None, source=[str(pkg)], config_file=False)
+    cov.start()
+    try:
+        spec = importlib.util.spec_from_file_location("specrace_cov_probe", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.ran(mod.FakeStream())
+    finally:
+        cov.stop()
+    data = cov.get_data()
+    lines = {"mod.py": data.lines(str(path)) or []}
+    return str(tmp_path), lines
+
+
+def test_executed_lines_map_to_the_sites_that_ran(tmp_path):
+    root, lines = _run_under_coverage(tmp_path)
+    sites, _, _, _ = scan_tree(root, ("pkg",))
+    # the census names the file from its root; coverage.py's lines are keyed the same way
+    sites = [Site(s.file.removeprefix("pkg/"), s.line, s.col, s.function, s.kind, s.span,
+                  s.guards, s.text) for s in sites]
+    by_function = {(s.function, s.kind): s for s in sites}
+    assert set(by_function) == {("ran", "wait-stream"), ("ran", "event-sync"),
+                                ("never", "wait-stream")}
+    ran = ran_sites(sites, lines)
+    # the two-line call ran; the one under a false if did not; nor did the uncalled one
+    assert ran == {by_function[("ran", "wait-stream")].key}
+
+
+def _site(file="srt/managers/x.py", function="f", guards=(), text="s.wait_stream(t)"):
+    return Site(file, 1, 0, function, "wait-stream", (1, 1), tuple(guards), text)
+
+
+def test_reason_rules_name_hardware_transfer_engines_and_configuration():
+    from targets.sglang.environments.census import RULES
+    assert classify(_site(guards=("_is_hip",)), RULES) == HARDWARE
+    assert classify(_site(guards=("not (_is_cuda)",)), RULES) == HARDWARE
+    assert classify(_site(guards=("not (_is_hip)",)), RULES) == NOT_REACHED  # the CUDA side
+    assert classify(_site(file="srt/layers/attention/ascend_backend.py"), RULES) == HARDWARE
+    assert classify(_site(file="srt/disaggregation/mooncake/conn.py"), RULES) == MULTI_NODE
+    assert classify(_site(file="srt/disaggregation/decode.py"), RULES) == CONFIG
+    assert classify(_site(file="srt/managers/scheduler.py",
+                          function="Scheduler.run_batch"), RULES) == NOT_REACHED
+    assert classify(_site(function="HiCacheController.write"), RULES) == CONFIG
+
+
+def test_figures_come_from_the_census_and_the_runs():
+    sites = [_site(file=f"srt/a/{i}.py") for i in range(3)] + \
+        [_site(file="srt/disaggregation/mooncake/conn.py")]
+    census = Census("sglang", "sglang", "0", "/x", ("srt",), (), 4, tuple(sites), ())
+    from targets.sglang.environments.census import RULES
+    runs = [ScenarioRun("a", "ran", ran=frozenset({sites[0].key})),
+            ScenarioRun("b", "ran", ran=frozenset({sites[0].key, sites[3].key}))]
+    res = CoverageResult(census, runs, {s.key: classify(s, RULES) for s in sites})
+    s = res.summary()
+    assert (s["sites"], s["ran"]) == (4, 2) and s["percent"] == 50.0
+    # the transfer engine's site is off the single-node paths: not in the headline
+    assert (s["single_node_sites"], s["single_node_ran"]) == (3, 1)
+    assert s["single_node_percent"] == round(100 / 3, 1)
+    assert [r["ran"] for r in s["by_scenario"]] == [1, 2]
+    assert [why for _, why in res.not_run()] == [NOT_REACHED, NOT_REACHED]
+    assert res.to_json()["sites"][0]["ran_in"] == ["a", "b"]
+
+
+def test_one_cheap_scenario_runs_census_sites_of_the_installed_sglang():
+    """The CI check: a scenario of the installed sglang measured under coverage.py runs
+    some census sites, and the percentage is the census's, not a constant."""
+    pytest.importorskip("coverage")
+    from targets import static
+    if static.package_root("sglang") is None:
+        pytest.skip("sglang is not installed here (make upstream)")
+    from targets.coverage import coverage
+    res = coverage("sglang", None, ["ngram-filter-race"])
+    run = res.runs[0]
+    assert run.status == "ran", run.note
+    s = res.summary()
+    assert s["ran"] > 0
+    assert s["sites"] == len(res.census.sites) > s["ran"]
+    assert s["percent"] == round(100.0 * s["ran"] / s["sites"], 1)
+    ran_files = {k[0] for k in run.ran}
+    assert any(f.startswith("srt/managers/") for f in ran_files)
