@@ -53,6 +53,12 @@ class Fence(Word):
     COARSE = "coarse"  # wait for the whole previous forward
 
 
+# The targets whose scheduler has the WAR barrier a ``Fence`` names: specrace's mirror and
+# sglang. vLLM's loop has none -- its runs carry the default word, which changes nothing
+# there -- so no name, heading, command or row of a vLLM run shows a fence.
+FENCED_TARGETS = (TargetName.IMPL.value, TargetName.SGLANG.value)
+
+
 class Relay(Word):
     """How accept state travels from one step's verify to the next step's draft."""
     FUTURE_MAP = "future_map"  # stashed and resolved through the FutureMap (the fix)

@@ -1,4 +1,4 @@
-"""``specrace``: list | repro | replay | litmus | matrix | releases | census | coverage | bench.
+"""``specrace``: list | repro | replay | litmus | matrix | releases | census | coverage | audit | bench.
 
 Exit codes: 0 = the outcome matches what was expected (``repro`` without ``--expect``:
 it ran), 1 = it does not, 2 = bad input, a report that cannot be written or output that
@@ -98,6 +98,9 @@ def _dispatch(args) -> int:
             return cmd_releases(args)
         if args.command == "bench":
             return cmd_bench(args)
+        if args.command == "audit":
+            from specrace.audit_cmd import cmd_audit
+            return cmd_audit(args)
     except (BackendError, LimitError) as exc:
         raise UsageError(str(exc)) from None
     except TargetError as exc:  # a target that cannot run here, or code that does not fit
@@ -163,7 +166,9 @@ def cmd_repro(args) -> int:
     if not args.no_report:
         from harness.report import ReportDirError, write_reports
         try:
-            result.report_files = write_reports(result, report_dir)
+            from specrace.audit import report_context
+            result.report_files = write_reports(result, report_dir,
+                                                context=report_context(result))
         except ReportDirError as exc:  # the folder went away during the run
             write_error = f"--report-dir: {exc}"
         except OSError as exc:  # a full disk, a folder gone read-only: the verdict stands

@@ -46,6 +46,9 @@ def build_parser(description: str = "specrace") -> argparse.ArgumentParser:
                                               "sets one up)"))
     from specrace.census_args import add_parsers as _census_parsers
     _census_parsers(sub)  # census, coverage
+    _audit(sub.add_parser("audit", help="every scenario in every shipped configuration of "
+                                        "the installed server (or each release named): "
+                                        "one table, known races matched, a CI gate"))
     b = sub.add_parser("bench", help="benchmarks (figures, not tests)")
     b.add_argument("what", nargs="?", default="all", choices=["all", "runtime", "engine",
                                                               "matrix", "cuda", "grammar"])
@@ -118,6 +121,31 @@ def _releases(rl: argparse.ArgumentParser) -> None:
                     help="every applicable release must give this outcome")
     rl.add_argument("--json", action="store_true")
     rl.add_argument("--report-dir", default=os.path.join("reports", "releases"))
+
+
+def _audit(au: argparse.ArgumentParser) -> None:
+    au.add_argument("--target", choices=UPSTREAM_TARGETS, default="sglang",
+                    help="the upstream server audited (default: sglang)")
+    au.add_argument("--release", action="append", default=None,
+                    help="audit this release, in its environment (repeatable; default: the "
+                         "release this interpreter imports, else the newest set up)")
+    au.add_argument("--scenario", action="append", default=None,
+                    help="only this scenario (repeatable; default: every one)")
+    au.add_argument("--trials", type=A.trials, default=3,
+                    help="trials per configuration (default 3)")
+    au.add_argument("--seed", type=A.seed, default=0)
+    au.add_argument("--backend", choices=["sim", "cuda", "auto"], default="auto")
+    au.add_argument("--fail-on", choices=["race", "new"], default=None,
+                    help="exit 1 when a row is a race (known or not) / a race no known "
+                         "finding matches; an error row fails either (default: report only)")
+    au.add_argument("--json", action="store_true", help="print the audit as one JSON object")
+    au.add_argument("--jsonl", action="store_true",
+                    help="stream the plan and each configuration's rows as JSON lines (what "
+                         "a release's child prints)")
+    au.add_argument("--report-dir", default=os.path.join("reports", "audit"),
+                    help="audit.json, audit.md and the report sets (default: reports/audit)")
+    au.add_argument("--no-report", action="store_true",
+                    help="write nothing: no report sets, no audit.json / audit.md")
 
 
 def _target_arg(p, default: Optional[str] = "impl", help_text: Optional[str] = None) -> None:

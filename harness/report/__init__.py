@@ -3,7 +3,7 @@
 ``write_reports(result, report_dir)`` writes a ``ReproResult`` as one set: the folder
 ``REPORT_DIR/NAME/``, swapped in whole by one rename (``reportset``: a reader sees the
 previous set or this one, never a mix). ``NAME`` (``report_name``) carries every setting
-that changes the run -- readable, ``{scenario}[-{target}]-{variant}-{war_barrier}-
+that changes the run -- readable, ``{scenario}[-{target}]-{variant}[-{war_barrier}]-
 {backend}[-{policy}]-stall{ms|auto}-t{trials}-seed{seed}``, then a digest of all of them
 (the stall plan and host-order answers too), so two runs share a name only if they are the
 same run:
@@ -33,7 +33,7 @@ from seams.paths import REPO_ROOT
 
 from harness.report.document import REPORT_FORMAT, Report, content_id
 from harness.report.reportset import ReportDirError, prepare_report_dir, write_set
-from seams.vocab import Backend
+from seams.vocab import FENCED_TARGETS, Backend
 
 FILES = {"json": "report.json", "markdown": "report.md", "trace": "trace.json",
          "timeline": "timeline.png"}
@@ -53,7 +53,10 @@ def report_name(identity: Dict[str, Any]) -> str:
         version = (identity.get("code") or {}).get(f"{identity['target']}_version")
         if version:
             parts.append(str(version))
-    parts += [identity["variant"], identity["war_barrier"], identity["backend"]]
+    parts.append(identity["variant"])
+    if identity.get("target", "impl") in FENCED_TARGETS:  # a word of its server's only
+        parts.append(identity["war_barrier"])
+    parts.append(identity["backend"])
     parts += [identity[k] for k in ("platform", "load") if k in identity]
     if identity["backend"] == Backend.SIM:
         parts.append(str(identity["policy"]))
@@ -88,8 +91,12 @@ def preload() -> None:
     PIL.Image.preinit()  # savefig's PNG writer loads PIL's common plugins on first use
 
 
-def write_reports(result: Any, report_dir: str) -> Dict[str, Optional[str]]:
-    """Write ``result``'s set (a ``ReproResult``); returns each file's path by kind."""
+def write_reports(result: Any, report_dir: str,
+                  context: Optional[Dict[str, Any]] = None) -> Dict[str, Optional[str]]:
+    """Write ``result``'s set (a ``ReproResult``); returns each file's path by kind.
+    ``context``: what the caller knows of the run beyond it, for the Markdown only (the
+    JSON, which replay reads, is the run's alone) -- ``configuration`` (the server flags
+    that reach it) and ``known`` (the known races it matched, each with its write-up)."""
     with signals.deferred():  # an import is not a place for an exception
         preload()
     from harness.report.chrome import chrome_trace, trace_digest
@@ -122,7 +129,7 @@ def write_reports(result: Any, report_dir: str) -> Dict[str, Optional[str]]:
         members.append((FILES["timeline"], timeline))
 
     def markdown(f: Any) -> None:
-        f.write(render_markdown(report, paths, notes.get("timeline")).encode())
+        f.write(render_markdown(report, paths, notes.get("timeline"), context).encode())
     members.append((FILES["markdown"], markdown))
     members.append((FILES["json"], lambda f: f.write(
         (json.dumps(doc, indent=1, default=str) + "\n").encode())))

@@ -52,15 +52,19 @@ def _code(v: Any) -> str:
 
 
 def render_markdown(report: Any, paths: Dict[str, Optional[str]],
-                    timeline_note: Optional[str]) -> str:
-    """The summary of ``report`` (a ``document.Report``) whose files are at ``paths``."""
-    return printable(_render(report, paths, timeline_note), keep_newlines=True)
+                    timeline_note: Optional[str],
+                    context: Optional[Dict[str, Any]] = None) -> str:
+    """The summary of ``report`` (a ``document.Report``) whose files are at ``paths``;
+    ``context`` as ``write_reports`` takes it."""
+    return printable(_render(report, paths, timeline_note, context or {}), keep_newlines=True)
 
 
-def _render(report: Any, paths: Dict[str, Optional[str]], timeline_note: Optional[str]) -> str:
+def _render(report: Any, paths: Dict[str, Optional[str]], timeline_note: Optional[str],
+            context: Dict[str, Any]) -> str:
     r = report.result
     shown = (r.first_trial or 0) + 1  # the trial the trace and the divergence are from
     out = _summary(report)
+    out += _context(context, paths)
     out += _races(r.races)
     out += _graph_owned(r.trace)
     out += _divergence(r.first_divergence, shown)
@@ -77,13 +81,8 @@ def _summary(report: Any) -> List[str]:
     r = report.result
     n, t = r.reproduced, r.trials
     out: List[str] = [f"# specrace: {r.heading()}", ""]
-    info = r.target_info
     if r.target != "impl":
-        out.append(f"Target: installed **{r.target} {info.get('sglang_version', '')}** "
-                   f"(files digest `{info.get('sglang_files_digest')}`; stood in for: "
-                   f"{', '.join(map(str, info.get('stood_in') or [])) or 'nothing'}). "
-                   f"Upstream frames are named `sglang/...`, relative to the install.")
-        out.append("")
+        out += [_target_line(r.target, r.target_info), ""]
     head = (f"**RACE REPRODUCED in {n}/{t} trials**" if n else f"**clean: 0/{t} trials**")
     stated = ("no expectation stated" if r.expect is None else
               f"expected `{r.expect}` "
@@ -231,3 +230,56 @@ def _trials(trials: List[Any]) -> List[str]:
     if len(trials) > MAX_TRIAL_ROWS:
         out.append(f"\n({len(trials) - MAX_TRIAL_ROWS} more trials in the JSON report.)")
     return out + [""]
+
+
+def _target_line(target: str, info: Dict[str, Any]) -> str:
+    """The server the run drove, in its own description's words (``Target.describe``:
+    ``{target}_version``, ``_tier``, ``_files_digest``, ``stood_in`` where it keeps one)."""
+    version = info.get(f"{target}_version") or "(version not recorded)"
+    tier = info.get(f"{target}_tier")
+    digest = info.get(f"{target}_files_digest")
+    facts = [f"{tier} tier" if tier else None,
+             f"files digest `{digest}`" if digest else "no files digest recorded"]
+    if "stood_in" in info:
+        facts.append("stood in for: " + (", ".join(map(str, info.get("stood_in") or []))
+                                          or "nothing"))
+    changed = info.get(f"{target}_changed_files") or []
+    if changed:
+        facts.append(f"{len(changed)} file(s) not as the release shipped them: "
+                     + ", ".join(f"`{c}`" for c in changed[:5]))
+    doc = f"docs/{target}-target.md"
+    ours = (f" What is upstream's and what is specrace's (its stand-ins): `{doc}`."
+            if os.path.exists(os.path.join(REPO_ROOT, doc)) else "")
+    return (f"Target: installed **{target} {version}** ({'; '.join(f for f in facts if f)})."
+            f" Upstream frames are named `{target}/...`, relative to the install.{ours}")
+
+
+def _context(context: Dict[str, Any], paths: Dict[str, Optional[str]]) -> List[str]:
+    """What the caller knew beyond the run: the server flags that reach this
+    configuration, and the known races it matched, each linked to its write-up."""
+    out: List[str] = []
+    flags = context.get("configuration") or []
+    if flags:
+        out += ["Server configuration that reaches this run: "
+                + " ".join(f"`{f}`" for f in flags), ""]
+    known = context.get("known") or []
+    folder = os.path.dirname(paths.get("markdown") or paths.get("json") or "") or "."
+    for k in known:
+        state = (f" -- **a regression**: fixed in {k.get('fixed_in')}" if k.get("regression")
+                 else " (settled: not a bug)" if k.get("kind") == "settled" else "")
+        out.append(f"Known race: {repo_link(str(k.get('writeup', '')), str(k.get('title')), folder)}"
+                   f"{state}.")
+    return out + ([""] if known else [])
+
+
+def repo_link(path: str, text: str, folder: str) -> str:
+    """A Markdown link from a file in ``folder`` to ``path`` in specrace's tree (an anchor
+    kept): relative when the file lies in the tree, so it follows a clone; else the path
+    named as specrace's (a report written outside the tree, a CI artifact, has no tree
+    beside it to link into)."""
+    page, _, anchor = path.partition("#")
+    here = os.path.abspath(folder)
+    if not (here + os.sep).startswith(REPO_ROOT + os.sep):
+        return f"{text} (specrace's `{path}`)"
+    rel = os.path.relpath(os.path.join(REPO_ROOT, page), here)
+    return f"[{text}]({rel}{'#' + anchor if anchor else ''})"

@@ -18,7 +18,7 @@ from harness.detect import Race
 from harness.oracle.divergence import Divergence, DivergenceKind
 from seams.faults.plan import StallAt
 from harness.runtime.policy import Schedule, decode_schedules
-from seams.vocab import Backend, Platform, Verdict
+from seams.vocab import FENCED_TARGETS, Backend, Platform, Verdict
 
 @dataclass(frozen=True)
 class TrialSummary:
@@ -143,8 +143,12 @@ class ReproResult:
                 **platform_identity(self.platform)}
 
     def heading(self) -> str:
-        """``SCENARIO [VARIANT, FENCE fence] on BACKEND``: how every view names the run."""
-        return f"{self.scenario} [{self.variant}, {self.war_barrier} fence] on {self.backend}"
+        """``SCENARIO [VARIANT, FENCE fence] on BACKEND``: how every view names the run (the
+        fence only where the target has one: ``FENCED_TARGETS``)."""
+        return f"{self.scenario} [{self.variant}{self._fence()}] on {self.backend}"
+
+    def _fence(self) -> str:
+        return f", {self.war_barrier} fence" if self.target in FENCED_TARGETS else ""
 
     def verdict_line(self) -> str:
         n, t = self.reproduced, self.trials
@@ -152,7 +156,7 @@ class ReproResult:
         median = "?" if self.median_trial_ms is None else f"{self.median_trial_ms:.1f}"
         return (f"{'reproduced' if n else 'clean'} {n}/{t} ({100.0 * self.rate:.0f}%){extra}, "
                 f"median trial {median} ms -- {self.scenario}{self.target_tag()} "
-                f"[{self.variant}, {self.war_barrier} fence] on {self.backend} "
+                f"[{self.variant}{self._fence()}] on {self.backend} "
                 f"({self.policy}{'' if self.load == 'none' else ', load ' + self.load}"
                 f"{'' if self.platform == 'cuda' else ', read as ' + self.platform}); "
                 f"{len(self.races)} race site(s)" + self._expectation())
@@ -168,8 +172,10 @@ class ReproResult:
         parts = ["specrace", "repro", self.scenario]
         if self.target != "impl":
             parts += ["--target", self.target]
-        parts += ["--variant", self.variant, "--war-barrier", self.war_barrier,
-                  "--backend", backend or self.backend]
+        parts += ["--variant", self.variant]
+        if self.target in FENCED_TARGETS:
+            parts += ["--war-barrier", self.war_barrier]
+        parts += ["--backend", backend or self.backend]
         if self.backend == Backend.SIM:  # a CUDA run's schedule was the GPU's
             parts += ["--policy", self.policy]
         if self.stall_ms is not None:
@@ -188,7 +194,7 @@ class ReproResult:
     def target_tag(self) -> str:
         if self.target == "impl":
             return ""
-        version = self.target_info.get("sglang_version")
+        version = self.target_info.get(f"{self.target}_version")
         return f" (target {self.target}{' ' + str(version) if version else ''})"
 
     def to_json(self) -> Dict[str, Any]:
