@@ -306,14 +306,40 @@ def package_of(target: str, release: Optional[str]) -> Tuple[str, str]:
     line = targets.declared(target).environments().line
     try:
         version = line.check_release(release)
-        line.require(version)
+        python = line.require(version)
     except ValueError as exc:  # EnvError: not a version, out of range, not set up
         raise CensusError(str(exc)) from None
-    root = line.release_root(version)
-    if root is None:
-        raise CensusError(f"{spec.PACKAGE} {version}'s environment holds no {spec.PACKAGE} "
-                          f"package; set it up again with `{line.hint(version)}`")
+    root, seen = _seen_by(python, spec.PACKAGE)
+    if root is None or seen != version:
+        raise CensusError(f"{spec.PACKAGE} {version}'s environment imports "
+                          f"{spec.PACKAGE} {seen or 'from nowhere'}; set it up again with "
+                          f"`{line.hint(version)}`")
     return root, version
+
+
+# Run by a release's interpreter: where it would import the package from, and the
+# version it would see -- found, not imported. (A release whose wheel is the core's own
+# has no copy in its venv: it imports the core's, through specrace-core.pth.)
+_WHERE = ("import importlib.util as u, importlib.metadata as m, json, sys\n"
+          "s = u.find_spec(sys.argv[1])\n"
+          "root = list(s.submodule_search_locations)[0] if s and s.submodule_search_locations "
+          "else None\n"
+          "try: v = m.version(sys.argv[1])\n"
+          "except m.PackageNotFoundError: v = None\n"
+          "print(json.dumps([root, v]))")
+
+
+def _seen_by(python: str, package: str) -> Tuple[Optional[str], Optional[str]]:
+    import json
+    import subprocess
+    try:
+        out = subprocess.run([python, "-c", _WHERE, package], capture_output=True,
+                             text=True, timeout=120).stdout
+        root, version = json.loads(out.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError, TypeError):
+        return None, None
+    return (root if isinstance(root, str) else None,
+            version if isinstance(version, str) else None)
 
 
 def _hint(target: str) -> str:

@@ -56,7 +56,7 @@ HOST_EVENT_MODULES = frozenset({"threading", "asyncio", "multiprocessing", "mp",
                                 "mp_ctx", "trio", "gevent", "eventlet"})
 GRAPH_CLASSES = re.compile(r"^(\w*CUDAGraph|NPUGraph|XPUGraph|HPUGraph|MUSAGraph)$")
 EVENT_NAME = re.compile(r"(event|(^|_)done$|ready|^ev$|_ev$|^evt$)", re.I)
-NOT_EVENT_NAME = re.compile(r"(cond|cv$|future|thread|shutdown|stop|lock|queue|sem)", re.I)
+NOT_EVENT_NAME = re.compile(r"(cond|cv$|future|thread|shutdown|stop|lock|queue|sem|barrier)", re.I)
 # the graph memory pool's own API (not every helper whose name mentions it)
 GRAPH_POOL = re.compile(r"graph_pool_handle$|^_?(get|set|get_or_create|create)_(global_)?"
                         r"graph_(memory_)?pool(_id)?$|^borrow_graph_pool$")

@@ -25,9 +25,9 @@ RULES = (
     (HARDWARE, "guard", r"^not \(.*\bis_cuda(_alike)?\(\)"),
     (HARDWARE, "text", r"\btorch\.(npu|xpu|hpu|xla)\b"),
     (MULTI_NODE, "path", r"(kv_connector|kv_transfer|nixl|mooncake|lmcache|p2p|"
-                         r"ec_connector|dp_utils|ubatch)"),
+                         r"ec_connector)"),
     (MULTI_NODE, "function", r"(kv_connector|kv_transfer|nixl|ec_connector)"),
-    (CONFIG, "path", r"(lora|mamba|linear_attn|gdn|short_conv|pooling|encoder|multimodal|"
+    (CONFIG, "path", r"(ubatch|dp_utils|lora|mamba|linear_attn|gdn|short_conv|pooling|encoder|multimodal|"
                      r"mm_|medusa|suffix|draft_model|dflash|eplb|cudagraph_utils|"
                      r"kv_offload|offload|sparse|mla/|flashinfer|flex|tree|triton_attn|"
                      r"rocm|aiter|xformers)"),
