@@ -35,11 +35,9 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
@@ -51,8 +49,10 @@ from packaging.version import InvalidVersion, Version
 
 import targets
 from harness.target import Environments
+from seams import children, signals
 from seams.paths import REPO_ROOT
-from targets.wheels import EnvError, download, unpack_python
+from targets import wheels
+from targets.wheels import EnvError, download, staging, sweep, unpack_python
 from targets.wheels import run_step as _run
 
 ENVS = os.path.join(REPO_ROOT, ".releases")
@@ -165,7 +165,8 @@ class ReleaseLine:
         """Write ``lock_path(version)``: what the release's venv holds of its own (the
         core's packages are the core lock's), the package itself aside (from its wheel)."""
         python = self.require(version)
-        out = subprocess.run([sys.executable, "-m", "pip", "freeze", "--path", _site(python)],
+        out = subprocess.run(children.command(sys.executable, "-m", "pip", "freeze", "--path",
+                                              _site(python)), env=children.env(project=False),
                              capture_output=True, text=True, check=True).stdout
         pins = [line for line in out.splitlines() if "==" in line
                 and canonicalize_name(line.split("==")[0]) != self.package]
@@ -176,16 +177,17 @@ class ReleaseLine:
         print(f"{self.package} {version}: {self.lock_path(version)} ({len(pins)} pins)")
 
     def setup(self, version: str) -> None:
-        """Build ``version``'s environment in a staging folder, then swap it in."""
+        """Build ``version``'s environment in a staging folder, then swap it in. The
+        staging folder goes on any way out, SIGINT and SIGTERM included, and what a killed
+        set-up left (no live set-up holds it: ``wheels.sweep``) goes first."""
         version = self.check_release(version)
-        os.makedirs(self.folder, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=f"{STAGING}{version}-", dir=self.folder)
-        try:
-            placed = self._build(version, staging)
-            open(os.path.join(staging, READY), "w").close()
-            _swap_in(staging, self.env_dir(version))
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)  # gone once swapped in
+        for name in sweep(self.folder):
+            print(f"{self.package}: removed {name}, left by a set-up that did not finish",
+                  flush=True)
+        with staging(self.folder, f"{version}-") as d:
+            placed = self._build(version, d)
+            open(os.path.join(d, READY), "w").close()
+            _swap_in(d, self.env_dir(version))
         print(f"{self.package} {version}: {self.env_dir(version)} "
               f"(its own {', '.join(str(r) for r in placed) or 'nothing'})")
 
@@ -231,19 +233,19 @@ def _swap_in(staging: str, final: str) -> None:
     """Rename the finished ``staging`` venv to ``final``; a previous one is moved aside
     first and removed only once the new one is in place (a reader never finds the
     release without an environment for longer than two renames)."""
-    old = None
-    if os.path.exists(final):
-        old = tempfile.mkdtemp(prefix=STAGING + "old-", dir=os.path.dirname(final))
-        os.rmdir(old)
-        os.rename(final, old)
-    try:
+    if not os.path.exists(final):
         os.rename(staging, final)
-    except OSError:
-        if old is not None:
-            os.rename(old, final)  # put the previous one back
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        return
+    # the previous one's place is held like a staging folder (wheels.staging): a sweep
+    # by another set-up never takes it while it may still have to go back
+    with wheels.staging(os.path.dirname(final), "old-") as old:
+        with signals.deferred():  # two renames, never one: a signal waits for both
+            os.rename(final, old)  # onto the empty folder held for it
+            try:
+                os.rename(staging, final)
+            except OSError:
+                os.rename(old, final)  # put the previous one back
+                raise
 
 
 def release_requirements(wheel: str) -> List[Requirement]:
@@ -274,7 +276,8 @@ def unmet(python: str, reqs: List[Requirement]) -> List[Tuple[Requirement, str]]
     newer ``kernels`` under 0.5.17's ``transformers``, say. Missing ones are not unmet
     (the driven modules never import most of what a server lists), nor KEEP_CORE."""
     names = [r.name for r in reqs if canonicalize_name(r.name) not in KEEP_CORE]
-    out = subprocess.run([python, "-c", _VISIBLE, *names], capture_output=True, text=True,
+    out = subprocess.run(children.command(python, "-c", _VISIBLE, *names),
+                         env=children.env(project=False), capture_output=True, text=True,
                          check=True).stdout
     seen = json.loads(out)
     return [(r, seen[r.name]) for r in reqs if seen.get(r.name) is not None
@@ -282,9 +285,10 @@ def unmet(python: str, reqs: List[Requirement]) -> List[Tuple[Requirement, str]]
 
 
 def _site(python: str) -> str:
-    return subprocess.run([python, "-c",
-                           "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(children.command(python, "-c", "import sysconfig; "
+                                           "print(sysconfig.get_paths()['purelib'])"),
+                          env=children.env(project=False), capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def _pip(python: str, *args: str) -> None:
@@ -316,7 +320,19 @@ def _meet(python: str, reqs: List[Requirement],
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """The set-up command: SIGINT / SIGTERM end it with one line and 130 / 143, its
+    staging folder and its running step (pip's whole process group) gone first."""
+    signals.install()
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt as exc:
+        name = exc.signame if isinstance(exc, signals.Interrupted) else "SIGINT"
+        print(f"specrace: set-up interrupted ({name}); nothing of it is left",
+              file=sys.stderr)
+        return signals.status_of(exc)
+
+
+def _main(argv: List[str]) -> int:
     usage = "usage: python -m targets.envs TARGET setup VERSION | lock VERSION | list"
     try:
         if not argv:

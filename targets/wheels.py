@@ -3,19 +3,24 @@ compiled GPU code -- only its Python files unpacked (``targets.envs`` builds rel
 environments with these)."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import zipfile
-from typing import List
+from typing import Iterator, List
 
+from seams import children, signals
 from seams.paths import REPO_ROOT
 
 DOWNLOADS = os.path.join(REPO_ROOT, ".releases", ".downloads")  # release wheels, kept
-STAGING = ".staging-"  # a download in progress: never a wheel
+STAGING = ".staging-"  # a download or an environment in progress: never a wheel or one
+LOCK = ".lock"  # beside a staging folder: held by the set-up that owns it
 PIP_TAIL_LINES = 3  # what a failed pip step shows of its own output
 
 
@@ -24,13 +29,120 @@ class EnvError(ValueError):
 
 
 def run_step(cmd: List[str]) -> None:
-    """A set-up step; its own output only when it fails (its last lines, in the error)."""
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    """A set-up step; its own output only when it fails (its last lines, in the error).
+    The step runs in a process group of its own, which an interrupt of this process (or
+    any exception) kills whole -- pip and whatever it started -- before it propagates: a
+    step never goes on writing into a staging folder its set-up has left. On Linux the
+    step also dies with this process (``PR_SET_PDEATHSIG``), should this one be killed
+    outright. Python steps keep the working directory off their path (``seams.children``)."""
+    if cmd[1:2] == ["-m"]:
+        cmd = children.command(cmd[0], *cmd[1:])
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=children.env(project=False), start_new_session=True,
+                            preexec_fn=_die_with_parent)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        _kill_group(proc)
+        raise
     if proc.returncode != 0:
-        tail = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        tail = [ln for ln in (err or out).splitlines() if ln.strip()]
         raise EnvError(f"set-up step failed ({proc.returncode}): "
                        f"{' '.join(map(str, cmd[1:]))[:160]}"
                        + "".join(f"\n  {ln[:200]}" for ln in tail[-PIP_TAIL_LINES:]))
+
+
+def _die_with_parent() -> None:
+    """In the step's process before it runs: SIGKILL it when its parent dies (Linux)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # elsewhere: the interrupt path still kills the group
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """The step's whole process group, ended (politely first, then for good)."""
+    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextlib.contextmanager
+def staging(parent: str, prefix: str) -> Iterator[str]:
+    """A staging folder under ``parent`` (named ``STAGING + prefix + ...``), removed on any
+    way out -- an error, SIGINT or SIGTERM (``seams.signals``: the removal is not cut
+    short by a second one). Its owner holds a lock on ``FOLDER.lock`` (taken before the
+    folder exists) for as long as it lives: ``sweep`` removes a staging folder only once
+    no one holds it, so what a killed set-up left goes with the next set-up, and a
+    running one's is never touched. The body may rename the folder away (swap it in)."""
+    os.makedirs(parent, exist_ok=True)
+    fd, lock = tempfile.mkstemp(prefix=STAGING + prefix, suffix=LOCK, dir=parent)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        folder = lock[:-len(LOCK)]
+        os.mkdir(folder)
+        yield folder
+    finally:
+        with signals.deferred():
+            shutil.rmtree(lock[:-len(LOCK)], ignore_errors=True)
+            _unlink(lock)
+            os.close(fd)
+
+
+def sweep(parent: str) -> List[str]:
+    """Remove the staging folders under ``parent`` that no live set-up holds (a killed
+    one's; one from before the lock, which has none): returns their names."""
+    gone = []
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        return gone
+    for name in names:
+        path = os.path.join(parent, name)
+        if not name.startswith(STAGING) or name.endswith(LOCK):
+            continue
+        if _held(path + LOCK):
+            continue
+        with signals.deferred():
+            shutil.rmtree(path, ignore_errors=True)
+            _unlink(path + LOCK)
+        gone.append(name)
+    for name in names:  # a lock left without its folder
+        path = os.path.join(parent, name)
+        if name.startswith(STAGING) and name.endswith(LOCK) \
+                and not os.path.exists(path[:-len(LOCK)]) and not _held(path):
+            _unlink(path)
+    return gone
+
+
+def _held(lock: str) -> bool:
+    """Does a live process hold ``lock`` (False: no such file, or free)?"""
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing drops a lock this process just took
+    return False
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def download(package: str, version: str) -> str:
@@ -40,8 +152,9 @@ def download(package: str, version: str) -> str:
     os.makedirs(folder, exist_ok=True)
     mine = [w for w in glob.glob(os.path.join(folder, f"{package}-{version}-*.whl"))]
     if not mine:
+        sweep(folder)  # what an interrupted download left
         # into a staging folder first: an interrupted download never looks like a wheel
-        with tempfile.TemporaryDirectory(prefix=STAGING, dir=folder) as tmp:
+        with staging(folder, "download-") as tmp:
             run_step([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                   "--only-binary=:all:", "-d", tmp, f"{package}=={version}"])
             for name in os.listdir(tmp):
