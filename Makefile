@@ -116,6 +116,15 @@ FIXED_RELAY  ?= 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23
 export PREFIX_RELAY FIXED_RELAY
 each = $$(for v in $(1); do printf -- '--release %s ' "$$v"; done)
 
+# The release variables hold text, never make syntax: make expands a variable's value
+# again wherever it is referenced -- exporting it to a recipe's environment included -- so
+# `SGLANG='$$(shell ...)'` would run that command in make itself. Each one given is
+# re-bound here to its value as written ($$(value ...), into a simply-expanded variable:
+# never expanded again), then exported: the shell sees the text as a quoted variable.
+RELEASE_VARS := SGLANG VLLM VLLM_GATE PREFIX_RELAY FIXED_RELAY
+$(foreach v,$(RELEASE_VARS),$(if $(filter-out undefined,$(origin $(v))),\
+    $(eval override $(v) := $$(value $(v)))$(eval export $(v))))
+
 upstream-releases: setup
 	for v in $$PREFIX_RELAY $$FIXED_RELAY; do $(PY) -m targets.envs sglang setup "$$v" || exit 1; done
 

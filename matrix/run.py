@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
+from seams import children
 import targets
 from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
@@ -161,8 +162,9 @@ def cell_trials(kind: str, name: str, target: str = "impl") -> int:
 
 def _cell_command(cells: List[Tuple[str, str]], backend: str,
                   target: str = "impl") -> List[str]:
-    return [sys.executable, "-m", "matrix.run", backend, target,
-            *(f"{kind}:{name}" for kind, name in cells)]
+    # the working directory kept off the cell's path (seams.children)
+    return children.command(sys.executable, "-m", "matrix.run", backend, target,
+                            *(f"{kind}:{name}" for kind, name in cells))
 
 
 CELL_GRACE_S = 60.0  # past its own watchdog, a cell's process is killed from outside
@@ -194,7 +196,8 @@ def run_isolated(cells: List[Cell], backend: str, target: str = "impl",
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(_cell_command(group, backend, target), capture_output=True,
-                                  text=True, timeout=limit + CELL_GRACE_S if limit else None)
+                                  text=True, timeout=limit + CELL_GRACE_S if limit else None,
+                                  env=children.env())
             rc, out, err = proc.returncode, proc.stdout, proc.stderr
         except subprocess.TimeoutExpired as exc:
             rc = None

@@ -28,6 +28,7 @@ from typing import Callable, Dict, Optional
 
 import torch
 
+from seams import children
 import targets
 from specrace.bench_rounds import best_of, interleaved, paired_ratio
 from specrace.soak import soak_fixed  # noqa: F401  (tools/h200*.sh import it from here)
@@ -268,8 +269,9 @@ def capture_vs_csan() -> Dict[str, float]:
         env = dict(os.environ)
         if mode == "csan":
             env["TORCH_CUDA_SANITIZER"] = "1"
-        p = subprocess.run([sys.executable, "-c", _CAPTURE_SNIPPET, mode], env=env,
-                           capture_output=True, text=True, timeout=300)
+        p = subprocess.run(children.command(sys.executable, "-c", _CAPTURE_SNIPPET, mode),
+                           env=children.env(base=env), capture_output=True, text=True,
+                           timeout=300)
         try:
             res[f"{mode}_us_per_op"] = float(p.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):

@@ -220,13 +220,12 @@ def _in_release(python: str, args) -> int:
     """This replay, run by the interpreter of the report's release environment (it reads
     and validates the report again itself); its output is this command's, its exit status
     this command's status."""
-    import subprocess
-    cmd = [python, "-m", "specrace.cli", *sys.argv[1:]] if sys.argv[1:2] == ["replay"] \
-        else [python, "-m", "specrace.cli", "replay", args.report]
+    from specrace.replay import hand_off
+    argv = sys.argv[1:] if sys.argv[1:2] == ["replay"] else ["replay", args.report]
     print(f"specrace: replaying in {_line(os.path.dirname(os.path.dirname(python)))}",
           file=sys.stderr)
     try:
-        return subprocess.run(cmd).returncode
+        return hand_off(python, argv)
     except OSError as exc:
         raise UsageError(f"cannot run {python}: {exc.strerror or exc}") from None
 

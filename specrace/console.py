@@ -31,6 +31,8 @@ import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 
+from seams import children  # noqa: E402 -- standard library only
+
 EXIT_USAGE = 2
 
 
@@ -121,7 +123,7 @@ def _safe_streams():
 
 
 # Python's hash seed every specrace process runs under (``_pin_hash_seed``).
-HASH_SEED = "0"
+HASH_SEED = children.HASH_SEED
 
 
 def _pin_hash_seed() -> None:
@@ -129,22 +131,37 @@ def _pin_hash_seed() -> None:
     under another seed. The code under test iterates sets of strings -- vLLM clears the
     rows of a step's finished requests in the order of the set of their ids -- so under a
     random seed a simulator trace changed from process to process, and a report did not
-    replay to its own trace. SIGINT and SIGTERM stay blocked across the exec: one that
-    arrives then is pending, not lost, and ``console_main`` honours it (one line) as soon as
-    the new image unblocks them."""
+    replay to its own trace. The new image runs the command this one was started with
+    (``sys.orig_argv``: the console script's own file, never ``python -m``, which would put
+    the working directory first on ``sys.path`` and run a ``./shlex.py`` or
+    ``./specrace/cli.py`` found there as specrace). SIGINT and SIGTERM stay blocked across
+    the exec: one that arrives then is pending, not lost, and ``console_main`` honours it
+    (one line) as soon as the new image unblocks them. A junk seed never gets here: the
+    interpreter refuses it before running a line (exit 1, its own message); every child
+    specrace starts gets this seed whatever its parent had (``seams.children``)."""
     was = os.environ.get("PYTHONHASHSEED")
-    if was == HASH_SEED or not sys.executable:
-        return
+    argv = _own_command()
+    if was == HASH_SEED or argv is None or sys.flags.ignore_environment:
+        return  # pinned already, nothing to re-run, or -E / -I: the variable is not read
     os.environ["PYTHONHASHSEED"] = HASH_SEED
     signal.pthread_sigmask(signal.SIG_BLOCK, signals.SIGNALS)
     try:
-        os.execv(sys.executable, [sys.executable, "-m", "specrace.cli", *sys.argv[1:]])
+        os.execv(sys.executable, argv)
     except OSError:  # no exec here: run on under the seed this process has (as reports say)
         if was is None:
             del os.environ["PYTHONHASHSEED"]
         else:
             os.environ["PYTHONHASHSEED"] = was
         signal.pthread_sigmask(signal.SIG_UNBLOCK, signals.SIGNALS)
+
+
+def _own_command():
+    """The command line this interpreter was started with, its program the running
+    interpreter (None where there is none to re-run)."""
+    orig = list(getattr(sys, "orig_argv", None) or [])
+    if not sys.executable or len(orig) < 2:
+        return None
+    return [sys.executable, *orig[1:]]
 
 
 def console_main() -> None:

@@ -276,7 +276,9 @@ def _in_its_own_release(result: Any, target: Any) -> bool:
         return False
     info = result.target_info if isinstance(result.target_info, dict) else {}
     was = info.get(f"{target.name}_version")
-    return isinstance(was, str) and was != target.installed_version()
+    # as parsed versions: "v0.17.0" is 0.17.0 (specrace.replay.release_python agrees)
+    from targets.tiers import same_version
+    return isinstance(was, str) and not same_version(was, target.installed_version())
 
 
 def _schedules(texts: Any, result: Any, policy: Any, name: str) -> Any:

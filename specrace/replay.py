@@ -37,6 +37,8 @@ both are a one-line ``ValueError``.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -241,10 +243,16 @@ def _version_change(old: Any, new: Any, summary: str) -> str:
 
 def release_python(loaded: LoadedReport) -> Optional[str]:
     """The interpreter of the release environment a report must replay in, or None: this
-    one (its target has one version, or this interpreter has the report's release).
-    ``ValueError`` (one line) when the report's release is not set up here: replaying it
-    on another release would compare two releases, not replay one."""
+    one (its target has one version, or this interpreter has the report's release --
+    versions compared parsed: ``v0.17.0`` is 0.17.0). ``ValueError`` (one line) when the
+    report's release is not set up here (replaying it on another release would compare
+    two releases, not replay one), or when this process was itself handed the report
+    (``seams.children.HOP``) and its environment still does not have the release (an
+    environment whose metadata and folder name disagree): a hand-off is one hop, never a
+    chain of interpreters."""
     import targets
+    from seams import children
+    from targets.tiers import same_version
     old = loaded.result
     try:
         target = targets.declared(old.target)
@@ -252,14 +260,43 @@ def release_python(loaded: LoadedReport) -> Optional[str]:
         raise ValueError(str(exc)) from None
     environments = target.environments()
     was = old.target_info.get(f"{target.name}_version")
-    if environments is None or not isinstance(was, str) or was == target.installed_version():
+    if environments is None or not isinstance(was, str):
         return None
+    have = target.installed_version()
+    if same_version(was, have):
+        return None
+    name, shown = target.name, one_line(was, 40)
+    hop = children.handed_off()
+    if hop is not None:
+        raise ValueError(f"the report was recorded on {name} {shown}; it was handed to "
+                         f"{name} {one_line(hop, 40)}'s environment, whose {name} is "
+                         f"{one_line(have or 'not installed', 40)}: not handed on (one "
+                         f"hop at most)")
     try:
         version = environments.chosen([was])[0]
     except ValueError as exc:
-        raise ValueError(f"the report was recorded on {target.name} {one_line(was, 40)}, "
-                         f"which is not set up here ({exc})") from None
-    return environments.python(version)
+        raise ValueError(f"the report was recorded on {name} {shown}, which is not set up "
+                         f"here ({exc})") from None
+    python = environments.python(version)
+    if os.path.realpath(sys.prefix) == os.path.realpath(os.path.dirname(
+            os.path.dirname(python))):
+        raise ValueError(f"the report was recorded on {name} {shown}; this is {name} "
+                         f"{version}'s environment, whose {name} is "
+                         f"{one_line(have or 'not installed', 40)}: set it up again "
+                         f"(make upstream TARGET={name} ...)")
+    return python
+
+
+def hand_off(python: str, argv: List[str]) -> int:
+    """Run ``specrace ARGV`` (a replay) by the release environment's interpreter
+    ``python``: the working directory kept off its path, the hash seed pinned, and
+    marked as the one hop it may take (``seams.children``). Its output is this command's,
+    its exit status this command's status (``OSError`` where it cannot start)."""
+    import subprocess
+    from seams import children
+    hop = os.path.basename(os.path.dirname(os.path.dirname(python)))
+    cmd = children.command(python, "-m", "specrace.cli", *argv)
+    return subprocess.run(cmd, env=children.env(hop=hop)).returncode
 
 
 def check_bounds(loaded: LoadedReport, max_trials: Optional[int] = None) -> None:

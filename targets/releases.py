@@ -12,14 +12,36 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Union
 
 from harness.target import Environments
+from seams import children
 from seams.vocab import Verdict
 
 CHILD_TIMEOUT_S = 1800  # a release's run that has not answered by then is a harness error
-# what every row of a finished child carries (a child's JSON without one is not a result)
-_RESULT_KEYS = ("outcome", "trials", "reproduced")
+_TEXT = {"type": "string", "maxLength": 4096}
+_OPTIONAL_TEXT = {"type": ["string", "null"], "maxLength": 4096}
+# What a release's row reads of its child's ``repro --json`` result, each field by type:
+# a child's JSON that is not this is not a result (an ``error`` row that says why)
+CHILD_RESULT = {
+    "type": "object",
+    "required": ["outcome", "trials", "reproduced"],
+    "properties": {
+        "outcome": {"enum": [str(Verdict.RACE), str(Verdict.CLEAN)]},
+        "trials": {"type": "integer", "minimum": 1},
+        "reproduced": {"type": "integer", "minimum": 0},
+        "races": {"type": "array"},
+        "war_barrier": _OPTIONAL_TEXT, "variant": _OPTIONAL_TEXT,
+        "platform": _TEXT, "load": _TEXT,
+        "report_files": {"type": ["object", "null"],
+                         "properties": {"markdown": _OPTIONAL_TEXT}},
+        "target_info": {"type": ["object", "null"]},
+        "first_divergence": {"type": ["object", "null"],
+                             "properties": {"kind": _OPTIONAL_TEXT,
+                                            "where": _OPTIONAL_TEXT,
+                                            "message": _OPTIONAL_TEXT}},
+    },
+}
 
 
 def _row(version: str, **kw: Any) -> Dict[str, Any]:
@@ -39,11 +61,14 @@ def run_release(environments: Environments, target: str, version: str, scenario:
     if cannot:  # the code is there: not a verdict, and not "absent" either
         return _row(version, outcome="not driven", note=cannot)
     python = environments.python(version)
-    cmd = [python, "-m", "specrace.cli", "repro", scenario, "--target", target, "--json",
-           "--report-dir", os.path.join(report_dir, version), *options]
+    # the working directory off the child's path, its hash seed pinned, marked as the one
+    # hop it is (seams.children)
+    cmd = children.command(python, "-m", "specrace.cli", "repro", scenario, "--target",
+                           target, "--json", "--report-dir",
+                           os.path.join(report_dir, version), *options)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                              env=children.env(hop=version, PYTHONUNBUFFERED="1"))
     except subprocess.TimeoutExpired:
         return _row(version, outcome="error", note=f"no answer in {CHILD_TIMEOUT_S} s")
     except OSError as exc:  # the environment lost its interpreter since it was listed
@@ -54,31 +79,42 @@ def run_release(environments: Environments, target: str, version: str, scenario:
         err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         note = err[-1] if err else f"exit {proc.returncode} without a result"
         return _row(version, outcome="error", note=note[:200])
-    files = res.get("report_files") if isinstance(res.get("report_files"), dict) else {}
-    first = res.get("first_divergence") if isinstance(res.get("first_divergence"), dict) else {}
-    info = res.get("target_info") if isinstance(res.get("target_info"), dict) else {}
-    races = res.get("races") if isinstance(res.get("races"), list) else []
+    if isinstance(res, str):  # a JSON object, but not a result: named, never counted
+        return _row(version, outcome="error",
+                    note=f"exit {proc.returncode} without a result: its JSON {res}"[:200])
+    files = res.get("report_files") or {}
+    first = res.get("first_divergence") or {}
     return _row(version, outcome=_outcome(res), trials=res["trials"],
-                reproduced=res["reproduced"], race_sites=len(races),
+                reproduced=res["reproduced"], race_sites=len(res.get("races", [])),
                 war_barrier=res.get("war_barrier"), variant=res.get("variant"),
                 platform=res.get("platform", "cuda"), load=res.get("load", "none"),
-                report=files.get("markdown"), tier=info.get(f"{target}_tier"),
+                report=files.get("markdown"),
+                tier=(res.get("target_info") or {}).get(f"{target}_tier"),
                 first_divergence=first.get("message"))
 
 
-def _result(stdout: str) -> Optional[Dict[str, Any]]:
-    """The child's result: its last line, when that is a JSON object with a verdict."""
+def _result(stdout: str) -> Union[None, str, Dict[str, Any]]:
+    """The child's result: its last line, when that is a JSON object (None: it is not);
+    a string saying what is wrong when the object is not a result by type
+    (``CHILD_RESULT``): a row counts only a result whose every field it reads is of its
+    type, with no more reproductions than trials."""
     lines = stdout.strip().splitlines()
     if not lines:
         return None
     try:
         res = json.loads(lines[-1])
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(res, dict) or any(k not in res for k in _RESULT_KEYS):
+    if not isinstance(res, dict):
         return None
-    if not isinstance(res["outcome"], str):
-        return None
+    import jsonschema
+    try:
+        jsonschema.validate(res, CHILD_RESULT)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(the object)"
+        return f"{where}: {str(exc.message)[:120]}"
+    if res["reproduced"] > res["trials"]:
+        return f"says {res['reproduced']} of {res['trials']} trials reproduced"
     return res
 
 
@@ -99,6 +135,18 @@ def repro_options(scenario, args) -> List[str]:
     if args.variant is not None and args.variant not in scenario.variants:
         raise ValueError(f"unknown variant {args.variant!r} for {scenario.name}; "
                          f"expected one of: {', '.join(scenario.variants)}")
+    # checked here, before any release is set up or run: a bad one would fail in every
+    # release's child, each after its start-up
+    load, platform = getattr(args, "load", None), getattr(args, "platform", None)
+    if load is not None:
+        from harness.runtime.load import get_load
+        get_load(str(load))  # ValueError naming the choices
+    if platform is not None:
+        import targets
+        platforms = targets.declared(args.target).platforms
+        if platform not in platforms:
+            raise ValueError(f"--platform {str(platform)[:40]!r}: the {args.target} target "
+                             f"reads its code as {' or '.join(platforms)}")
     options = ["--seed", str(args.seed)]
     for flag, value in (("--variant", args.variant), ("--war-barrier", args.war_barrier),
                         ("--trials", args.trials), ("--expect", args.expect),

@@ -46,6 +46,18 @@ def version_problems(package: str, version: str, supported) -> List[str]:
     return []
 
 
+def same_version(a: object, b: object) -> bool:
+    """Do two spellings name one release (``0.17.00``, ``v0.17.0`` and ``0.17.0`` do)?
+    Compared as parsed versions, never as text; one that does not parse is the same only
+    as itself."""
+    if not isinstance(a, str) or not isinstance(b, str):
+        return False
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
 def release_tier(version: str, problems: List[str], digest: str, changed: List[str],
                  verified: Dict[str, str]) -> str:
     """A contract's tier: *unsupported* with any problem; *verified* when the release and

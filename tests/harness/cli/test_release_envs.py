@@ -169,6 +169,28 @@ def test_the_makefile_never_runs_a_release_string(tmp_path, var, value):
     assert str(marker) not in out and f"${var}" in out
 
 
+@pytest.mark.parametrize("var", ["SGLANG", "VLLM", "VLLM_GATE", "PREFIX_RELAY",
+                                 "FIXED_RELAY"])
+@pytest.mark.parametrize("origin", ["command line", "environment"])
+def test_the_makefile_never_expands_a_release_string(tmp_path, var, origin):
+    """Make syntax in a release variable is text too: make would expand
+    ``$(shell ...)`` wherever the variable is referenced -- exporting it to a recipe
+    included -- and so run it itself. A recipe of the test's (an extra makefile) shows
+    what the shell gets: the text as given, and the command never ran."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    marker = tmp_path / "ran"
+    value = f"0.5.23 $(shell touch {marker})"
+    probe = tmp_path / "probe.mk"
+    probe.write_text(f"specrace-probe:\n\t@printf '%s' \"$${var}\"\n")
+    given = [f"{var}={value}"] if origin == "command line" else []
+    env = {**os.environ, **({var: value} if origin == "environment" else {})}
+    out = subprocess.run(["make", "-s", "-C", root, "-f", "Makefile", "-f", str(probe),
+                          "specrace-probe", *given], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    assert out == value and not marker.exists()
+
+
 def _zip_wheel(path, members):
     import zipfile
     with zipfile.ZipFile(path, "w") as z:
