@@ -23,6 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from seams import children
 from targets import static
 from targets.census_rules import KINDS, FileFacts, kinds_of, might_have_sites
 
@@ -333,8 +334,9 @@ def _seen_by(python: str, package: str) -> Tuple[Optional[str], Optional[str]]:
     import json
     import subprocess
     try:
-        out = subprocess.run([python, "-c", _WHERE, package], capture_output=True,
-                             text=True, timeout=120).stdout
+        out = subprocess.run(children.command(python, "-c", _WHERE, package),
+                             capture_output=True, text=True, timeout=120,
+                             env=children.env(project=False)).stdout
         root, version = json.loads(out.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError, TypeError):
         return None, None

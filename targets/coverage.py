@@ -13,6 +13,7 @@ sites of the single-node paths: all but the other-hardware and multi-node catego
     coverage(target, release, scenarios=(), progress=...) -> CoverageResult
     ran_sites(sites, lines_by_file) -> set of Site.key      # the mapping alone
     classify(site, rules) -> category
+    RowCoverage(target, version)   # a ``specrace releases --coverage`` row's figures
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from seams import children
 from targets.census import Census, CensusError, Site, census, spec_of
 from targets.census_rules import NOT_REACHED, OFF_NODE
 
@@ -154,9 +156,11 @@ def _outcome(stdout: str) -> Optional[str]:
 
 
 def measure(python: str, root: str, target: str, spec: str, backend: str = "sim",
-            trials: int = 1) -> Tuple[Optional[Dict[str, List[int]]], str, Optional[str]]:
-    """One scenario under coverage.py in a child: (lines by package-relative file, or
-    None; the note when there are none; the repro's outcome)."""
+            trials: int = 1, hop: Optional[str] = None
+            ) -> Tuple[Optional[Dict[str, List[int]]], str, Optional[str]]:
+    """One scenario under coverage.py in a child (started as ``seams.children`` starts
+    every Python child; ``hop``: the release it is handed): (lines by package-relative
+    file, or None; the note when there are none; the repro's outcome)."""
     name, variant = _split(spec)
     argv = ["repro", name, "--target", target, "--trials", str(trials), "--seed", "0",
             "--backend", backend, "--no-report", "--json"]
@@ -164,8 +168,8 @@ def measure(python: str, root: str, target: str, spec: str, backend: str = "sim"
         argv += ["--variant", variant]
     with tempfile.TemporaryDirectory(prefix="specrace-coverage-") as d:
         out = os.path.join(d, "lines.json")
-        cmd = [python, "-m", "specrace.coverage_child", out, root, *argv]
-        env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1"}
+        cmd = children.command(python, "-m", "specrace.coverage_child", out, root, *argv)
+        env = children.env(hop=hop, PYTHONUNBUFFERED="1")
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                                   timeout=CHILD_TIMEOUT_S)
@@ -173,11 +177,8 @@ def measure(python: str, root: str, target: str, spec: str, backend: str = "sim"
             return None, f"no answer in {CHILD_TIMEOUT_S} s", None
         except OSError as exc:
             return None, f"cannot run {python}: {exc.strerror or type(exc).__name__}", None
-        try:
-            with open(out, encoding="utf-8") as f:
-                data = json.load(f)
-            lines = {str(k): [int(n) for n in v] for k, v in data["files"].items()}
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        lines = read_lines(out)
+        if lines is None:
             err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
             return None, (err[-1] if err else f"exit {proc.returncode}")[:200], None
     outcome = _outcome(proc.stdout)
@@ -222,7 +223,8 @@ def coverage(target: str, release: Optional[str] = None, scenarios: Sequence[str
             if cannot:
                 runs.append(ScenarioRun(s, "not driven", cannot))
                 continue
-        lines, note, outcome = measure(python, c.root, target, s, backend, trials)
+        lines, note, outcome = measure(python, c.root, target, s, backend, trials,
+                                       hop=None if release is None else c.version)
         if lines is None:
             runs.append(ScenarioRun(s, "error", note))
         else:
@@ -230,3 +232,45 @@ def coverage(target: str, release: Optional[str] = None, scenarios: Sequence[str
                                     frozenset(ran_sites(c.sites, lines))))
     progress(len(asked), len(asked))
     return CoverageResult(c, runs, {x.key: classify(x, spec.RULES) for x in c.sites})
+
+
+# --- one release's row (``specrace releases --coverage``) ----------------------------------
+
+def read_lines(path: str) -> Optional[Dict[str, List[int]]]:
+    """The lines ``specrace.coverage_child`` wrote, or None (it wrote nothing readable)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        return {str(k): [int(n) for n in v] for k, v in data["files"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+class RowCoverage:
+    """What ``specrace releases --coverage`` adds to a release's row: its child runs under
+    coverage.py (``command``), and ``figures`` maps what ran onto the release's census
+    (the single-node paths' sites, as the headline counts them)."""
+
+    def __init__(self, target: str, version: str) -> None:
+        self.census = census(target, version)
+        self.rules = spec_of(target).RULES
+        self._dir = tempfile.mkdtemp(prefix="specrace-coverage-")
+        self.out = os.path.join(self._dir, "lines.json")
+
+    def command(self, cmd: List[str]) -> List[str]:
+        """A child command of ``specrace.cli`` (as ``seams.children`` writes it), run
+        under coverage.py instead."""
+        i = cmd.index("specrace.cli")
+        return [*cmd[:i], "specrace.coverage_child", self.out, self.census.root, *cmd[i + 1:]]
+
+    def figures(self) -> Dict[str, Any]:
+        import shutil
+        try:
+            lines = read_lines(self.out)
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
+        single = [s for s in self.census.sites if classify(s, self.rules) not in OFF_NODE]
+        ran = ran_sites(single, lines) if lines is not None else None
+        return {"coverage_sites": len(single),
+                "coverage_ran": None if ran is None else len(ran),
+                "coverage_percent": None if ran is None else _pct(len(ran), len(single))}
