@@ -4,13 +4,14 @@ named problem (a copy of the driven files, edited). Skipped where no vLLM releas
 up (``make upstream TARGET=vllm VLLM=0.17.0``; CI sets it up for its vLLM gate)."""
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 
 import pytest
 
 from targets import static
-from targets.vllm.boundary import contract
+from targets.vllm.boundary import contract, handover
 from targets.vllm.engine.kernels import KERNEL_SEAMS
 from targets.vllm.environments import LINE
 
@@ -21,9 +22,15 @@ pytestmark = pytest.mark.skipif(ROOT is None, reason=f"vllm {RELEASE} is not set
 
 def _modules():
     names = set(contract.DRIVEN_MODULES) | set(contract.SLICE_MODULES)
+    names |= set(contract.LATER_DRIVEN_MODULES)  # where the release has them
     names |= {t.split(":")[0] for t in (*contract.CALLED, *contract.SLICE_CALLED)}
     for _fn, defined, launchers in KERNEL_SEAMS.values():
         names |= {defined, *launchers}
+    # what the runner hands the draft-token handler, read by the slice's contract
+    names.add(handover.RUNNER)
+    spec = os.path.join(ROOT, *handover.SPEC_DECODE) if ROOT else ""
+    for path in glob.glob(os.path.join(spec, "**", "*.py"), recursive=True):
+        names.add("vllm." + os.path.relpath(path, ROOT)[:-3].replace(os.sep, "."))
     return sorted(names)
 
 

@@ -21,7 +21,7 @@ from packaging.specifiers import SpecifierSet
 from targets import driven, static, tiers
 from targets.vllm.engine.kernels import KERNEL_SEAMS, OPTIONAL_KERNELS
 from targets.vllm.mrv2 import table as mrv2_table
-from targets.vllm.boundary import surface
+from targets.vllm.boundary import handover, surface
 from targets.vllm.boundary.surface import (  # noqa: F401 -- the contract's tables, here too
     CALLED, DRIVEN_MODULES, LATER_DRIVEN_MODULES, MRV2_CALLED, MRV2_MODULES, MRV2_SCENARIOS,
     SLICE_CALLED, SLICE_MODULES, SLICE_SCENARIOS, _GPU, _MRV2_RUNNER, _RUNNER)
@@ -290,8 +290,14 @@ def _installed_verdict() -> Verdict:
 def check_slices(root: str) -> List[str]:
     """What the slices call, where the release has their code (a release without it: the
     slice scenario is not applicable there, no problem): their modules parse, each
-    function they call has its kind and parameters."""
+    function they call has its kind and parameters, and what upstream hands the
+    draft-token handler is what the slice's stand-in hands it (``handover``)."""
     present = {t: e for t, e in SLICE_CALLED.items()
                if static.find(root, t.rsplit(".", 1)[0])[0] is not None}
-    return driven.problems(root, driven.Surface(later_modules=SLICE_MODULES,
-                                                functions=present))
+    problems = driven.problems(root, driven.Surface(later_modules=SLICE_MODULES,
+                                                    functions=present))
+    if present and not problems:
+        # the slice's own speculator hands over a temporary: it reports on a release only
+        # where upstream's does too (0.20.0-0.23.0 hand over a persistent buffer)
+        problems += [p for p in [handover.problem(root)] if p]
+    return problems

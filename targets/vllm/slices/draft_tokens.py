@@ -10,7 +10,13 @@ launched the next step. The draft tensor is a temporary of the main stream; up t
 nothing tells the caching allocator it is read on the side stream (no ``record_stream``),
 so once the speculator drops it, the next step's main-stream allocation of the same size
 can take its block before the copy has read it -- and the grammar check gets the next
-step's drafts. 0.27.1 adds ``draft_tokens.record_stream(self.copy_stream)``.
+step's drafts. 0.24.0 adds ``draft_tokens.record_stream(self.copy_stream)``.
+
+The slice reports on a release only where upstream hands the handler a temporary too
+(the contract reads it from the release's source: ``boundary/handover.py``): 0.16.0-0.19.1
+with one speculative token, and 0.24.0 on. 0.20.0-0.23.0 hand over the speculator's
+persistent buffer -- no block to give away -- and the slice is *not driven* there: its
+race would be its own speculator's, not vLLM's.
 
 Upstream's, unmodified: ``DraftTokensHandler`` (``set_draft_tokens`` /
 ``get_draft_tokens``) and ``async_copy_to_np``. Ours, named so: the step loop, the
