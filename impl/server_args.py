@@ -74,6 +74,11 @@ class ServerArgs:
     # toy logit is 1 for the successor and 0 elsewhere, so a penalty below 1 leaves the
     # greedy output -- what the model oracle knows -- unchanged
     vllm_presence_penalty: float = 0.0
+    # The vLLM target's async scheduling where ``overlap`` is on: False, on (as
+    # ``--async-scheduling`` asks); True, as the installed release has it by default for
+    # an EAGLE-family drafter (off in 0.13.0, on from 0.14.0, PR #31998;
+    # targets/vllm/engine/loop.py: release_async_default). ``overlap`` False is off either way
+    vllm_async_default: bool = False
     # Retraction (upstream's retract_decode under memory pressure), at a point the same in
     # a trial and its reference: ((rid, n), ...) retracts request rid once it holds n
     # output tokens (impl.schedule_batch.retract)

@@ -81,6 +81,8 @@ VLLM: Dict[str, Describe] = {
     "vllm_structured_outputs": lambda v, a: ("(structured-output requests)" if v else None),
     "vllm_presence_penalty": lambda v, a: (f"(requests with presence_penalty={v:g})" if v
                                            else None),
+    # a step's token budget: vLLM chunks any prompt longer than what is left of it
+    "chunked_prefill_size": lambda v, a: f"--max-num-batched-tokens {v}" if v else None,
 }
 
 _TABLES = {"sglang": SGLANG, "vllm": VLLM}
@@ -147,11 +149,18 @@ def _drafts(target: str, scenario: Scenario, args: Mapping[str, Any]) -> Tuple[s
     seed of a scenario drafts alike)."""
     drafts = scenario.workload(0).draft_token_num
     if target == "vllm":
+        # async scheduling: on (--async-scheduling), or as the release has it by default
+        # for EAGLE-family drafting (vllm_async_default: off in 0.13.0, on from 0.14.0)
+        async_flag = (() if not args.get("overlap", True) else
+                      ("(async scheduling as the release's default: on from 0.14.0, off "
+                       "in 0.13.0)",) if args.get("vllm_async_default") else
+                      ("--async-scheduling",))
         if drafts <= 1:
             return ("--async-scheduling (no speculative decoding)",) if args.get(
                 "overlap", True) else ()
-        return (("--async-scheduling",) if args.get("overlap", True) else ()) + (
-            f"--speculative-config num_speculative_tokens={drafts - 1} (a draft model)",)
+        return async_flag + (
+            f"--speculative-config num_speculative_tokens={drafts - 1} (a draft model; "
+            f"EAGLE where the release has no draft-model proposer: 0.13.0, 0.14.0)",)
     if args.get("spec_algorithm") == "ngram":
         return (f"--speculative-num-draft-tokens {drafts}",)
     return ()

@@ -17,7 +17,7 @@ from scenarios.vllm_v1_counts import VLLM_V1_VALID_COUNT
 from scenarios.vllm_v1_drafts import VLLM_V1_DRAFT_COPY
 from scenarios.vllm import (VLLM_ACCEPTED_COUNT, VLLM_DRAFT_TOKENS, VLLM_INPUT_PREP,
                             VLLM_MRV2, VLLM_MRV2_DRAFT_TOKENS, VLLM_SEQ_LENS_SHADOW)
-from scenarios.vllm import VLLM_MRV2_UVA_POOL
+from scenarios.vllm import VLLM_MRV2_UVA_POOL, VLLM_SEQ_LENS_SHADOW_AMPLIFIED
 
 SCENARIOS: Dict[str, Scenario] = {
     s.name: s for s in (_NGRAM_FILTER_RACE, GRAMMAR_NGRAM, GRAMMAR_TREE_STAGING,
@@ -26,7 +26,8 @@ SCENARIOS: Dict[str, Scenario] = {
                         KV_PRESSURE, EAGLE_V2, EAGLE_V2_GRAMMAR, GRAPH_ELIGIBILITY,
                         VLLM_ACCEPTED_COUNT, VLLM_SEQ_LENS_SHADOW, VLLM_INPUT_PREP,
                         VLLM_DRAFT_TOKENS, VLLM_MRV2, VLLM_MRV2_DRAFT_TOKENS,
-                        VLLM_V1_DRAFT_COPY, VLLM_MRV2_UVA_POOL, VLLM_V1_VALID_COUNT)}
+                        VLLM_V1_DRAFT_COPY, VLLM_MRV2_UVA_POOL, VLLM_V1_VALID_COUNT,
+                        VLLM_SEQ_LENS_SHADOW_AMPLIFIED)}
 
 
 def get(name: str) -> Scenario:

@@ -12,10 +12,14 @@ behind the stall while the host goes on to the next step.
   variant ``no-valid-count-wait`` (that wait dropped) shows the race the fix guards.
 * ``vllm-seq-lens-shadow`` -- the drafter's first proposal of a step with no drafts to
   verify increments ``common_attn_metadata._seq_lens_cpu`` in place (0.17.0
-  ``spec_decode/eagle.py:581``); in 0.16.0-0.18.0 that tensor is the runner's pinned
-  ``seq_lens`` staging buffer, whose non-blocking upload to the target forward's
-  ``seq_lens`` (``gpu_model_runner.py:1648``) may not have run yet. 0.19.0 keeps a separate
-  optimistic copy. Variant ``fixed``: the increment made out of place.
+  ``spec_decode/eagle.py:581``; 0.13.0 ``:456`` on every step, 0.12.0 did it out of place);
+  in 0.13.0-0.18.1 that tensor is the runner's pinned ``seq_lens`` staging buffer, whose
+  non-blocking upload to the target forward's ``seq_lens`` (``gpu_model_runner.py:1648``)
+  may not have run yet. 0.19.0 keeps a separate optimistic copy. Its stall is the
+  previous step's drafter still running (``vllm.previous_drafter_running``); async
+  scheduling is an axis (as shipped, ``async-*``, ``sync-*``). Variant ``fixed``: the
+  increment made out of place. ``vllm-seq-lens-shadow-amplified``: the same with the
+  old start-of-``execute_model`` stall, a declared amplifier.
 * ``vllm-input-prep`` -- the reused pinned input buffers (#24527 / #25279): with spec
   decode the valid-count sync also orders the previous step's uploads, so this runs
   without it, where ``prepare_inputs_event`` -- the fence -- is all that does.
@@ -32,6 +36,8 @@ behind the stall while the host goes on to the next step.
   stream stalled. Variant ``fixed``: 0.27.1's ``record_stream``.
 """
 from __future__ import annotations
+
+from typing import Any, Dict, Optional
 
 from scenarios.base import AS_INSTALLED, Scenario, stall_at, with_bug, with_fix
 from scenarios.workloads import random_workload
@@ -61,32 +67,100 @@ VLLM_ACCEPTED_COUNT = Scenario(
     sim_trials=3,
 )
 
+def _seq_lens_workload(seed: int):
+    """Request 0 with a long prompt (40 - 72 tokens) alone at first, so that under a step
+    budget of ``SEQ_LENS_CHUNK`` tokens it prefills in chunks: steps where no request has
+    drafts to verify -- the only steps where the drafter increments the CPU shadow from
+    0.14.0 -- each right after a step whose drafter ran (a partial chunk is drafted from
+    too). Three short requests arrive later (iterations 2 - 6) and decode beside it. The
+    review's workload, small: a long prompt chunked, nothing decoding yet."""
+    import random
+    from harness.oracle.workload import RequestSpec, Workload
+    from scenarios.workloads import _prompt
+    rng = random.Random(seed)
+    long = []
+    while len(long) < 72:
+        long += _prompt(rng)
+    reqs = [RequestSpec(0, 0, long[: rng.randint(40, 72)], rng.randint(6, 14))]
+    reqs += [RequestSpec(rid, rng.randint(2, 6), _prompt(rng), rng.randint(6, 14))
+             for rid in (1, 2, 3)]
+    reqs.sort(key=lambda r: (r.arrive, r.rid))
+    return Workload(reqs, 3)  # two proposed tokens a step: the drafter's loop runs
+
+
+SEQ_LENS_CHUNK = 16  # tokens a step (--max-num-batched-tokens): a 40-72 token prompt in 3-5 chunks
+
+# The seq-lens race's configurations. Async scheduling is an axis: as each release ships
+# it for an EAGLE-family drafter (the plain names: off in 0.13.0, on from 0.14.0, PR
+# #31998), on (async-*: what --async-scheduling asks for, 0.13.0's opt-in), or off
+# (sync-*: --no-async-scheduling, or a method or executor vLLM runs without it).
+def _seq_lens_variants(**base: Any) -> Dict[str, Any]:
+    """The configurations, each with server args ``base`` too."""
+    def cfg(fix: Optional[str] = None, **args: Any):
+        return with_fix(fix, **base, **args) if fix else dict(base, **args)
+    shipped = {"vllm_async_default": True}
+    return {
+        AS_INSTALLED: cfg(**shipped),
+        "fixed": cfg("drafter-increments-out-of-place", **shipped),
+        # "dense": a model that is not hybrid -- 0.16.0's blocking read of the hybrid
+        # accepted counts (the sync #35442 removed in 0.17.0) no longer stands between
+        "dense": cfg(hybrid=False, **shipped),
+        "dense-fixed": cfg("drafter-increments-out-of-place", hybrid=False, **shipped),
+        "async": cfg(), "async-dense": cfg(hybrid=False),
+        "async-fixed": cfg("drafter-increments-out-of-place"),
+        # async scheduling off: the runner hands the drafter its pinned
+        # num_computed_tokens too (0.19.0-0.27.1), which it increments in place while
+        # the target's upload of them may still be queued
+        "sync": cfg(overlap=False),
+        "sync-dense": cfg(overlap=False, hybrid=False),
+        "sync-fixed": cfg("drafter-num-computed-out-of-place", overlap=False),
+        "sync-fixed-0.19": cfg("drafter-num-computed-out-of-place-0.19", overlap=False),
+        "sync-seq-lens-fixed": cfg("drafter-increments-out-of-place", overlap=False)}
+
+
+_SEQ_LENS_EXPECT = {(AS_INSTALLED, None): "race", ("fixed", None): "clean",
+                    ("dense", None): "race", ("dense-fixed", None): "clean",
+                    ("async", None): "race", ("async-fixed", None): "clean"}
+
 VLLM_SEQ_LENS_SHADOW = Scenario(
     name="vllm-seq-lens-shadow",
     summary="the drafter's in-place += 1 on the pinned seq_lens staging buffer vs its "
-            "pending upload to the target forward (0.16.0-0.18.0); main stream stalled",
-    workload=_workload(3),  # two proposed tokens: the drafter's loop runs
-    stalls=stall_at("vllm.before_execute", default_ms=VLLM_STALL_MS),
-    # "dense": a model that is not hybrid -- 0.16.0's blocking read of the hybrid accepted
-    # counts (the sync #35442 removed in 0.17.0) no longer stands between the two
-    variants={AS_INSTALLED: {}, "fixed": with_fix("drafter-increments-out-of-place"),
-              "dense": {"hybrid": False},
-              "dense-fixed": with_fix("drafter-increments-out-of-place", hybrid=False),
-              # async scheduling off: the runner hands the drafter its pinned
-              # num_computed_tokens too (0.19.0-0.27.1), which it increments in place
-              # while the target's upload of them may still be queued
-              "sync": {"overlap": False},
-              "sync-dense": {"overlap": False, "hybrid": False},
-              "sync-fixed": with_fix("drafter-num-computed-out-of-place", overlap=False),
-              "sync-fixed-0.19": with_fix("drafter-num-computed-out-of-place-0.19",
-                                          overlap=False),
-              "sync-seq-lens-fixed": with_fix("drafter-increments-out-of-place",
-                                              overlap=False)},
+            "pending upload to the target forward (0.13.0-0.18.1), on the steps of a "
+            "chunked long prompt; the previous step's drafter still running",
+    workload=_seq_lens_workload,
+    # upstream's window: up to 0.18.x a step's host has synchronised the previous step's
+    # valid-count event, recorded before that step's drafter, so the drafter is what can
+    # still hold the main stream when the step queues its seq_lens upload
+    # held until upstream's own next sync forces it (None: the simulator's "until
+    # forced"; CUDA's default long stall): the drafter outlasts whatever the host does
+    # before it next waits on the main stream. (A timed simulator stall is counted from
+    # when it is queued, in host time: the host's wait for the step before -- the same
+    # length, behind the previous stall -- would use it up before the next upload.)
+    stalls=stall_at("vllm.previous_drafter_running"),
+    variants=_seq_lens_variants(chunked_prefill_size=SEQ_LENS_CHUNK),
     default_variant=AS_INSTALLED,
-    expect={(AS_INSTALLED, None): "race", ("fixed", None): "clean", ("dense", None): "race",
-            ("dense-fixed", None): "clean"},
+    expect=dict(_SEQ_LENS_EXPECT),
     sim_trials=3,
 )
+
+# Sessions 16-20's seq-lens scenario: the short workload, and the main stream stalled as
+# each step's execute_model starts -- a declared amplifier, not a window upstream has
+# (the step's own uploads queue behind a stall of the step itself, before the drafter of
+# that step writes; in sync mode too, where upstream drains the main stream at every
+# step's end). The committed reports of those sessions were made with it.
+VLLM_SEQ_LENS_SHADOW_AMPLIFIED = Scenario(
+    name="vllm-seq-lens-shadow-amplified",
+    summary="vllm-seq-lens-shadow as sessions 16-20 ran it: short prompts, the main "
+            "stream held as each step's execute_model starts (an amplifier: wider than "
+            "any window upstream has)",
+    workload=_workload(3),  # two proposed tokens: the drafter's loop runs
+    stalls=stall_at("vllm.before_execute", default_ms=VLLM_STALL_MS),
+    variants=_seq_lens_variants(),
+    default_variant=AS_INSTALLED,
+    expect=dict(_SEQ_LENS_EXPECT),
+    sim_trials=3,
+)
+
 
 VLLM_INPUT_PREP = Scenario(
     name="vllm-input-prep",

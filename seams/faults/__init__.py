@@ -38,7 +38,17 @@ FAULT_POINTS = {
                                     "step's device-to-host copy of the drafter's valid "
                                     "sampled-token counts is queued",
     "vllm.before_execute": "vLLM's main stream, as a step's execute_model starts (its "
-                           "input uploads and forward queue behind it)",
+                           "input uploads and forward queue behind it) -- an amplifier, "
+                           "not a window upstream has: up to 0.18.x the step's host has "
+                           "already synchronised the previous step's work up to its "
+                           "drafter (vllm.previous_drafter_running models what is left)",
+    "vllm.previous_drafter_running": "vLLM V1's main stream, as a step's drafter (EAGLE / "
+                                     "draft-model propose) starts, after the step's "
+                                     "valid-count copy event is recorded: the drafter's "
+                                     "kernels and the next step's uploads and forward "
+                                     "queue behind it -- the next step's real window, "
+                                     "the previous step's drafter still running (0.13.0 - "
+                                     "0.18.x sync only that event first)",
     "vllm.before_propose": "vLLM Model Runner V2's main stream, after the step's output "
                            "copy event, as the speculator's propose starts (the drafter "
                            "queues behind it)",

@@ -22,7 +22,8 @@ from targets.vllm.boundary import contract
 
 SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow", "vllm-input-prep",
              "vllm-draft-tokens", "vllm-mrv2", "vllm-mrv2-draft-tokens",
-             "vllm-v1-draft-copy", "vllm-mrv2-uva-pool", "vllm-v1-valid-count")
+             "vllm-v1-draft-copy", "vllm-mrv2-uva-pool", "vllm-v1-valid-count",
+             "vllm-seq-lens-shadow-amplified")
 
 
 class VllmTarget(Target):
@@ -67,6 +68,8 @@ class VllmTarget(Target):
         try:
             if self.on_gpu:
                 platform.base_platform_first()
+            from targets.vllm.engine import absent
+            absent.install()  # 0.13.0 / 0.14.0's runner imports numba, never calls it
             import vllm  # noqa: F401  (vLLM's platform resolves here)
             platform.as_gpu("cuda" if self.on_gpu else "sim")
             from targets.vllm.engine import model

@@ -26,10 +26,13 @@ from targets.vllm.boundary.surface import (  # noqa: F401 -- the contract's tabl
     CALLED, DRIVEN_MODULES, LATER_DRIVEN_MODULES, MRV2_CALLED, MRV2_MODULES, MRV2_SCENARIOS,
     SLICE_CALLED, SLICE_MODULES, SLICE_SCENARIOS, _GPU, _MRV2_RUNNER, _RUNNER)
 
-# The V1 engine with async scheduling and spec decode through to the newest release
-# (0.34.0 has no V1 model runner: its scenarios are "not applicable" there, read below),
-# and Model Runner V2 driven whole (0.17.0 on; check_mrv2).
-SUPPORTED = SpecifierSet(">=0.16.0,<0.35", prereleases=True)
+# The V1 engine with async scheduling and spec decode from 0.13.0 (the release whose
+# drafter made the seq-lens increment in place; a release with no V1 draft-model
+# proposer -- 0.13.0, 0.14.0 -- drafts with EAGLE, the method its async scheduling
+# accepts: targets/vllm/engine/loop.py draft_method) through to the newest
+# release (0.34.0 has no V1 model runner: its scenarios are "not applicable" there, read
+# below), and Model Runner V2 driven whole (0.17.0 on; check_mrv2).
+SUPPORTED = SpecifierSet(">=0.13.0,<0.35", prereleases=True)
 
 # release -> the digest of its driven files, as measured: every scenario's release sweep
 # on the simulator (reports/upstream/vllm-releases.md). 0.17.0's seq-lens race was also
@@ -60,6 +63,9 @@ SCENARIO_CODE: Dict[str, Tuple[str, str]] = {
     "vllm-seq-lens-shadow": ("V1 model runner (vllm/v1/worker/gpu_model_runner.py; from "
                              "0.34.0 only Model Runner V2 ships)",
                              f"{_RUNNER}:GPUModelRunner._build_attention_metadata"),
+    "vllm-seq-lens-shadow-amplified": ("V1 model runner (vllm/v1/worker/gpu_model_runner.py; "
+                                       "from 0.34.0 only Model Runner V2 ships)",
+                                       f"{_RUNNER}:GPUModelRunner._build_attention_metadata"),
     "vllm-input-prep": ("V1 model runner's input-prep fence (GPUModelRunner."
                         "synchronize_input_prep)",
                         f"{_RUNNER}:GPUModelRunner.synchronize_input_prep"),

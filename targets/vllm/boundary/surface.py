@@ -23,12 +23,15 @@ DRIVEN_MODULES = (
     "vllm.v1.executor.uniproc_executor", "vllm.v1.worker.gpu_worker", _RUNNER,
     "vllm.v1.worker.gpu_input_batch", "vllm.v1.worker.block_table", "vllm.v1.utils",
     "vllm.v1.sample.sampler", "vllm.v1.sample.rejection_sampler",
-    "vllm.v1.spec_decode.eagle", "vllm.v1.spec_decode.draft_model",
+    "vllm.v1.spec_decode.eagle",
     "vllm.v1.spec_decode.utils", "vllm.v1.attention.backends.gdn_attn",
 )
-# ... and those a later release added: 0.23.0 moved the drafter's body (the proposer
-# the toy draft model runs, its kernel launches) into llm_base_proposer.py.
-LATER_DRIVEN_MODULES = ("vllm.v1.spec_decode.llm_base_proposer",)
+# ... and those a later release added: the draft-model proposer (the toy draft model's;
+# 0.13.0 - 0.15.x have none, and draft with EAGLE), and 0.23.0 moved the drafter's body
+# (the proposer's loop, its kernel launches) into llm_base_proposer.py. (A digest sorts
+# its modules: one moved here keeps the digests of the releases that have it.)
+LATER_DRIVEN_MODULES = ("vllm.v1.spec_decode.draft_model",
+                        "vllm.v1.spec_decode.llm_base_proposer")
 # ... and the draft-token slice's (targets/vllm/slices/draft_tokens.py): Model Runner V2's
 # DraftTokensHandler and its copy helper
 SLICE_MODULES = ("vllm.v1.worker.gpu.spec_decode.utils", "vllm.v1.worker.gpu.async_utils")

@@ -103,9 +103,14 @@ def eagle_prepare_next_token_padded(grid, sampled_token_ids_ptr, discard_request
 
 def eagle_prepare_inputs_padded(grid, cu_num_draft_tokens_ptr, valid_sampled_tokens_count_ptr,
                                 query_start_loc_gpu_ptr, token_indices_to_sample_ptr,
-                                num_rejected_tokens_gpu_ptr, num_reqs):
+                                num_rejected_tokens_gpu_ptr=None, num_reqs=None):
     """Per request: how many of its query tokens were rejected, and which token the
-    drafter samples from (the last accepted one)."""
+    drafter samples from (the last accepted one). 0.13.0's kernel has no rejected-count
+    output (``spec_decode/utils.py:21-58``; 0.14.0 added it, with the drafter's use of
+    it): launched positionally there, its fifth argument is ``num_reqs``, and only the
+    sample indices are written, as that kernel writes them."""
+    if num_reqs is None:  # 0.13.0's five-argument launch
+        num_reqs, num_rejected_tokens_gpu_ptr = num_rejected_tokens_gpu_ptr, None
     cu = cu_num_draft_tokens_ptr[:num_reqs].to(torch.int64)
     drafts = cu - torch.cat([cu.new_zeros(1), cu[:-1]])
     rejected = drafts + 1 - valid_sampled_tokens_count_ptr[:num_reqs].to(torch.int64)
@@ -113,7 +118,9 @@ def eagle_prepare_inputs_padded(grid, cu_num_draft_tokens_ptr, valid_sampled_tok
     last = query_start_loc_gpu_ptr[1: num_reqs + 1].to(torch.int64) - 1
     token_indices_to_sample_ptr[:num_reqs].copy_((last - rejected).to(
         token_indices_to_sample_ptr.dtype))
-    num_rejected_tokens_gpu_ptr[:num_reqs].copy_(rejected.to(num_rejected_tokens_gpu_ptr.dtype))
+    if num_rejected_tokens_gpu_ptr is not None:
+        num_rejected_tokens_gpu_ptr[:num_reqs].copy_(
+            rejected.to(num_rejected_tokens_gpu_ptr.dtype))
 
 
 def copy_and_expand_eagle_inputs(grid, target_token_ids_ptr, target_positions_ptr,
@@ -248,8 +255,10 @@ OP_FALLBACKS: Tuple[Tuple[str, str, str], ...] = (
      "apply_repetition_penalties_torch"),
 )
 
-# Kernels a release may not have yet: bound (and checked) only where it defines them.
-OPTIONAL_KERNELS = ("eagle_step_slot_mapping_metadata_kernel", "_compute_slot_mapping_kernel")
+# Kernels a release may not have yet: bound (and checked) only where it defines them
+# (the drafter's input expansion for parallel drafting: not in 0.13.0 / 0.14.0).
+OPTIONAL_KERNELS = ("eagle_step_slot_mapping_metadata_kernel", "_compute_slot_mapping_kernel",
+                    "copy_and_expand_eagle_inputs_kernel")
 
 
 def _next_power_of_2(n: int) -> int:

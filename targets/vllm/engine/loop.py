@@ -60,16 +60,58 @@ class VllmRequest:
                                  **extra)
 
 
+def release_async_default() -> bool:
+    """Does the installed release turn async scheduling on by default for an EAGLE-family
+    drafter (EAGLE / EAGLE3 / MTP), the deployment the seq-lens scenario stands for?
+    Read from the release's own ``SchedulerConfig``: a default of ``False`` is off (0.13.0
+    ``config/scheduler.py:133``: ``--async-scheduling`` opts in); ``None`` is "decide",
+    which ``VllmConfig`` turns on for EAGLE-family drafting with the uni / mp executors,
+    one pipeline stage and the padded drafter batch -- what every run here has (0.14.0
+    ``config/scheduler.py:133``, ``config/vllm.py:588-628``, PR #31998; the same in every
+    later release driven). The draft-model method is not of that family: vLLM turns it off
+    for it (0.17.0 ``config/vllm.py:714-723``); the toy draft model stands in for an
+    EAGLE-family drafter here, so the answer is the family's."""
+    import dataclasses
+    from vllm.config import SchedulerConfig
+    field = {f.name: f for f in dataclasses.fields(SchedulerConfig)}["async_scheduling"]
+    default = getattr(field.default, "default", field.default)  # pydantic's FieldInfo
+    return default is None or bool(default)
+
+
+def async_scheduling(args) -> bool:
+    """Async scheduling on for this engine? Off for the synchronous reference and the
+    ``overlap=False`` variants; with ``vllm_async_default``, as the release has it by
+    default (``release_async_default``); else on."""
+    if not args.overlap:
+        return False
+    return release_async_default() if args.vllm_async_default else True
+
+
+def draft_method() -> tuple:
+    """(the speculative method, the drafter's config) the V1 runner drives the toy
+    drafter with: a draft model where the release has the draft-model proposer
+    (``spec_decode/draft_model.py``: 0.16.0 and 0.17.0 here), else EAGLE -- 0.13.0 and
+    0.14.0 have no V1 draft-model proposer (the runner builds ``EagleProposer`` for EAGLE / MTP only,
+    0.13.0 ``gpu_model_runner.py:391-392``) and their async scheduling refuses any other
+    method (0.14.0 ``config/vllm.py:570-576``). Both run the same proposer loop
+    (``propose``, whose in-place ``_seq_lens_cpu += 1`` the seq-lens race is about)."""
+    import importlib.util
+    if importlib.util.find_spec("vllm.v1.spec_decode.draft_model") is not None:
+        return "draft_model", os.path.join(CONFIGS, "draft")
+    return "eagle", os.path.join(CONFIGS, "eagle")
+
+
 def engine_config(args):
     """The ``VllmConfig`` a run's server args ask for, built offline by vLLM's own
     ``EngineArgs``: the toy hybrid model with the toy draft model as its drafter
-    (``draft_model``: the EAGLE-family path, which async scheduling accepts; none when a
-    step verifies one slot, ``draft_token_num`` 1), prefix
+    (``draft_method``: the EAGLE-family path, which async scheduling accepts; none when a
+    step verifies one slot, ``draft_token_num`` 1), async scheduling as
+    ``async_scheduling`` says, prefix
     caching off (so the hybrid accepted counts are copied without a sync, the path
     #36013 is about), eager mode, the KV cache a fixed 64 blocks."""
     from vllm.engine.arg_utils import EngineArgs
     drafts = args.draft_token_num - 1  # the verified slots of a step, less the bonus one
-    method, drafter = "draft_model", os.path.join(CONFIGS, "draft")
+    method, drafter = draft_method()
     if args.vllm_runner == "v2":
         # Model Runner V2 (targets/vllm/mrv2/): its speculator is EAGLE only, and it has
         # no hybrid (Mamba-state) path -- 0.17.0's attn_utils.py asserts attention specs
@@ -86,9 +128,12 @@ def engine_config(args):
         load_format="dummy", dtype="float32", seed=0,
         speculative_config=None if drafts < 1 else {
             "method": method, "model": drafter, "num_speculative_tokens": drafts},
-        async_scheduling=bool(args.overlap), enforce_eager=True,
+        async_scheduling=async_scheduling(args), enforce_eager=True,
         max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS,
-        max_num_batched_tokens=MAX_MODEL_LEN, block_size=BLOCK_SIZE,
+        # a step's token budget: chunked prefill's chunk (--max-num-batched-tokens; V1
+        # chunks any prompt longer than what is left of it)
+        max_num_batched_tokens=args.chunked_prefill_size or MAX_MODEL_LEN,
+        block_size=BLOCK_SIZE,
         num_gpu_blocks_override=KV_BLOCKS, enable_prefix_caching=False,
         distributed_executor_backend="uni",
         worker_cls=("targets.vllm.mrv2.worker.SpecraceWorkerV2" if args.vllm_runner == "v2"
@@ -106,6 +151,8 @@ class VllmEngine:
         refuse_undriven(args.vllm_runner == "v2")  # the engine asked for is driven here
         self.args = args
         self.config = engine_config(args)
+        # what the engine runs, as vLLM resolved it (the loop below steps whichever)
+        self.async_scheduling = bool(self.config.scheduler_config.async_scheduling)
         with selected(args.vllm_runner == "v2"):  # the runner: V1, or Model Runner V2
             self.core = EngineCore(self.config, executor_class=executor_class(),
                                    log_stats=False)

@@ -17,7 +17,13 @@ is garbled, as a real model's is, and the oracles see wrong tokens.
 model that is not hybrid, with no accepted counts copied at all.
 
 The drafter is a second toy model that proposes the successor except after every third
-token, so drafts are accepted in full, in part and not at all.
+token, so drafts are accepted in full, in part and not at all. vLLM's V1 runner drives it
+as a draft model (``draft_model``) or, where the runner has no draft-model proposer
+(0.13.0, 0.14.0, whose async scheduling also accepts only EAGLE / MTP), as an
+EAGLE head (``EAGLE_ARCH``, config ``configs/eagle``): the same draft rule on its input
+id where the target's hidden state it is handed agrees with that id, a garbled token
+where it does not (a stale or misplaced hidden state shows as wrong drafts, as a real
+EAGLE head's would).
 
 Models are registered through vLLM's own ``ModelRegistry`` and built by its dummy loader;
 they have no parameters (nothing for a weight loader to load).
@@ -37,6 +43,9 @@ HEAD = 4  # the configs' head_dim: the KV cache's last dimension
 TARGET_ARCH = "SpecraceToyHybridForCausalLM"
 DENSE_ARCH = "SpecraceToyDenseForCausalLM"
 DRAFT_ARCH = "SpecraceToyDraftForCausalLM"
+# "Eagle..." so that vLLM's EAGLEConfig keeps the name as it wraps the config (0.13.0
+# transformers_utils/configs/eagle.py:44-51 prefixes any other name with "Eagle")
+EAGLE_ARCH = "EagleSpecraceToyV1DraftForCausalLM"
 
 _TABLES: dict = {}
 
@@ -66,8 +75,12 @@ def garble(tokens: torch.Tensor) -> torch.Tensor:
 def _backend_classes():
     """The toy attention backend, built against the installed vLLM's base classes
     (imported when the target loads, never at specrace's import)."""
-    from vllm.v1.attention.backend import (AttentionBackend, AttentionImpl,
-                                           AttentionMetadataBuilder)
+    try:
+        from vllm.v1.attention.backend import (AttentionBackend, AttentionImpl,
+                                               AttentionMetadataBuilder)
+    except ImportError:  # 0.13.0: the interfaces before they moved to v1/attention/
+        from vllm.attention.backends.abstract import AttentionBackend, AttentionImpl
+        from vllm.v1.attention.backends.utils import AttentionMetadataBuilder
     from vllm.v1.attention.backends.gdn_attn import GDNAttentionMetadataBuilder
 
     @dataclass
@@ -284,7 +297,19 @@ def model_classes():
         def load_weights(self, weights):
             return set()
 
-    class Target(ToyLM):
+    class TargetLM(ToyLM):
+        """A target model: EAGLE's ``load_model`` shares the target's input embedding
+        with its head (``target.model.embed_tokens``, 0.13.0 ``spec_decode/eagle.py:
+        1040-1047``; an AttributeError without one). The toy's embedding is a one-hot with
+        no weight, so it has an empty one to hand over; the draft-model proposer shares
+        nothing (0.17.0 ``spec_decode/draft_model.py:67-75``)."""
+
+        def __init__(self, *, vllm_config, prefix: str = "") -> None:
+            super().__init__(vllm_config=vllm_config, prefix=prefix)
+            self.model = nn.Module()
+            self.model.embed_tokens = nn.Module()
+
+    class Target(TargetLM):
         layer_cls = ToyHybridLayer
         is_hybrid: ClassVar = True  # vLLM's IsHybrid interface, read by ModelConfig
 
@@ -303,7 +328,7 @@ def model_classes():
     class DenseLayer(ToyHybridLayer):
         uses_state = False
 
-    class Dense(ToyLM):
+    class Dense(TargetLM):
         layer_cls = DenseLayer
 
     class Draft(ToyLM):
@@ -318,6 +343,36 @@ def model_classes():
     return Target, Dense, Draft
 
 
+def eagle_class(draft):
+    """The toy drafter as V1's ``EagleProposer`` calls an EAGLE head --
+    ``model(input_ids=, positions=, hidden_states=, inputs_embeds=)`` returning
+    ``(last_hidden_states, hidden_states)`` (0.13.0 ``spec_decode/eagle.py:313-322``) --
+    on the draft model's one attention layer (its KV writes are the drafter's)."""
+
+    class ToyEagle(draft):
+        def __init__(self, *, vllm_config, prefix: str = "") -> None:
+            draft.__init__(self, vllm_config=vllm_config, prefix=prefix)
+            # the head's inner module, where EagleProposer.load_model puts the target's
+            # embedding (the head has no ``has_own_embed_tokens``: it shares, as an MTP
+            # head does; nothing of it is read -- the embedding is a one-hot)
+            self.model = nn.Module()
+
+        def forward(self, input_ids=None, positions=None, hidden_states=None,
+                    inputs_embeds=None, **kwargs: Any):
+            ids = input_ids.to(torch.int64)
+            proposed = self.attn(input_ids, positions)  # KV write + draft_rule(ids)
+            if hidden_states is not None:
+                # the target's hidden state at a slot is the one-hot of the token it
+                # predicts there, which is EAGLE's input id wherever the head samples
+                agrees = hidden_states[: ids.shape[0]].argmax(dim=-1) == ids
+                proposed = torch.where(agrees, proposed, garble(proposed))
+            out = torch.nn.functional.one_hot(proposed.long(), VOCAB_SIZE).to(torch.float32)
+            return out, out
+
+    ToyEagle.__name__ = ToyEagle.__qualname__ = EAGLE_ARCH
+    return ToyEagle
+
+
 def register() -> None:
     """The toy models into vLLM's own registry (``load_format="dummy"`` builds them)."""
     from vllm import ModelRegistry
@@ -325,3 +380,4 @@ def register() -> None:
     ModelRegistry.register_model(TARGET_ARCH, target)
     ModelRegistry.register_model(DENSE_ARCH, dense)
     ModelRegistry.register_model(DRAFT_ARCH, draft)
+    ModelRegistry.register_model(EAGLE_ARCH, eagle_class(draft))

@@ -14,7 +14,9 @@ replaced -- everything a step runs is vLLM's.
   XPU or CPU; sleep mode is off here, so no pool, as up to 0.19.0).
 * The runner is ``GPUModelRunner`` itself, in a subclass that overrides only
   ``_init_device_properties`` on the simulator (it asks CUDA for the SM count) -- the
-  hook vLLM's own ``CPUModelRunner`` overrides -- and marks the step's start for stalls,
+  hook vLLM's own ``CPUModelRunner`` overrides -- and marks the step's start for stalls
+  (``vllm.before_execute``, an amplifier), the drafter's start on the main stream
+  (``vllm.previous_drafter_running``: the next step's real window, ``_drafter_stalled``),
   the draft-ids copy stream's point before each step's draft copy (a copy engine busy
   with earlier transfers), and which pinned draft rows the host zeroed: the judge's
   ``draft_rows_zeroed`` (``harness.oracle.stale``) needs no device read to know them.
@@ -84,6 +86,10 @@ def worker_class():
     from vllm.v1.worker.workspace import init_workspace_manager
 
     class SpecraceModelRunner(GPUModelRunner):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            GPUModelRunner.__init__(self, *args, **kwargs)
+            _drafter_stalled(self)
+
         def _init_device_properties(self) -> None:
             if self.device.type == "cuda":
                 return GPUModelRunner._init_device_properties(self)  # the GPU's own
@@ -126,6 +132,29 @@ def worker_class():
             self.model_runner = SpecraceModelRunner(self.vllm_config, self.device)
 
     return SpecraceWorker
+
+
+def _drafter_stalled(runner) -> None:
+    """Mark the start of the runner's drafter (``drafter.propose``, EAGLE or draft model)
+    on the main stream: ``vllm.previous_drafter_running``. The runner calls it in
+    ``propose_draft_token_ids`` after ``_copy_valid_sampled_token_count`` has recorded the
+    valid-count event (0.13.0 ``gpu_model_runner.py:3472`` then ``:3533``; 0.17.0
+    ``:4159`` then ``:4223``), and the next step's ``_update_states`` synchronises only
+    that event before queueing its uploads (0.17.0 ``:1050`` -> ``:4021``): what of the
+    previous step can still be pending on the main stream then is its drafter. A stall
+    here is that drafter running long -- upstream's window, where a stall as
+    ``execute_model`` starts is wider than any upstream has. Bound on the drafter object
+    (the runner's own attribute, set by its ``__init__``); nothing else changes."""
+    drafter = getattr(runner, "drafter", None)
+    propose = getattr(drafter, "propose", None)
+    if propose is None:  # no speculative decoding
+        return
+
+    def propose_after_stall(*args: Any, **kwargs: Any):
+        fault_point("vllm.previous_drafter_running")  # the main stream: a long drafter
+        return propose(*args, **kwargs)
+
+    drafter.propose = propose_after_stall
 
 
 class _OnDemand(Future):
