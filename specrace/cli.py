@@ -290,7 +290,8 @@ def cmd_releases(args) -> int:
         raise UsageError(f"--report-dir: {exc}") from None
     rows = A.with_progress(
         lambda prog: run_releases(environments, target.name, scenario.name, options,
-                                  args.report_dir, versions, prog),
+                                  args.report_dir, versions, prog,
+                                  coverage=getattr(args, "coverage", False)),
         len(versions), f"{scenario.name} on {len(versions)} release(s)", quiet=args.json)
     if args.json:
         print(json.dumps(rows, default=str))

@@ -120,6 +120,9 @@ def _releases(rl: argparse.ArgumentParser) -> None:
     rl.add_argument("--expect", choices=["clean", "race"], default=None,
                     help="every applicable release must give this outcome")
     rl.add_argument("--json", action="store_true")
+    rl.add_argument("--coverage", action="store_true",
+                    help="run each release under coverage.py: a column of the census sites "
+                         "of the single-node paths it ran (docs/census.md)")
     rl.add_argument("--report-dir", default=os.path.join("reports", "releases"))
 
 

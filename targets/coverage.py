@@ -252,14 +252,20 @@ class RowCoverage:
     (the single-node paths' sites, as the headline counts them)."""
 
     def __init__(self, target: str, version: str) -> None:
-        self.census = census(target, version)
         self.rules = spec_of(target).RULES
+        self.problem = ""
+        try:
+            self.census: Optional[Census] = census(target, version)
+        except CensusError as exc:  # the row still runs, its coverage says why not
+            self.census, self.problem = None, str(exc)
         self._dir = tempfile.mkdtemp(prefix="specrace-coverage-")
         self.out = os.path.join(self._dir, "lines.json")
 
     def command(self, cmd: List[str]) -> List[str]:
         """A child command of ``specrace.cli`` (as ``seams.children`` writes it), run
         under coverage.py instead."""
+        if self.census is None or "specrace.cli" not in cmd:
+            return cmd
         i = cmd.index("specrace.cli")
         return [*cmd[:i], "specrace.coverage_child", self.out, self.census.root, *cmd[i + 1:]]
 
@@ -269,6 +275,9 @@ class RowCoverage:
             lines = read_lines(self.out)
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)
+        if self.census is None:
+            return {"coverage_sites": None, "coverage_ran": None, "coverage_percent": None,
+                    "coverage_note": self.problem}
         single = [s for s in self.census.sites if classify(s, self.rules) not in OFF_NODE]
         ran = ran_sites(single, lines) if lines is not None else None
         return {"coverage_sites": len(single),

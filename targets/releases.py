@@ -52,8 +52,10 @@ def _row(version: str, **kw: Any) -> Dict[str, Any]:
 
 
 def run_release(environments: Environments, target: str, version: str, scenario: str,
-                options: List[str], report_dir: str) -> Dict[str, Any]:
-    """One release's row: its verdict, or why there is none."""
+                options: List[str], report_dir: str,
+                wrap: Callable[[List[str]], List[str]] = lambda cmd: cmd) -> Dict[str, Any]:
+    """One release's row: its verdict, or why there is none. ``wrap`` may change how the
+    child runs (``--coverage``: under coverage.py, ``targets.coverage.RowCoverage``)."""
     why_not = environments.not_applicable(version, scenario)
     if why_not:
         return _row(version, outcome="not applicable", note=why_not)
@@ -63,9 +65,9 @@ def run_release(environments: Environments, target: str, version: str, scenario:
     python = environments.python(version)
     # the working directory off the child's path, its hash seed pinned, marked as the one
     # hop it is (seams.children)
-    cmd = children.command(python, "-m", "specrace.cli", "repro", scenario, "--target",
-                           target, "--json", "--report-dir",
-                           os.path.join(report_dir, version), *options)
+    cmd = wrap(children.command(python, "-m", "specrace.cli", "repro", scenario, "--target",
+                                target, "--json", "--report-dir",
+                                os.path.join(report_dir, version), *options))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S,
                               env=children.env(hop=version, PYTHONUNBUFFERED="1"))
@@ -159,12 +161,19 @@ def repro_options(scenario, args) -> List[str]:
 
 def run_releases(environments: Environments, target: str, scenario: str,
                  options: List[str], report_dir: str, versions: List[str],
-                 progress: Callable[[int, int], None] = lambda n, t: None
-                 ) -> List[Dict[str, Any]]:
+                 progress: Callable[[int, int], None] = lambda n, t: None,
+                 coverage: bool = False) -> List[Dict[str, Any]]:
     rows = []
     for i, v in enumerate(versions):
         progress(i, len(versions))
-        rows.append(run_release(environments, target, v, scenario, options, report_dir))
+        if not coverage:
+            rows.append(run_release(environments, target, v, scenario, options, report_dir))
+            continue
+        from targets.coverage import RowCoverage  # the census sites the child executed
+        measured = RowCoverage(target, v)
+        row = run_release(environments, target, v, scenario, options, report_dir,
+                          measured.command)
+        rows.append({**row, **measured.figures()})
     progress(len(versions), len(versions))
     return rows
 
@@ -173,11 +182,23 @@ def format_table(target: str, scenario: str, rows: List[Dict[str, Any]]) -> str:
     head = f"{'release':<14} {'fence':<7} {'outcome':<15} {'trials':>7} {'sites':>6}  report"
     read_as = sorted({r.get("platform") for r in rows if r.get("platform") not in (None, "cuda")})
     where = f" (read as {', '.join(read_as)})" if read_as else ""
+    measured = any("coverage_sites" in r for r in rows)  # --coverage: a column more
+    if measured:
+        head = head.replace("  report", f"  {'coverage':>16}  report")
     lines = [f"{scenario} on each installed {target} release{where}", head, "-" * len(head)]
     for r in rows:
         trials = "" if r["trials"] is None else f"{r['reproduced']}/{r['trials']}"
         sites = "" if r["race_sites"] is None else str(r["race_sites"])
         tail = r["report"] or r["note"]
+        if measured:
+            tail = f"{_coverage_cell(r):>16}  {tail}"
         lines.append(f"{r['release']:<14} {r['war_barrier'] or '':<7} {r['outcome']:<15} "
                      f"{trials:>7} {sites:>6}  {tail}")
     return "\n".join(lines)
+
+
+def _coverage_cell(row: Dict[str, Any]) -> str:
+    """``49/809 (6.1%)``: the census sites of the single-node paths the child executed."""
+    if row.get("coverage_ran") is None:
+        return "-"
+    return f"{row['coverage_ran']}/{row['coverage_sites']} ({row['coverage_percent']}%)"

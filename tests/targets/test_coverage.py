@@ -118,3 +118,25 @@ def test_one_cheap_scenario_runs_census_sites_of_the_installed_sglang():
     assert s["percent"] == round(100.0 * s["ran"] / s["sites"], 1)
     ran_files = {k[0] for k in run.ran}
     assert any(f.startswith("srt/managers/") for f in ran_files)
+
+
+def test_a_releases_row_runs_its_child_under_coverage_and_shows_a_column(monkeypatch):
+    import targets.coverage as tc
+    from targets.releases import format_table
+    site = _site()
+    fake = Census("sglang", "sglang", "0.5.23", "/pkg", ("srt",), (), 1, (site,), ())
+    monkeypatch.setattr(tc, "census", lambda target, version: fake)
+    row_cov = tc.RowCoverage("sglang", "0.5.23")
+    cmd = row_cov.command(["py", "-P", "-m", "specrace.cli", "repro", "x", "--json"])
+    assert cmd == ["py", "-P", "-m", "specrace.coverage_child", row_cov.out, "/pkg",
+                   "repro", "x", "--json"]
+    with open(row_cov.out, "w") as f:  # what the child writes: the site's line ran
+        f.write('{"files": {"srt/managers/x.py": [1]}, "status": 0}')
+    figures = row_cov.figures()
+    assert figures == {"coverage_sites": 1, "coverage_ran": 1, "coverage_percent": 100.0}
+    row = {"release": "0.5.23", "outcome": "clean", "trials": 1, "reproduced": 0,
+           "race_sites": 0, "report": None, "war_barrier": "fine", "note": "", **figures}
+    table = format_table("sglang", "x", [row])
+    assert "coverage" in table.splitlines()[1] and "1/1 (100.0%)" in table
+    plain = {k: v for k, v in row.items() if not k.startswith("coverage")}
+    assert "coverage" not in format_table("sglang", "x", [plain])  # no column unasked
