@@ -183,9 +183,14 @@ class SglangTarget(Target):
         self.executed = set()  # this run's (a report describes the run it came from)
 
         def profile(frame, event, arg):
+            # Code run by an import (a module's body, what it calls while loading) is not
+            # the run's: a module the first run of a process imports lazily is already
+            # loaded for the next, so counting it would make a run's description depend
+            # on what its process ran before (`specrace audit` runs many in one process,
+            # and each report must replay in a fresh one).
             if event == "call":
                 path = frame.f_code.co_filename
-                if path.startswith(prefix):
+                if path.startswith(prefix) and path not in seen and not _importing(frame):
                     seen.add(path)
         previous = sys.getprofile()
         sys.setprofile(profile)
@@ -223,3 +228,12 @@ class SglangTarget(Target):
                 "requests": "upstream" if requests.fits() else "specrace",
                 "result_processor": "upstream" if upstream_pools_fit() and kv_lifecycle.fits()
                 and result_processor.fits() else "specrace"}
+
+
+def _importing(frame) -> bool:
+    """Is ``frame`` running under importlib's machinery (a module being loaded)?"""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
