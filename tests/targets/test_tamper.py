@@ -131,3 +131,28 @@ def test_a_tampered_release_is_refused_with_its_problem_named(tmp_path, target, 
     lines = [ln for ln in out.splitlines() if ln.strip()]
     assert len(set(lines)) == len(lines), out[-800:]  # each problem said once
     assert "reproduced" not in out and "Traceback" not in out, out[-800:]
+
+
+def _evaluate(target: str, root: str):
+    if target == "sglang":
+        from targets.sglang.boundary import contract
+        return contract.evaluate(contract.installed_version(), root,
+                                 contract.SCHEDULER_ATTRIBUTES, contract.WORKER_KEYWORDS)
+    from targets.vllm.boundary import contract
+    return contract.evaluate("0.17.0", root)
+
+
+@pytest.mark.parametrize("target", RELEASES)
+def test_a_file_too_deep_for_the_reader_is_one_problem_said_as_such(tmp_path, target):
+    """20,000 terms in one expression parse, but nest past what the reader walks: one
+    problem, "nests deeper", never "missing or does not parse" once per name in it."""
+    make, why = RELEASES[target]
+    r = make()
+    if r is None:
+        pytest.skip(why)
+    huge = "x = " + " + ".join(["1"] * 20000) + "\n"
+    root = os.path.join(shadow(tmp_path, r, lambda r, t: t + huge), os.path.basename(r.root))
+    verdict = _evaluate(target, root)
+    named = [p for p in verdict.problems if r.module in p]
+    assert not verdict.ok and named == [f"{r.module} nests deeper than the reader reads "
+                                        f"(500 levels)"], verdict.problems
