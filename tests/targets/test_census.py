@@ -186,3 +186,19 @@ def test_census_rejects_what_it_cannot_read():
     with pytest.raises(CensusError, match="not a version"):
         census("sglang", "x;y")
     assert os.path.sep  # (keeps the import used on every platform)
+
+
+def test_the_vllm_census_finds_both_runners_sites():
+    from targets.vllm.environments import LINE
+    if "0.17.0" not in LINE.installed():
+        pytest.skip("vLLM 0.17.0 is not set up (make upstream TARGET=vllm VLLM=0.17.0)")
+    c = census("vllm", "0.17.0")
+    assert c.version == "0.17.0" and not c.unreadable
+    found = {(s.file, s.function, s.kind) for s in c.sites}
+    # V1's valid-count event (the seq-lens window) and Model Runner V2's async output
+    assert ("v1/worker/gpu_model_runner.py", "GPUModelRunner._copy_valid_sampled_token_count",
+            "event-record") in found
+    assert ("v1/worker/gpu/async_utils.py", "AsyncOutput.__init__", "event-record") in found
+    # host writes through CpuGpuBuffer's numpy view (a pinned-buffer factory)
+    assert any(f == "v1/worker/gpu_model_runner.py" and k == "pinned-host-write"
+               and fn == "GPUModelRunner._prepare_inputs" for f, fn, k in found)
