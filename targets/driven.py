@@ -40,6 +40,9 @@ class Surface:
     # arguments: a parameter upstream added and passes itself needs nothing of the target
     passed_through: Tuple[str, ...] = ()
     classes: Tuple[str, ...] = ()  # "module:Qual" that must be classes
+    # methods a subclass may or may not override ("module:Class.name" -> parameters):
+    # checked as ``functions`` where the class binds the name, nothing where it inherits
+    overrides: Dict[str, Tuple[str, ...]] = field(default_factory=dict)
 
 
 def problems(root: str, surface: Surface) -> List[str]:
@@ -53,6 +56,9 @@ def problems(root: str, surface: Surface) -> List[str]:
         if target.partition(":")[0] not in broken:
             out += function_problems(root, target, expected, surface.keywords.get(target, ()),
                                      target in surface.passed_through)
+    for target, expected in surface.overrides.items():
+        if target.partition(":")[0] not in broken and static.find(root, target)[0] is not None:
+            out += function_problems(root, target, expected)
     return list(dict.fromkeys(out))
 
 

@@ -102,22 +102,30 @@ ENGINE_MODULES = (_CORE, f"{_SCHED}.async_scheduler", f"{_SCHED}.scheduler",
 ENGINE_CLASSES = (f"{_CORE}:EngineCore", f"{_SCHED}.async_scheduler:AsyncScheduler",
                   f"{_SCHED}.scheduler:Scheduler")
 # What upstream's own engine calls on the driven scheduler each step, with the arguments
-# it passes (read from 0.17.0, 0.23.0 and upstream's main; unchanged between): the
-# target calls none of these itself, but a release that changed one and not its caller
-# crashes in a trial -- so the contract holds the scheduler to them.
+# it passes (read from 0.13.0, 0.14.0, 0.17.0, 0.18.1, 0.19.0, 0.23.0, 0.27.1 and 0.34.0:
+# unchanged between): the target calls none of these itself, but a release that changed
+# one and not its caller crashes in a trial -- so the contract holds the scheduler to them.
 ENGINE_DRIVEN: Dict[str, Tuple[str, ...]] = {
     f"{_SCHED}.scheduler:Scheduler.schedule": ("self",),
     f"{_SCHED}.scheduler:Scheduler.update_from_output":
         ("self", "scheduler_output", "model_runner_output"),
+    f"{_SCHED}.scheduler:Scheduler._update_after_schedule": ("self", "scheduler_output"),
+    f"{_SCHED}.scheduler:Scheduler._update_request_with_output":
+        ("self", "request", "new_token_ids"),
     f"{_SCHED}.async_scheduler:AsyncScheduler._update_after_schedule":
         ("self", "scheduler_output"),
+}
+# ... and what the async scheduler overrides where it does (0.34.0 inherits the output
+# update from Scheduler)
+ENGINE_OVERRIDES: Dict[str, Tuple[str, ...]] = {
     f"{_SCHED}.async_scheduler:AsyncScheduler._update_request_with_output":
         ("self", "request", "new_token_ids"),
 }
 _ENGINE_CALLED = {t: e for t, e in CALLED.items()
                   if t.startswith((_CORE, "vllm.v1.executor", "vllm.v1.worker.gpu_worker"))}
 ENGINE = driven.Surface(modules=ENGINE_MODULES, classes=ENGINE_CLASSES,
-                        functions={**_ENGINE_CALLED, **ENGINE_DRIVEN})
+                        functions={**_ENGINE_CALLED, **ENGINE_DRIVEN},
+                        overrides=ENGINE_OVERRIDES)
 # The V1 model runner's path (its kernels are checked against their stand-ins apart:
 # contract.check_api)
 V1 = driven.Surface(modules=DRIVEN_MODULES, later_modules=LATER_DRIVEN_MODULES,
