@@ -94,25 +94,31 @@ def _coverage(args) -> int:
     return 0 if all(r.status != "error" for r in res.runs) else 1
 
 
+def _share(n: int, d: int) -> str:
+    return f"{n}/{d} ({round(100.0 * n / d, 1)}%)" if d else f"{n}/0"
+
+
 def print_coverage(res, summary: bool = False) -> None:
     out = _console()
     s = res.summary()
     c = res.census
+    total, single = s["sites"], s["single_node_sites"]
     out.print(_table(f"{c.package} {c.version}: census sites run, by scenario",
                      ["scenario", "status", "outcome", "sites run", "single-node run",
                       "note"],
-                     [[r["scenario"], r["status"], r["outcome"], r["ran"],
-                       r["single_node_ran"], r["note"]] for r in s["by_scenario"]]))
-    out.print(_table("by directory", ["directory", "sites", "run", "single-node",
-                                      "single-node run"],
-                     [[d["directory"], d["sites"], d["ran"], d["single_node_sites"],
-                       d["single_node_ran"]] for d in s["by_directory"]]))
+                     [[r["scenario"], r["status"], r["outcome"], _share(r["ran"], total),
+                       _share(r["single_node_ran"], single), r["note"]]
+                      for r in s["by_scenario"]]))
+    out.print(_table("by directory", ["directory", "sites run", "single-node run"],
+                     [[d["directory"], _share(d["ran"], d["sites"]),
+                       _share(d["single_node_ran"], d["single_node_sites"])]
+                      for d in s["by_directory"]]))
     out.print(_table("not run, by reason", ["reason", "sites"],
                      [[k, v] for k, v in s["not_run_by_reason"].items()]))
     if not summary:
         out.print(_table("sites not run", ["file:line", "function", "kind", "reason"],
                          [[f"{x.file}:{x.line}", x.function, x.kind, why]
                           for x, why in res.not_run()]))
-    out.print(f"total: {s['ran']}/{s['sites']} census sites run ({s['percent']}%)")
-    out.print(f"single-node paths: {s['single_node_ran']}/{s['single_node_sites']} "
-              f"({s['single_node_percent']}%) -- the headline")
+    out.print(f"total: {_share(s['ran'], total)} census sites run")
+    out.print(f"single-node paths: {_share(s['single_node_ran'], single)} -- the headline "
+              f"(all but the other-hardware and multi-node sites)")
