@@ -37,9 +37,10 @@ def run_step(cmd: List[str]) -> None:
     outright. Python steps keep the working directory off their path (``seams.children``)."""
     if cmd[1:2] == ["-m"]:
         cmd = children.command(cmd[0], *cmd[1:])
+    prctl = _prctl()  # looked up here: the child only calls it (no import after fork)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=children.env(project=False), start_new_session=True,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=(lambda: prctl(1, signal.SIGKILL)) if prctl else None)
     try:
         out, err = proc.communicate()
     except BaseException:
@@ -52,13 +53,16 @@ def run_step(cmd: List[str]) -> None:
                        + "".join(f"\n  {ln[:200]}" for ln in tail[-PIP_TAIL_LINES:]))
 
 
-def _die_with_parent() -> None:
-    """In the step's process before it runs: SIGKILL it when its parent dies (Linux)."""
+def _prctl():
+    """libc's ``prctl`` where there is one (Linux): ``prctl(1, SIGKILL)`` in the step's
+    process before it runs (``PR_SET_PDEATHSIG``) kills it when its parent dies."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass  # elsewhere: the interrupt path still kills the group
+        return None  # the interrupt path still kills the group
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
