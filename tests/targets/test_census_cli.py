@@ -48,3 +48,21 @@ def test_census_json_and_table_come_from_the_census(monkeypatch, capsys):
     text = capsys.readouterr().out
     assert "sglang 9.9.9: 2 ordering sites in 2 files" in text
     assert "srt/managers/a.py:9" in text and "srt/gone" in text and "does not parse" in text
+
+
+def test_coverage_prints_every_site_not_run_with_its_reason(capsys):
+    from specrace.census_cmd import print_coverage
+    from targets.coverage import CoverageResult, ScenarioRun, classify
+    from targets.sglang.environments.census import RULES
+    c = _fake("sglang")
+    hw = Site("srt/layers/attention/aiter_backend.py", 5, 0, "B.f", "record-stream", (5, 5))
+    c = Census(c.target, c.package, c.version, c.root, c.areas, c.missing_areas, c.files,
+               c.sites + (hw,), c.unreadable)
+    res = CoverageResult(c, [ScenarioRun("s", "ran", ran=frozenset({c.sites[0].key}))],
+                         {x.key: classify(x, RULES) for x in c.sites})
+    print_coverage(res)
+    out = capsys.readouterr().out
+    assert "total: 1/3 (33.3%)" in out
+    assert "single-node paths: 1/2 (50.0%)" in out  # the AMD backend's site is left out
+    assert "srt/managers/a.py:9" in out and "aiter_backend.py:5" in out
+    assert "not reached by any scenario" in out and "hardware specrace does not model" in out
