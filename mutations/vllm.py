@@ -192,6 +192,11 @@ FIXES: Dict[str, Union[SourcePatch, PatchSet]] = {
                                                 "fix draft-ids-copy-ordered + "
                                                 "drafter-increments-out-of-place"),
     "drafter-increments-out-of-place": _SEQ_LENS_OUT_OF_PLACE,
+    # the same fix in 0.13.0 / 0.14.0's drafter, before the proposer loop moved into a
+    # base class (EagleProposer.propose: 0.13.0 spec_decode/eagle.py:456, 0.14.0 :471)
+    "drafter-increments-out-of-place-0.13": SourcePatch(
+        "vllm.v1.spec_decode.eagle:EagleProposer.propose", _SEQ_LENS_OUT_OF_PLACE.edits,
+        "fix drafter-increments-out-of-place (0.13.0 / 0.14.0's drafter)"),
     # vllm-draft-tokens: what 0.27.1 added -- the main stream's draft temporary marked as
     # used on the copy stream, so the allocator keeps its block until the copy has run
     "draft-tokens-record-stream": SourcePatch(

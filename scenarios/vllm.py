@@ -93,34 +93,49 @@ SEQ_LENS_CHUNK = 16  # tokens a step (--max-num-batched-tokens): a 40-72 token p
 # The seq-lens race's configurations. Async scheduling is an axis: as each release ships
 # it for an EAGLE-family drafter (the plain names: off in 0.13.0, on from 0.14.0, PR
 # #31998), on (async-*: what --async-scheduling asks for, 0.13.0's opt-in), or off
-# (sync-*: --no-async-scheduling, or a method or executor vLLM runs without it).
-def _seq_lens_variants(**base: Any) -> Dict[str, Any]:
-    """The configurations, each with server args ``base`` too."""
+# (sync-*: --no-async-scheduling, or a method or executor vLLM runs without it). The
+# model is ``base``'s (the chunked scenario: dense; the amplified one: hybrid) and the
+# other one's variants are named for it. Fixes: the increment made out of place, in the
+# proposer class each release has it in (``-0.13``: 0.13.0 / 0.14.0's EagleProposer).
+def _seq_lens_variants(other: str, **base: Any) -> Dict[str, Any]:
+    """The configurations, each with server args ``base`` too; ``other`` names the model
+    kind that is not ``base``'s ("dense" or "hybrid")."""
+    flip = {"hybrid": not base.get("hybrid", True)}
+
     def cfg(fix: Optional[str] = None, **args: Any):
-        return with_fix(fix, **base, **args) if fix else dict(base, **args)
+        merged = dict(base, **args)
+        return with_fix(fix, **merged) if fix else merged
     shipped = {"vllm_async_default": True}
-    return {
-        AS_INSTALLED: cfg(**shipped),
-        "fixed": cfg("drafter-increments-out-of-place", **shipped),
-        # "dense": a model that is not hybrid -- 0.16.0's blocking read of the hybrid
-        # accepted counts (the sync #35442 removed in 0.17.0) no longer stands between
-        "dense": cfg(hybrid=False, **shipped),
-        "dense-fixed": cfg("drafter-increments-out-of-place", hybrid=False, **shipped),
-        "async": cfg(), "async-dense": cfg(hybrid=False),
-        "async-fixed": cfg("drafter-increments-out-of-place"),
-        # async scheduling off: the runner hands the drafter its pinned
-        # num_computed_tokens too (0.19.0-0.27.1), which it increments in place while
-        # the target's upload of them may still be queued
-        "sync": cfg(overlap=False),
-        "sync-dense": cfg(overlap=False, hybrid=False),
-        "sync-fixed": cfg("drafter-num-computed-out-of-place", overlap=False),
-        "sync-fixed-0.19": cfg("drafter-num-computed-out-of-place-0.19", overlap=False),
-        "sync-seq-lens-fixed": cfg("drafter-increments-out-of-place", overlap=False)}
+    out: Dict[str, Any] = {AS_INSTALLED: cfg(**shipped), other: cfg(**shipped, **flip),
+                           "async": cfg(), f"async-{other}": cfg(**flip),
+                           "sync": cfg(overlap=False),
+                           f"sync-{other}": cfg(overlap=False, **flip)}
+    for suffix, fix in (("", "drafter-increments-out-of-place"),
+                        ("-0.13", "drafter-increments-out-of-place-0.13")):
+        out[f"fixed{suffix}"] = cfg(fix, **shipped)
+        out[f"{other}-fixed{suffix}"] = cfg(fix, **shipped, **flip)
+        out[f"async-fixed{suffix}"] = cfg(fix)
+        out[f"sync-seq-lens-fixed{suffix}"] = cfg(fix, overlap=False)
+    # async scheduling off: the runner hands the drafter its pinned num_computed_tokens
+    # too (0.19.0-0.27.1), which it increments in place while the target's upload of
+    # them may still be queued
+    out["sync-fixed"] = cfg("drafter-num-computed-out-of-place", overlap=False)
+    out["sync-fixed-0.19"] = cfg("drafter-num-computed-out-of-place-0.19", overlap=False)
+    return out
 
 
-_SEQ_LENS_EXPECT = {(AS_INSTALLED, None): "race", ("fixed", None): "clean",
-                    ("dense", None): "race", ("dense-fixed", None): "clean",
-                    ("async", None): "race", ("async-fixed", None): "clean"}
+def _seq_lens_aliased(variants: Dict[str, Any]) -> Dict[str, Any]:
+    """The dense configurations under the names they had when the model was hybrid by
+    default (``make vllm-gate``, ``tools/gpu/vllm_gpu.sh`` name them): the same runs."""
+    return {**variants, "dense": variants[AS_INSTALLED], "dense-fixed": variants["fixed"],
+            "sync-dense": variants["sync"]}
+
+
+def _seq_lens_expect(other: str) -> Dict[Any, str]:
+    return {(AS_INSTALLED, None): "race", ("fixed", None): "clean",
+            (other, None): "race", (f"{other}-fixed", None): "clean",
+            ("async", None): "race", ("async-fixed", None): "clean"}
+
 
 VLLM_SEQ_LENS_SHADOW = Scenario(
     name="vllm-seq-lens-shadow",
@@ -137,9 +152,12 @@ VLLM_SEQ_LENS_SHADOW = Scenario(
     # when it is queued, in host time: the host's wait for the step before -- the same
     # length, behind the previous stall -- would use it up before the next upload.)
     stalls=stall_at("vllm.previous_drafter_running"),
-    variants=_seq_lens_variants(chunked_prefill_size=SEQ_LENS_CHUNK),
+    # a dense model: attention that reads seq_lens on the device (FlashAttention, MLA,
+    # Triton), as the review's repro (Llama + EAGLE3); variant "hybrid" for the other
+    variants=_seq_lens_aliased(
+        _seq_lens_variants("hybrid", hybrid=False, chunked_prefill_size=SEQ_LENS_CHUNK)),
     default_variant=AS_INSTALLED,
-    expect=dict(_SEQ_LENS_EXPECT),
+    expect=_seq_lens_expect("hybrid"),
     sim_trials=3,
 )
 
@@ -155,9 +173,9 @@ VLLM_SEQ_LENS_SHADOW_AMPLIFIED = Scenario(
             "any window upstream has)",
     workload=_workload(3),  # two proposed tokens: the drafter's loop runs
     stalls=stall_at("vllm.before_execute", default_ms=VLLM_STALL_MS),
-    variants=_seq_lens_variants(),
+    variants=_seq_lens_variants("dense"),
     default_variant=AS_INSTALLED,
-    expect=dict(_SEQ_LENS_EXPECT),
+    expect=_seq_lens_expect("dense"),
     sim_trials=3,
 )
 

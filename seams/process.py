@@ -67,6 +67,12 @@ CHANGES: Dict[str, Tuple[str, str]] = {
         "before vLLM resolves CudaPlatform on a GPU: that one needs compiled extensions a "
         "python-only install lacks) and answers device type `sim` or `cuda`, pinned "
         "memory available and 0 bytes in use"),
+    "vllm-numba-placeholder": (
+        "targets/vllm/engine/absent.py: install",
+        "`sys.modules['numba']` = a placeholder, only where numba is absent: vLLM 0.13.0 / "
+        "0.14.0's V1 runner imports the n-gram proposer, which imports numba at module "
+        "level; the target never builds that proposer, and the placeholder's functions "
+        "raise if anything calls them"),
 }
 
 _APPLIED: List[str] = []

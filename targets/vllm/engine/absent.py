@@ -6,9 +6,8 @@ but never calls there, where the release environment does not have it.
 TYPE_CHECKING and where the n-gram method is built, ``:198``, ``:501``), and that module imports numba and JIT-compiles two
 functions with it (``v1/spec_decode/ngram_proposer.py:6``, ``:175``, ``:204``). The
 proposer is built only for ``method == "ngram"``; the target drafts with EAGLE or a
-draft model, so nothing of numba runs. numba is a large compiled package (with llvmlite),
-and the one 0.13.0 pins (0.61.2) does not load with the core's numpy 2.4. So where it is
-absent, ``numba`` is this placeholder, as vLLM's own ``triton_utils`` puts a placeholder
+draft model, so nothing of numba runs, and numba is a large compiled package (with
+llvmlite) that the release environments do not install. So where it is absent, ``numba`` is this placeholder, as vLLM's own ``triton_utils`` puts a placeholder
 in for an absent Triton: its decorators hand back a function that raises when called,
 and its thread calls raise -- a run that reached the n-gram proposer would stop with the
 reason, never compute something the release does not.
@@ -55,3 +54,5 @@ def install() -> None:
     mod.prange = range  # only ever read inside a JIT-compiled body, which never runs
     mod.get_num_threads = mod.set_num_threads = _unavailable
     sys.modules["numba"] = mod
+    from seams import process
+    process.note("vllm-numba-placeholder")
