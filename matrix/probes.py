@@ -75,8 +75,11 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     # or with the candidate fix where the release races)
     Probe("vllm-count", "vllm-accepted-count", "fixed", "eager", seeds=(0, 1)),
     Probe("vllm-count-lazy", "vllm-accepted-count", "fixed", "lazy", seeds=(0, 1)),
-    Probe("vllm-seq-lens", "vllm-seq-lens-shadow", "fixed", "eager", seeds=(0, 1)),
-    Probe("vllm-seq-lens-lazy", "vllm-seq-lens-shadow", "fixed", "lazy", seeds=(0, 1)),
+    # (the seq-lens probes keep the scenario the kill table was measured with: short
+    # prompts, the stall as each execute_model starts -- vllm-seq-lens-shadow-amplified)
+    Probe("vllm-seq-lens", "vllm-seq-lens-shadow-amplified", "fixed", "eager", seeds=(0, 1)),
+    Probe("vllm-seq-lens-lazy", "vllm-seq-lens-shadow-amplified", "fixed", "lazy",
+          seeds=(0, 1)),
     Probe("vllm-input-prep", "vllm-input-prep", "fixed", "eager", seeds=(0, 1)),
     Probe("vllm-input-prep-lazy", "vllm-input-prep", "fixed", "lazy", seeds=(0, 1)),
     # the draft-token slice with 0.27.1's record_stream (the handler's other orderings)
