@@ -161,3 +161,33 @@ lock: upstream
 
 clean:
 	rm -rf $(VENV) .hypothesis .releases
+
+# The GPU bundles (docs/gpus.md "Bundles"): what an offline GPU machine needs to run a
+# server target, pinned from the locks and xz'd for the device tool's carry (64 MiB a call
+# with the tree): `make gpu-bundle-sglang SGLANG=0.5.23` -> .sgbundle/, `make
+# gpu-bundle-vllm VLLM=0.17.0` -> .vllmgpu/ (the GPU_* defaults below when not named).
+# Each needs the GPU image's Python set in a CPython 3.12 venv (.gpuimage/, from
+# tools/gpu/image.txt), which their import check runs under (tests/tools/test_gpu_bundles.py,
+# in `make test`; `make gpu-check` runs it alone). The release reaches the shell only as the
+# quoted value of its variable, as above; tools/gpu/bundle.py checks it is a version.
+GPU_SGLANG ?= 0.5.23
+GPU_VLLM   ?= 0.17.0
+export GPU_SGLANG GPU_VLLM
+.PHONY: gpu-image gpu-bundle-sglang gpu-bundle-vllm gpu-bundles gpu-check
+
+gpu-image: .gpuimage/.ready
+
+.gpuimage/.ready: tools/gpu/image.txt
+	$(PY) tools/gpu/bundle.py image
+
+gpu-bundle-sglang: setup gpu-image
+	$(PY) tools/gpu/bundle.py sglang "$${SGLANG:-$$GPU_SGLANG}"
+
+gpu-bundle-vllm: setup gpu-image
+	$(PY) tools/gpu/bundle.py vllm "$${VLLM:-$$GPU_VLLM}"
+
+gpu-bundles: gpu-bundle-sglang gpu-bundle-vllm
+
+gpu-check: setup
+	$(PY) tools/gpu/check_bundle.py .sgbundle --trial
+	$(PY) tools/gpu/check_bundle.py .vllmgpu --trial

@@ -90,22 +90,45 @@ TARGETS = {
             "opencv-python-headless": "multimodal inputs (170 MiB installed; a trial never "
                                       "imports cv2)",
         },
+        # the release pins its own, but the core lock's serves: vLLM imports xgrammar only
+        # for its structured-output backend, which no trial drives (the toy grammar is
+        # specrace's), and specrace's impl target imports the core's; 0.17.0's 0.1.29 is
+        # 82 MiB installed, over a call's carry with the rest
+        "core_over_release": {"xgrammar": "vLLM's xgrammar backend is not driven"},
+        # the release pins one, the image has one: the image's serves (off the driven path)
+        "image_serves": {"uvloop": "the API server's event loop (16 MiB installed)"},
     },
 }
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)")
 
 
+def core_pins() -> Dict[str, Tuple[str, str]]:
+    """The core environment's pins: ``requirements.lock``, and the Makefile's pins of
+    what ``make setup`` installs itself (``XGRAMMAR ?= xgrammar==0.2.9``)."""
+    pins = read_pins(CORE_LOCK)
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        for line in f:
+            m = re.match(r"^XGRAMMAR\s*\?=\s*(\S+)", line)
+            if m:
+                pins.update(read_pins_text(m.group(1)))
+    return pins
+
+
+def read_pins_text(text: str) -> Dict[str, Tuple[str, str]]:
+    pins = {}
+    for line in text.splitlines():
+        m = _PIN.match(line)
+        if m:
+            pins[canonicalize_name(m.group(1))] = (m.group(1), m.group(2))
+    return pins
+
+
 def read_pins(path: str) -> Dict[str, Tuple[str, str]]:
     """``{canonical name: (name as written, version)}`` of a lock or requirements file's
     ``name==version`` lines (comments and anything unpinned ignored)."""
-    pins = {}
     with open(path) as f:
-        for line in f:
-            m = _PIN.match(line)
-            if m:
-                pins[canonicalize_name(m.group(1))] = (m.group(1), m.group(2))
-    return pins
+        return read_pins_text(f.read())
 
 
 def image_pins() -> Dict[str, Tuple[str, str, bool]]:
@@ -137,20 +160,26 @@ def selection(target: str, version: str) -> Tuple[Dict[str, dict], Dict[str, str
                       key=Version)
         raise BundleError(f"{target} {version} has no lock "
                           f"({os.path.relpath(lock, ROOT)}); locked: {' '.join(have)}")
-    layers = (("requirements.lock", read_pins(CORE_LOCK)),
+    layers = (("the core lock (requirements.lock, the Makefile's XGRAMMAR)", core_pins()),
               (os.path.relpath(spec["requirements"], ROOT), read_pins(spec["requirements"])),
               (os.path.relpath(lock, ROOT), read_pins(lock)))
     release_lock = layers[2][1]
+    keep_core = spec.get("core_over_release", {})
     env: Dict[str, Tuple[str, str, str]] = {}
     for source, pins in layers:  # later layers shadow earlier ones, as in the release venv
         for name, (written, ver) in pins.items():
             env[name] = (written, ver, source)
+    for name in keep_core:
+        if name in layers[0][1]:
+            env[name] = (*layers[0][1][name], layers[0][0])
     env.pop(target, None)  # the server itself is added from its release below
     image = image_pins()
     held, left = {}, {}
     for name, (written, ver, source) in sorted(env.items()):
         if name in spec["unused"]:
             left[name] = spec["unused"][name]
+        elif name in spec.get("image_serves", {}) and name in image:
+            left[name] = f"the image's ({spec['image_serves'][name]})"
         elif name in image:
             _, have, read = image[name]
             if name in release_lock and not (read and have == ver):
@@ -160,6 +189,9 @@ def selection(target: str, version: str) -> Tuple[Dict[str, dict], Dict[str, str
                 left[name] = f"the image's {have}" + ("" if read else " (version not read)")
         else:
             held[name] = {"pin": f"{written}=={ver}", "from": source}
+            if name in keep_core and name in release_lock:
+                held[name]["over_release"] = (f"{release_lock[name][1]}: "
+                                              f"{keep_core[name]}")
     held[target] = {"pin": f"{target}=={version}", "from": "the release"}
     return held, left
 

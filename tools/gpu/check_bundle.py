@@ -206,6 +206,13 @@ def main(argv=None) -> int:
         print(f"check_bundle: no image interpreter at {args.python} (make gpu-image)",
               file=sys.stderr)
         return 2
+    want = json.load(open(os.path.join(args.bundle, "MANIFEST.json")))["python"]
+    have = subprocess.run([args.python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                          capture_output=True, text=True, timeout=60).stdout.strip()
+    if have != want:  # compiled wheels of another CPython would not load: no verdict
+        print(f"check_bundle: the bundle is for CPython {want}; {args.python} is {have}",
+              file=sys.stderr)
+        return 2
     out = check(args.bundle, args.python, args.trial)
     print(json.dumps(out))
     return 1 if out["failures"] or out.get("outside") else 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200, with tools/gpu/gpu_wheels.sh 0.5.23's wheels carried in .whl/: the DSpark
+# On the H200, with 0.5.23's bundle carried in .sgbundle/ (make gpu-bundle-sglang): the DSpark
 # findings on real CUDA streams and real graph replays -- each suspected race stalled
 # (N trials), unstalled (N trials, --stall-ms 0) and with its candidate fix (N trials).
 # Usage: tools/gpu/h200_dspark.sh OUTDIR N     writes OUTDIR/dspark_<scenario>_<case>.json

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The contention measurements (issue "Findings an upstream maintainer accepts"), on a CUDA
-# machine with the sglang wheels on PYTHONPATH (tools/gpu/gpu_wheels.sh 0.5.23):
+# machine with the sglang wheels on PYTHONPATH (make gpu-bundle-sglang: .sgbundle/):
 #   tools/gpu/h200_load.sh OUTDIR [SECTION...]   (default: every section; each fits a call)
 # * probe    -- load_probe.json: copy-engine bandwidth, a small D2H behind bulk traffic of
 #               each direction, FIFO order across streams (tools/gpu/load_probe.py);

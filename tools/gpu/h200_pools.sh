@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200, with tools/gpu/gpu_wheels.sh 0.5.23's wheels carried in .whl/ (drop the
+# On the H200, with 0.5.23's bundle carried in .sgbundle/ (make gpu-bundle-sglang) (drop the
 # transformers wheel: the image's serves 0.5.23): the memory pools behind the WAR barrier
 # (issue 24) on both targets -- the barrier removed (kv-row-reuse, N trials, every trial
 # traced), the fixed code stalled for >= 1,000 iterations, both mutation matrices (the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200, with tools/gpu/gpu_wheels.sh VERSION's wheels carried in .whl/: the sglang
+# On the H200, with VERSION's bundle carried in .sgbundle/ (make gpu-bundle-sglang SGLANG=VERSION): the sglang
 # release as shipped on real CUDA streams with a stalled forward. Usage:
 #   tools/gpu/h200_release.sh OUTDIR RACE_TRIALS CLEAN_TRIALS
 # writes OUTDIR/release_<v>_{as-installed,fine}.json and the reports of the fine run.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the H200, with tools/gpu/gpu_wheels.sh 0.5.23's wheels carried in .whl/ (the image's
+# On the H200, with 0.5.23's bundle carried in .sgbundle/ (make gpu-bundle-sglang) (the image's
 # transformers serves 0.5.23: drop that wheel to stay under the call's 64 MiB): the whole
 # GPU suite in the background, and meanwhile the sglang mutation matrix on CUDA (the DSpark
 # relay mutations among its cells) and the NGRAM return_hidden_states readback -- stalled,

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# On an offline GPU machine: vLLM release VERSION's Python environment from .vllmgpu/
-# (made here by tools/gpu/vllm_bundle.py VERSION, carried):
-#   source tools/gpu/vllm_gpu_env.sh [DIR]   (DIR: default .vllmgpu; sets PYTHONPATH=/tmp/vsite:/tmp/vcore)
-# vsite: the release's vllm and its pins; vcore: the core packages at the core's versions.
-rm -rf /tmp/vsite /tmp/vcore && mkdir -p /tmp/vsite /tmp/vcore
+# On an offline GPU machine: vLLM release VERSION's Python environment from its bundle
+# (made here by `make gpu-bundle-vllm VLLM=VERSION`, carried):
+#   source tools/gpu/vllm_gpu_env.sh [DIR]   (DIR: default .vllmgpu; sets PYTHONPATH=/tmp/vsite)
+# One site tree: the release's vllm (its Python files) and every package its driven path
+# imports beyond the image's set, pinned from the locks (tools/gpu/bundle.py).
+rm -rf /tmp/vsite && mkdir -p /tmp/vsite
 B=${1:-.vllmgpu}
-tar xJf "$B/vsite.tar.xz" -C /tmp/vsite && tar xJf "$B/vcore.tar.xz" -C /tmp/vcore || {
-  echo "vllm_gpu_env: $B is missing or broken (tools/gpu/vllm_bundle.py VERSION)"; return 3 2>/dev/null || exit 3; }
-export PYTHONPATH=/tmp/vsite:/tmp/vcore
+tar xJf "$B/site.tar.xz" -C /tmp/vsite || {
+  echo "vllm_gpu_env: $B is missing or broken (make gpu-bundle-vllm VLLM=VERSION)"; return 3 2>/dev/null || exit 3; }
+export PYTHONPATH=/tmp/vsite
 python3 -c "import importlib.metadata as m; print('vllm_gpu_env: vllm', m.version('vllm'), 'transformers', m.version('transformers'))"
