@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from harness.report.pairs import frames, group
+from specrace.audit_fork import order
 
 DEFAULT_TRIALS = 3
 CHILD_TIMEOUT_S = 3600  # a release's whole audit that has not finished by then is an error
@@ -56,6 +57,7 @@ class Options:
     scenarios: Sequence[str] = ()  # () : every scenario of the target
     report_dir: str = os.path.join("reports", "audit")
     reports: bool = True  # write a report set for each row that is not clean
+    jobs: Optional[int] = None  # configurations side by side (None: one per core)
 
 
 @dataclass
@@ -116,11 +118,26 @@ def audit_here(options: Options, emit: Callable[[Dict[str, Any]], None]) -> Rele
     emit({"event": "plan", "release": version, "cells": len(cells),
           "target_info": release.target_info})
     environments = target.environments()
-    for i, (name, conf) in enumerate(cells):
-        rows = run_cell(target, environments, version, name, conf, options)
-        release.rows += rows
+
+    def work(i: int) -> List[Dict[str, Any]]:
+        return run_cell(target, environments, version, cells[i][0], cells[i][1], options)
+
+    def died(i: int, how: str) -> List[Dict[str, Any]]:
+        return [_row(version, cells[i][0], cells[i][1], verdict="error",
+                     note=f"no verdict: {how}")]
+
+    from harness.runtime import resolve_backend
+    from specrace.audit_fork import can_fork, jobs_default, run_forked
+    if resolve_backend(options.backend) == "sim" and can_fork():
+        # each configuration in a fork of this process as loaded (``audit_fork``)
+        ran = run_forked(work, len(cells), options.jobs or jobs_default(), died)
+    else:  # CUDA: a process that touched the GPU cannot fork; one after another here
+        ran = ((i, work(i)) for i in range(len(cells)))
+    results = []
+    for i, rows in ran:
+        results.append((i, rows))
         emit({"event": "cell", "index": i, "rows": rows})
-    release.target_info = target.describe()  # after the runs: the files that executed
+    release.rows = order(results)
     emit({"event": "done", "target_info": release.target_info})
     return release
 
@@ -255,7 +272,9 @@ def audit_child(python: str, version: str, options: Options,
     cmd += [a for s in options.scenarios for a in ("--scenario", s)]
     if not options.reports:
         cmd.append("--no-report")
-    planned = None
+    if options.jobs:
+        cmd += ["--jobs", str(options.jobs)]
+    planned, results = None, []
     with tempfile.TemporaryFile("w+") as err:
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
@@ -268,11 +287,14 @@ def audit_child(python: str, version: str, options: Options,
                 release.cells = int(event.get("cells") or 0)
                 release.target_info = event.get("target_info") or {}
             elif event.get("event") == "cell":
-                release.rows += [r for r in event.get("rows") or [] if isinstance(r, dict)]
+                rows = [r for r in event.get("rows") or [] if isinstance(r, dict)]
+                index = event.get("index") if isinstance(event.get("index"), int) else 0
+                results.append((index, rows))
             elif event.get("event") == "done":
                 release.target_info = event.get("target_info") or release.target_info
             progress(event)
         code = proc.wait()
+        release.rows = order(results)
         err.seek(0)
         why = _last_error(err.read()) or f"exit {code}"
     if planned is None:

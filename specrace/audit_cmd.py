@@ -24,7 +24,8 @@ def cmd_audit(args) -> int:
     target = targets.declared(args.target)  # the server is imported where it runs
     options = Options(target=target.name, trials=args.trials, seed=args.seed,
                       backend=args.backend, scenarios=tuple(args.scenario or ()),
-                      report_dir=args.report_dir, reports=not args.no_report)
+                      report_dir=args.report_dir, reports=not args.no_report,
+                      jobs=args.jobs)
     _check_scenarios(target, options.scenarios)
     if args.jsonl:
         if args.release:

@@ -138,6 +138,9 @@ def _audit(au: argparse.ArgumentParser) -> None:
                     help="trials per configuration (default 3)")
     au.add_argument("--seed", type=A.seed, default=0)
     au.add_argument("--backend", choices=["sim", "cuda", "auto"], default="auto")
+    au.add_argument("--jobs", type=A.int_in(1, 256), default=None,
+                    help="configurations run side by side on the simulator, each in a fork "
+                         "of the loaded process (default: one per core)")
     au.add_argument("--fail-on", choices=["race", "new"], default=None,
                     help="exit 1 when a row is a race (known or not) / a race no known "
                          "finding matches; an error row fails either (default: report only)")
