@@ -155,20 +155,44 @@ def test_cuda_path_plumbing_on_a_stand_in(monkeypatch):
         run_litmus("cuda", policies=["lazy"])
 
 
+# Every program on a GPU: the whole suite, this test in it, ran in 94-111 s on an H200;
+# twice 100 s before it is called a hang.
+LITMUS_CUDA_DEADLINE_S = 200
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_litmus_on_cuda():
     """In a fresh process: CUDA errors are sticky, and under xdist an earlier CUDA test in
-    the same worker left the trace capture recording nothing (README, known issues)."""
+    the same worker left the trace capture recording nothing (README, known issues).
+
+    Under a deadline that names where it stopped: the child dumps every thread's stack and
+    exits past LITMUS_CUDA_DEADLINE_S (faulthandler; it ran past 90 s once on an H100,
+    issue 54), and the subprocess is killed a minute after that if even the dump hangs."""
     import json
     import os
     import subprocess
     import sys
     from seams.paths import REPO_ROOT as root
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    # PYTHONHASHSEED pinned: the console does not re-execute itself (which would drop the
+    # deadline armed in this process)
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(
         p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.run([sys.executable, "-m", "specrace.cli", "litmus", "--backend", "cuda",
-                           "--json"], capture_output=True, text=True, env=env, timeout=600)
+    code = ("import faulthandler, sys\n"
+            f"faulthandler.dump_traceback_later({LITMUS_CUDA_DEADLINE_S}, exit=True)\n"
+            "from specrace.cli import main\n"
+            "sys.exit(main(['litmus', '--backend', 'cuda', '--json']))\n")
+    cmd = [sys.executable, "-c", code]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root,
+                              timeout=LITMUS_CUDA_DEADLINE_S + 60)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"specrace litmus --backend cuda: no exit {LITMUS_CUDA_DEADLINE_S + 60} s "
+                    f"in; its stderr ends: {(exc.stderr or '')[-2000:]}", pytrace=False)
+    if not proc.stdout.strip():
+        pytest.fail(f"specrace litmus --backend cuda (rc {proc.returncode}) printed no "
+                    f"report; past {LITMUS_CUDA_DEADLINE_S} s it dumps where it was: "
+                    f"{proc.stderr[-3000:]}", pytrace=False)
     rep = json.loads(proc.stdout)
     bad = [r for r in rep["programs"] if not r["agree"]]
     assert not bad, bad

@@ -78,7 +78,7 @@ def test_the_report_command_is_shell_quoted(report):
                                 str(path.parent.parent)]
     assert f"'{MAX_SEED_POLICY}'" in cmd
     if shutil.which("bash"):
-        assert subprocess.run(["bash", "-n", "-c", cmd]).returncode == 0
+        assert subprocess.run(["bash", "-n", "-c", cmd], timeout=60).returncode == 0
 
 
 def test_replay_shows_progress_and_escapes_unprintable_report_fields(report, tmp_path):

@@ -69,12 +69,12 @@ def test_a_replay_from_a_hostile_working_directory_gives_the_real_verdict(tmp_pa
     was started with, never ``python -m`` (which put the working directory first)."""
     p = subprocess.run([CONSOLE, "repro", "ngram-filter-race", "--backend", "sim",
                         "--trials", "1", "--report-dir", str(tmp_path / "r")],
-                       capture_output=True, text=True, cwd=REPO_ROOT, env=_env())
+                       capture_output=True, text=True, cwd=REPO_ROOT, env=_env(), timeout=300)
     assert p.returncode == 0, p.stderr[-400:]
     (folder,) = os.listdir(tmp_path / "r")
     report = str(tmp_path / "r" / folder / "report.json")
     p = subprocess.run([CONSOLE, "replay", report], capture_output=True, text=True,
-                       cwd=hostile, env=_env(PYTHONHASHSEED="random"))
+                       cwd=hostile, env=_env(PYTHONHASHSEED="random"), timeout=300)
     assert "MARKER" not in p.stdout + p.stderr
     assert p.returncode == 0 and "identical verdict" in p.stdout, p.stdout + p.stderr
 

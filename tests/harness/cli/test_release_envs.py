@@ -165,7 +165,7 @@ def test_the_makefile_never_runs_a_release_string(tmp_path, var, value):
         var, "releases")
     out = subprocess.run(["make", "-n", "-C", root, target,
                           f"{var}={value.format(marker=marker)}"],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, timeout=60).stdout
     assert str(marker) not in out and f"${var}" in out
 
 
@@ -187,7 +187,7 @@ def test_the_makefile_never_expands_a_release_string(tmp_path, var, origin):
     env = {**os.environ, **({var: value} if origin == "environment" else {})}
     out = subprocess.run(["make", "-s", "-C", root, "-f", "Makefile", "-f", str(probe),
                           "specrace-probe", *given], capture_output=True, text=True,
-                         env=env, check=True).stdout
+                         env=env, check=True, timeout=60).stdout
     assert out == value and not marker.exists()
 
 

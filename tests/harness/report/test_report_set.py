@@ -86,7 +86,7 @@ def test_a_set_without_a_trace_has_no_old_trace_and_picture(tmp_path):
 def test_a_staging_folder_left_by_a_killed_writer_is_swept(tmp_path):
     from harness.report import write_reports
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
+                          capture_output=True, text=True, timeout=60).stdout.strip()
     stale = tmp_path / f".specrace-tmp-{dead}-abc"
     stale.mkdir()
     (stale / "half.json").write_text("{")

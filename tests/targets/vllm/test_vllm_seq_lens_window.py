@@ -126,7 +126,8 @@ def test_the_numba_placeholder_stands_only_for_an_absent_numba_and_refuses_to_ru
         "    assert 'n-gram proposer cannot run' in str(e), e\n"
         "    print('refused')\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": REPO_ROOT})
+                         cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": REPO_ROOT},
+                         timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() in ("refused", "real")
 
