@@ -13,8 +13,9 @@ The racing pair is upstream's own code, called as the scheduler calls it:
   ``out_tokens_buf`` / ``commit_lens_buf`` / ``block_accept_lens`` are).
 
 No stall is injected; ``--forward-us N`` gives the next forward N us of work before it
-rewrites the buffer (default 0: right behind, the tightest window). ``--load bulk-d2h`` adds a second stream doing bulk device-to-host
-copies (KV offload / HiCache write-back): the readback queues behind it on the copy engine.
+rewrites the buffer (default 0: right behind, the tightest window). ``--load bulk-d2h``
+adds a second stream doing bulk device-to-host copies (KV offload / HiCache write-back):
+the readback queues behind it on the copy engine.
 Prints one JSON line, the stale count per load (``"k/N"``). ``--device cpu`` is a smoke run
 of the same upstream calls (sglang captures no graph on a CPU: each forward writes a fresh
 output, every copy is ordered, 0 stale is the only right answer).

@@ -12,8 +12,9 @@ The racing pair:
   increments ``common_attn_metadata._seq_lens_cpu`` in place (``spec_decode/eagle.py``,
   0.17.0 line 581: ``common_attn_metadata._seq_lens_cpu += 1``), and up to 0.18.0 that
   tensor *is* the staging buffer. The statement sits inside EAGLE's
-  ``SpecDecodeBaseProposer.propose``, which needs a loaded drafter; the repro runs that statement on the same buffer (and
-  ``UPSTREAM_STATEMENTS`` names it, so a release that moves it fails the CPU test).
+  ``SpecDecodeBaseProposer.propose``, which needs a loaded drafter; the repro runs that
+  statement on the same buffer (and ``UPSTREAM_STATEMENTS`` names it, so a release that
+  moves it fails the CPU test).
 
 A target forward that read ``seq_len + 1`` is stale. No stall is injected;
 ``--forward-us N`` puts N us of work on the main stream ahead of the upload (the previous
