@@ -2,10 +2,10 @@
 released code clean under every policy, variants and mutations applied for one run and
 reverted, and the version contract's one-line refusals."""
 import inspect
+import os
+import pathlib
 import subprocess
 import sys
-
-import pathlib
 
 import pytest
 
@@ -92,6 +92,12 @@ def _fake_release(tmp_path):
         if (pathlib.Path(root) / sub).exists():
             shutil.copytree(pathlib.Path(root) / sub, fake / sub)
     shutil.copy(pathlib.Path(root) / "srt/environ.py", fake / "srt/environ.py")
+    from targets.sglang.boundary import contract
+    for module in contract.DRIVEN_MODULES:  # every driven module must exist and parse
+        src, dst = static.module_path(root, module), static.module_path(str(fake), module)
+        if os.path.exists(src) and not os.path.exists(dst):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy(src, dst)
     return fake
 
 
