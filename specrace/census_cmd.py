@@ -46,7 +46,7 @@ def _table(title: str, columns: List[str], rows: List[List[Any]]):
 
 def _census(args) -> int:
     from targets.census import census
-    c = A.with_progress(lambda prog: census(args.target, args.release, args.readbacks),
+    c = A.with_progress(lambda prog: census(args.target, args.release, args.readbacks, prog),
                         None, f"census of {args.target}", quiet=args.json)
     if args.json:
         print(json.dumps(c.to_json()))
@@ -80,7 +80,7 @@ def _coverage(args) -> int:
         if not declared.supports(s.partition(":")[0]):
             raise UsageError(f"scenario {A._echo(s)} does not run on the {args.target} "
                              f"target; {declared.unsupported(s)}")
-    c = A.with_progress(lambda prog: census(args.target, args.release), None,
+    c = A.with_progress(lambda prog: census(args.target, args.release, progress=prog), None,
                         f"census of {args.target}", quiet=args.json)
     n = len(args.scenarios) or len(declared.scenarios or ())
     res = A.with_progress(

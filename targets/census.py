@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from seams import children
 from targets import static
@@ -249,13 +249,16 @@ def _py_files(folder: str) -> List[str]:
 
 
 def scan_tree(root: str, areas: Tuple[str, ...], readbacks: bool = False,
-              factories: Tuple[str, ...] = ()):
-    """(sites, unreadable, files read, missing areas) of ``areas`` under ``root``."""
+              factories: Tuple[str, ...] = (),
+              progress: Callable[[int, Optional[int]], None] = lambda n, t=None: None):
+    """(sites, unreadable, files read, missing areas) of ``areas`` under ``root``;
+    ``progress(done, total)`` after each area."""
     sites: List[Site] = []
     unreadable: List[Tuple[str, str]] = []
     missing: List[str] = []
     seen: set = set()
-    for area in areas:
+    for i, area in enumerate(areas):
+        progress(i, len(areas))
         folder = os.path.join(root, *area.split("/"))
         if not os.path.exists(folder):
             missing.append(area)
@@ -269,6 +272,7 @@ def scan_tree(root: str, areas: Tuple[str, ...], readbacks: bool = False,
             sites += found
             if why:
                 unreadable.append((rel, why))
+    progress(len(areas), len(areas))
     return (sorted(sites, key=lambda s: s.key), sorted(unreadable), len(seen),
             tuple(missing))
 
@@ -348,11 +352,15 @@ def _hint(target: str) -> str:
     return "make upstream SGLANG=V" if target == "sglang" else "make upstream TARGET=vllm VLLM=V"
 
 
-def census(target: str, release: Optional[str] = None, readbacks: bool = False) -> Census:
-    """The census of ``target``'s ``release`` (default: the one installed here)."""
+def census(target: str, release: Optional[str] = None, readbacks: bool = False,
+           progress: Callable[[int, Optional[int]], None] = lambda n, t=None: None
+           ) -> Census:
+    """The census of ``target``'s ``release`` (default: the one installed here);
+    ``progress(done, total)`` over its areas."""
     spec = spec_of(target)
     root, version = package_of(target, release)
     sites, unreadable, files, missing = scan_tree(root, spec.AREAS, readbacks,
-                                                  tuple(getattr(spec, "PINNED_FACTORIES", ())))
+                                                  tuple(getattr(spec, "PINNED_FACTORIES", ())),
+                                                  progress)
     return Census(target, spec.PACKAGE, version, root, tuple(spec.AREAS), missing, files,
                   tuple(sites), tuple(unreadable), readbacks)

@@ -28,7 +28,7 @@ def test_bad_input_is_one_line_and_exit_2(args, capsys):
     assert err.startswith("specrace: error: ")
 
 
-def _fake(target, release=None, readbacks=False):
+def _fake(target, release=None, readbacks=False, progress=None):
     sites = (Site("srt/managers/a.py", 3, 4, "A.f", "wait-stream", (3, 3)),
              Site("srt/managers/a.py", 9, 0, "A.g", "event-record", (9, 10)))
     return Census(target, "sglang", "9.9.9", "/nowhere", ("srt/managers", "srt/gone"),
