@@ -71,6 +71,16 @@ KNOWN: Tuple[Known, ...] = (
           "sglang", ((f"{_SG}/utils/common.py", "async_d2h"),),
           "reports/upstream/findings/ngram-hidden-readback.md",
           scenarios=("ngram-hidden-readback",)),
+    # the same two before the D2H helper moved to utils/common.py (0.5.15 - 0.5.16: in
+    # managers/utils.py, as _async_d2h)
+    Known("dspark-result-readback", "DSpark's result readback vs the next graph replay",
+          "sglang", ((f"{_SG}/managers/utils.py", "_async_d2h"),),
+          "reports/upstream/findings/graph-result-readback.md",
+          scenarios=("dspark-result-readback", "dspark-confidence-ring")),
+    Known("ngram-hidden-readback", "return_hidden_states readback vs the next graph replay",
+          "sglang", ((f"{_SG}/managers/utils.py", "_async_d2h"),),
+          "reports/upstream/findings/ngram-hidden-readback.md",
+          scenarios=("ngram-hidden-readback",)),
     Known("vllm-seq-lens", "the drafter's in-place seq_lens increment vs its queued upload",
           "vllm", (("vllm/v1/utils.py", "copy_to_gpu"), ("vllm/v1/spec_decode/eagle.py", "propose")),
           "docs/vllm-target.md#scenarios", fixed_in="0.19.0"),

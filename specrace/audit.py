@@ -239,6 +239,16 @@ def report_context(result) -> Dict[str, Any]:
             if variant is not None else [], "known": known}
 
 
+def annotate_known(target: str, scenario: str, rows: List[Dict[str, Any]]) -> None:
+    """Each racing pair of ``specrace releases``'s rows (``targets.releases``) gets the
+    known race it is (None: new)."""
+    from scenarios.findings import match
+    for row in rows:
+        for pair in row.get("pairs") or []:
+            pair["known"] = match(target, scenario, [tuple(f) for f in pair["frames"]],
+                                  row.get("release"))
+
+
 def _pair_doc(pair: Dict[str, Any]) -> Dict[str, Any]:
     """A pair as a row carries it: its text and the races' sites (the first few)."""
     return {"text": pair["text"], "kind": pair["kind"], "sites": pair["sites"],
@@ -266,9 +276,13 @@ def audit_child(python: str, version: str, options: Options,
     """``version``'s audit in a child ``specrace audit --jsonl`` run by ``python``
     (its environment's interpreter). Whatever the child does, every cell gets a row."""
     release = Release(version, python)
-    cmd = [python, "-m", "specrace.cli", "audit", "--target", options.target, "--jsonl",
-           "--trials", str(options.trials), "--seed", str(options.seed),
-           "--backend", options.backend, "--report-dir", options.report_dir]
+    from seams import children
+    from targets.releases import child_error
+    # the working directory off its path, the hash seed pinned, one hop (seams.children)
+    cmd = children.command(python, "-m", "specrace.cli", "audit", "--target", options.target,
+                           "--jsonl", "--trials", str(options.trials), "--seed",
+                           str(options.seed), "--backend", options.backend, "--report-dir",
+                           options.report_dir)
     cmd += [a for s in options.scenarios for a in ("--scenario", s)]
     if not options.reports:
         cmd.append("--no-report")
@@ -278,7 +292,7 @@ def audit_child(python: str, version: str, options: Options,
     with tempfile.TemporaryFile("w+") as err:
         try:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                    env=children.env(hop=version, PYTHONUNBUFFERED="1"))
         except OSError as exc:
             return _failed(release, f"cannot run {python}: {exc.strerror or exc}")
         for event in _events(proc.stdout):
@@ -296,7 +310,7 @@ def audit_child(python: str, version: str, options: Options,
         code = proc.wait()
         release.rows = order(results)
         err.seek(0)
-        why = _last_error(err.read()) or f"exit {code}"
+        why = child_error(err.read()) or f"exit {code}"
     if planned is None:
         return _failed(release, why)
     done = {(r["scenario"], r["variant"]) for r in release.rows}
@@ -314,18 +328,6 @@ def _events(stream) -> Iterator[Dict[str, Any]]:
             continue  # a line of the server's own on stdout: not ours
         if isinstance(event, dict):
             yield event
-
-
-def _last_error(stderr: str) -> str:
-    """The child's reason: its ``specrace: error:`` line (with the first of its problem
-    lines), else its last line."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    for i, ln in enumerate(lines):
-        if ln.startswith("specrace: error:"):
-            more = lines[i + 1][len("specrace:"):].strip() if i + 1 < len(lines) and \
-                lines[i + 1].startswith("specrace:   ") else ""
-            return (ln[len("specrace: error:"):].strip() + (f" ({more})" if more else ""))[:400]
-    return lines[-1][:400] if lines else ""
 
 
 def _failed(release: Release, why: str) -> Release:

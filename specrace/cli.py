@@ -293,6 +293,8 @@ def cmd_releases(args) -> int:
                                   args.report_dir, versions, prog,
                                   coverage=getattr(args, "coverage", False)),
         len(versions), f"{scenario.name} on {len(versions)} release(s)", quiet=args.json)
+    from specrace.audit import annotate_known
+    annotate_known(target.name, scenario.name, rows)  # each racing pair: known, or new
     if args.json:
         print(json.dumps(rows, default=str))
     else:

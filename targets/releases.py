@@ -14,9 +14,10 @@ import os
 import subprocess
 from typing import Any, Callable, Dict, List, Union
 
+from harness.report.pairs import frames, group
 from harness.target import Environments
 from seams import children
-from seams.vocab import Verdict
+from seams.vocab import FENCED_TARGETS, Verdict
 
 CHILD_TIMEOUT_S = 1800  # a release's run that has not answered by then is a harness error
 _TEXT = {"type": "string", "maxLength": 4096}
@@ -78,9 +79,8 @@ def run_release(environments: Environments, target: str, version: str, scenario:
                     note=f"cannot run {python}: {exc.strerror or type(exc).__name__}")
     res = _result(proc.stdout)
     if res is None:
-        err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        note = err[-1] if err else f"exit {proc.returncode} without a result"
-        return _row(version, outcome="error", note=note[:200])
+        note = child_error(proc.stderr) or f"exit {proc.returncode} without a result"
+        return _row(version, outcome="error", note=note)
     if isinstance(res, str):  # a JSON object, but not a result: named, never counted
         return _row(version, outcome="error",
                     note=f"exit {proc.returncode} without a result: its JSON {res}"[:200])
@@ -92,7 +92,27 @@ def run_release(environments: Environments, target: str, version: str, scenario:
                 platform=res.get("platform", "cuda"), load=res.get("load", "none"),
                 report=files.get("markdown"),
                 tier=(res.get("target_info") or {}).get(f"{target}_tier"),
-                first_divergence=first.get("message"))
+                first_divergence=first.get("message"), pairs=racing_pairs(res))
+
+
+def racing_pairs(res: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """A result's racing pairs (``harness.report.pairs``): each its text, its sites and
+    the frames a known race is matched against."""
+    races = res.get("races") if isinstance(res.get("races"), list) else []
+    return [{"text": p["text"], "sites": p["sites"],
+             "frames": sorted({f for r in p["races"] for f in frames(r)})}
+            for p in group(races)]
+
+
+def child_error(stderr: str) -> str:
+    """Why a child gave no result, in one line: its ``specrace: error:`` line -- the cause
+    (``... engine crashed in the synchronous reference run: AttributeError: ...``), not
+    the pointer to SPECRACE_TRACEBACK printed under it -- else its last line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("specrace: error:"):
+            return ln[len("specrace: error:"):].strip()[:400]
+    return lines[-1][:400] if lines else ""
 
 
 def _result(stdout: str) -> Union[None, str, Dict[str, Any]]:
@@ -179,7 +199,12 @@ def run_releases(environments: Environments, target: str, scenario: str,
 
 
 def format_table(target: str, scenario: str, rows: List[Dict[str, Any]]) -> str:
-    head = f"{'release':<14} {'fence':<7} {'outcome':<15} {'trials':>7} {'sites':>6}  report"
+    """One line per release -- and per racing pair, where a release races more than one
+    way (each named at upstream's lines, with the known race it is when the caller matched
+    it) -- the fence only for a target that has one."""
+    fenced = target in FENCED_TARGETS
+    head = (f"{'release':<14} " + (f"{'fence':<7} " if fenced else "")
+            + f"{'outcome':<15} {'trials':>7} {'sites':>6}  report / racing pair")
     read_as = sorted({r.get("platform") for r in rows if r.get("platform") not in (None, "cuda")})
     where = f" (read as {', '.join(read_as)})" if read_as else ""
     measured = any("coverage_sites" in r for r in rows)  # --coverage: a column more
@@ -192,8 +217,14 @@ def format_table(target: str, scenario: str, rows: List[Dict[str, Any]]) -> str:
         tail = r["report"] or r["note"]
         if measured:
             tail = f"{_coverage_cell(r):>16}  {tail}"
-        lines.append(f"{r['release']:<14} {r['war_barrier'] or '':<7} {r['outcome']:<15} "
-                     f"{trials:>7} {sites:>6}  {tail}")
+        lead = (f"{r['release']:<14} " + (f"{r['war_barrier'] or '':<7} " if fenced else "")
+                + f"{r['outcome']:<15} {trials:>7}")
+        lines.append(f"{lead} {sites:>6}  {tail}")
+        for pair in r.get("pairs") or []:
+            known = pair.get("known", False)
+            tag = ("" if known is False else " [new]" if known is None
+                   else f" [known: {known['name']}{' -- REGRESSION' if known.get('regression') else ''}]")
+            lines.append(f"{lead} {pair['sites']:>6}  {pair['text']}{tag}")
     return "\n".join(lines)
 
 
