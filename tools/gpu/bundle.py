@@ -241,6 +241,7 @@ def build(target: str, version: str, out: str) -> dict:
     started = time.monotonic()
     parent = os.path.dirname(os.path.abspath(out)) or "."
     staging = tempfile.mkdtemp(prefix=os.path.basename(out) + ".staging-", dir=parent)
+    os.chmod(staging, 0o755)  # mkdtemp's 0700 would follow the bundle into place
     try:
         site = os.path.join(staging, "site")
         os.makedirs(site)
