@@ -30,8 +30,8 @@ from targets import releases
 
 CONSOLE = os.path.join(os.path.dirname(sys.executable), "specrace")
 VLLM_REPORT = os.path.join(REPO_ROOT, "reports", "upstream", "vllm", "vllm-seq-lens-shadow-"
-                           "vllm-0.17.0-as-installed-fine-sim-eager-stallauto-t3-seed0-"
-                           "78ea1f97dd", "report.json")
+                           "vllm-0.17.0-as-installed-sim-eager-stallauto-t3-seed0-"
+                           "b7a2fdb519", "report.json")
 
 
 def _vllm_017():
