@@ -8,7 +8,9 @@ it from a source tree that is not pip-installed).
   when ``--specrace-backend sim`` is chosen);
 * fixtures: ``specrace_backend`` (the resolved name), ``specrace_runtime`` (an open
   runtime), ``scenario_runner`` (``run_scenario(name, **kw)``), ``specrace_report``
-  (``.attach(path)``: a failing test's report shows "specrace report: PATH");
+  (``.attach(path)``: a failing test's report shows "specrace report: PATH"),
+  ``specrace_audit`` (``specrace audit`` of the installed server, for a server's own suite:
+  ``specrace.pytest_audit``);
 * ``--specrace-matrix`` / ``--specrace-soak N``: instead of the tests, the mutation
   matrix's cells / N seeded runs of each state machine as items (``specrace.pytest_matrix``),
   for pytest-xdist to spread; the session ends with the matrix's kill table
@@ -36,7 +38,6 @@ TARGETS = tuple(t.value for t in TargetName)
 TARGET_ENV = "SPECRACE_TARGET"  # what state machines read (set from --specrace-target)
 WATCHDOG_ENV = "SPECRACE_TEST_WATCHDOG_S"  # per-test limit for CUDA runtimes (0: off)
 BACKEND_ENV = "SPECRACE_BACKEND"  # the state machines' backend (sim, cuda or auto)
-BACKENDS = ("sim", "cuda", "auto")
 DEFAULT_WATCHDOG_S = 300.0
 
 _REPORTS = pytest.StashKey[List[str]]()
@@ -318,6 +319,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 # ---------------------------------------------------------------------------------------
 # Fixtures
+
+from specrace.pytest_audit import specrace_audit  # noqa: E402,F401 -- registered here
 
 @pytest.fixture(scope="session")
 def specrace_backend(pytestconfig: pytest.Config) -> str:
