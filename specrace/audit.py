@@ -159,9 +159,13 @@ def run_cell(target, environments, version: Optional[str], name: str, conf,
                                  seed=options.seed))
     except (ResolveError, TargetError) as exc:  # the release lacks what the slice needs
         return [_row(version, name, conf, verdict="not driven", note=_cause(exc))]
+    from harness.runtime.limits import gpu_watchdog
     from harness.trials.repro import run_repro
     try:
-        result = run_repro(run)
+        # on CUDA, repro's watchdog per configuration: a hung GPU ends the audit (exit 3,
+        # every thread's stack) instead of holding it forever
+        with gpu_watchdog(str(run.backend), run.trials, None, "specrace audit"):
+            result = run_repro(run)
     except DoesNotFit as exc:
         return [_row(version, name, conf, verdict="error", note=_cause(exc))]
     except Exception as exc:  # a harness fault on this cell: named, and the audit goes on
