@@ -8,6 +8,7 @@ from seams.paths import REPO_ROOT
 from harness.runtime.trace import short_path
 
 from seams.text import printable
+from seams.vocab import FENCED_TARGETS
 from harness.report.graph_owned import graph_owned_reads
 
 MAX_RACES = 20
@@ -88,7 +89,8 @@ def _summary(report: Any) -> List[str]:
               f"expected `{r.expect}` "
               f"({'matches' if r.matches_expectation else 'does NOT match'})")
     out.append(f"{head} -- {stated}; "
-               f"the scenario expects `{r.expected_by_scenario}` for this variant/fence.")
+               f"the scenario expects `{r.expected_by_scenario}` for this "
+               f"{'variant/fence' if r.target in FENCED_TARGETS else 'variant'}.")
     out += ["", f"> {r.verdict_line()}", ""]
     points = ", ".join(f"`{s.point}`" for s in r.stall_plan)
     stall = "until forced" if r.stall_ms is None else f"{r.stall_ms} ms"
