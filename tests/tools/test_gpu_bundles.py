@@ -123,6 +123,7 @@ def test_a_built_bundle_imports_its_driven_path_beside_the_image_alone(folder):
     assert out["failures"] == [] and out["outside"] == [], out
     assert out["python"].startswith(m["python"])
     assert m["target"] in out["bundle_tops_used"]  # the server came from the bundle
+    assert out["driven"] and all(out["driven"].values()), out["driven"]
     assert out["by_origin"]["bundle"] > 100 and out["upstream_named"] > 10, out
     assert [t["rc"] for t in out["trials"]] == [0] * len(check_bundle.TRIALS[m["target"]])
     assert r.returncode == 0

@@ -40,10 +40,24 @@ TRIALS = {
     "vllm": (("vllm-seq-lens-shadow",), ("vllm-mrv2",), ("vllm-draft-tokens",)),
 }
 
-# Run by the image's interpreter in the empty folder; argv: target, site, repo root.
+# The modules each target drives, which must be among those imported whatever the target's
+# code names (sglang: bootstrap.MODULES; vLLM: EngineCore, AsyncScheduler, the V1
+# GPUModelRunner, Model Runner V2's)
+DRIVEN = {
+    "sglang": ("sglang.srt.managers.overlap_utils", "sglang.srt.speculative.ngram_info",
+               "sglang.srt.managers.schedule_batch", "sglang.srt.managers.utils",
+               "sglang.srt.managers.scheduler", "sglang.srt.speculative.spec_utils",
+               "sglang.srt.constrained.xgrammar_backend"),
+    "vllm": ("vllm.v1.engine.core", "vllm.v1.core.sched.async_scheduler",
+             "vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner"),
+}
+
+# Run by the image's interpreter in the empty folder; argv: target, site, repo root, and
+# the driven modules.
 PROBE = r'''
 import importlib, json, os, pkgutil, re, sys, warnings
 target, site, root = sys.argv[1:4]
+driven = sys.argv[4:]
 warnings.simplefilter("ignore")
 failures = []
 import targets
@@ -64,7 +78,7 @@ for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
     if src and src.endswith(".py"):
         named |= set(re.findall(r'"(%s\.[A-Za-z_0-9.]+)"' % target, open(src).read()))
 shipped = []
-for name in sorted(named):  # fault points share the dotted form: only modules it ships
+for name in sorted(named | set(driven)):  # fault points share the dotted form: only modules it ships
     rel = os.path.join(site, *name.split("."))
     if os.path.exists(rel + ".py") or os.path.exists(os.path.join(rel, "__init__.py")):
         shipped.append(name)
@@ -106,6 +120,7 @@ if target == "sglang":
 print(json.dumps({"target": target, "python": sys.version.split()[0],
                   "modules": sum(where.values()), "by_origin": where,
                   "upstream_named": len(shipped), "failures": failures,
+                  "driven": {m: m in sys.modules for m in driven if m in shipped},
                   "outside": sorted(outside)[:20], "stood_in": stood_in,
                   "bundle_tops_used": sorted(used)}))
 '''
@@ -167,7 +182,8 @@ def check(bundle: str, python: str, trial: bool) -> dict:
         work = os.path.join(empty, "cwd")  # the process's folder: empty
         os.makedirs(work)
         env = image_env(site, entry_points_only(os.path.join(empty, "meta")))
-        r = run_named(f"the {target} import probe", [python, "-c", PROBE, target, site, ROOT],
+        r = run_named(f"the {target} import probe", [python, "-c", PROBE, target, site, ROOT,
+                                                      *DRIVEN[target]],
                       work, env, IMPORT_DEADLINE_S)
         line = (r.stdout.strip().splitlines() or [""])[-1]
         try:
