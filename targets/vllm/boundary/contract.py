@@ -50,7 +50,9 @@ VERIFIED: Dict[str, str] = {
     "0.23.0": "b09c97afbd81a11c",
     "0.27.1": "16a11bc63e602399",
     "0.33.0": "00e727aa6f72a8de",
-    "0.34.0": "16c33cc8fa7b2b74",
+    # 0.34.0 has no draft_model.py: its digest was taken while that module counted as
+    # "<missing>" (16c33cc8fa7b2b74); the same files without that entry give this one
+    "0.34.0": "0d03dda1313cba96",
 }
 
 # What a scenario's code is, per release: scenario -> (what the release lacks without
