@@ -4,9 +4,9 @@ test's own source -- its function and the module-level helpers that function nam
 writes to ``$SPECRACE_CUDA_COLLECT_OUT`` the tests that could not run on a GPU machine:
 
 * ``console``: it spawns specrace's console as if pip-installed (``specrace`` on PATH, the
-  venv's ``bin/specrace``, ``shutil.which("specrace")``), with no skip for where it is not
-  -- the GPU runs the suite from the source tree (``sys.executable -m specrace.cli`` is
-  how a test starts specrace there);
+  venv's ``bin/specrace``, ``shutil.which("specrace")``), with neither a skip nor a
+  fallback for where it is not -- the GPU runs the suite from the source tree
+  (``sys.executable -m specrace.cli`` is how a test starts specrace there);
 * ``policy``: it takes the session's backend (``specrace_backend`` / ``scenario_runner``)
   and hands a schedule policy to a run on it, with no guard on the backend -- a CUDA run
   has none (``harness.run.Run``: "a simulator run has a policy, a CUDA run none").
@@ -81,6 +81,19 @@ def guarded(tree: ast.AST, fixture: str) -> bool:
     return False
 
 
+def console_guarded(tree: ast.AST) -> bool:
+    """Does the code fall back where the console script is not there (an ``if`` on its
+    existence: ``os.path.exists`` / ``os.access`` / ``isfile`` / ``which``), or skip?"""
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.If, ast.IfExp)) and any(
+                probe in _source(n.test) for probe in ("exists(", "access(", "isfile(",
+                                                        "which(")):
+            return True
+        if isinstance(n, ast.Call) and _source(n.func) in ("pytest.skip", "skip"):
+            return True
+    return False
+
+
 def _reachable(func, module_tree: ast.Module) -> ast.Module:
     """The test's own definition and the module-level definitions it names (one hop: a
     helper that spawns, a constant that holds the console's path)."""
@@ -108,7 +121,7 @@ def check_item(item, module_tree: ast.Module) -> list:
     skipped = any(True for _ in item.iter_markers("skipif")) or \
         any(True for _ in item.iter_markers("skip"))
     problems = []
-    if console_uses(code) and not skipped and not guarded(code, "specrace"):
+    if console_uses(code) and not skipped and not console_guarded(code):
         problems.append(("console", console_uses(code)[0]))
     fixtures = [f for f in BACKEND_FIXTURES if f in getattr(item, "fixturenames", ())]
     if fixtures and policy_uses(code) and not any(guarded(code, f) for f in fixtures):

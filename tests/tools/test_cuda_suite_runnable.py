@@ -73,6 +73,10 @@ def test_the_check_flags_a_console_spawn_and_an_unguarded_policy(tmp_path):
         def test_skips_where_the_console_is_not_installed():
             subprocess.run([CONSOLE, "list"], timeout=60)
 
+        def test_falls_back_to_the_module():
+            cmd = [CONSOLE] if os.path.exists(CONSOLE) else [sys.executable, "-m", "specrace.cli"]
+            subprocess.run(cmd + ["list"], timeout=60)
+
         def test_spawns_the_module():
             subprocess.run([sys.executable, "-m", "specrace.cli", "list"], timeout=60)
 
