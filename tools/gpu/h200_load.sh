@@ -57,6 +57,6 @@ overlap)
   timeout 200 python3 tools/measure/overlap_cost.py cuda 5 > "$R/overlap_cost.json" 2>/dev/null
   echo "overlap rc $?";;
 script)
-  timeout 120 python3 reports/upstream/findings/repro_graph_result_readback.py 200 \
+  timeout 120 python3 reports/upstream/findings/repro_graph_result_readback.py --trials 200 \
     > "$R/repro_script.json" 2> "$R/repro_script.err"; echo "script rc $?";;
 esac; done
