@@ -23,6 +23,10 @@ from specrace.audit import RACING, Options, Release
 
 AUDIT_FORMAT = 1
 FAIL_ON = ("race", "new")
+# Columns a row may carry beyond the audit's own, shown when any row has one: where a
+# measurement of each configuration plugs in (the census sites its run executed, as
+# ``specrace releases --coverage`` shows them: the row's "coverage" text)
+EXTRA_COLUMNS = ("coverage",)
 
 
 def meets(row: Dict[str, Any], fail_on: Optional[str]) -> bool:
@@ -98,16 +102,18 @@ def table(doc: Dict[str, Any], width: Optional[int] = None) -> str:
     from rich.console import Console
     from rich.table import Table
     t = Table(box=box.SIMPLE_HEAD, show_lines=False, expand=False)
+    extra = [k for k in EXTRA_COLUMNS if any(k in r for r in doc["rows"])]
     for name, kw in (("release", {"no_wrap": True}), ("scenario", {}),
                      ("configuration", {"ratio": 3}), ("verdict", {"no_wrap": True}),
                      ("racing pair (upstream's lines) / cause", {"ratio": 5}),
-                     ("effect", {"ratio": 2}), ("known race", {"ratio": 3})):
+                     ("effect", {"ratio": 2}), ("known race", {"ratio": 3}),
+                     *((k, {"ratio": 2}) for k in extra)):
         t.add_column(name, overflow="fold", **kw)  # a path is folded, never cut
     for r in doc["rows"]:
         conf = (f"{r['variant']}: " if r.get("variant") else "") + " ".join(r["configuration"])
         t.add_row(*(printable(x) for x in (r.get("release") or "", r["scenario"], conf,
                                             _verdict(r), _pair(r), r.get("effect") or "",
-                                            _known(r))))
+                                            _known(r), *(str(r.get(k, "")) for k in extra))))
     buf = io.StringIO()
     cols = width or (os.get_terminal_size().columns if _tty() else 200)
     Console(file=buf, width=max(100, cols), color_system=None, highlight=False).print(t)

@@ -204,3 +204,14 @@ def test_bad_input_is_one_line_and_exit_2(argv, says, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
+
+
+def test_a_measurement_a_row_carries_gets_its_column_and_none_without_it():
+    row = {"release": "0.5.23", "scenario": "slot-reuse", "variant": "as-installed",
+           "configuration": ["--speculative-algorithm NGRAM"], "verdict": "clean",
+           "trials": 3, "reproduced": 0, "pair": None, "effect": "", "known": None}
+    plain = audit_view.table({"rows": [row], "summary": ["one line"]}, width=160)
+    assert "coverage" not in plain and plain.endswith("one line")
+    measured = audit_view.table({"rows": [{**row, "coverage": "12/40 sites"}],
+                                 "summary": []}, width=160)
+    assert "coverage" in measured and "12/40 sites" in measured
