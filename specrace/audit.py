@@ -150,7 +150,8 @@ def run_cell(target, environments, version: Optional[str], name: str, conf,
     if conf is None:
         return [_row(version, name, None, verdict="not driven",
                      note=_unsupported(target, name))]
-    why_not = environments.not_applicable(version, name) if environments and version else ""
+    why_not = environments.not_applicable(version, name) if _is_env(target, environments,
+                                                                    version) else ""
     if why_not:
         return [_row(version, name, conf, verdict="not applicable", note=why_not)]
     try:
@@ -177,6 +178,18 @@ def run_cell(target, environments, version: Optional[str], name: str, conf,
         for r in rows:
             r["report"] = path
     return rows
+
+
+def _is_env(target, environments, version: Optional[str]) -> bool:
+    """Is the code this process imports that of ``version``'s release environment? Only
+    then does that environment's source say what the release lacks: a checkout on
+    ``PYTHONPATH`` (a pull request's) is judged by its own code, not by the release's."""
+    if environments is None or not version:
+        return False
+    from targets import static
+    here = static.package_root(target.name)
+    env = os.path.dirname(os.path.dirname(environments.python(version)))
+    return bool(here) and os.path.realpath(here).startswith(os.path.realpath(env) + os.sep)
 
 
 def _unsupported(target, name: str) -> str:
