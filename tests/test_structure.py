@@ -168,3 +168,31 @@ def test_permanent_process_changes_are_the_listed_ones():
     assert set(process.applied()) <= set(process.CHANGES)
     with pytest.raises(KeyError, match="unlisted process change"):
         process.note("torch.cuda.synchronize patched")
+
+
+# A test folder named as a package would be importable under that name: pytest's default
+# import mode puts the folder of a test file whose folder has no __init__.py on sys.path,
+# and the folders beside that file become top-level names. ``find_spec("vllm")`` answered
+# with tests/targets/vllm, so the vLLM tests ran in the core venv (no vLLM) and failed
+# instead of skipping. The project's own names may stand directly under tests/ (the
+# project root comes first on sys.path: pyproject's pythonpath), an upstream's nowhere.
+_UPSTREAM = {"vllm", "sglang", "torch", "xgrammar", "triton", "transformers"}
+_PROJECT = {"seams", "impl", "mutations", "harness", "targets", "scenarios", "litmus",
+            "matrix", "specrace", "tools"}
+
+
+def _shadowing_test_folders():
+    tests = ROOT / "tests"
+    for folder in sorted(p for p in tests.rglob("*") if p.is_dir()):
+        parent = folder.parent
+        on_path = (not (parent / "__init__.py").exists()
+                   and any(parent.glob("test_*.py")))
+        if not on_path:
+            continue
+        if folder.name in _UPSTREAM or (folder.name in _PROJECT and parent != tests):
+            yield str(folder.relative_to(ROOT))
+
+
+def test_no_test_folder_shadows_a_package():
+    shadowing = list(_shadowing_test_folders())
+    assert not shadowing, f"test folders importable as a package's name: {shadowing}"
