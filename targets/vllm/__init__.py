@@ -11,6 +11,7 @@ Triton kernels on the spec-decode path run as torch stand-ins for the run
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from typing import Any, Dict, Iterator, Optional
 
@@ -43,9 +44,7 @@ class VllmTarget(Target):
         except MetadataError as exc:  # installed, but no version to check: bad input
             raise TargetError(f"--target vllm: {exc}") from None
         except LookupError:
-            raise TargetError("--target vllm: vllm is not installed here; set a release "
-                              "up with `make upstream TARGET=vllm VLLM=0.17.0` and run in "
-                              "its environment (docs/vllm-target.md)") from None
+            raise TargetError(_not_installed_here()) from None
         verdict = contract.evaluate(self.version, static.package_root("vllm"))
         if not verdict.ok and not verdict.slices_only:
             raise TargetError(f"--target vllm: vllm {self.version} is unsupported",
@@ -179,3 +178,20 @@ class VllmTarget(Target):
                 "vllm_tier": tier,
                 "vllm_files_digest": v.digest if v else None,
                 "vllm_changed_files": list(v.changed) if v else []}
+
+
+def _not_installed_here() -> str:
+    """What to do when this interpreter has no vLLM: run in a release's environment --
+    the ones set up here named, with the interpreter to run (a user who set 0.17.0 up was
+    told to set 0.17.0 up)."""
+    from targets.vllm.environments import LINE
+    ready = LINE.installed()
+    if not ready:
+        return ("--target vllm: vllm is not installed here; set a release up with "
+                f"`{LINE.hint('0.17.0')}` and run in its environment (docs/vllm-target.md)")
+    newest = ready[-1]
+    return (f"--target vllm: vllm is not installed in this interpreter; set up here: "
+            f"{', '.join(ready)} -- run in one's environment: "
+            f"`{os.path.relpath(LINE.env_python(newest))} -m specrace.cli ...` "
+            f"(`specrace audit --target vllm` does so by itself; docs/vllm-target.md)")
+

@@ -180,7 +180,7 @@ def test_unsupported_or_missing_sglang_is_a_target_error(monkeypatch):
 @pytest.mark.parametrize("argv, needle", [
     (["repro", "ngram-filter-race", "--target", "sglang", "--variant", "nope"],
      "unknown variant"),
-    (["repro", "ngram-filter-race", "--target", "vllm"], "vllm is not installed here"),
+    (["repro", "ngram-filter-race", "--target", "vllm"], "vllm is not installed"),
     (["repro", "ngram-filter-race", "--target", "trtllm"], "invalid choice"),
     (["matrix", "--target", "nope"], "invalid choice"),
 ])
