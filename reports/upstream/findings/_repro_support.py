@@ -199,6 +199,19 @@ class BulkD2H:
             self.thread.join()
 
 
+def per_load(dev: Device, loads, run, kinds=None) -> dict:
+    """``run()``'s stale count under each of ``loads``: ``none`` bare, any other beside
+    the traffic its class in ``kinds`` makes (default: ``bulk-d2h``, :class:`BulkD2H`)."""
+    kinds = {"bulk-d2h": BulkD2H} if kinds is None else kinds
+    stale = {}
+    for load in loads:
+        if load == "none":
+            stale[load] = run()
+        else:
+            with kinds[load](dev):
+                stale[load] = run()
+    return stale
+
 def report(finding: str, package: str, dev: Device, trials: int, stale: dict,
            upstream, **extra) -> None:
     """The one JSON line: ``stale`` maps each condition to ``"k/N"``."""

@@ -79,13 +79,8 @@ def main(argv=None) -> int:
     stood_in = rs.sglang_stand_ins()
     from sglang.srt.managers import overlap_utils
     dev = rs.Device(args.device)
-    stale = {}
-    for load in args.load:
-        if load == "bulk-d2h":
-            with rs.BulkD2H(dev):
-                stale[load] = trials(args.trials, dev, overlap_utils, args.forward_us)
-        else:
-            stale[load] = trials(args.trials, dev, overlap_utils, args.forward_us)
+    stale = rs.per_load(dev, args.load,
+                        lambda: trials(args.trials, dev, overlap_utils, args.forward_us))
     rs.report("dspark-confidence-ring", "sglang", dev, args.trials, stale, UPSTREAM_NAMES,
               stall="none", forward_us=args.forward_us, ring=bool(overlap_utils._is_cuda),
               stood_in=stood_in)

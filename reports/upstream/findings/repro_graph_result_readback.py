@@ -65,15 +65,8 @@ def main(argv=None) -> int:
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.managers.utils import GenerationBatchResult
     dev = rs.Device(args.device)
-    stale = {}
-    for load in args.load:
-        if load == "bulk-d2h":
-            with rs.BulkD2H(dev):
-                stale[load] = trials(args.trials, dev, Scheduler, GenerationBatchResult,
-                                     args.forward_us)
-        else:
-            stale[load] = trials(args.trials, dev, Scheduler, GenerationBatchResult,
-                                     args.forward_us)
+    stale = rs.per_load(dev, args.load, lambda: trials(
+        args.trials, dev, Scheduler, GenerationBatchResult, args.forward_us))
     rs.report("dspark-result-readback", "sglang", dev, args.trials, stale, UPSTREAM_NAMES,
               stall="none", forward_us=args.forward_us, stood_in=stood_in)
     return 0

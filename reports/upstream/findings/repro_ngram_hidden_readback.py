@@ -68,15 +68,9 @@ def main(argv=None) -> int:
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.managers.utils import GenerationBatchResult
     dev = rs.Device(args.device)
-    stale = {}
-    for load in args.load:
-        run = lambda: trials(args.trials, dev, Scheduler, GenerationBatchResult,  # noqa: E731
-                             LogitsProcessorOutput, args.forward_us)
-        if load == "bulk-d2h":
-            with rs.BulkD2H(dev):
-                stale[load] = run()
-        else:
-            stale[load] = run()
+    stale = rs.per_load(dev, args.load, lambda: trials(
+        args.trials, dev, Scheduler, GenerationBatchResult, LogitsProcessorOutput,
+        args.forward_us))
     rs.report("ngram-hidden-readback", "sglang", dev, args.trials, stale, UPSTREAM_NAMES,
               stall="none", forward_us=args.forward_us, stood_in=stood_in)
     return 0

@@ -70,13 +70,8 @@ def main(argv=None) -> int:
                   stall="none", platform=platform, missing=missing,
                   not_run="DraftTokensHandler builds a torch.cuda.Stream: no CPU run")
         return 1 if missing else 0
-    stale = {}
-    for load in args.load:
-        if load == "bulk-d2h":
-            with rs.BulkD2H(dev):
-                stale[load] = trials(args.trials, dev, DraftTokensHandler, args.forward_us)
-        else:
-            stale[load] = trials(args.trials, dev, DraftTokensHandler, args.forward_us)
+    stale = rs.per_load(dev, args.load,
+                        lambda: trials(args.trials, dev, DraftTokensHandler, args.forward_us))
     rs.report("vllm-draft-tokens", "vllm", dev, args.trials, stale, UPSTREAM_NAMES,
               stall="none", forward_us=args.forward_us, platform=platform)
     return 0

@@ -79,13 +79,9 @@ def main(argv=None) -> int:
     from vllm.v1.utils import CpuGpuBuffer
     import vllm.v1.spec_decode.eagle  # noqa: F401  (the write's module imports here too)
     dev = rs.Device(args.device)
-    stale = {}
-    for load in args.load:
-        if load == "bulk-h2d":
-            with BulkH2D(dev):
-                stale[load] = trials(args.trials, dev, CpuGpuBuffer, args.forward_us)
-        else:
-            stale[load] = trials(args.trials, dev, CpuGpuBuffer, args.forward_us)
+    stale = rs.per_load(dev, args.load,
+                        lambda: trials(args.trials, dev, CpuGpuBuffer, args.forward_us),
+                        kinds={"bulk-h2d": BulkH2D})
     rs.report("vllm-seq-lens-shadow", "vllm", dev, args.trials, stale, UPSTREAM_NAMES,
               stall="none", forward_us=args.forward_us, platform=platform)
     return 0
