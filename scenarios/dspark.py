@@ -22,9 +22,10 @@ from scenarios.workloads import random_workload
 _DSPARK = {"spec_algorithm": "dspark"}
 # Default stalls (``--stall-ms`` overrides), long enough to make the race value-visible on
 # both backends: on an H200 one host iteration of this toy loop is ~5 ms, so a late copy
-# must outlast it (reports/h200/dspark: ring 1-4 ms 0 stale, 8 ms 25/50, 12 ms 19/50;
-# readback 1 ms 0/200, 10 ms 200/200). The ring copy must also land before the resolve
-# two publishes later, or copy_done.query() withholds the slot: a window, not a floor.
+# must outlast it (reports/measurements.md, DSpark on the H200: ring 1-4 ms 0 stale,
+# 8 ms 25/50, 12 ms 19/50; readback 1 ms 0/200, 10 ms 200/200). The ring copy must also
+# land before the resolve two publishes later, or copy_done.query() withholds the slot: a
+# window, not a floor.
 RING_STALL_MS = 8.0
 READBACK_STALL_MS = 10.0
 _RING = {**_DSPARK, "ragged_verify_mode": "compact", "needs_cpu_seq_lens": False,

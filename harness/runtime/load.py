@@ -24,7 +24,7 @@ from typing import Dict
 
 # One pinned copy's bandwidth per direction (GB/s, 256 MiB copies, one stream, the engine
 # otherwise idle), measured by tools/gpu/load_probe.py on an H100 80GB HBM3 (2026-12-05;
-# reports/gpu/load/load_probe.json: d2h 54.97, h2d 54.68). The simulator times a bulk copy
+# reports/measurements.md, the copy engines: d2h 54.97, h2d 54.68). The simulator times a bulk copy
 # with it; only the order of copies matters to a verdict, the figure sets how much host
 # time a bulk copy spans. The same probe found the model's three facts on that GPU: a small
 # D2H behind a 256 MiB D2H on another stream finished 4.90 ms after it started (the bulk's

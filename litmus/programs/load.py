@@ -14,7 +14,7 @@ and the three facts the simulator's copy-engine model rests on:
   the simulator's eager schedule (a race all the same: CUDA promises no such order).
 
 On a GPU a run under load is real traffic (a background thread), so the ``cuda`` rows are
-a property of the hardware: the H200's are measured (``reports/h200/load/``).
+a property of the hardware: an H100's are measured (``reports/measurements.md``).
 """
 from __future__ import annotations
 

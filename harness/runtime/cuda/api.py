@@ -13,7 +13,7 @@ Installed once per class and never removed: each wrapper calls the real API (wit
 paused, so its inner calls pass through), then -- if a capture is active
 (``capture.active()``) -- the row's logger. Swapping class attributes in and out around
 every traced run, and keying event state on weak references, segfaulted CPython at the
-end of the second traced trial on the H200 (``reports/h200/second_capture_crash_bisect.txt``):
+end of the second traced trial on the H200 (``reports/gpu/second-capture-crash-bisect.txt``):
 per-run state lives on the capture and, tagged with its token, on the event/graph objects.
 """
 from __future__ import annotations

@@ -37,7 +37,7 @@ SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
 
 # release -> the digest of its driven files, as measured: the release gate on the
 # simulator and the seed scenario on the H200 (reports/upstream/releases.md,
-# reports/h200/releases/). The module set grew over sessions, over the same release
+# reports/gpu/sglang-releases-h200/). The module set grew over sessions, over the same release
 # files; each earlier set's digests reproduce from the installed wheels (session 8 added
 # the result processor and sampling params: before, 51a2dece54485432 / 3ad031963873b6c8 /
 # 36c298e3dbf9b5fb; session 6: 352adbbd17f4b9ad / 549547635c77ce29 / 7ed884067df77bb2)

@@ -36,7 +36,7 @@ SUPPORTED = SpecifierSet(">=0.13.0,<0.35", prereleases=True)
 
 # release -> the digest of its driven files, as measured: every scenario's release sweep
 # on the simulator (reports/upstream/vllm-releases.md). 0.17.0's seq-lens race was also
-# run on an H100 (session 17; reports/gpu/s17/).
+# run on an H100 (reports/gpu/h100-vllm-seq-lens.md).
 VERIFIED: Dict[str, str] = {
     # the driven files' digests -- with Model Runner V2's modules (MRV2_MODULES) since
     # MRv2 is driven whole -- of the releases every driven scenario's sweep ran on here

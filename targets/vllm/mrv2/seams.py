@@ -53,7 +53,7 @@ def uva_view(cpu_tensor: torch.Tensor) -> torch.Tensor:
     """``cpu_tensor``'s pinned memory as a device tensor (what the compiled op makes): on
     the simulator the runtime's UVA view; on CUDA the same zero-copy mapping the op makes,
     its accesses recorded as the pinned buffer's in a traced run (not yet run on a GPU:
-    tools/gpu/NEXT.md)."""
+    docs/gpus.md, owed GPU measurements)."""
     from seams.context import current
     ctx = current()
     if ctx.sim_device is not None:
