@@ -30,7 +30,7 @@ KV_RETRACT = ("kv-retract", "kv-retract-lazy", "kv-pressure")
 KV_CHUNKED = ("kv-chunked", "kv-chunked-lazy")
 
 MUTATIONS: List[Mutation] = [
-    # --- the NGRAM relay and its streams (PR #35198, digest §2.8, M1-M12) --------------
+    # --- the NGRAM relay and its streams (PR #35198, M1-M12) ---------------------------
     M("filter-gathers-accept-on-schedule",
       "filter_batch gathers accept_tokens/accept_lens on the schedule stream (fine fence)",
       "PR #35198 / M1", "impl.spec_info:NgramVerifyInput.filter_batch",
@@ -147,21 +147,21 @@ MUTATIONS: List[Mutation] = [
       "M7 (relay buffers)", "impl.overlap:FutureMap.stash",
       [("        self.accept_lens_buf[future_indices] = payload.accept_lens\n", "")],
       SEED),
-    # --- memory lifetime across streams (digest §2.6-2.7, §3.8: record_stream, keep-alive) -
+    # --- memory lifetime across streams (record_stream, keep-alive references) --------
     M("forward-inputs-not-recorded",
       "run_batch does not record_stream the schedule stream's input_ids/req_pool_indices on "
       "the forward stream: the batch drops them while the forward may still read them",
-      "digest §2.6 (record_stream_for_v2_verify)", "impl.scheduler:Scheduler.run_batch",
+      "upstream's record_stream_for_v2_verify", "impl.scheduler:Scheduler.run_batch",
       [("            self._record_forward_inputs(batch, fwd)\n", "")],
       SEED),
     M("result-sources-freed-early",
       "copy_to_cpu keeps no reference to the device tensors its copies read: the relay lets "
       "go of them at the next resolve, before the copy stream has run",
-      "digest §2.7, §3.8 (extra_keep_alive_refs)",
+      "upstream's extra_keep_alive_refs",
       "impl.worker:GenerationBatchResult.copy_to_cpu",
       [("        self.keep_alive = [self.next_token_ids, self.accept_lens]\n", "")],
       SEED),
-    # --- grammar staging and traversal (PR #32393, digest §1, M14-M23) ------------------
+    # --- grammar staging and traversal (PR #32393, M14-M23) ----------------------------
     M("tree-copy-no-event",
       "GrammarTree.from_device records no event: resolve() does not wait for the copies",
       "PR #32393 / M21", "impl.grammar:GrammarTree.from_device",
@@ -185,7 +185,7 @@ MUTATIONS: List[Mutation] = [
     M("extend-mask-upload-before-fill",
       "the extend-stage bitmask is copied to the device (non_blocking) before the matchers "
       "fill it: the copy may read the pinned buffer before, during or after the fill",
-      "digest §1.4, §1.6 (staging)", "impl.worker:NgramWorker._apply_extend_grammar",
+      "PR #32393's bitmask staging", "impl.worker:NgramWorker._apply_extend_grammar",
       [("        mask = mask.to(self.device, non_blocking=True)\n", ""),
        ("        for i, r in enumerate(batch.reqs):\n",
         "        host_mask, mask = mask, mask.to(self.device, non_blocking=True)\n"

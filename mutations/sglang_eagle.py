@@ -24,7 +24,7 @@ MUTATIONS: List[Mutation] = [
       "run_eagle_verify neither marks the plan stream's rebinds as used on the forward "
       "stream nor parks the verify's forward batch: nothing holds the blocks the verify "
       "still reads once the host drops them",
-      "digest §2.6-2.7", f"{_EAGLE_COMMON}:run_eagle_verify",
+      "upstream's record_stream / extra_keep_alive_refs", f"{_EAGLE_COMMON}:run_eagle_verify",
       [("    record_stream_each((batch.input_ids, batch.out_cache_loc), fwd_stream)\n", ""),
        ("        extra_keep_alive_refs=[verify_forward_batch],\n",
         "        extra_keep_alive_refs=None,\n")],
@@ -116,5 +116,6 @@ MUTATIONS: List[Mutation] = [
     # Examined and left out: dropping the record_stream of the relayed future indices in
     # FutureMap._resolve_spec_extras survives every EAGLE probe -- as upstream's own FIXME
     # there says, the batch pins them two iterations (record_batch_in_overlap), so the
-    # allocator cannot hand their block out while the forward reads it (README "EAGLE v2").
+    # allocator cannot hand their block out while the forward reads it
+    # (docs/sglang-target.md#eagle-v2).
 ]

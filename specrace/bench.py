@@ -1,9 +1,9 @@
 """``specrace bench``: figures, measured in one run, printed as ratios where possible.
 
 Benchmarks, never tests: the machines are noisy and shared, so nothing here asserts a
-speed; each figure is printed next to the goal it is held against (SPEC §5). A time is
-the best of its interleaved rounds; a ratio is the median of the rounds' side-by-side
-ratios (``bench_rounds.paired_ratio``), not a ratio of two bests.
+speed; each figure is printed next to the goal it is held against (the goals:
+reports/measurements.md). A time is the best of its interleaved rounds; a ratio is the
+median of the rounds' side-by-side ratios (``bench_rounds.paired_ratio``), not a ratio of two bests.
 
 * runtime -- µs per op of a realistic op mix (gather, index_put_, cat, small int
   arithmetic on 64..4096 elements) on plain CPU torch and on the simulator under each

@@ -305,7 +305,7 @@ class StaleValueOracle:
         ``reference`` run (then the bug is in both). A host sync that can never return is
         kind ``deadlock``, any other exception kind ``crash``."""
         from harness.runtime import DeadlockError
-        if os.environ.get("SPECRACE_TRACEBACK"):  # README: where did the engine raise?
+        if os.environ.get("SPECRACE_TRACEBACK"):  # docs/cli.md: where did the engine raise?
             traceback.print_exception(exc, file=sys.stderr)
         kind = "deadlock" if isinstance(exc, DeadlockError) else "crash"
         run = "the synchronous reference run" if where == "reference" else "the trial run"

@@ -1,4 +1,5 @@
-"""Litmus programs: small stream programs with a known verdict (SPEC §1), one module per
+"""Litmus programs: small stream programs with a known verdict (CUDA's stream semantics:
+harness/runtime/sim/device.py), one module per
 family, gathered here into the catalogue.
 
 * ``common``          -- the ``Litmus`` record, the policy ``KINDS``, the expectation

@@ -51,7 +51,7 @@ class SglangTarget(Target):
             raise TargetError(f"--target sglang: {exc}") from None
         except LookupError:
             raise TargetError("--target sglang: sglang is not installed here; set it up "
-                              "with `make upstream` (README: Verifying installed sglang)"
+                              "with `make upstream` (docs/sglang-target.md#set-up-and-first-runs)"
                               ) from None
         # The contract first, on the source alone: nothing is imported or set yet.
         verdict = contract.evaluate(self.version, static.package_root("sglang"),

@@ -17,7 +17,7 @@ from impl.vocab import VOCAB_SIZE
 
 
 def brute_force_verify(target, draft, parents):
-    """Walk the tree per request in plain Python (digest §1.7)."""
+    """Walk the tree per request in plain Python: the reference the kernel is held to."""
     D = len(draft)
     children = {i: [j for j in range(1, D) if parents[j] == i] for i in range(D)}
     path, last = [0], 0

@@ -1,6 +1,6 @@
 """The simulated asynchronous device: FIFO streams, events, host syncs, a virtual clock.
 
-Semantics (CUDA's, see SPEC §1):
+Semantics (CUDA's stream semantics, as the CUDA programming guide states them):
 
 1. A stream is a FIFO. Its head may execute once every event it waits on has completed
    (a wait is itself a queued marker op) and, for a timed stall, once the host clock has

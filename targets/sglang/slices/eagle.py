@@ -23,7 +23,7 @@ runners do; the draft runner is the step's last shared reader
 
 The verify, the draft (upstream's ``draft_forward`` captured) and the draft extend run
 as CUDA graph replays where the device captures graphs (``eagle_graphs``). Not modelled
-(README "EAGLE v2"): non-greedy sampling, so not the ``draft_probs.clone()`` after the
+(docs/sglang-target.md#eagle-v2): non-greedy sampling, so not the ``draft_probs.clone()`` after the
 draft replay. Grammar runs upstream's
 ``GrammarTree`` / ``build_grammar_vocab_mask`` behind the scheduler's grammar barrier,
 which advances through ``GrammarAdvance`` (ours). EAGLE3 (``eagle3``) is its

@@ -9,7 +9,7 @@ and hide the very races under test -- and each has a brute-force reference in th
 modules imported the kernel functions by name, and the fused kernels of the GPU path
 (``eagle_fused``: simulated tensors answer ``is_cuda`` as a GPU's do).
 
-What they model, and what not (README "EAGLE v2"):
+What they model, and what not (docs/sglang-target.md#eagle-v2):
 
 * ``gather_spec_extras``: the FutureMap's fused row gather of the relayed draft state
   (``topk_p``, ``topk_index``, bonus tokens, hidden states) by the future indices --
