@@ -10,7 +10,10 @@ scenarios when it lists them. Two kinds:
 * ``finding`` -- a race a release ships that can change what a user gets (or could: a
   suspicion still open), written up with its pair, configuration and a fix;
 * ``settled`` -- a race a release ships that was read against what consumes the raced
-  value and does not hold as a bug (the write-up says why).
+  value and does not hold as a bug (the write-up says why). A scenario whose only racing
+  pairs are settled ones reads ``clean`` in ``specrace releases`` (the pairs listed under
+  it, ``targets.releases.settle``) -- unless a pair is the scenario's own subject
+  (``subject_of``: the scenario exists to show that pair, so it stays a race there).
 
 An entry with ``fixed_in`` is gone from that release on: the same pair on a release at or
 past it is a *regression* of the known race -- and counts as new.
@@ -35,6 +38,7 @@ class Known:
     kind: str = FINDING
     scenarios: Tuple[str, ...] = ()  # () : any scenario
     fixed_in: Optional[str] = None  # the first release without it
+    subject_of: Tuple[str, ...] = ()  # the scenarios written to show this very pair
 
     def matches(self, target: str, scenario: str, frames: Sequence[Tuple[str, str]]) -> bool:
         if target != self.target or (self.scenarios and scenario not in self.scenarios):
@@ -55,6 +59,7 @@ class Known:
 _SG = "sglang/srt"
 _VW = "vllm/v1/worker"
 _VFINDINGS = "reports/upstream/vllm-releases.md"
+_VALID_COUNT = ("vllm-v1-valid-count",)  # the scenario written for 0.19.0-0.27.1's sites
 
 KNOWN: Tuple[Known, ...] = (
     Known("dspark-confidence-ring", "DSpark's confidence ring copy vs the next scatter",
@@ -100,7 +105,8 @@ KNOWN: Tuple[Known, ...] = (
           "its restaging (audit S1)", "vllm",
           ((f"{_VW}/gpu/buffer_utils.py", ""),), kind=SETTLED,
           writeup="reports/upstream/vllm-0.34.0-audit.md#3-suspicions-and-their-settlement",
-          scenarios=("vllm-mrv2-uva-pool", "vllm-mrv2")),
+          scenarios=("vllm-mrv2-uva-pool", "vllm-mrv2", "vllm-mrv2-draft-tokens"),
+          subject_of=("vllm-mrv2-uva-pool",)),
     # 0.19.0 - 0.27.1's six sites as shipped (vllm-releases.md): read against what
     # consumes each raced value; the row moves are upstream's own open reports
     Known("vllm-row-moves", "the input batch's row moves vs a queued D2H (#51599 / #53919)",
@@ -110,20 +116,20 @@ KNOWN: Tuple[Known, ...] = (
     Known("vllm-token-count-correction", "the deferred token-count correction vs its "
           "queued upload", "vllm",
           ((f"{_VW}/gpu_model_runner.py", "correct_spec_decode_token_counts"),),
-          f"{_VFINDINGS}#verdicts-as-shipped", kind=SETTLED),
+          f"{_VFINDINGS}#verdicts-as-shipped", kind=SETTLED, subject_of=_VALID_COUNT),
     Known("vllm-backup-tokens", "the drafter's backup tokens vs the previous step's upload",
           "vllm", (("vllm/v1/utils.py", "copy_to_gpu"),
                    ("vllm/v1/spec_decode/eagle.py", "prepare_next_token_ids_padded")),
-          f"{_VFINDINGS}#verdicts-as-shipped", kind=SETTLED),
+          f"{_VFINDINGS}#verdicts-as-shipped", kind=SETTLED, subject_of=_VALID_COUNT),
     Known("vllm-backup-tokens-proposer", "the drafter's backup tokens vs the previous "
           "step's upload", "vllm",
           (("vllm/v1/utils.py", "copy_to_gpu"),
            ("vllm/v1/spec_decode/llm_base_proposer.py", "prepare_next_token_ids_padded")),
-          f"{_VFINDINGS}#verdicts-as-shipped", kind=SETTLED),
+          f"{_VFINDINGS}#verdicts-as-shipped", kind=SETTLED, subject_of=_VALID_COUNT),
     Known("vllm-valid-count-reuse", "the valid counts' block reused before the valid-count "
           "copy reads it", "vllm",
           ((f"{_VW}/gpu_model_runner.py", "_copy_valid_sampled_token_count"),),
-          f"{_VFINDINGS}#verdicts-as-shipped", kind=SETTLED),
+          f"{_VFINDINGS}#verdicts-as-shipped", kind=SETTLED, subject_of=_VALID_COUNT),
 )
 
 
@@ -137,7 +143,8 @@ def match(target: str, scenario: str, frames: Sequence[Tuple[str, str]],
     for k in known:
         if k.matches(target, scenario, wide):
             return {"name": k.name, "title": k.title, "writeup": k.writeup, "kind": k.kind,
-                    "regression": k.regressed(version), "fixed_in": k.fixed_in}
+                    "regression": k.regressed(version), "fixed_in": k.fixed_in,
+                    "subject": scenario in k.subject_of}
     return None
 
 

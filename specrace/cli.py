@@ -295,6 +295,8 @@ def cmd_releases(args) -> int:
         len(versions), f"{scenario.name} on {len(versions)} release(s)", quiet=args.json)
     from specrace.audit import annotate_known
     annotate_known(target.name, scenario.name, rows)  # each racing pair: known, or new
+    from targets.releases import settle
+    settle(rows)  # settled pairs only: the scenario's own race is absent
     if args.json:
         print(json.dumps(rows, default=str))
     else:

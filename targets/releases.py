@@ -198,6 +198,27 @@ def run_releases(environments: Environments, target: str, scenario: str,
     return rows
 
 
+def settle(rows: List[Dict[str, Any]]) -> None:
+    """A race row whose every racing pair is a known *settled* race (``scenarios.findings``:
+    read against what consumes the raced value, not a bug) -- none of them the scenario's
+    own subject, none a regression -- and whose trials changed no value the oracles read
+    reads ``clean``: the scenario's own race is absent. The settled pairs stay listed under
+    it; ``settled_trials`` keeps how many trials raced on them. Rows need their pairs
+    annotated first (``specrace.audit.annotate_known``)."""
+    for row in rows:
+        pairs = row.get("pairs") or []
+        if row["outcome"] != Verdict.RACE or not pairs or row.get("first_divergence"):
+            continue
+        known = [p.get("known") or {} for p in pairs]
+        if all(k.get("kind") == "settled" and not k.get("regression") and not k.get("subject")
+               for k in known):
+            names = ", ".join(dict.fromkeys(k["name"] for k in known))
+            row.update(outcome=str(Verdict.CLEAN), settled_trials=row["reproduced"],
+                       reproduced=0,
+                       note=f"settled pairs only, in {row['reproduced']}/{row['trials']} "
+                            f"trials, no value changed: {names}")
+
+
 def format_table(target: str, scenario: str, rows: List[Dict[str, Any]]) -> str:
     """One line per release -- and per racing pair, where a release races more than one
     way (each named at upstream's lines, with the known race it is when the caller matched
@@ -214,7 +235,7 @@ def format_table(target: str, scenario: str, rows: List[Dict[str, Any]]) -> str:
     for r in rows:
         trials = "" if r["trials"] is None else f"{r['reproduced']}/{r['trials']}"
         sites = "" if r["race_sites"] is None else str(r["race_sites"])
-        tail = r["report"] or r["note"]
+        tail = "; ".join(t for t in (_said(r), r["report"]) if t) or r["note"]
         if measured:
             tail = f"{_coverage_cell(r):>16}  {tail}"
         lead = (f"{r['release']:<14} " + (f"{r['war_barrier'] or '':<7} " if fenced else "")
@@ -223,9 +244,21 @@ def format_table(target: str, scenario: str, rows: List[Dict[str, Any]]) -> str:
         for pair in r.get("pairs") or []:
             known = pair.get("known", False)
             tag = ("" if known is False else " [new]" if known is None
-                   else f" [known: {known['name']}{' -- REGRESSION' if known.get('regression') else ''}]")
+                   else f" [known: {known['name']}{', settled' if known.get('kind') == 'settled' else ''}"
+                        f"{' -- REGRESSION' if known.get('regression') else ''}]")
             lines.append(f"{lead} {pair['sites']:>6}  {pair['text']}{tag}")
     return "\n".join(lines)
+
+
+def _said(row: Dict[str, Any]) -> str:
+    """What a row's report link needs beside it: the settled pairs of a row read clean,
+    or that a race changed no value the oracles read (the detector's pairs alone: for a
+    pair that needs a window upstream does not leave, what its users have)."""
+    if row.get("settled_trials"):
+        return row["note"]
+    if row["outcome"] == Verdict.RACE and row.get("pairs") and not row.get("first_divergence"):
+        return "no value changed"
+    return ""
 
 
 def _coverage_cell(row: Dict[str, Any]) -> str:
