@@ -20,9 +20,9 @@ def main():
     out += ["# specrace on an NVIDIA H200: fidelity, CSAN cross-check, benchmarks", "",
             "Environment (`env.txt`): " + "; ".join(env[1:]), "",
             "Regenerate (on a CUDA machine, the carried wheels on `PYTHONPATH`): "
-            "`tools/gpu/h200.sh phase1 DIR`, `tools/gpu/h200.sh phase2 DIR` (copy the files here), "
-            "`specrace litmus --json > reports/h200/litmus_sim.json`, then "
-            "`python3 tools/reports/h200_summary.py`. `bench_cuda.json` (stall sweep, 10k soak), "
+            "`tools/gpu/h200.sh phase1 DIR`, `tools/gpu/h200.sh phase2 DIR`, "
+            "`specrace litmus --json > DIR/litmus_sim.json`, then "
+            "`python3 tools/reports/h200_summary.py DIR`. `bench_cuda.json` (stall sweep, 10k soak), "
             "`bench_grammar.json` and `csan_compare.json` are from the previous session's run "
             "(`tools/gpu/h200.sh bench|grammar`, `tools/gpu/csan_compare.py`), not re-run here.", ""]
     # --- litmus fidelity
