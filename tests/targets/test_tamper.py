@@ -124,7 +124,10 @@ def test_a_tampered_release_is_refused_with_its_problem_named(tmp_path, target, 
         [r.python, "-P", "-m", "specrace.cli", "repro", r.scenario, "--target", target,
          "--trials", "1", "--no-report", "--expect", "race"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
-        env={**os.environ, "PYTHONPATH": path, "PYTHONHASHSEED": "0"})
+        # the shadow first; then whatever this process was given (a GPU machine finds its
+        # site bundle there) and the repo, for a checkout where specrace is not installed
+        env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(
+            p for p in (path, os.environ.get("PYTHONPATH", ""), REPO_ROOT) if p)})
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-800:]
     assert says in out, out[-800:]

@@ -607,6 +607,8 @@ def test_a_cuda_uva_view_is_the_pinned_memory_and_the_captures_storage_for_it():
     """On a GPU the UVA view is the pinned buffer at the same address (zero-copy): a host
     write is what a later kernel reads, and the capture knows the view's storage as the
     pinned buffer's (so its kernels are ordered against the host's accesses)."""
+    from harness.runtime import hostmem
+
     with C.cuda_runtime() as rt:
         host = torch.zeros(4, dtype=torch.int32, pin_memory=True)
         uva = rt.uva_view(host)
