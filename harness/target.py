@@ -7,6 +7,8 @@ second upstream server plugs in through the same methods.
 
 A target supplies
 
+* its server arguments: ``args_type``, a dataclass extending the toy world's
+  ``toys.server_args.ServerArgs`` with the target's own fields (``server_args`` makes one);
 * the engine: ``scheduler(args, device, grammar_backend)``, an object with ``step`` /
   ``has_work`` / ``run_to_completion(limit)`` / ``add_request`` / ``close`` / ``iteration``
   and ``streams`` (name -> stream, labelled in traces);
@@ -23,10 +25,12 @@ A target supplies
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ContextManager, Dict, Iterator, List, Optional, Tuple
+import dataclasses
+from typing import Any, ContextManager, Dict, Iterator, List, Optional, Tuple, Type
 
 from mutations.base import Mutation
 from seams.sourcepatch import SourcePatch
+from toys.server_args import ServerArgs
 
 
 class TargetError(ValueError):
@@ -50,6 +54,18 @@ class Target:
     scenarios: Optional[Tuple[str, ...]] = None
     # the hardware platforms the code under test can be read as running on (--platform)
     platforms: Tuple[str, ...] = ("cuda",)
+    # the server arguments this target's engine reads: the toy world's and its own
+    args_type: Type[ServerArgs] = ServerArgs
+
+    def server_args(self, **fields: Any) -> ServerArgs:
+        """This target's server args with ``fields`` set; a field of another target's
+        (``hybrid`` on sglang, ``eagle_topk`` on vLLM) is bad input, named."""
+        known = {f.name for f in dataclasses.fields(self.args_type)}
+        foreign = sorted(set(fields) - known)
+        if foreign:
+            raise TargetError(f"server arg {foreign[0]!r} is not one of the {self.name} "
+                              f"target's ({self.args_type.__name__})")
+        return self.args_type(**fields)
 
     def load(self) -> None:
         """Import and check the code under test (raises ``TargetError``)."""

@@ -9,8 +9,7 @@ Data flow of one verify step (EAGLE-style):
                                                            traverse, async H2D]
     sampler                  --> GrammarMask.apply(logits)
 
-Bitmask format (xgrammar): int32 ``(rows, ceil(V/32))``; token ``t`` is allowed iff bit
-``t % 32`` (LSB first) of word ``t // 32`` is set; -1 (all ones) leaves a row unconstrained.
+The bitmask (xgrammar's format) and the kernel that applies it: ``toys.bitmask``.
 """
 from __future__ import annotations
 
@@ -23,49 +22,14 @@ import xgrammar
 
 from seams.faults import fault_point
 
-from impl.memory import host_empty, pin_for
+from toys.bitmask import BITS, allocate_vocab_mask, apply_vocab_mask
+from toys.memory import host_empty
 
 logger = logging.getLogger(__name__)
 
 # A traversal slower than this is worth a warning: it runs on the host while the target
 # forward runs, and must finish before the sampler needs the mask.
 TREE_TRAVERSE_TIME_THRESHOLD = 1.0  # seconds
-
-_BITS = 32
-
-
-def bitmask_width(vocab_size: int) -> int:
-    return (vocab_size + _BITS - 1) // _BITS
-
-
-# ---------------------------------------------------------------------------------------
-# Mask allocation and application (device-agnostic)
-
-def allocate_vocab_mask(vocab_size: int, rows: int, device: Any) -> torch.Tensor:
-    """A host int32 ``(rows, ceil(V/32))`` bitmask, all ones (every token allowed).
-
-    It is pinned whenever the mask is headed for an accelerator: a non_blocking H2D copy
-    from pageable memory silently degrades to a blocking one. CPU-only torch cannot pin at
-    all, so a CPU target gets ordinary memory.
-    """
-    return torch.full((rows, bitmask_width(vocab_size)), -1, dtype=torch.int32,
-                      pin_memory=pin_for(device))
-
-
-def apply_vocab_mask(logits: torch.Tensor, vocab_mask: torch.Tensor) -> None:
-    """Set ``logits[r, t] = -inf`` wherever bit ``t`` of row ``r`` is 0, in place.
-
-    Plain torch ops on whatever device the logits live on (no xgrammar kernel, no host
-    sync), so it queues on the current stream like any other sampler op.
-    """
-    rows, vocab_size = logits.shape
-    shifts = torch.arange(_BITS, dtype=torch.int32, device=vocab_mask.device)
-    # (rows, W, 32): bit j of word w is token w*32 + j. An arithmetic shift of a negative
-    # word keeps the sign bit in bit 0 after the shift, and "& 1" isolates it: correct.
-    bits = (vocab_mask.unsqueeze(-1) >> shifts) & 1
-    allowed = bits.reshape(vocab_mask.shape[0], -1)[:, :vocab_size]
-    logits.masked_fill_(allowed == 0, float("-inf"))
-
 
 # ---------------------------------------------------------------------------------------
 # The xgrammar backend
@@ -163,7 +127,7 @@ def traverse_tree(next_token: Sequence[int], next_sibling: Sequence[int],
             tok = draft_tokens[curr]
             # Read the parent's row: the tokens the grammar allows right after the parent.
             accepted = 0 <= tok < vocab_size and (
-                (int(bitmask[parent, tok // _BITS]) >> (tok % _BITS)) & 1) == 1
+                (int(bitmask[parent, tok // BITS]) >> (tok % BITS)) & 1) == 1
         if accepted:
             if curr != 0:
                 grammar.accept_token(tok)

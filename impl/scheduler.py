@@ -27,16 +27,18 @@ import torch
 
 from seams.faults import ask, fault_point, observe
 
-from impl.attention import ToyPagedAttention
-from impl.graph_runner import VerifyGraphRunner, graphs_supported
-from impl.memory import mark_used_on
-from impl.model import ToyTargetModel
-from impl.ngram import NgramProposer
+from toys.attention import ToyPagedAttention
+from toys.graph_runner import VerifyGraphRunner, graphs_supported
+from toys.mem_cache import build_kv_cache
+from toys.memory import mark_used_on
+from toys.model import ToyTargetModel
+from toys.ngram import NgramProposer
+from toys.requests import (accept_tokens, extend_last_tokens, form_prefill, middle_chunk,
+                           prefill_due, retract_due, retract_for_memory, stage_extend)
+from toys.server_args import ServerArgs
+
 from impl.overlap import FutureMap, RelayPayload
-from impl.schedule_batch import (Req, ScheduleBatch, accept_tokens, build_kv_cache,
-                             extend_last_tokens, form_prefill, middle_chunk, prefill_due,
-                             retract_due, retract_for_memory, stage_extend)
-from impl.server_args import ServerArgs  # noqa: F401  (callers import it from here too)
+from impl.schedule_batch import Req, ScheduleBatch
 from impl.spec_info import NgramVerifyInput
 from impl.worker import GenerationBatchResult, NgramWorker
 

@@ -21,7 +21,6 @@ from typing import Optional
 
 import torch
 
-RELAY_MODES = ("future_map", "spec_info")
 
 
 @dataclass

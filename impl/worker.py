@@ -23,9 +23,10 @@ import torch
 
 from seams.faults import fault_point, observe
 
-from impl.memory import host_empty, staged
+from toys.memory import host_empty, staged
+from toys.verify import verify_and_accept
+
 from impl.spec_info import NgramVerifyInput
-from impl.verify import verify_tree_greedy
 
 
 @dataclass
@@ -109,7 +110,7 @@ class NgramWorker:
         return read_done
 
     def _apply_extend_grammar(self, batch, logits: torch.Tensor) -> None:
-        from impl.grammar import apply_vocab_mask
+        from toys.bitmask import apply_vocab_mask
         first = next(r.grammar for r in batch.reqs if r.grammar is not None)
         mask = first.allocate_vocab_mask(batch.sampling_info.vocab_size, len(batch.reqs),
                                          self.device)
@@ -159,7 +160,7 @@ class NgramWorker:
         return self.model.forward(input_ids)
 
     def _host_tree(self, batch, prev_tokens, prev_lens, use_prev):
-        from impl.ngram import propose_host_trees
+        from toys.ngram import propose_host_trees
         D = self.D
         drafts, next_token, next_sibling = propose_host_trees(
             self.proposer, batch.reqs, prev_tokens, prev_lens, D, splice=use_prev)
@@ -181,7 +182,7 @@ class NgramWorker:
         copied to the host *before* the verify launch, resolved after it."""
         roots = torch.tensor([r.context()[-1] for r in batch.reqs], dtype=torch.int64,
                              device=self.device)
-        from impl.drafter import draft_tree
+        from toys.drafter import draft_tree
         drafts, next_token, next_sibling = draft_tree(roots, self.D, self.model.vocab_size)
         fault_point("forward.after_draft")
         tree = None
@@ -206,7 +207,7 @@ class NgramWorker:
             # are the prefill's, not this verify's.
             info.vocab_mask = None
         if info is not None and info.vocab_mask is not None:
-            from impl.grammar import apply_vocab_mask
+            from toys.bitmask import apply_vocab_mask
             apply_vocab_mask(logits, info.vocab_mask)
         if mask is not None:
             mask.apply(logits)
@@ -223,15 +224,3 @@ class NgramWorker:
         idle = NgramVerifyInput.create_idle_input(self.D, self.device, self.relay)
         return GenerationBatchResult(idle.accept_tokens, idle.accept_lens, idle, self.D)
 
-
-def verify_and_accept(attn, meta, logits, drafts, next_token, next_sibling, bs: int, D: int):
-    """A verify's tail, as every toy worker runs it (impl's and the sglang target's): the
-    target's greedy choice at every draft node, the tree walk (one fused kernel:
-    ``predict``, ``accept_index``, ``accept_lens``), the accepted path's KV moved in the
-    pool; the accepted tokens (flat, ``D`` a request) and the accept lengths."""
-    target_predict = logits.argmax(dim=-1).view(bs, D)
-    fault_point("forward.before_verify")
-    predict, accept_index, accept_lens = verify_tree_greedy(
-        target_predict, drafts.view(bs, D), next_token, next_sibling)
-    attn.commit_accepted(meta, accept_index, accept_lens)
-    return predict[accept_index].flatten().to(torch.int32), accept_lens

@@ -63,7 +63,7 @@ def run_probe(probe: Probe, backend: str, mutation: Optional[Mutation] = None,
     for seed in probe.seeds:
         wl = run.scenario.workload(seed)
         args = server_args(wl, {**run.variant.args, "war_barrier": str(run.war_barrier),
-                                "platform": run.platform})
+                                "platform": run.platform}, run.target)
         # On CUDA only the first trial is trace-captured (one captured engine run per
         # process: a second one crashed torch 2.11 on the H200); later seeds judge values.
         res = run_trial(str(run.backend), run.policy, wl, args, list(run.stalls),

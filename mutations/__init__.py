@@ -125,20 +125,20 @@ MUTATIONS: List[Mutation] = [
       SEED),
     M("accept-stride-mismatch",
       "draft prep slices the relayed accept tokens with a stride of D-1",
-      "M12", "impl.ngram:propose_host_trees",
+      "M12", "toys.ngram:propose_host_trees",
       [("prev_tokens[i * stride: i * stride + prev_lens[i]]",
         "prev_tokens[i * (stride - 1): i * (stride - 1) + prev_lens[i]]")],
       SEED),
     M("verify-accept-index-empty",
       "accept_index allocated with torch.empty instead of full(-1): the verify kernel "
       "writes only the accepted slots, the rest is whatever the memory held",
-      "M24 / empty-vs-zeros", "impl.verify:verify_tree_greedy",
+      "M24 / empty-vs-zeros", "toys.verify:verify_tree_greedy",
       [("accept_index = torch.full((bs, D), -1, dtype=torch.int64, device=device)",
         "accept_index = torch.empty((bs, D), dtype=torch.int64, device=device)")],
       SEED),
     M("verify-target-at-child",
       "verification compares a child's draft with the target at the child, not the parent",
-      "M16 (verify)", "impl.verify:_verify_kernel",
+      "M16 (verify)", "toys.verify:_verify_kernel",
       [("match = draft_token == target_predict.gather(1, parent)",
         "match = draft_token == target_predict")],
       SEED),
@@ -194,14 +194,14 @@ MUTATIONS: List[Mutation] = [
       ("grammar-lazy",)),
     M("bitmask-init-zero",
       "the bitmask starts all-zero (deny all) instead of all-ones",
-      "M20", "impl.grammar:allocate_vocab_mask",
+      "M20", "toys.bitmask:allocate_vocab_mask",
       [("torch.full((rows, bitmask_width(vocab_size)), -1,",
         "torch.full((rows, bitmask_width(vocab_size)), 0,")],
       GRAMMAR),
     M("child-tested-against-own-row",
       "the traversal tests a child's token against its own row instead of its parent's",
       "M16", "impl.grammar:traverse_tree",
-      [("int(bitmask[parent, tok // _BITS])", "int(bitmask[curr, tok // _BITS])")],
+      [("int(bitmask[parent, tok // BITS])", "int(bitmask[curr, tok // BITS])")],
       GRAMMAR),
     M("sibling-uses-previous-sibling-row",
       "a sibling is tested against the previous sibling's row",
@@ -227,8 +227,8 @@ MUTATIONS: List[Mutation] = [
     M("bitmask-word-bit-swapped",
       "the parent-row bit test swaps word and bit (tok % 32 as the word)",
       "M19", "impl.grammar:traverse_tree",
-      [("int(bitmask[parent, tok // _BITS]) >> (tok % _BITS)",
-        "int(bitmask[parent, tok % _BITS]) >> (tok // _BITS)")],
+      [("int(bitmask[parent, tok // BITS]) >> (tok % BITS)",
+        "int(bitmask[parent, tok % BITS]) >> (tok // BITS)")],
       GRAMMAR),
 ]
 
@@ -237,7 +237,7 @@ MUTATIONS += [
     M("graph-input-on-side-stream",
       "the static input_ids are refilled on the graph runner's own stream: unordered with "
       "the previous replay reading them and with the replay about to read them",
-      "the verify CUDA graph (static input refill)", "impl.graph_runner:VerifyGraphRunner.replay",
+      "the verify CUDA graph (static input refill)", "toys.graph_runner:VerifyGraphRunner.replay",
       [("        self.input_ids[bs][:n].copy_(input_ids)\n",
         "        with self.mod.stream(self.stream):\n"
         "            self.input_ids[bs][:n].copy_(input_ids)\n")],
@@ -245,7 +245,7 @@ MUTATIONS += [
     M("graph-replay-on-side-stream",
       "the graph is replayed on its capture stream; the forward stream reads the static "
       "logits without waiting for the replay",
-      "the verify CUDA graph (replay stream)", "impl.graph_runner:VerifyGraphRunner.replay",
+      "the verify CUDA graph (replay stream)", "toys.graph_runner:VerifyGraphRunner.replay",
       [("        self.graphs[bs].replay()\n",
         "        self.stream.wait_stream(self.mod.current_stream())\n"
         "        with self.mod.stream(self.stream):\n"
@@ -254,7 +254,7 @@ MUTATIONS += [
     M("graph-replay-before-fill",
       "the graph is replayed before the static input_ids are refilled: it computes the "
       "previous batch's logits",
-      "the verify CUDA graph (replay order)", "impl.graph_runner:VerifyGraphRunner.replay",
+      "the verify CUDA graph (replay order)", "toys.graph_runner:VerifyGraphRunner.replay",
       [("        self.input_ids[bs][:n].copy_(input_ids)\n        self.graphs[bs].replay()\n",
         "        self.graphs[bs].replay()\n        self.input_ids[bs][:n].copy_(input_ids)\n")],
       SEED),
@@ -300,7 +300,7 @@ MUTATIONS += [
     M("accept-moved-via-req-to-token",
       "the accepted KV's targets read from req_to_token after read-done instead of the "
       "verify window (what move_accept_tokens_to_target_kvcache must not do)",
-      "spec_utils.py:894-896", "impl.attention:ToyPagedAttention.commit_accepted",
+      "spec_utils.py:894-896", "toys.attention:ToyPagedAttention.commit_accepted",
       [("        targets = meta.window\n",
         "        j = torch.arange(accept_index.shape[1], device=meta.n.device)[None, :]\n"
         "        targets = self.req_to_token[meta.rows].to(torch.int64).gather(\n"
@@ -311,7 +311,7 @@ MUTATIONS += [
       "holds: slot ids a previous owner of the row left in its tail are freed again, and "
       "two live requests get the same slots (on the sglang target: upstream's row and "
       "allocator)",
-      "mem_cache/common.py release_kv_cache", "impl.mem_cache:KVCacheManager.release",
+      "mem_cache/common.py release_kv_cache", "toys.mem_cache:KVCacheManager.release",
       [("req.pool_idx, req.kv_allocated)", "req.pool_idx, self.req_to_token.shape[1])")],
       KV_REUSE),
     M("retracted-result-committed",
@@ -337,7 +337,7 @@ MUTATIONS += [
       "model's successor of a token in the middle of its prompt (both targets' result "
       "processing asks here)",
       "upstream's result processor (inflight_middle_chunks > 0: skipped)",
-      "impl.schedule_batch:middle_chunk",
+      "toys.requests:middle_chunk",
       [("    if req.inflight_middle_chunks <= 0:\n", "    if True:\n")],
       KV_CHUNKED),
     M("chunk-prefix-dropped",
@@ -345,7 +345,7 @@ MUTATIONS += [
       "positions, and it attends to a context that is not the request's (both targets "
       "stage their extends here)",
       "prefix_lens / extend_prefix_lens of a chunked extend",
-      "impl.schedule_batch:stage_extend",
+      "toys.requests:stage_extend",
       [("[len(c), r.prefix_len]", "[len(c), 0]")],
       KV_CHUNKED),
     M("pool-edge-off-by-one",

@@ -274,7 +274,7 @@ MUTATIONS: List[Mutation] = [
         "        if self.draft_runner is not None:\n"
         "            self.last_shared_read_runner = self.war_fastpath_runner = self.draft_runner\n")],
       ("kv-reuse-eagle", "kv-reuse-eagle-lazy")),
-    # the same patches of specrace's pools code (impl.attention, impl.mem_cache), which
+    # the same patches of specrace's pools code (toys.attention, toys.mem_cache), which
     # both targets run: one definition serves both catalogues
     _IMPL["accept-moved-via-req-to-token"],
     M("kv-release-whole-row",

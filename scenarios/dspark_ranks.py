@@ -108,7 +108,7 @@ def run_two_ranks(policy: str = "eager", seed: int = 0, stall_rank: Optional[int
     wl = random_workload(seed, n_requests=6, draft_token_num=4)
     args = server_args(wl, {"spec_algorithm": "dspark", "ragged_verify_mode": "compact",
                             "needs_cpu_seq_lens": needs_cpu_seq_lens,
-                            "folded_accept": False})
+                            "folded_accept": False}, tgt)
     plan = _RankPlan(stall_rank, stall_ms)
     logs: List[List[Dict[str, Any]]] = [[], []]
     with open_runtime("sim", parse_policy(policy), trace=False) as rt, \

@@ -6,7 +6,7 @@ import random
 from typing import List, Optional
 
 from harness.oracle.workload import RequestSpec, Workload
-from impl.vocab import EOS_ID, VOCAB_SIZE
+from toys.vocab import EOS_ID, VOCAB_SIZE
 
 
 def _prompt(rng: random.Random) -> List[int]:
@@ -39,7 +39,7 @@ def _cycle_prompt(rng: random.Random, draft_token_num: int) -> List[int]:
     are accepted whole and it decodes for as long as its budget lasts (the cycle never
     leads to EOS). The cycle's length does not divide the draft length: splicing an
     accepted run twice then breaks the context's period and changes the next draft."""
-    from impl.model import successor  # torch: imported when a workload is made
+    from toys.model import successor  # torch: imported when a workload is made
     while True:
         cycle = [rng.randrange(1, VOCAB_SIZE)]
         while successor(cycle[-1]) not in cycle:  # an orbit ends in a cycle, or at EOS
@@ -52,7 +52,7 @@ def _cycle_prompt(rng: random.Random, draft_token_num: int) -> List[int]:
 def _stops_within(token: int, n: int) -> bool:
     """Does the toy model's greedy continuation of ``token`` reach EOS within ``n``
     tokens?"""
-    from impl.model import successor  # torch: imported when a workload is made
+    from toys.model import successor  # torch: imported when a workload is made
     for _ in range(n):
         token = successor(token)
         if token == EOS_ID:

@@ -157,9 +157,9 @@ class PatchSet:
 
 _COMPILED: Dict[Tuple[SourcePatch, Any], Any] = {}
 _ALIASES: Dict[Tuple[int, int], List[Tuple[Any, str]]] = {}
-# packages that bind another package's functions by name: impl's are bound by the targets
-# that drive impl's code (``from impl.schedule_batch import form_prefill``)
-_BOUND_BY = {"impl": ("targets",)}
+# packages that bind another package's functions by name: the toy world's are bound by
+# the targets that run on it (``from toys.requests import form_prefill``)
+_BOUND_BY = {"toys": ("impl", "targets")}
 
 
 def _aliases(raw: Any, module: Any) -> List[Tuple[Any, str]]:

@@ -161,7 +161,7 @@ def bench_engine(seeds=(0, 1, 2), target: Optional[str] = None) -> Dict[str, flo
         total_t, total_it = 0.0, 0
         for seed in seeds:
             wl = sc.workload(seed)
-            args = server_args(wl, {"relay": "future_map"})
+            args = server_args(wl, {"relay": "future_map"}, targets.get(target))
             stats: Dict[str, int] = {}
             with make_rt() as rt:
                 t = time.perf_counter()
@@ -293,7 +293,7 @@ def bench_grammar_overlap(trials: int = 4) -> Dict[str, object]:
     from harness.trials.drive import drive, server_args
     from seams.faults.plan import FaultPlan
     from harness.runtime import open_runtime
-    from impl.model import ToyTargetModel
+    from toys.model import ToyTargetModel
     from scenarios.registry import get
     sc = get("grammar-tree-staging")
     host_us: list = []
@@ -311,7 +311,7 @@ def bench_grammar_overlap(trials: int = 4) -> Dict[str, object]:
             return default
     for seed in range(trials):
         wl = sc.workload(seed)
-        args = server_args(wl, sc.variants["fixed"].args)
+        args = server_args(wl, sc.variants["fixed"].args, targets.get("impl"))
         with open_runtime("cuda", trace=False) as rt:
             drive(rt, wl, args, Timer(), targets.get("impl"))
         shapes.append(len(wl.requests) * wl.draft_token_num)

@@ -28,13 +28,14 @@ def soak_fixed(min_iterations: int, stall_ms: float = 0.5,
 
         def setup(seed: int):
             wl = sc.workload(seed)
-            return wl, sc.stalls(stall_ms), server_args(wl, overrides)
+            return wl, sc.stalls(stall_ms), server_args(wl, overrides, targets.get(target))
     else:
         def setup(seed: int):
             wl = random_workload(seed, n_requests=24, max_arrive=60, min_tokens=20,
                                  max_tokens=60)
             return (wl, [StallAt("forward.after_read_done", stall_ms)],
-                    server_args(wl, {"relay": "future_map", "war_barrier": "fine"}))
+                    server_args(wl, {"relay": "future_map", "war_barrier": "fine"},
+                                targets.get(target)))
     iterations, stale, trials, seed = 0, 0, 0, 1000
     kinds: Dict[str, int] = {}
     t0 = time.perf_counter()

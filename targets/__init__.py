@@ -42,7 +42,7 @@ class ImplTarget(Target):
 
     def grammar_backend(self):
         from impl.grammar import GrammarBackend
-        from impl.vocab import EOS_ID, VOCAB
+        from toys.vocab import EOS_ID, VOCAB
         return GrammarBackend(VOCAB, EOS_ID)
 
 

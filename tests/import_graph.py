@@ -7,7 +7,7 @@ import ast
 import os
 import sys
 
-PACKAGES = ("seams", "impl", "mutations", "harness", "targets", "scenarios", "litmus", "matrix", "specrace")
+PACKAGES = ("seams", "toys", "impl", "mutations", "harness", "targets", "scenarios", "litmus", "matrix", "specrace")
 
 
 def modules(root):

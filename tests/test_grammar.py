@@ -19,11 +19,11 @@ from harness.oracle.grammar import bitmask_row, brute_force_rows
 from harness.policies import Eager, Lazy, Stall
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import COPY_D2H, COPY_H2D, HOST_READ, EventRecord, SyncRecord
-from impl.drafter import derive_tree_links, draft_tree
+from toys.drafter import derive_tree_links, draft_tree
 from impl.grammar import (Grammar, GrammarBackend, GrammarMask, GrammarTree,
-                          apply_vocab_mask, bitmask_width, build_grammar_vocab_mask,
-                          generate_token_bitmask, traverse_tree)
-from impl.vocab import EOS_ID, TOKEN_ID, VOCAB, VOCAB_SIZE
+                          build_grammar_vocab_mask, generate_token_bitmask, traverse_tree)
+from toys.bitmask import apply_vocab_mask, bitmask_width
+from toys.vocab import EOS_ID, TOKEN_ID, VOCAB, VOCAB_SIZE
 
 V = VOCAB_SIZE
 W = bitmask_width(V)

@@ -25,13 +25,17 @@ LAYERS = ("runtime", "detect", "policies", ("oracle", "trials"), "report")
 
 # The top-level rooms, ground floor first: a room may import the rooms before it, never one
 # after. seams/ holds what every room uses (fault points, run context, permanent process
-# changes, source patching, signals, text); specrace/ is the front door (CLI, pytest plugin,
-# bench, replay, state machines).
-ROOMS = ("seams", "impl", "mutations", "harness", "targets", "scenarios", "litmus", "matrix",
-         "specrace")
+# changes, source patching, signals, text); toys/ is the toy world every target runs on
+# (the bigram model, paged attention and pools, the kernel stand-ins); impl/ is the mirror
+# target; specrace/ is the front door (CLI, pytest plugin, bench, replay, state machines).
+ROOMS = ("seams", "toys", "impl", "mutations", "harness", "targets", "scenarios", "litmus",
+         "matrix", "specrace")
 
-# The only module impl/ may import outside itself: the fault-point / observe hooks.
-IMPL_DOOR = "seams.faults"
+# What the code under test may import outside its own room: the toy world reaches the rest
+# only through the fault-point / observe hooks and the words of a run (its server args'
+# relays, fences, platforms); the mirror through the hooks and the toys -- so a run of
+# either is the same code whether the harness drives it or not.
+DOORS = {"toys": ("seams.faults", "seams.vocab"), "impl": ("seams.faults", "toys")}
 
 
 def _tool():
@@ -107,11 +111,26 @@ def test_the_room_checks_catch_a_back_edge():
         ("seams.faults", "harness.trials")}
 
 
-def test_impl_imports_only_the_fault_hooks(graph):
-    leaks = {(m, d) for m, deps in graph.items() if m.split(".")[0] == "impl"
-             for d in deps if d.split(".")[0] != "impl" and d != IMPL_DOOR}
-    assert leaks == set()
-    assert any(IMPL_DOOR in deps for m, deps in graph.items() if m.startswith("impl"))
+def _through_doors(graph, room: str) -> set:
+    """The imports out of ``room`` that pass none of its doors (``DOORS``)."""
+    doors = DOORS[room]
+    return {(m, d) for m, deps in graph.items() if m.split(".")[0] == room
+            for d in deps if d.split(".")[0] != room
+            and not any(d == door or d.startswith(door + ".") for door in doors)}
+
+
+@pytest.mark.parametrize("room", sorted(DOORS))
+def test_the_code_under_test_imports_only_through_its_doors(graph, room):
+    assert _through_doors(graph, room) == set()
+    assert any(d.startswith(DOORS[room]) for m, deps in graph.items()
+               if m.startswith(room) for d in deps)
+
+
+def test_the_door_check_catches_the_mirror_reaching_into_the_harness():
+    fake = {"impl.worker": {"toys.verify", "seams.faults", "harness.oracle.stale"},
+            "toys.verify": {"seams.faults", "seams.context"}}
+    assert _through_doors(fake, "impl") == {("impl.worker", "harness.oracle.stale")}
+    assert _through_doors(fake, "toys") == {("toys.verify", "seams.context")}
 
 
 def test_harness_layers_have_no_back_edges(graph):
@@ -148,7 +167,7 @@ def test_every_fault_point_the_code_marks_is_a_named_one():
     assert marked and marked <= set(FAULT_POINTS), marked - set(FAULT_POINTS)
     with pytest.raises(ValueError, match="unknown fault point"):
         StallAt("forward.after_readdone", None)
-    asked = _literal_first_args("ask", ("impl", "targets"))
+    asked = _literal_first_args("ask", ("toys", "impl", "targets"))
     assert asked and asked <= set(ASK_POINTS), asked - set(ASK_POINTS)
     with pytest.raises(ValueError, match="unknown host-order question"):
         FaultPlan(answers={"schedule.disable_overlapp": True})
@@ -177,7 +196,7 @@ def test_permanent_process_changes_are_the_listed_ones():
 # instead of skipping. The project's own names may stand directly under tests/ (the
 # project root comes first on sys.path: pyproject's pythonpath), an upstream's nowhere.
 _UPSTREAM = {"vllm", "sglang", "torch", "xgrammar", "triton", "transformers"}
-_PROJECT = {"seams", "impl", "mutations", "harness", "targets", "scenarios", "litmus",
+_PROJECT = {"seams", "toys", "impl", "mutations", "harness", "targets", "scenarios", "litmus",
             "matrix", "specrace", "tools"}
 
 

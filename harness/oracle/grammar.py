@@ -23,7 +23,7 @@ def check_constrained_outputs(workload: Workload, outputs: Dict[int, List[int]],
     """A fresh grammar of the target's own ``backend`` replays each output (the grammar
     the request was served under: upstream's and impl's differ in whitespace), and the
     text is validated as JSON against the schema -- independent of either backend."""
-    from impl.vocab import EOS_ID, decode
+    from toys.vocab import EOS_ID, decode
     for spec in workload.requests:
         if not spec.schema or spec.rid not in outputs:
             continue

@@ -1,5 +1,5 @@
 """The model oracle: reference-free. The toy target model's greedy continuation is known
-in closed form (``impl.model.successor``: each token's successor, a few tokens lead to
+in closed form (``toys.model.successor``: each token's successor, a few tokens lead to
 EOS), and speculative decoding with greedy verification is lossless -- whatever the
 drafts, every unconstrained output must be exactly that continuation of its prompt, up
 to EOS or the request's budget.
@@ -19,8 +19,8 @@ from harness.oracle.workload import Workload
 def greedy_continuation(prompt: List[int], budget: int) -> List[int]:
     """The target model's greedy output for ``prompt``: ``budget`` tokens, or up to and
     including EOS."""
-    from impl.model import successor  # torch: imported when a run is judged
-    from impl.vocab import EOS_ID
+    from toys.model import successor  # torch: imported when a run is judged
+    from toys.vocab import EOS_ID
     out: List[int] = []
     token = prompt[-1]
     while len(out) < budget:

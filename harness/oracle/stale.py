@@ -19,7 +19,7 @@ The engine reports host-visible values through ``seams.faults.observe``:
   reference does;
 * ``hidden_states`` -- the hidden-state rows a request with ``return_hidden_states`` got
   back with a committed result (row sums);
-* ``kv_context`` -- what a forward's attention read of its request's KV (``impl.attention``):
+* ``kv_context`` -- what a forward's attention read of its request's KV (``toys.attention``):
   how many positions and their checksum, for every launch -- the step a request ran past
   its finish included. Judged against the request's own history, not the reference: the
   prompt and every accepted token the host has seen for it (``result`` values, in step
@@ -34,7 +34,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from impl.attention import checksum
+from toys.attention import checksum
 
 from harness.oracle.divergence import Divergence
 

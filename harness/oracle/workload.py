@@ -27,7 +27,7 @@ class Workload:
     # default, which no workload here fills. A small pool forces slot reuse: a finished
     # request's slot goes to the next request that waits for one.
     req_pool_size: Optional[int] = None
-    # KV slots (impl.mem_cache); None: the server's default, which no workload fills. A
+    # KV slots (toys.mem_cache); None: the server's default, which no workload fills. A
     # small pool makes requests wait for slots and take the ones finished requests freed.
     kv_pool_size: Optional[int] = None
 

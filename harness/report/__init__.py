@@ -177,13 +177,13 @@ def python_hash_seed() -> str:
 
 
 def source_digest() -> str:
-    """sha256 over the Python sources of impl/, harness/, scenarios/, litmus/, matrix/ and
-    targets/ (every file a run of ours executes): a replay that disagrees can say whether
+    """sha256 over the Python sources of toys/, impl/, harness/, scenarios/, litmus/, matrix/
+    and targets/ (every file a run of ours executes): a replay that disagrees can say whether
     the code changed since the report was written."""
     import hashlib
     h = hashlib.sha256()
     root = REPO_ROOT
-    for top in ("impl", "harness", "scenarios", "litmus", "matrix", "targets"):
+    for top in ("toys", "impl", "harness", "scenarios", "litmus", "matrix", "targets"):
         base = os.path.join(root, top)
         for folder, dirs, files in sorted(os.walk(base)):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")

@@ -1,7 +1,6 @@
 """Drive a workload through a fresh scheduler of a target, on a runtime, under a fault plan."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Dict, List, Mapping, Optional
 
 from harness.oracle.workload import Workload
@@ -12,16 +11,14 @@ from seams.faults.plan import FaultPlan
 MAX_ITERATIONS = 400  # a run that does not finish by then is a finding, not a hang
 
 
-def server_args(workload: Workload, overrides: Mapping[str, Any]):
-    """ServerArgs for a workload (its draft length and request pool) and server-arg
+def server_args(workload: Workload, overrides: Mapping[str, Any], target: Target):
+    """``target``'s server args for a workload (its draft length and pools) and server-arg
     ``overrides`` (a variant's ``args``, and any more)."""
-    from impl.scheduler import ServerArgs
-    args = ServerArgs(draft_token_num=workload.draft_token_num)
-    if workload.req_pool_size is not None:
-        args = dataclasses.replace(args, req_pool_size=workload.req_pool_size)
-    if workload.kv_pool_size is not None:
-        args = dataclasses.replace(args, kv_pool_size=workload.kv_pool_size)
-    return dataclasses.replace(args, **overrides)
+    pools = {name: size for name, size in (("req_pool_size", workload.req_pool_size),
+                                           ("kv_pool_size", workload.kv_pool_size))
+             if size is not None}
+    return target.server_args(**{"draft_token_num": workload.draft_token_num, **pools,
+                                 **overrides})
 
 
 _BACKEND_CACHE: Dict[str, Any] = {}

@@ -53,7 +53,7 @@ def _run_one(run: Run, i: int, mutation, want_trace: bool) -> TrialResult:
     target = run.target
     workload = run.scenario.workload(run.seed + i)
     args = server_args(workload, {**run.variant.args, "war_barrier": str(run.war_barrier),
-                                  "platform": run.platform})
+                                  "platform": run.platform}, target)
     detect_now = run.detect  # every trial traced, on CUDA too
     trial_pol = run.policy.offset(i) if run.backend == Backend.SIM else None
     with target.watching() if i == 0 else contextlib.nullcontext():

@@ -95,7 +95,6 @@ class EngineMachine(RuleBasedStateMachine):
                 admission=st.sampled_from(ADMISSIONS))
     def start(self, policy: str, draft: int, pool: int, kv: int, layout: str = "full",
               chunk: int = 0, admission: str = "lifetime") -> None:
-        from impl.scheduler import ServerArgs
         self.target_name = self.target or os.environ.get("SPECRACE_TARGET", "impl")
         if self.target_name == "vllm":
             # the drawn chunks (3, 7 tokens) are below what vLLM's scheduler takes as a
@@ -106,10 +105,11 @@ class EngineMachine(RuleBasedStateMachine):
         self.backend = resolve_backend(os.environ.get("SPECRACE_BACKEND", "sim"))
         pol = parse_policy(policy) if self.backend == Backend.SIM else None
         self.rt = self.stack.enter_context(open_runtime(self.backend, pol))
-        self.args = ServerArgs(draft_token_num=draft, relay=self.relay,
-                               war_barrier=self.war_barrier, req_pool_size=pool,
-                               kv_pool_size=kv, kv_layout=layout, chunked_prefill_size=chunk,
-                               admission="lifetime" if chunk else admission)
+        self.args = self.tgt.server_args(draft_token_num=draft, relay=self.relay,
+                                         war_barrier=self.war_barrier, req_pool_size=pool,
+                                         kv_pool_size=kv, kv_layout=layout,
+                                         chunked_prefill_size=chunk,
+                                         admission="lifetime" if chunk else admission)
         self.gb = grammar_backend(self.tgt) if self.schemas else None
         self.stack.enter_context(self.tgt.variant(self.args, self.rt.device))
         with self._engine():

@@ -17,6 +17,7 @@ from harness.target import Target, TargetError
 from targets import static
 from targets.tiers import MetadataError
 from targets.sglang.boundary import contract
+from targets.sglang.boundary.server_args import SglangArgs
 
 # Scenarios the upstream engine runs: all of them (grammar staging on sglang's own
 # xgrammar backend)
@@ -37,6 +38,7 @@ class SglangTarget(Target):
     summary = "the installed sglang package's relay and batch code"
     scenarios = SCENARIOS
     platforms = ("cuda", "rocm")  # boundary.platform.PLATFORMS
+    args_type = SglangArgs
 
     def __init__(self) -> None:
         self.version = ""

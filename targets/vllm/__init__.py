@@ -20,6 +20,7 @@ from harness.target import Target, TargetError
 from targets import static
 from targets.tiers import MetadataError
 from targets.vllm.boundary import contract
+from targets.vllm.boundary.server_args import VllmArgs
 
 SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow", "vllm-input-prep",
              "vllm-draft-tokens", "vllm-mrv2", "vllm-mrv2-draft-tokens",
@@ -32,6 +33,7 @@ class VllmTarget(Target):
     summary = "the installed vLLM's V1 engine loop (async scheduling, spec decode)"
     scenarios = SCENARIOS
     platforms = ("cuda",)
+    args_type = VllmArgs
 
     def __init__(self) -> None:
         self.version = ""

@@ -1,7 +1,7 @@
 """Chunked prefill: a prefill takes at most ``chunked_prefill_size`` prompt
 tokens; the request it cuts short (``chunked_req``) keeps its row, stays out of the
 running batch and comes first in the next prefill, its middle chunks' results dropped
-(``impl.schedule_batch.form_prefill``; variants ``chunked*`` of kv-row-reuse). The
+(``toys.requests.form_prefill``; variants ``chunked*`` of kv-row-reuse). The
 helpers take a target: ``tests/upstream/test_sglang_chunked_prefill.py`` runs them under
 upstream's loop, with upstream's ``checkpoint_kv_cache``."""
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 
 import targets
 
-import impl.schedule_batch as schedule_batch
+import toys.requests as toy_requests
+from impl.schedule_batch import Req
 from harness.oracle.model import greedy_continuation
 from harness.oracle.stale import StaleValueOracle, checksum
 from matrix.run import PROBES, run_probe
@@ -43,18 +44,18 @@ class _Pool:
 
 
 def _req(rid: int, n: int):
-    return schedule_batch.Req(rid, list(range(1, n + 1)), 4)
+    return Req(rid, list(range(1, n + 1)), 4)
 
 
 def test_a_prefill_takes_at_most_the_budget_and_cuts_the_last_request():
     waiting = collections.deque([_req(0, 3), _req(1, 6), _req(2, 2)])
-    reqs, cut = schedule_batch.form_prefill(waiting, None, 4, 5, _Pool(8))
+    reqs, cut = toy_requests.form_prefill(waiting, None, 4, 5, _Pool(8))
     assert [r.rid for r in reqs] == [0, 1] and cut is reqs[1]
     assert [(r.prefix_len, r.extend_end) for r in reqs] == [(0, 3), (0, 2)]
     assert cut.inflight_middle_chunks == 1 and [r.rid for r in waiting] == [2]
     # the next prefill: the request being chunked first, from where it stopped
     cut.prefix_len = cut.extend_end  # (the scheduler's checkpoint between the two)
-    reqs, cut2 = schedule_batch.form_prefill(waiting, cut, 4, 5, _Pool(8))
+    reqs, cut2 = toy_requests.form_prefill(waiting, cut, 4, 5, _Pool(8))
     assert [r.rid for r in reqs] == [1, 2] and cut.inflight_middle_chunks == 1
     # the rest of it (4 tokens), and the one token left of the budget to the next request
     assert [(r.prefix_len, r.extend_end) for r in reqs] == [(2, 6), (0, 1)]
@@ -65,7 +66,7 @@ def test_a_prefill_takes_at_most_the_budget_and_cuts_the_last_request():
 
 def test_without_a_budget_every_context_goes_whole():
     waiting = collections.deque([_req(0, 30), _req(1, 9)])
-    reqs, cut = schedule_batch.form_prefill(waiting, None, 4, 0, _Pool(8))
+    reqs, cut = toy_requests.form_prefill(waiting, None, 4, 0, _Pool(8))
     assert cut is None and [r.extend_end for r in reqs] == [30, 9]
 
 
@@ -73,7 +74,7 @@ def test_a_budget_spent_by_the_chunked_request_admits_nobody():
     waiting = collections.deque([_req(1, 3)])
     long = _req(0, 12)
     long.prefix_len, long.launched = 4, 1
-    reqs, cut = schedule_batch.form_prefill(waiting, long, 4, 4, _Pool(8))
+    reqs, cut = toy_requests.form_prefill(waiting, long, 4, 4, _Pool(8))
     assert reqs == [long] and cut is long and long.extend_end == 8
     assert len(waiting) == 1
 
@@ -88,13 +89,13 @@ def watch_chunks(monkeypatch, target: str, policy: str = "eager",
     """Every prefill the trial (and its reference) formed, as ``(rid, prefix, end,
     context length)`` per request, and the trial's result."""
     formed = []
-    real = schedule_batch.form_prefill
+    real = toy_requests.form_prefill
 
     def spy(*a, **kw):
         reqs, cut = real(*a, **kw)
         formed.append([(r.rid, r.prefix_len, r.extend_end, len(r.context())) for r in reqs])
         return reqs, cut
-    monkeypatch.setattr(schedule_batch, "form_prefill", spy)
+    monkeypatch.setattr(toy_requests, "form_prefill", spy)
     # both loops bound the name at import: rebind theirs for the spy
     import impl.scheduler
     monkeypatch.setattr(impl.scheduler, "form_prefill", spy)
@@ -140,7 +141,7 @@ def test_the_kv_oracle_judges_a_chunk_up_to_its_end():
     class Ref:
         results, hidden, seq_lens, confidence, outputs = {}, {}, {}, {}, {}
     oracle = StaleValueOracle(Ref(), stop_early=False)
-    req = schedule_batch.Req(3, [5, 6, 7, 8, 9], 4)
+    req = Req(3, [5, 6, 7, 8, 9], 4)
     ok = {"req": req, "step": 0, "n": 3, "checksum": checksum([5, 6, 7]), "prefill": True,
           "extend_end": 3}
     oracle("kv_context", ok)
@@ -151,12 +152,16 @@ def test_the_kv_oracle_judges_a_chunk_up_to_its_end():
 
 
 def test_chunked_prefill_is_refused_where_it_is_not_modelled():
-    from impl.scheduler import ServerArgs
+    from targets.sglang.boundary.server_args import SglangArgs
+    from toys.server_args import ServerArgs
     with pytest.raises(ValueError, match="chunked prefill"):
-        ServerArgs(chunked_prefill_size=4, spec_algorithm="dspark").validate()
-    ServerArgs(chunked_prefill_size=4, spec_algorithm="eagle-v2").validate()
+        SglangArgs(chunked_prefill_size=4, spec_algorithm="dspark").validate()
+    SglangArgs(chunked_prefill_size=4, spec_algorithm="eagle-v2").validate()
     with pytest.raises(ValueError, match="chunked_prefill_size"):
         ServerArgs(chunked_prefill_size=-1).validate()
+    # the sglang target's slices are not the mirror's
+    with pytest.raises(ValueError, match="spec_algorithm"):
+        ServerArgs(spec_algorithm="dspark").validate()
 
 
 @pytest.mark.parametrize("name", MUTATIONS)

@@ -12,9 +12,9 @@ from harness.detect import detect
 from harness.policies import Eager, Lazy, Stall
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import SyncRecord
-from impl.drafter import (BRANCHING_PARENTS, CHAIN_PARENTS, MAX_DRAFT, derive_tree_links,
+from toys.drafter import (BRANCHING_PARENTS, CHAIN_PARENTS, MAX_DRAFT, derive_tree_links,
                           draft_tree, reference_draft_tree, tree_parents)
-from impl.vocab import VOCAB_SIZE
+from toys.vocab import VOCAB_SIZE
 
 V = VOCAB_SIZE
 ROOTS = [0, 1, 2, 7, 42, V - 2, V - 1, 50]

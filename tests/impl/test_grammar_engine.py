@@ -11,7 +11,7 @@ from harness.trials.drive import server_args
 from harness.trials.reference import reference
 from harness.trials.trial import run_trial
 from harness.policies import parse_policy
-from impl.vocab import EOS_ID, decode
+from toys.vocab import EOS_ID, decode
 from scenarios.registry import get
 import targets
 
@@ -25,7 +25,7 @@ def test_constrained_outputs_valid_and_others_unaffected(scenario, policy):
     completed = constrained = 0
     for seed in (0, 1):
         wl = sc.workload(seed)
-        args = server_args(wl, sc.variants["fixed"].args)
+        args = server_args(wl, sc.variants["fixed"].args, targets.get("impl"))
         res = run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None), target=targets.get("impl"))
         assert res.divergence is None, res.divergence
         assert res.races == []

@@ -13,8 +13,9 @@ from harness.trials.trial import run_trial
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import ReplayedOp
 from harness.policies import parse_policy
-from impl.graph_runner import VerifyGraphRunner, graphs_supported
-from impl.scheduler import Scheduler, ServerArgs
+from toys.graph_runner import VerifyGraphRunner, graphs_supported
+from impl.scheduler import Scheduler
+from toys.server_args import ServerArgs
 from matrix.run import PROBES, run_probe
 from mutations import BY_NAME
 from scenarios.registry import get
@@ -25,7 +26,7 @@ SC = get("ngram-filter-race")
 
 def _trial(policy, seed, **overrides):
     wl = SC.workload(seed)
-    args = server_args(wl, {**SC.variants["fixed"].args, **overrides})
+    args = server_args(wl, {**SC.variants["fixed"].args, **overrides}, targets.get("impl"))
     return run_trial("sim", parse_policy(policy), wl, args, SC.stalls(None), keep_trace=True, target=targets.get("impl"))
 
 
@@ -54,13 +55,13 @@ def test_decode_steps_replay_and_match_the_eager_forward(policy):
     assert with_graphs.outputs == without.outputs
     replays = [r for r in with_graphs.trace.log if isinstance(r, ReplayedOp)]
     assert replays and {r.name for r in replays} == {"embedding.default", "mm.default"}
-    assert all(r.replay.frame[0].endswith("impl/graph_runner.py") for r in replays)
-    assert all(r.frame[0].endswith("impl/model.py") for r in replays)  # the capture site
+    assert all(r.replay.frame[0].endswith("toys/graph_runner.py") for r in replays)
+    assert all(r.frame[0].endswith("toys/model.py") for r in replays)  # the capture site
     assert not [r for r in without.trace.log if isinstance(r, ReplayedOp)]
 
 
 def test_batches_above_the_largest_bucket_run_eagerly(monkeypatch):
-    from impl.model import ToyTargetModel
+    from toys.model import ToyTargetModel
     replayed, eager = [], []
     real_replay, real_forward = VerifyGraphRunner.replay, ToyTargetModel.forward
     monkeypatch.setattr(VerifyGraphRunner, "replay",
@@ -87,7 +88,7 @@ def test_the_synchronous_reference_is_graph_free(monkeypatch):
         monkeypatch.setattr(room, "drive", spy)
     monkeypatch.setattr(reference, "_REFERENCE_CACHE", type(reference._REFERENCE_CACHE)())
     wl = SC.workload(4)
-    trial.run_trial("sim", parse_policy("eager"), wl, server_args(wl, {}), [], detect_races=False, target=targets.get("impl"))
+    trial.run_trial("sim", parse_policy("eager"), wl, server_args(wl, {}, targets.get("impl")), [], detect_races=False, target=targets.get("impl"))
     assert seen[0] == (False, False) and seen[1] == (True, True)
 
 
@@ -105,13 +106,13 @@ def test_graph_mutations_are_caught_on_every_seed_probe(name, oracles):
 
 def test_graph_races_name_the_capture_and_replay_sites():
     wl = SC.workload(0)
-    args = server_args(wl, SC.variants["fixed"].args)
+    args = server_args(wl, SC.variants["fixed"].args, targets.get("impl"))
     res = run_trial("sim", parse_policy("eager"), wl, args, [],
                     mutation=BY_NAME["graph-replay-on-side-stream"], target=targets.get("impl"))
     mm = [r for r in res.races if r.first.op == "mm.default"]
     assert mm, [r.summary() for r in res.races]
     text = mm[0].summary()
-    assert "graph mm.default [write] captured at impl/model.py:" in text
+    assert "graph mm.default [write] captured at toys/model.py:" in text
     assert "replayed at" in text and "unordered with forward argmax" in text
 
 

@@ -14,8 +14,8 @@ from harness.trials.trial import run_trial
 from harness.oracle.stale import Reference, StaleValueOracle
 from harness.policies import Eager, parse_policy
 from harness.runtime import open_runtime
-from impl import mem_cache
-from impl.attention import checksum
+from toys import mem_cache
+from toys.attention import checksum
 from impl.schedule_batch import Req
 from matrix.run import PROBES, run_probe
 from mutations import BY_NAME
@@ -99,7 +99,7 @@ def _watch_pools(seed: int, target: str = "impl"):
     sc = get("kv-row-reuse")
     wl = sc.workload(seed)
     tgt = targets.get(target)
-    args = server_args(wl, {})
+    args = server_args(wl, {}, tgt)
     slot_owners, row_owners = {}, {}
     with open_runtime("sim", Eager(), trace=False) as rt, tgt.variant(args, rt.device):
         sched = tgt.scheduler(args, rt.device)
@@ -136,7 +136,7 @@ def test_fixed_code_is_clean_on_reused_pools(policy, fence, layout):
     sc = get("kv-row-reuse")
     wl = sc.workload(0)
     res = run_trial("sim", parse_policy(policy), wl,
-                    server_args(wl, {"war_barrier": fence, "kv_layout": layout}),
+                    server_args(wl, {"war_barrier": fence, "kv_layout": layout}, targets.get("impl")),
                     sc.stalls(None), target=targets.get("impl"))
     assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
     assert res.checked > 50  # every launch's attention read was judged
@@ -171,7 +171,7 @@ def test_the_barrier_removed_reads_a_row_rewritten_under_the_forward():
     finish gathers its row after the schedule stream gave it to the next request."""
     sc = get("kv-row-reuse")
     wl = sc.workload(0)
-    res = run_trial("sim", Eager(), wl, server_args(wl, {}), sc.stalls(None),
+    res = run_trial("sim", Eager(), wl, server_args(wl, {}, targets.get("impl")), sc.stalls(None),
                     mutation=BY_NAME["war-barrier-removed"], target=targets.get("impl"))
     d = res.divergence
     assert d is not None and d.kind == "kv_context" and "past its finish" in d.message, d

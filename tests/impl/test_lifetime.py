@@ -18,7 +18,7 @@ import targets
 def _trial(scenario: str, policy: str, mutation=None, seed: int = 0):
     sc = get(scenario)
     wl = sc.workload(seed)
-    args = server_args(wl, {**sc.variants["fixed"].args, "war_barrier": "fine"})
+    args = server_args(wl, {**sc.variants["fixed"].args, "war_barrier": "fine"}, targets.get("impl"))
     return run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None), stop_early=False,
                      mutation=mutation, target=targets.get("impl"))
 
@@ -33,7 +33,7 @@ def test_schedule_inputs_not_recorded_race_across_a_reuse():
     assert r.reuse.old.stream == r.reuse.new.stream == "schedule"
     # a forward input the schedule stream made (prepare_for_extend's)
     assert any(f in r.reuse.old.where() for f in ("impl/scheduler.py",
-                                                   "impl/schedule_batch.py"))
+                                                   "toys/requests.py"))
 
 
 def test_copy_sources_freed_early_race_across_a_reuse():

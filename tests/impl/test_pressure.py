@@ -29,7 +29,8 @@ def retraction_points(target: str, seed: int, overlap: bool):
     """``{rid: [from_step, ...]}`` of one run of the pressure variant, and its outputs."""
     sc = get("kv-pressure")
     wl = sc.workload(seed)
-    args = dataclasses.replace(server_args(wl, sc.variants["fixed"].args), overlap=overlap)
+    args = dataclasses.replace(server_args(wl, sc.variants["fixed"].args, targets.get(target)),
+                               overlap=overlap)
     seen = collections.defaultdict(list)
 
     def observer(name, ctx):

@@ -1,6 +1,6 @@
 """Retraction: running requests give their row and slots back mid-run -- a step
 of theirs possibly in flight -- and are prefilled again from their prompt and tokens
-(``impl.schedule_batch.retract``; variant ``retract`` of kv-row-reuse). The helpers take
+(``toys.requests.retract``; variant ``retract`` of kv-row-reuse). The helpers take
 a target: ``tests/upstream/test_sglang_retraction.py`` runs them on upstream's
 ``release_req``."""
 from __future__ import annotations
@@ -9,7 +9,8 @@ import dataclasses
 
 import pytest
 
-import impl.schedule_batch as schedule_batch
+import toys.requests as toy_requests
+from impl.schedule_batch import Req
 from harness.oracle.model import greedy_continuation
 from harness.oracle.stale import StaleValueOracle, checksum
 from harness.policies import parse_policy
@@ -28,7 +29,7 @@ def run_retract(target: str, policy: str, seed: int = 0, variant: str = "retract
     sc = get(scenario)
     wl = sc.workload(seed)
     v = sc.variants[variant]
-    return run_trial("sim", parse_policy(policy), wl, server_args(wl, v.args),
+    return run_trial("sim", parse_policy(policy), wl, server_args(wl, v.args, targets.get(target)),
                      sc.stalls(None), target=targets.get(target),
                      mutation=v.patch(targets.get(target)))
 
@@ -36,14 +37,14 @@ def run_retract(target: str, policy: str, seed: int = 0, variant: str = "retract
 def watch_retractions(monkeypatch, target: str, policy: str = "eager"):
     """Each retraction the trial (and its reference) made: ``(rid, tokens held, a step in
     flight?)``, and the trial's result (both loops retract through
-    ``impl.schedule_batch.retract``)."""
+    ``toys.requests.retract``)."""
     seen = []
-    real = schedule_batch.retract
+    real = toy_requests.retract
 
     def spy(req, kv):
         seen.append((req.rid, len(req.output_ids), req.launched - 1 > req.committed_step))
         real(req, kv)
-    monkeypatch.setattr(schedule_batch, "retract", spy)
+    monkeypatch.setattr(toy_requests, "retract", spy)
     return seen, run_retract(target, policy)
 
 
@@ -77,8 +78,8 @@ def run_to_end(target: str, variant: str, seed: int = 0):
     import targets
     sc = get("kv-row-reuse")
     wl = sc.workload(seed)
-    args = server_args(wl, dict(sc.variants[variant].args))
     tgt = targets.get(target)
+    args = server_args(wl, dict(sc.variants[variant].args), tgt)
     with open_runtime("sim", trace=False) as rt, tgt.variant(args, rt.device):
         sched = tgt.scheduler(args, rt.device)
         reqs = {s.rid: tgt.request(s.rid, s.prompt, s.max_new_tokens) for s in wl.requests}
@@ -104,7 +105,7 @@ def test_the_kv_oracle_judges_a_re_prefill_against_the_whole_history():
     class Ref:
         results, hidden, seq_lens, confidence, outputs = {}, {}, {}, {}, {}
     oracle = StaleValueOracle(Ref(), stop_early=False)
-    req = schedule_batch.Req(3, [5, 6, 7], 4)
+    req = Req(3, [5, 6, 7], 4)
     oracle("result", {"req": req, "step": 0, "accept_len": 1, "tokens": [8]})
     # step 1 was retracted before its result; its number goes to the re-prefill, which
     # attends to the prompt and the token the request had

@@ -15,7 +15,7 @@ POLICIES = ["eager", "lazy", "stall(forward)", "random(3)", "pct(5,3)"]
 
 def trial(variant, war_barrier, policy, seed, stall_ms=None):
     wl = SC.workload(seed)
-    args = server_args(wl, {**SC.variants[variant].args, "war_barrier": war_barrier})
+    args = server_args(wl, {**SC.variants[variant].args, "war_barrier": war_barrier}, targets.get("impl"))
     return run_trial("sim", parse_policy(policy), wl, args, SC.stalls(stall_ms), target=targets.get("impl"))
 
 
@@ -61,7 +61,7 @@ def test_fixed_relay_is_clean(policy, seed):
 def test_fixed_outputs_equal_reference_token_for_token():
     from harness.trials.reference import reference
     wl = SC.workload(4)
-    args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"})
+    args = server_args(wl, {"relay": "future_map", "war_barrier": "fine"}, targets.get("impl"))
     res = run_trial("sim", parse_policy("lazy"), wl, args, SC.stalls(None), target=targets.get("impl"))
     ref = reference(wl, args, "sim", targets.get("impl"))
     assert res.outputs == ref.outputs
@@ -84,7 +84,7 @@ def test_host_order_and_dp_idle_scenarios(name, policy):
     sc = get(name)
     wl = sc.workload(0)
     for variant, clean in (("fixed", True), ("pre-fix", False)):
-        args = server_args(wl, {**sc.variants[variant].args, "war_barrier": "fine"})
+        args = server_args(wl, {**sc.variants[variant].args, "war_barrier": "fine"}, targets.get("impl"))
         res = run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None), answers=sc.answers, target=targets.get("impl"))
         if clean:
             assert res.divergence is None and res.races == [], (res.divergence, res.races)

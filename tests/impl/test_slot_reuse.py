@@ -21,7 +21,7 @@ from mutations import BY_NAME, SLOT_REUSE
 def _watch(workload, target="impl"):
     """Run ``workload`` step by step; what happened to the pool and the running batch."""
     tgt = targets.get(target)
-    args = server_args(workload, {})
+    args = server_args(workload, {}, tgt)
     seen = {"owners": defaultdict(list), "reused_in_flight": [], "finish_and_join": []}
     with open_runtime("sim", Eager(), trace=False) as rt, tgt.variant(args, rt.device):
         sched = tgt.scheduler(args, rt.device)
@@ -94,7 +94,7 @@ def test_every_seed_of_the_slot_reuse_probes_decides(probe, name):
 
 
 def test_pool_size_is_validated():
-    from impl.scheduler import ServerArgs
+    from toys.server_args import ServerArgs
     for bad in (0, 1, 4097):
         with pytest.raises(ValueError, match="req_pool_size"):
             ServerArgs(req_pool_size=bad).validate()

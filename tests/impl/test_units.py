@@ -7,13 +7,13 @@ from hypothesis import strategies as st
 
 from harness.policies import Eager, Lazy
 from harness.runtime.sim.runtime import sim_runtime
-from impl.model import ToyTargetModel, successor
-from impl.tree import derive_tree_links as tree_links
-from impl.ngram import NgramProposer
+from toys.model import ToyTargetModel, successor
+from toys.tree import derive_tree_links as tree_links
+from toys.ngram import NgramProposer
 from impl.overlap import FutureMap, RelayPayload
 from impl.spec_info import NgramVerifyInput
-from impl.verify import verify_tree_greedy
-from impl.vocab import VOCAB_SIZE
+from toys.verify import verify_tree_greedy
+from toys.vocab import VOCAB_SIZE
 
 
 def brute_force_verify(target, draft, parents):

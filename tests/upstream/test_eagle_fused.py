@@ -209,7 +209,7 @@ def test_on_the_simulator_upstream_takes_its_gpu_paths():
     variant = sc.variants["plan-stream"]
     wl = sc.workload(0)
     with open_runtime("sim", parse_policy("lazy")) as rt:
-        drive(rt, wl, server_args(wl, variant.args), FaultPlan(), target)
+        drive(rt, wl, server_args(wl, variant.args, target), FaultPlan(), target)
     marked = {r.frame[2] for r in rt.trace.log
               if isinstance(r, RecordStreamRecord) and r.frame}
     assert {"record_stream_each", "async_d2h"} <= marked, marked

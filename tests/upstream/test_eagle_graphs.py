@@ -34,7 +34,7 @@ def _run(backend, variant, graphs: bool, monkeypatch=None):
                 return _f(self, *a, **kw)
             monkeypatch.setattr(cls, name, counted)
     wl = EAGLE_V2.workload(0)
-    args = dataclasses.replace(server_args(wl, EAGLE_V2.variants[variant].args), cuda_graph=graphs)
+    args = dataclasses.replace(server_args(wl, EAGLE_V2.variants[variant].args, targets.get("sglang")), cuda_graph=graphs)
     accepts, decodes = [], []
     plan = FaultPlan(observer=lambda name, v: (
         accepts.append(v["accept_len"]) if name == "result" else None,

@@ -56,15 +56,15 @@ def test_chunking_bugs_are_killed_on_every_seed(name):
     impl_tests.test_chunking_bugs_are_killed_on_every_seed(name, "sglang")
 
 
-def test_a_patch_of_impl_reaches_the_targets_that_bound_it_by_name():
-    """The sglang target's loop binds impl's formation helpers by name (``from
-    impl.schedule_batch import middle_chunk``): a patch of impl's function rebinds its
-    name there too, for the patch's duration only."""
+def test_a_patch_of_a_toy_reaches_the_targets_that_bound_it_by_name():
+    """The sglang target's loop binds the toy world's formation helpers by name (``from
+    toys.requests import middle_chunk``): a patch of that function rebinds its name there
+    too, for the patch's duration only."""
     import targets.sglang.engine.loop as loop
-    from impl import schedule_batch
+    from toys import requests
     from mutations import BY_NAME
-    raw = schedule_batch.middle_chunk
+    raw = requests.middle_chunk
     assert loop.middle_chunk is raw
     with BY_NAME["middle-chunk-committed"].applied():
-        assert loop.middle_chunk is schedule_batch.middle_chunk is not raw
+        assert loop.middle_chunk is requests.middle_chunk is not raw
     assert loop.middle_chunk is raw

@@ -86,7 +86,7 @@ def test_prefill_batches_between_decodes_do_not_open_the_ring_race():
     sc = get("dspark-confidence-ring")
     for seed in range(3):
         wl = random_workload(seed, n_requests=8, draft_token_num=4, max_arrive=14)
-        args = server_args(wl, sc.variants["cpu-seq-lens"].args)
+        args = server_args(wl, sc.variants["cpu-seq-lens"].args, targets.get("sglang"))
         for policy in ("eager", "random(1)", "pct(2,2)"):
             res = run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None),
                             target=targets.get("sglang"))
@@ -102,7 +102,7 @@ def test_the_planner_and_the_oracle_see_every_resolved_slot():
     plan = FaultPlan(observer=lambda name, ctx: seen.append(name))
     with open_runtime("sim", parse_policy("eager"), trace=False) as rt, \
             sc.variants["fixed"].patch(targets.get("sglang")).applied():
-        drive(rt, wl, server_args(wl, sc.variants["fixed"].args), plan, targets.get("sglang"))
+        drive(rt, wl, server_args(wl, sc.variants["fixed"].args, targets.get("sglang")), plan, targets.get("sglang"))
     assert seen.count("confidence_resolved") >= 3
     assert seen.count("confidence_published") > seen.count("confidence_resolved")
 
@@ -122,7 +122,7 @@ def test_the_budget_planner_reads_reused_slots_as_stale_and_the_oracle_sees_each
             ctx["rows"]) if name == "confidence_used" else None)
         with open_runtime("sim", parse_policy("eager"), trace=False) as rt, \
                 sc.variants["fixed"].patch(targets.get("sglang")).applied():
-            drive(rt, wl, server_args(wl, sc.variants["fixed"].args), plan,
+            drive(rt, wl, server_args(wl, sc.variants["fixed"].args, targets.get("sglang")), plan,
                   targets.get("sglang"))
         for req, label, used in rows:
             if label is None:

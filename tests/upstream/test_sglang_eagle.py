@@ -25,7 +25,7 @@ def sglang():
 
 def _run(backend, variant="fixed"):
     wl = EAGLE_V2.workload(0)
-    args = server_args(wl, EAGLE_V2.variants[variant].args)
+    args = server_args(wl, EAGLE_V2.variants[variant].args, targets.get("sglang"))
     seen = collections.Counter()
     plan = FaultPlan(observer=lambda name, v: seen.update(
         [("accept", v["accept_len"])] if name == "result" else []))
@@ -58,7 +58,7 @@ def test_the_output_is_the_target_models_greedy_output(specrace_backend):
     assert planned == out
     _, eagle3, _ = _run(specrace_backend, "eagle3")
     assert eagle3 == out
-    args = server_args(wl, {})
+    args = server_args(wl, {}, targets.get("sglang"))
     with open_runtime(specrace_backend, parse_policy("eager")) as rt:
         ngram = drive(rt, wl, args, FaultPlan(), target=targets.get("sglang"))
     assert ngram == out
@@ -87,7 +87,7 @@ def test_a_tree_draft_moves_the_accepted_path(specrace_backend, monkeypatch):
     """topk 2: upstream's tree path -- the verify window's slots from the platform seam,
     the accepted path compacted and its KV moved to the window's front -- runs, and the
     output is the chain's."""
-    from impl.mem_cache import ToyKVPool
+    from toys.mem_cache import ToyKVPool
     moves = []
     move = ToyKVPool.move_kv_cache
     monkeypatch.setattr(ToyKVPool, "move_kv_cache",
@@ -108,7 +108,7 @@ def test_the_kv_oracle_judges_every_eagle_launch(variant):
     passes."""
     from harness.oracle.stale import Reference, StaleValueOracle
     wl = EAGLE_V2.workload(0)
-    args = server_args(wl, EAGLE_V2.variants[variant].args)
+    args = server_args(wl, EAGLE_V2.variants[variant].args, targets.get("sglang"))
     oracle = StaleValueOracle(Reference({}, {}), stop_early=False)
     seen = collections.Counter()
 
@@ -177,7 +177,7 @@ def test_grammar_runs_behind_upstreams_barrier_and_matches_ngram(monkeypatch):
     outs = {}
     for name, overrides in (("eagle", EAGLE_V2_GRAMMAR.variants["fixed"].args), ("ngram", {})):
         with open_runtime("sim", parse_policy("eager")) as rt:
-            outs[name] = drive(rt, wl, server_args(wl, overrides), FaultPlan(),
+            outs[name] = drive(rt, wl, server_args(wl, overrides, targets.get("sglang")), FaultPlan(),
                                target=targets.get("sglang"))
     assert outs["eagle"] == outs["ngram"]
     assert advanced["results"] > 0

@@ -17,8 +17,8 @@ from harness.detect import detect
 from harness.oracle.grammar import allowed_tokens, bitmask_row, brute_force_rows
 from harness.policies import Lazy
 from harness.runtime.sim.runtime import sim_runtime
-from impl.tree import derive_tree_links
-from impl.vocab import EOS_ID, VOCAB_SIZE
+from toys.tree import derive_tree_links
+from toys.vocab import EOS_ID, VOCAB_SIZE
 
 V = VOCAB_SIZE
 W = (V + 31) // 32

@@ -19,9 +19,9 @@ def sglang():
 
 
 def _pools(layout="full"):
-    from impl.scheduler import ServerArgs
+    from targets.sglang.boundary.server_args import SglangArgs
     from targets.sglang.engine.pools import build_pools
-    return build_pools(ServerArgs(req_pool_size=4, kv_pool_size=64, draft_token_num=4,
+    return build_pools(SglangArgs(req_pool_size=4, kv_pool_size=64, draft_token_num=4,
                                   kv_layout=layout), "cpu")
 
 
@@ -42,8 +42,8 @@ def test_the_release_functions_run_where_the_release_has_them(sglang):
 def _loop(sglang, **kw):
     """Upstream's loop over tiny pools on the simulator, in the target's run context (its
     prefill formation is used here; the loop is not stepped)."""
-    from impl.scheduler import ServerArgs
-    args = ServerArgs(**{"req_pool_size": 4, "kv_pool_size": 64, "draft_token_num": 4, **kw})
+    from targets.sglang.boundary.server_args import SglangArgs
+    args = SglangArgs(**{"req_pool_size": 4, "kv_pool_size": 64, "draft_token_num": 4, **kw})
     with open_runtime("sim", trace=False) as rt, sglang.variant(args, rt.device):
         yield sglang.scheduler(args, rt.device)
 
@@ -108,7 +108,7 @@ def test_a_run_under_upstreams_loop_gives_every_row_and_slot_back(sglang, policy
     from targets.sglang.engine import kv_lifecycle
     sc = get("kv-row-reuse")
     wl = sc.workload(0)
-    args = server_args(wl, {})
+    args = server_args(wl, {}, sglang)
     with open_runtime("sim", parse_policy(policy), trace=False) as rt, \
             sglang.variant(args, rt.device):
         sched = sglang.scheduler(args, rt.device)

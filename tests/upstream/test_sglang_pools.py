@@ -20,11 +20,11 @@ import targets
 def test_the_pools_are_upstreams():
     import targets
     targets.get("sglang")  # loaded first: its stand-ins for absent GPU packages
-    from impl.scheduler import ServerArgs
+    from targets.sglang.boundary.server_args import SglangArgs
     from targets.sglang.engine.pools import build_pools
     from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
     from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-    pools = build_pools(ServerArgs(req_pool_size=5, kv_pool_size=32), "cpu")
+    pools = build_pools(SglangArgs(req_pool_size=5, kv_pool_size=32), "cpu")
     assert pools.origin == "upstream"
     assert type(pools.req_to_token_pool) is ReqToTokenPool
     assert type(pools.allocator) is TokenToKVPoolAllocator
@@ -42,7 +42,7 @@ def test_rows_and_slots_are_reused_within_a_run():
 def test_released_code_is_clean_on_reused_pools(policy):
     sc = get("kv-row-reuse")
     wl = sc.workload(1)
-    res = run_trial("sim", parse_policy(policy), wl, server_args(wl, {}), sc.stalls(None),
+    res = run_trial("sim", parse_policy(policy), wl, server_args(wl, {}, targets.get("sglang")), sc.stalls(None),
                     target=targets.get("sglang"))
     assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
     assert res.checked > 50

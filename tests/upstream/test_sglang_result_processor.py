@@ -28,7 +28,7 @@ def sglang():
 def _run(sglang, scenario, variant, seed=0, policy="eager", spy=None):
     sc = get(scenario)
     wl = sc.workload(seed)
-    args = server_args(wl, sc.variants[variant].args)
+    args = server_args(wl, sc.variants[variant].args, sglang)
     with open_runtime("sim", parse_policy(policy)) as rt:
         outputs = drive(rt, wl, args, FaultPlan(), target=targets.get("sglang"))
     return wl, outputs
@@ -83,8 +83,8 @@ def test_a_finish_is_upstreams_decision(sglang, monkeypatch):
 def test_the_swa_layout_keeps_the_targets_own_commit(sglang):
     """Specrace's SWA allocator is not upstream's: there the finish cannot release through
     upstream's ``release_kv_cache``, and the target's own commit runs (still correct)."""
-    from impl.scheduler import ServerArgs
-    args = ServerArgs(req_pool_size=4, kv_pool_size=64, draft_token_num=4, kv_layout="swa")
+    from targets.sglang.boundary.server_args import SglangArgs
+    args = SglangArgs(req_pool_size=4, kv_pool_size=64, draft_token_num=4, kv_layout="swa")
     with open_runtime("sim", trace=False) as rt, sglang.variant(args, rt.device):
         assert sglang.scheduler(args, rt.device).upstream_processor is None
     wl, outputs = _run(sglang, "kv-row-reuse", "swa")

@@ -50,23 +50,23 @@ def test_removing_the_barrier_reads_a_retracted_row_rewritten():
 def test_upstreams_eagle_worker_is_clean_through_retractions(monkeypatch, policy):
     """EAGLE v2: the retracted requests leave through upstream's filter_batch with their
     EagleDraftInput, a step of theirs in flight; prefilled again, they draft on."""
-    import impl.schedule_batch
+    import toys.requests
     from harness.policies import parse_policy
     from harness.trials.drive import server_args
     from harness.trials.trial import run_trial
     from scenarios.registry import get
     seen = []
-    real = impl.schedule_batch.retract
+    real = toys.requests.retract
 
     def spy(req, kv):
         seen.append(req.launched - 1 > req.committed_step)
         real(req, kv)
-    monkeypatch.setattr(impl.schedule_batch, "retract", spy)
+    monkeypatch.setattr(toys.requests, "retract", spy)
     sc = get("eagle-v2")
     for seed in (0, 1):
         wl = sc.workload(seed)
         res = run_trial("sim", parse_policy(policy), wl,
-                        server_args(wl, sc.variants["retract"].args), sc.stalls(None),
+                        server_args(wl, sc.variants["retract"].args, targets.get("sglang")), sc.stalls(None),
                         target=targets.get("sglang"))
         assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
     assert any(seen)  # a step in flight at a retraction

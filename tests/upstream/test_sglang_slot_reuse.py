@@ -27,7 +27,7 @@ def sglang():
 
 def test_the_workloads_pool_size_reaches_upstreams_future_map(sglang):
     wl = slot_reuse_workload(0)
-    args = server_args(wl, {})
+    args = server_args(wl, {}, sglang)
     with open_runtime("sim", trace=False) as rt, sglang.variant(args, rt.device):
         sched = sglang.scheduler(args, rt.device)
         fm = sched.future_map

@@ -28,7 +28,7 @@ try:
         from scenarios.registry import get
         sc = get("ngram-filter-race"); variant, barrier = name.split(":")
         wl = sc.workload(0)
-        args = server_args(wl, {**sc.variants[variant].args, "war_barrier": barrier})
+        args = server_args(wl, {**sc.variants[variant].args, "war_barrier": barrier}, targets.get("impl"))
         with open_runtime("cuda", trace=False) as rt:
             drive(rt, wl, args, FaultPlan(stalls=sc.stalls(None)), target=targets.get("impl"))
     print("CSAN-CLEAN")

@@ -28,7 +28,7 @@ import targets
 sc = get("ngram-filter-race")
 for i in range(3):
     wl = sc.workload(i)
-    args = server_args(wl, {{"relay": "spec_info", "war_barrier": "fine"}})
+    args = server_args(wl, {{"relay": "spec_info", "war_barrier": "fine"}}, targets.get("impl"))
     r = run_trial("cuda", None, wl, args, sc.stalls(None), detect_races=True, target=targets.get("impl"))
     print("trial", i, "ok", len(r.races), flush=True)
 '''

@@ -14,7 +14,7 @@ sc = get("ngram-filter-race")
 for mode in sys.argv[1:] or ["notrace", "trace"]:
     for i in range(3):
         wl = sc.workload(i)
-        args = server_args(wl, {"relay": "spec_info", "war_barrier": "fine"})
+        args = server_args(wl, {"relay": "spec_info", "war_barrier": "fine"}, targets.get("impl"))
         print(mode, i, "ref", flush=True)
         reference(wl, args, "cuda", targets.get("impl"))
         print(mode, i, "trial", flush=True)

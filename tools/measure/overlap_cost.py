@@ -56,7 +56,7 @@ def cell(backend: str, scenario: str, base_variant: str, fix, load: str, trials:
     per_it, idle = [], []
     for i in range(trials):
         wl = run.scenario.workload(i)
-        args = server_args(wl, {**variant.args, "war_barrier": str(run.war_barrier)})
+        args = server_args(wl, {**variant.args, "war_barrier": str(run.war_barrier)}, target)
         res = run_trial(backend, run.policy, wl, args, list(run.stalls), target=target,
                         detect_races=False, keep_trace=backend == "sim",
                         mutation=Variant.patch(variant, target),

@@ -11,7 +11,7 @@ import warnings
 
 import xgrammar
 
-from impl.vocab import EOS_ID, VOCAB, VOCAB_SIZE
+from toys.vocab import EOS_ID, VOCAB, VOCAB_SIZE
 
 from targets.sglang.boundary import upstream
 

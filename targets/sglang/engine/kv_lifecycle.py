@@ -1,6 +1,6 @@
 """A request's KV lifecycle through upstream's own functions, where the release has them.
 
-``UpstreamKVCache`` is the scheduler's side of the pools (``impl.mem_cache.KVCacheManager``:
+``UpstreamKVCache`` is the scheduler's side of the pools (``toys.mem_cache.KVCacheManager``:
 the admission reserve and the decode over-allocation stay ours -- upstream's
 ``PrefillAdder`` needs the whole server) with every touch of the pools made by upstream:
 
@@ -27,7 +27,7 @@ the run upstream's pools in the full layout (the SWA layout's allocator is specr
 mirror, which has not upstream's segment frees); otherwise ``KVCacheManager`` does the
 same on the pools (``Pools.lifecycle`` says which). Upstream's Triton ``assign_req_to_token_pool`` has no simulator
 path and is not in a CUDA trace: ``install()`` binds specrace's declared op of the same
-effect in its place (``impl.mem_cache``), as ``eagle_kernels`` does for EAGLE's kernels.
+effect in its place (``toys.mem_cache``), as ``eagle_kernels`` does for EAGLE's kernels.
 """
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ from typing import Iterator, List
 import torch
 
 from seams import process
-from impl.mem_cache import KVCacheManager
-from impl.memory import staged
+from toys.mem_cache import KVCacheManager
+from toys.memory import staged
 
 _ALLOC = "sglang.srt.mem_cache.allocation"
 
@@ -76,7 +76,7 @@ def assign_req_to_token_pool_func(req_pool_indices, req_to_token, start_offset, 
 def install() -> None:
     """Bind the declared write where ``alloc_for_spec_decode`` looks it up (idempotent)."""
     import importlib
-    import impl.mem_cache  # noqa: F401  (declares torch.ops.specrace.assign_req_to_token_pool)
+    import toys.mem_cache  # noqa: F401  (declares torch.ops.specrace.assign_req_to_token_pool)
     importlib.import_module(_ALLOC).assign_req_to_token_pool_func = \
         assign_req_to_token_pool_func
     process.note("sglang-kernel-seams")
@@ -200,8 +200,8 @@ class UpstreamKVCache(KVCacheManager):
         its ``update_running_batch``): when the next decode's reserve does not fit, the
         least preferred requests are released through ``release_req`` and filtered out of
         the batch, one kept. Ours after it: the reserve bookkeeping and the scheduler's
-        (``impl.schedule_batch.note_retracted``). The retracted requests."""
-        from impl.schedule_batch import note_retracted
+        (``toys.requests.note_retracted``). The retracted requests."""
+        from toys.requests import note_retracted
         batch.tree_cache = self.tree_cache
         if batch.check_decode_mem():
             return []

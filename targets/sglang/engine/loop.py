@@ -40,9 +40,9 @@ import greenlet
 import torch
 
 from seams.faults import ask, fault_point, observe
-from impl.model import ToyTargetModel
-from impl.schedule_batch import (accept_tokens, extend_last_tokens, form_prefill,
-                                 middle_chunk, prefill_due, retract_due, retract_for_memory,
+from toys.model import ToyTargetModel
+from toys.requests import (accept_tokens, extend_last_tokens, form_prefill,
+                           middle_chunk, prefill_due, retract_due, retract_for_memory,
                                  stage_extend)
 
 from targets.sglang.engine import kv_lifecycle, result_processor
@@ -300,7 +300,7 @@ class UpstreamLoop:
 
     # --- batch formation and commit (ours) ---------------------------------------------
     def retract_due(self, batch):
-        """Retract the running requests ``retract_at`` names now (``impl.schedule_batch
+        """Retract the running requests ``retract_at`` names now (``toys.requests
         .retract``; on 0.5.23 through upstream's ``release_req``) and filter them out with
         upstream's ``filter_batch``: ``(batch or None, retracted)``. They go back to the
         queue's front after this scheduling point (the result of a step of theirs still
@@ -315,7 +315,7 @@ class UpstreamLoop:
         """The decode's reserve does not fit the pool (optimistic admission): retract
         under that pressure -- on 0.5.23 upstream's own ``check_decode_mem`` and
         ``retract_decode`` choose whom and release them (``UpstreamKVCache``), elsewhere
-        ``impl.schedule_batch.retract_for_memory`` and upstream's ``filter_batch``. They
+        ``toys.requests.retract_for_memory`` and upstream's ``filter_batch``. They
         wait at the queue's front (upstream appends them to its waiting queue, which its
         schedule policy orders). The batch, or None when no one is left."""
         if isinstance(self.kv_cache, kv_lifecycle.UpstreamKVCache):

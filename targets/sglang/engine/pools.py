@@ -7,7 +7,7 @@ device tensor ``free_pages``, on the schedule stream) are upstream's, constructe
 server does. The SWA layout (``kv_layout="swa"``) pairs slots through specrace's mirror
 of upstream's ``SWATokenToKVPoolAllocator`` (upstream's needs a hybrid model's SWA KV
 pool and GPU kernels), over upstream's rows. Where a release's constructors differ, specrace's mirrors of them
-(``impl.mem_cache``) stand in, and ``origin`` says so (``specrace list --target sglang``,
+(``toys.mem_cache``) stand in, and ``origin`` says so (``specrace list --target sglang``,
 each report's target info).
 
 Ours, as in ``impl/``: the KV data (``ToyKVPool``: one token id per slot, the toy's
@@ -24,7 +24,7 @@ from typing import Any, Tuple
 
 import torch
 
-from impl import mem_cache
+from toys import mem_cache
 
 from targets.sglang.engine import kv_lifecycle
 
@@ -55,7 +55,7 @@ class Pools:
     kv: mem_cache.ToyKVPool
     origin: str  # "upstream", or "specrace" where the release's constructors differ
     # whose functions allocate, write and release a request's row and slots:
-    # "upstream" (targets.sglang.engine.kv_lifecycle) or "specrace" (impl.mem_cache)
+    # "upstream" (targets.sglang.engine.kv_lifecycle) or "specrace" (toys.mem_cache)
     lifecycle: str = "specrace"
 
 

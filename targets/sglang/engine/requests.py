@@ -22,8 +22,8 @@ import inspect
 from array import array
 from typing import Any, List
 
-from impl.schedule_batch import RequestState
-from impl.vocab import EOS_ID, VOCAB_SIZE
+from toys.requests import RequestState
+from toys.vocab import EOS_ID, VOCAB_SIZE
 
 _CLASS: Any = None
 # RequestState's fields that upstream's Req (0.5.22 on) sets in its constructor, under the

@@ -14,9 +14,9 @@ from typing import Any, Optional
 
 import torch
 
-from impl.attention import ToyPagedAttention
-from impl.graph_runner import VerifyGraphRunner, graphs_supported
-from impl.model import ToyTargetModel
+from toys.attention import ToyPagedAttention
+from toys.graph_runner import VerifyGraphRunner, graphs_supported
+from toys.model import ToyTargetModel
 
 from targets.sglang.engine import result_processor
 from targets.sglang.boundary import upstream

@@ -19,14 +19,14 @@ from typing import Any, List, Optional
 import torch
 
 from seams.faults import fault_point, observe
-from impl.drafter import draft_tree
-from impl.graph_runner import VerifyGraphRunner
-from impl.grammar import apply_vocab_mask
-from impl.memory import host_empty, mark_used_on
-from impl.model import ToyTargetModel
-from impl.ngram import NgramProposer, propose_host_trees
-from impl.schedule_batch import RequestState
-from impl.worker import verify_and_accept
+from toys.bitmask import apply_vocab_mask
+from toys.drafter import draft_tree
+from toys.graph_runner import VerifyGraphRunner
+from toys.memory import host_empty, mark_used_on
+from toys.model import ToyTargetModel
+from toys.ngram import NgramProposer, propose_host_trees
+from toys.requests import RequestState
+from toys.verify import verify_and_accept
 
 from targets.sglang.boundary import upstream
 

@@ -38,8 +38,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from seams.faults import fault_point, observe
-from impl.graph_runner import CAPTURE_BS, VerifyGraphRunner, capture_graphs, graphs_supported
-from impl.model import ToyTargetModel, successor
+from toys.graph_runner import CAPTURE_BS, VerifyGraphRunner, capture_graphs, graphs_supported
+from toys.model import ToyTargetModel, successor
 
 from targets.sglang.boundary import upstream
 from targets.sglang.engine.worker import SharedReadRunner, finish_result

@@ -39,7 +39,7 @@ from typing import Iterator
 import torch
 
 from seams.faults import observe
-from impl.graph_runner import graphs_supported
+from toys.graph_runner import graphs_supported
 
 from targets.sglang.slices import eagle_kernels
 from targets.sglang.boundary import upstream

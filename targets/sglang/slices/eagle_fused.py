@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from impl.kernel_op import declare_kernel
+from toys.kernel_op import declare_kernel
 
 # where upstream's modules imported the wrappers by name (eagle_worker_v2 imports
 # prepare_draft_extend_inputs at its call, from the kernels module itself)

@@ -38,7 +38,7 @@ from typing import Dict, Iterator, Optional
 
 import torch
 
-from impl.graph_runner import CAPTURE_BS, VerifyGraphRunner, capture_graphs
+from toys.graph_runner import CAPTURE_BS, VerifyGraphRunner, capture_graphs
 
 from targets.sglang.boundary import upstream
 

@@ -1,6 +1,6 @@
 """Declared stand-ins for the GPU kernels on upstream's EAGLE v2 path.
 
-Each is one ``specrace::`` op declared as impl's kernels are (``impl.kernel_op``: its
+Each is one ``specrace::`` op declared as impl's kernels are (``toys.kernel_op``: its
 schema says what it writes): the race detector sees one read/write set at one point of
 one stream, as for the fused kernel's single launch. Each body is plain
 vectorised torch on the device -- no host synchronisation, which would drain the stream
@@ -19,7 +19,7 @@ What they model, and what not (docs/sglang-target.md#eagle-v2):
 * ``build_tree_kernel_efficient_func``: the verify tree's links, positions, retrieve
   indices and the ``QLEN_ONLY`` mask from the draft's parent lists; ``FULL_MASK`` (the
   prefix columns) is not modelled (it raises).
-* ``verify_tree_greedy_func``: greedy tree acceptance (``impl.verify``'s kernel, mapped to
+* ``verify_tree_greedy_func``: greedy tree acceptance (``toys.verify``'s kernel, mapped to
   upstream's outputs: the accepted path's retrieve indices and the number of accepted
   drafts).
 * ``fill_bonus_tokens_func``: each request's last accepted token.
@@ -37,8 +37,8 @@ from typing import Optional, Tuple
 import torch
 
 from seams import process
-from impl.kernel_op import declare_kernel
-from impl.verify import _verify_kernel
+from toys.kernel_op import declare_kernel
+from toys.verify import _verify_kernel
 
 from targets.sglang.boundary.contract import EAGLE_KERNEL_SEAMS
 
@@ -316,7 +316,7 @@ def install() -> None:
             setattr(m, name, globals()[name])
     # the verify's grammar mask: xgrammar's bitmask kernel has no simulator path; impl's
     # plain-torch apply, on the grammar classes that define it
-    from impl.grammar import apply_vocab_mask
+    from toys.bitmask import apply_vocab_mask
     xgb = importlib.import_module("sglang.srt.constrained.xgrammar_backend")
     for cls in vars(xgb).values():
         if isinstance(cls, type) and "apply_vocab_mask" in vars(cls):

@@ -144,7 +144,7 @@ class ToyModelRunner(SharedReadRunner):
 class ToyTargetWorker:
     """The target worker's two calls from the EAGLE worker: the prefill (with the full
     hidden states the draft extends from) and the verify forward. Both attend through the
-    toy paged attention over the pools (``impl.attention``), as the NGRAM toy does: the
+    toy paged attention over the pools (``toys.attention``), as the NGRAM toy does: the
     prefill writes the prompt's KV; the verify writes its ``D`` nodes' KV into the slots
     upstream planned (``out_cache_loc``) and reads the context up to the length upstream
     resolved (``seq_lens``) -- what it read is the KV oracle's (``kv_check``). A tree

@@ -19,7 +19,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-from impl.vocab import EOS_ID
+from toys.vocab import EOS_ID
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "configs")

@@ -1,6 +1,6 @@
 """Ours, named as such: the toy models and the toy attention backend vLLM's runner drives.
 
-The target model is specrace's toy model (``impl.model.successor``: each token's greedy
+The target model is specrace's toy model (``toys.model.successor``: each token's greedy
 successor, a few lead to EOS), so the model oracle judges vLLM's outputs as it judges
 every target's. It is a *hybrid* model (``is_hybrid``, as Qwen3-Next / Mamba2 models
 declare), so the runner takes its hybrid path: after each verify it computes the accepted
@@ -36,8 +36,8 @@ from typing import Any, ClassVar, Optional
 import torch
 import torch.nn as nn
 
-from impl.model import successor
-from impl.vocab import VOCAB_SIZE
+from toys.model import successor
+from toys.vocab import VOCAB_SIZE
 
 HEAD = 4  # the configs' head_dim: the KV cache's last dimension
 TARGET_ARCH = "SpecraceToyHybridForCausalLM"

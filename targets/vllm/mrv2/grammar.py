@@ -12,7 +12,7 @@ scheduler's deferred sampling (``pending_structured_output_tokens``), draft vali
 (``update_draft_token_ids_in_output``), and MRv2's bitmask upload and application.
 
 The grammar is the language of the toy model's greedy continuations: each token the
-successor (``impl.model.successor``) of the one before, from the prompt's last token,
+successor (``toys.model.successor``) of the one before, from the prompt's last token,
 to EOS. A correct run's grammar therefore never changes a token (the oracles judge the
 outputs as unconstrained ones). Nor does a corrupted draft copy: the grammar admits one
 token a step, so a wrong host-side draft fails validation and is padded to -1, which
@@ -31,8 +31,8 @@ from typing import List
 
 import torch
 
-from impl.model import successor
-from impl.vocab import EOS_ID
+from toys.model import successor
+from toys.vocab import EOS_ID
 
 SPEC_PREFIX = "specrace-successor-of "
 BACKEND_NAME = "specrace-successor"

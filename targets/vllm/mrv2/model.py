@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from impl.vocab import VOCAB_SIZE
+from toys.vocab import VOCAB_SIZE
 
 EAGLE_ARCH = "EagleSpecraceToyDraftForCausalLM"
 TARGET_ARCH = "SpecraceToyDenseV2ForCausalLM"

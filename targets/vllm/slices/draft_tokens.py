@@ -36,7 +36,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from seams.faults import fault_point
-from impl.vocab import EOS_ID
+from toys.vocab import EOS_ID
 from targets.vllm.engine.model import _succ_table
 
 DRAFT_STEPS = 2  # draft tokens a step proposes per request

@@ -7,14 +7,14 @@ import collections
 import torch
 
 import impl.scheduler
-import impl.schedule_batch
+import toys.requests
 from harness.oracle.model import greedy_continuation
 from harness.policies import parse_policy
 from harness.trials import reference as reference_module
 from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
-from impl.model import ToyTargetModel
-from impl.vocab import EOS_ID
+from toys.model import ToyTargetModel
+from toys.vocab import EOS_ID
 from scenarios.registry import get
 import targets
 
@@ -36,7 +36,7 @@ def test_the_greedy_continuation_is_the_models_argmax_chain():
 def _seed_trial():
     sc = get("ngram-filter-race")
     wl = sc.workload(0)
-    args = server_args(wl, sc.variants["fixed"].args)
+    args = server_args(wl, sc.variants["fixed"].args, targets.get("impl"))
     return run_trial("sim", parse_policy("eager"), wl, args, sc.stalls(None),
                      answers=sc.answers, target=targets.get("impl"))
 
@@ -50,7 +50,7 @@ def test_a_bug_in_both_runs_is_caught_by_the_model_oracle_alone(monkeypatch):
     """The commit drops a finishing request's last token: the trial and its reference
     share the bug, so their outputs agree -- only the model oracle can say they are
     wrong."""
-    commit = impl.schedule_batch.accept_tokens
+    commit = toys.requests.accept_tokens
 
     def drops_last(req, tokens, advance_grammar=True):
         done = commit(req, tokens, advance_grammar)

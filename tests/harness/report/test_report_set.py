@@ -277,7 +277,7 @@ def test_every_renderer_survives_unprintable_report_fields(tmp_path):
 def test_the_reference_cache_keeps_only_the_most_recent(monkeypatch):
     from harness.trials import reference as room
     from harness.oracle.workload import RequestSpec, Workload
-    from impl.scheduler import ServerArgs
+    from toys.server_args import ServerArgs
     monkeypatch.setattr(room, "REFERENCE_CACHE_SIZE", 2)
     monkeypatch.setattr(room, "_REFERENCE_CACHE", type(room._REFERENCE_CACHE)())
     args = ServerArgs(draft_token_num=2)

@@ -241,7 +241,7 @@ def test_engine_runs_are_deterministic_with_reuse(policy):
     from scenarios.registry import get
     sc = get("ngram-filter-race")
     wl = sc.workload(1)
-    args = server_args(wl, {**sc.variants["fixed"].args, "war_barrier": "fine"})
+    args = server_args(wl, {**sc.variants["fixed"].args, "war_barrier": "fine"}, targets.get("impl"))
     traces = [run_trial("sim", parse_policy(policy), wl, args, sc.stalls(None),
                         keep_trace=True, target=targets.get("impl")).trace for _ in range(2)]
     a, b = (_normalised(t) for t in traces)

@@ -931,7 +931,7 @@ def test_gpu_traced_engine_runs_back_to_back_in_one_process():
     sc = get("ngram-filter-race")
     for seed in range(3):
         wl = sc.workload(seed)
-        args = server_args(wl, {"relay": "spec_info", "war_barrier": "fine"})
+        args = server_args(wl, {"relay": "spec_info", "war_barrier": "fine"}, targets.get("impl"))
         res = run_trial("cuda", None, wl, args, sc.stalls(None), detect_races=True, target=targets.get("impl"))
         assert res.races, seed  # happens-before on every trial, schedule-independent
 
@@ -941,7 +941,7 @@ def test_gpu_out_of_range_token_is_a_sticky_device_error():
     """The toy model's embedding gather fails on an out-of-range id as the real one does:
     a device-side assert, surfacing at the next sync and poisoning the process (so this
     test runs in a process of its own)."""
-    from impl.model import ToyTargetModel
+    from toys.model import ToyTargetModel
     model = ToyTargetModel(torch.device("cuda"))
     bad = torch.tensor([model.vocab_size + 10**6], device="cuda")
     with pytest.raises(Exception, match="device-side assert|CUDA error"):

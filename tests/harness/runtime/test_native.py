@@ -13,8 +13,9 @@ from harness.policies import parse_policy
 from harness.runtime import hostmem, native
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import COPY_H2D, HostAccess
-from impl.grammar import GrammarBackend, allocate_vocab_mask, bitmask_width
-from impl.vocab import EOS_ID, VOCAB, VOCAB_SIZE
+from impl.grammar import GrammarBackend
+from toys.bitmask import allocate_vocab_mask, bitmask_width
+from toys.vocab import EOS_ID, VOCAB, VOCAB_SIZE
 
 SCHEMA = json.dumps({"type": "array", "items": {"type": "boolean"}})
 W = bitmask_width(VOCAB_SIZE)

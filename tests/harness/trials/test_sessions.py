@@ -25,7 +25,7 @@ import targets
 def _seed_trial(variant="pre-fix"):
     sc = get("ngram-filter-race")
     wl = sc.workload(0)
-    args = server_args(wl, {**sc.variants[variant].args, "war_barrier": "fine"})
+    args = server_args(wl, {**sc.variants[variant].args, "war_barrier": "fine"}, targets.get("impl"))
     return run_trial("sim", parse_policy("eager"), wl, args, sc.stalls(None), keep_trace=True,
                      answers=sc.answers, target=targets.get("impl"))
 

@@ -27,7 +27,9 @@ from typing import Tuple
 
 import torch
 
-from impl.kernel_op import declare_kernel
+from seams.faults import fault_point
+
+from toys.kernel_op import declare_kernel
 
 
 def _parents(next_token: torch.Tensor, next_sibling: torch.Tensor) -> torch.Tensor:
@@ -91,3 +93,16 @@ def verify_tree_greedy(target_predict: torch.Tensor, draft_token: torch.Tensor,
     torch.ops.specrace.verify_tree_greedy(target_predict, draft_token, next_token,
                                           next_sibling, predict, accept_index, accept_lens)
     return predict, accept_index, accept_lens
+
+
+def verify_and_accept(attn, meta, logits, drafts, next_token, next_sibling, bs: int, D: int):
+    """A verify's tail, as every toy worker runs it (impl's and the sglang target's): the
+    target's greedy choice at every draft node, the tree walk (one fused kernel:
+    ``predict``, ``accept_index``, ``accept_lens``), the accepted path's KV moved in the
+    pool; the accepted tokens (flat, ``D`` a request) and the accept lengths."""
+    target_predict = logits.argmax(dim=-1).view(bs, D)
+    fault_point("forward.before_verify")
+    predict, accept_index, accept_lens = verify_tree_greedy(
+        target_predict, drafts.view(bs, D), next_token, next_sibling)
+    attn.commit_accepted(meta, accept_index, accept_lens)
+    return predict[accept_index].flatten().to(torch.int32), accept_lens

@@ -4,7 +4,7 @@ Node 0 is the root -- the last committed token. The tree is a trie of the contin
 that followed earlier occurrences of the context's suffix (longest suffix first); nodes
 are in BFS order, and unused slots are padding nodes: token 0 hanging off the root, as
 in the server's corpus. The tree links are derived on the host (after #32380), so the
-grammar path never reads them back from the device (``impl.tree``).
+grammar path never reads them back from the device (``toys.tree``).
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def propose_host_trees(proposer: NgramProposer, reqs, prev_tokens: List[int],
     """Draft prep on the host: each request's n-gram tree over its context -- with the
     previous step's accepted tokens spliced on while that step is still in flight -- as
     flat draft tokens and per-request next-token / next-sibling links."""
-    from impl.tree import derive_tree_links
+    from toys.tree import derive_tree_links
     drafts: List[int] = []
     next_token: List[List[int]] = []
     next_sibling: List[List[int]] = []

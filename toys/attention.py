@@ -25,7 +25,7 @@ the schedule stream rewrite rows behind the fine WAR fence:
 Each step is one launch, as the server's fused kernels are: ``specrace::attn_metadata``,
 ``specrace::toy_attention`` and ``specrace::commit_accepted`` are ops declared to the
 dispatcher with the buffers they write (``Tensor(a!)``), so both backends see exactly
-which pools each reads and writes (the pattern of ``impl.verify``). The model's logits do
+which pools each reads and writes (the pattern of ``toys.verify``). The model's logits do
 not depend on the attention (the toy target is a bigram model): the pools are judged
 through what the attention read.
 """
@@ -38,7 +38,7 @@ import torch
 
 from seams.faults import fault_point
 
-from impl.kernel_op import declare_kernel
+from toys.kernel_op import declare_kernel
 
 
 @dataclass

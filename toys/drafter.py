@@ -20,7 +20,7 @@ from typing import List, NamedTuple, Sequence, Tuple
 
 import torch
 
-from impl.tree import derive_tree_links  # noqa: F401  (the NGRAM path shares it)
+from toys.tree import derive_tree_links  # noqa: F401  (the NGRAM path shares it)
 
 MAX_DRAFT = 8
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from impl.vocab import EOS_ID, VOCAB_SIZE
+from toys.vocab import EOS_ID, VOCAB_SIZE
 
 
 def _cycles(vocab_size: int):

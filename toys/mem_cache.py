@@ -15,7 +15,7 @@ As in the server, with a page size of 1:
 The schedule stream writes ``req_to_token`` (``assign_req_to_token_pool``: a prefill's
 prompt positions, a decode step's reserve) and frees slots (``release_kv``) while the
 previous forward may still be reading rows: the WAR barrier after each launch is what
-orders those writes after the forward's reads (``impl.attention`` gathers them into
+orders those writes after the forward's reads (``toys.attention`` gathers them into
 private metadata before it records shared-read-done).
 """
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import List, Sequence, Tuple
 
 import torch
 
-from impl.kernel_op import declare_kernel
-from impl.memory import staged
+from toys.kernel_op import declare_kernel
+from toys.memory import staged
+from toys.server_args import ServerArgs
 
 
 class ReqToTokenPool:
@@ -132,8 +133,7 @@ def finish_pools(req_to_token_pool, allocator, args, device):
     torch.get_device_module(device).synchronize()
     # the columns one step writes past its sequence: its D verify positions, or a tree
     # draft's topk x steps (the sglang target's EAGLE v2 slice with topk > 1)
-    step = max(args.draft_token_num, args.eagle_topk * (args.draft_token_num - 1))
-    return KVCacheManager(req_to_token_pool, allocator, step, args.admission), kv
+    return KVCacheManager(req_to_token_pool, allocator, args.draft_span(), args.admission), kv
 
 
 # --- the schedule stream's write: one kernel, as upstream's ``assign_req_to_token_pool``
@@ -204,7 +204,7 @@ class KVCacheManager:
     so an allocation never fails mid-run; under "optimistic" when its prefill and first
     decode reserve fit what is free now -- decode steps then run the pool short, and the
     scheduler retracts running requests under that pressure (upstream's
-    ``retract_decode``; ``impl.schedule_batch.retract_for_memory``). Finished and
+    ``retract_decode``; ``toys.requests.retract_for_memory``). Finished and
     retracted requests give their slots back at once, and waiting ones take them --
     slots are reused within a run whenever the pool is small.
 
@@ -344,3 +344,12 @@ class KVCacheManager:
         """``req`` gave its row and slots back: its reserve is free again."""
         self.reserved -= req.kv_reserve
         req.kv_reserve = 0
+
+
+def build_kv_cache(args: ServerArgs, device) -> Tuple[KVCacheManager, ToyKVPool]:
+    """The pools of a server (impl's own classes; the sglang target builds upstream's
+    where its release has them): ``kv_layout`` "full", or "swa" (slots paired with SWA
+    slots through a mapping, as a hybrid sliding-window model's)."""
+    pool = ReqToTokenPool(args.req_pool_size, args.context_len, device)
+    return finish_pools(pool, mirror_allocator(args.kv_layout, args.kv_pool_size, device),
+                        args, device)
