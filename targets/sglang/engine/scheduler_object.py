@@ -24,6 +24,7 @@ from targets.sglang.boundary.contract import NOT_MODELLED
 from targets.sglang.engine.pools import build_pools
 from targets.sglang.engine.result_processor import Observability
 from targets.sglang.engine.worker import ToyNgramWorker
+from targets.sglang.runner.build import ngram_model_runner
 
 class NotModelled:
     """The value of a scheduler attribute read only on a path this target does not take
@@ -129,6 +130,7 @@ def _set_spec_worker(s, args, dev, model, pools, attention) -> None:
                                        args.cuda_graph_max_bs, forward=model.forward_with_hidden)
         s.model_worker = ToyNgramWorker(model, dev, args.draft_token_num, args.overlap,
                                         args.spec_algorithm == "eagle", graphs, attention)
+        s.model_worker.model_runner = ngram_model_runner(args, dev, model, pools)
 
 
 def _set_read_done_fence(s, args) -> None:

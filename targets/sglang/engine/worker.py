@@ -1,13 +1,13 @@
 """Ours, under upstream's loop: the toy worker and the request the sglang target runs.
 
-``ToyNgramWorker`` stands in for upstream's ``NGRAMWorker`` + ``TpModelWorker`` (they need
-GPU kernels and the JIT n-gram corpus) with specrace's toy target model, host n-gram
-proposer and greedy tree verify, shaped like upstream's worker: draft prep reads the
-relayed accept state with a blocking ``.cpu()`` on the forward stream, the verify publishes
-``new_seq_lens`` through ``on_publish`` and records the shared-read-done event that
-upstream's ``_apply_war_barrier`` waits on. What it calls of upstream:
-``record_stream_for_v2_verify``, ``NgramVerifyInput``, ``GenerationBatchResult``,
-``GrammarTree.from_host`` / ``from_device`` and ``build_grammar_vocab_mask``.
+``ToyNgramWorker`` stands in for upstream's ``NGRAMWorker`` (it needs GPU kernels and the
+JIT n-gram corpus) with a host n-gram proposer and greedy tree verify, shaped like it: draft
+prep reads the relayed accept state with a blocking ``.cpu()`` on the forward stream, the
+verify publishes ``new_seq_lens`` through ``on_publish`` and records the shared-read-done
+event upstream's ``_apply_war_barrier`` waits on. Its target forward is upstream's
+``ModelRunner.forward`` where the release runs it (``targets.sglang.runner``), else the toy
+model's. It calls ``record_stream_for_v2_verify``, ``NgramVerifyInput``,
+``GenerationBatchResult``, ``GrammarTree`` and ``build_grammar_vocab_mask`` too.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from toys.requests import RequestState
 from toys.verify import verify_and_accept
 
 from targets.sglang.boundary import upstream
+from targets.sglang.runner import forward as upstream_forward
 
 
 @dataclass
@@ -274,6 +275,7 @@ class ToyNgramWorker(SharedReadRunner):
         self.verify_graphs = verify_graphs
         self.attn = attention  # the toy paged attention over the memory pools
         self.draft_runner = DraftRunner(self.mod) if device_drafted else None
+        self.model_runner = None  # upstream's ModelRunner, where it runs (runner.build)
         self._init_shared_read()
 
     def forward_batch_generation(self, batch, on_publish=None, grammar_barrier=None):
@@ -286,9 +288,10 @@ class ToyNgramWorker(SharedReadRunner):
             meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,
                                                    extend.ids.shape[1], prefill=True,
                                                    prefix_lens=extend.prefix_lens)
+            ran = upstream_forward.extend(self.model_runner, batch)  # None: the toy's
             self._record_shared_read_done(replayed=False)  # an extend runs eagerly
             kv_check = self.attn.attend_prefill(meta, extend)
-            hidden, logits = self.model.forward_with_hidden(batch.input_ids)
+            hidden, logits = ran or self.model.forward_with_hidden(batch.input_ids)
             if batch.has_grammar:
                 apply_extend_grammar(batch, logits, self.device)
             predict = logits.argmax(dim=-1)
@@ -311,13 +314,14 @@ class ToyNgramWorker(SharedReadRunner):
                 drafts, nt, ns, tree = self._prepare_for_speculative_decoding(batch)
             meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,
                                                    prefill=False)
+            ran = upstream_forward.verify(self.model_runner, batch, drafts, meta.window)
             self._record_shared_read_done(replayed=self._replays(bs))
             kv_check = self.attn.attend(meta, drafts.view(bs, D), None, meta.n)
             runner = self.verify_graphs
-            if runner is not None and runner.can_run(bs):  # the verify forward
+            if ran is None and runner is not None and runner.can_run(bs):  # the verify
                 hidden, logits = runner.replay(drafts)
             else:
-                hidden, logits = self.model.forward_with_hidden(drafts)
+                hidden, logits = ran or self.model.forward_with_hidden(drafts)
             self._sample_masks(batch, logits, tree)
             accept_tokens, accept_lens = verify_and_accept(self.attn, meta, logits, drafts,
                                                            nt, ns, bs, D)
@@ -362,9 +366,8 @@ class ToyNgramWorker(SharedReadRunner):
     def _device_tree(self, batch):
         """EAGLE-style: the tree is built on this stream; its host copy is started before
         the verify launch (``from_device``) and resolved after it."""
-        # The root is the last accepted token of the relayed accept state, on the device
-        # (as EAGLE's draft input carries it): right whether or not the host has
-        # committed the previous step yet.
+        # The root is the last accepted token of the relayed accept state, on the device (as
+        # EAGLE's draft input carries it): right whether or not the host committed it yet.
         spec, bs, D = batch.spec_info, len(batch.reqs), self.D
         last = (spec.accept_lens.to(torch.int64) - 1).clamp(min=0).view(bs, 1)
         roots = spec.accept_tokens.view(bs, D).to(torch.int64).gather(1, last).view(bs)

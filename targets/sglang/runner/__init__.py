@@ -1,0 +1,14 @@
+"""Upstream's own ``ModelRunner`` under the sglang target (issue 57, item 3).
+
+* ``build`` -- upstream's ``ModelRunner`` from ``__new__`` plus upstream's own init steps,
+  over the target's pools, with the stand-ins below; ``ngram_model_runner`` is the NGRAM
+  toy worker's (None where the release does not fit: the toy model's forward runs);
+* ``forward`` -- the worker's prefill and verify through ``ForwardBatch.init_new`` and
+  ``ModelRunner.forward``;
+* ``model`` -- the declared stand-in for the model's layers (the toy bigram, attending
+  through upstream's ``RadixAttention``: the KV writes and reads are upstream's);
+* ``attention`` -- the declared stand-in for the attention backend's verify (upstream's
+  ``torch_native`` given a verify's layout; every other mode upstream's as it is).
+
+The toy model comes in as an argument: nothing here imports the toy world.
+"""

@@ -1,0 +1,166 @@
+"""Upstream's ``ModelRunner``, built from ``__new__`` plus upstream's own init steps.
+
+``ModelRunner.__init__`` sets the process up for a server (distributed groups, the
+checkpoint loader, the memory profiler) before it builds anything a forward uses; on the
+simulator none of that exists. So, as sglang's own forks that "build bespoke memory
+pools" do (``_init_post_memory_pool_components``' docstring): the attributes ``__init__``
+sets, the target's pools (upstream's ``ReqToTokenPool`` / ``TokenToKVPoolAllocator``, and
+upstream's ``MHATokenToKVPool`` for the stand-in's one attention layer), the stand-in
+model as ``load_model`` would leave it, then upstream's steps unchanged:
+``_init_post_memory_pool_components`` (the KV index translator, ...),
+``init_attention_backends`` (upstream's ``torch_native`` backend, pure torch) and
+``init_cuda_graphs`` (the eager runner; the decode graph runner where graphs are on).
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from targets.sglang.runner import attention
+from targets.sglang.runner.model import ARCHITECTURE, StandInCausalLM
+
+
+# upstream's init steps called here, in ``ModelRunner.__init__``'s order
+INIT_STEPS = ("init_spec_aux_hidden_state", "init_token_oracle",
+              "_init_post_memory_pool_components", "init_attention_backends",
+              "init_cuda_graphs")
+
+
+def _modules():
+    from targets.sglang.boundary import upstream
+    return upstream.import_named({
+        "model_runner": "sglang.srt.model_executor.model_runner",
+        "memory_pool": "sglang.srt.mem_cache.memory_pool",
+        "rc": "sglang.srt.runtime_context",
+        "spec_info": "sglang.srt.speculative.spec_info",
+        "model_config": "sglang.srt.configs.model_config",
+    })
+
+
+def kv_pool(toy, size: int, device):
+    """Upstream's KV pool for the stand-in's one layer (one head of the toy's width)."""
+    m = _modules()["memory_pool"]
+    return m.MHATokenToKVPool(size=size, page_size=1, dtype=toy.embed.dtype, head_num=1,
+                              head_dim=toy.embed.shape[1], layer_num=1, device=str(device),
+                              enable_memory_saver=False, enable_alt_stream=False)
+
+
+def fits() -> bool:
+    """Does the installed release have the init steps and the runtime context this
+    builder calls? (A release without them runs the toy model's forward.)"""
+    try:
+        m = _modules()
+    except ImportError:
+        return False
+    MR = m["model_runner"].ModelRunner
+    return all(hasattr(MR, name) for name in INIT_STEPS) and \
+        hasattr(m["rc"], "get_server_args")
+
+
+def ngram_model_runner(args, device, toy, pools):
+    """The NGRAM worker's target runner: upstream's ``ModelRunner`` where the release
+    fits and the run's server context is upstream's (``kv_lifecycle.server_context``,
+    the pools' lifecycle upstream's), else None."""
+    if pools.lifecycle != "upstream" or args.spec_algorithm != "ngram" or not fits():
+        return None
+    return build_model_runner(toy, pools, device, max_running_requests=args.req_pool_size)
+
+
+def build_model_runner(toy, pools, device, *, max_running_requests: int,
+                       draft: bool = False):
+    """Upstream's ``ModelRunner`` over ``pools`` (``Pools``) with the stand-in model."""
+    m = _modules()
+    MR = m["model_runner"].ModelRunner
+    mr = MR.__new__(MR)
+    _set_init_attributes(mr, m, toy, device, draft)
+    mr.model = StandInCausalLM(toy)
+    mr.req_to_token_pool = pools.req_to_token_pool
+    mr.token_to_kv_pool_allocator = pools.allocator
+    mr.token_to_kv_pool = kv_pool(toy, pools.allocator.size + 1, device)
+    mr.max_total_num_tokens = pools.allocator.size
+    mr.max_running_requests = max_running_requests
+    # upstream's init steps, in ``__init__``'s order, that a forward depends on
+    mr.init_spec_aux_hidden_state()
+    mr.init_token_oracle()
+    mr._init_post_memory_pool_components()
+    with attention.registered():
+        mr.init_attention_backends()
+    mr.init_cuda_graphs()
+    # the server serves once its start-up is done on the device (the worker's warm-up
+    # and memory profiling wait for it): the buffers built above are complete before
+    # the first forward reads them on the forward stream
+    torch.get_device_module(torch.device(device)).synchronize()
+    return mr
+
+
+def _set_init_attributes(mr, m, toy, device, draft) -> None:
+    """What ``ModelRunner.__init__`` sets before ``initialize()``, as a single-rank
+    generation server without LoRA, MoE, hisparse or elastic EP has them."""
+    rc = m["rc"]
+    mr.server_args = rc.get_server_args()
+    mr.mem_fraction_static = 0.0
+    mr.memory_pool_config = None
+    mr.gpu_id = 0
+    mr.model_config = _model_config(toy, draft)
+    mr.is_draft_worker = draft
+    mr.lora_manager = None
+    mr.draft_attention_backend = m["model_runner"].resolve_draft_attention_backend(
+        draft_attention_backend=None, is_draft_worker=draft)
+    mr.device = str(device)
+    mr.is_generation = True
+    mr.device_timer = None
+    mr.is_multimodal = False
+    mr.spec_algorithm = m["spec_info"].SpeculativeAlgorithm.from_string(
+        rc.get_spec().speculative_algorithm)
+    mr.capture_tail_hooks, mr.capture_head_hooks = [], []
+    mr.page_size = rc.get_schedule().page_size
+    mr.mtp_draft_device_pools = mr.mtp_draft_mamba_pools = ()
+    mr.is_hybrid_swa = mr.is_hybrid_swa_compress = False
+    mr.use_mla_backend = False
+    mr.attention_chunk_size = None
+    mr.enable_elastic_ep = False
+    mr.forward_pass_id = 0
+    mr._pending_elastic_scale_update = None
+    mr.init_new_workspace = False
+    mr.draft_model_idx = None
+    mr.enable_hisparse = False
+    mr._sampling_observer = None
+    mr.forward_stream = torch.get_device_module(torch.device(device)).Stream()
+    mr.shared_read_done_event = None
+    mr.hisparse_coordinator = None
+    mr.startup_weight_load = None
+    mr.support_pp = False
+    mr.msprobe_debugger = None
+    mr.eplb_manager = None
+    mr.canary_manager = None
+
+
+class HFConfig(types.SimpleNamespace):
+    """The fields of a Hugging Face config that upstream's runner code looks up (a toy
+    decoder: none of the multimodal or rope-scaling ones)."""
+
+    def __init__(self) -> None:
+        super().__init__(architectures=[ARCHITECTURE], dtype=None, language_config=None,
+                         llm_config=None, model_type="specrace-toy", rope_scaling=None,
+                         text_config=None, thinker_config=None, vision_config=None)
+
+    def get_text_config(self):
+        return self
+
+
+def _model_config(toy, draft: bool):
+    """The model's config as ``ModelConfig`` reads a checkpoint's: what the runner and
+    its backends read of it (one attention layer, one head of the toy's width)."""
+    H = toy.embed.shape[1]
+    hf = HFConfig()
+    return types.SimpleNamespace(
+        hf_config=hf, hf_text_config=hf, vocab_size=toy.vocab_size, hidden_size=H,
+        spec_hidden_size=H, dtype=toy.embed.dtype, is_draft_model=draft,
+        is_generation=True, is_multimodal=False, is_encoder_decoder=False,
+        model_is_mrope=False, num_hidden_layers=1, num_attention_heads=1,
+        num_key_value_heads=1, head_dim=H, context_len=1 << 20,
+        attention_arch=_modules()["model_config"].AttentionArch.MHA,
+        is_hybrid_swa=False, is_hybrid_swa_compress=False, attention_chunk_size=None,
+        linear_attn_registry_result=None, requires_mm_token_modalities=None,
+        use_ngram_embedding=False, ngram_embedding_n=0, use_engram=False)

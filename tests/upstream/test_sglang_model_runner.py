@@ -1,0 +1,105 @@
+"""Upstream's own ``ModelRunner`` under the NGRAM toy worker (``targets/sglang/runner``):
+built from ``__new__`` and upstream's init steps, its forward runs in the trials (the
+trace's frames are upstream's runner, attention backend and KV pool), the stand-in
+attention backend's verify computes what upstream's extend does over the same layout,
+and the seed race still reproduces with the released code clean."""
+import os
+
+import pytest
+import torch
+
+import targets
+from harness.policies import parse_policy
+from harness.runtime import open_runtime
+from harness.runtime.trace import OpRecord
+from scenarios.resolve import run_scenario_result
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sglang():
+    targets.get("sglang")
+
+
+def _upstream_sites(result) -> set:
+    """``(file under sglang/srt, function)`` of every device op in the trace."""
+    sep = "sglang" + os.sep + "srt" + os.sep
+    return {(rec.frame[0].split(sep, 1)[1], rec.frame[2]) for rec in result.trace.records
+            if isinstance(rec, OpRecord) and rec.frame and sep in rec.frame[0]}
+
+
+# the eager runner's input buffers, the backend's attention, the KV pool's write: each a
+# site only upstream's ModelRunner.forward reaches
+RUNNER_SITES = {("model_executor/cuda_graph_buffer_registry.py", "_foreach_copy"),
+                ("layers/attention/torch_native_backend.py", "_run_sdpa_forward_extend"),
+                ("mem_cache/memory_pool.py", "_set_kv_buffer_impl")}
+
+
+def _seed_run():
+    return run_scenario_result("ngram-filter-race", target="sglang", backend="sim",
+                               trials=1, policy=parse_policy("eager"))
+
+
+def test_the_trace_shows_upstreams_model_runner_forward():
+    sites = _upstream_sites(_seed_run())
+    assert RUNNER_SITES <= sites, RUNNER_SITES - sites
+
+
+def test_without_the_runner_the_trace_has_none_of_its_frames(monkeypatch):
+    """The check above fails on the toy forward: with the runner switched off none of
+    those sites issues a device op."""
+    from targets.sglang.runner import build
+    monkeypatch.setattr(build, "fits", lambda: False)
+    assert not RUNNER_SITES & _upstream_sites(_seed_run())
+
+
+@pytest.mark.parametrize("variant,outcome", [("pre-fix", "race"), ("fixed", "clean")])
+def test_the_seed_race_still_reproduces_and_the_fix_stays_clean(variant, outcome):
+    r = run_scenario_result("ngram-filter-race", target="sglang", variant=variant,
+                            war_barrier="fine", backend="sim", trials=2)
+    assert r.outcome == outcome
+
+
+def test_the_stand_in_verify_is_upstreams_extend_over_the_verify_layout():
+    """The stand-in backend's ``TARGET_VERIFY`` (``runner/attention.py``) against what it
+    replaces: upstream's ``torch_native`` extend over a batch laid out as that verify
+    (prefix = each context, extend = the ``D`` nodes) -- the same output, the same KV
+    written at the same slots."""
+    from types import SimpleNamespace
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+    from sglang.srt.layers.radix_attention import RadixAttention
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+    from targets.sglang.boundary import upstream
+    from targets.sglang.runner import attention, build
+    torch.manual_seed(0)
+    H, D, rows, ctx = 8, 3, 4, 16
+    with upstream.server_config("NGRAM", speculative_num_draft_tokens=D):
+        layer = RadixAttention(num_heads=1, head_dim=H, scaling=H ** -0.5, num_kv_heads=1,
+                               layer_id=0)
+        toy = SimpleNamespace(embed=torch.zeros(1, H))
+        req_to_token = torch.arange(rows * ctx, dtype=torch.int32).view(rows, ctx)
+        seq_lens = torch.tensor([5, 2], dtype=torch.int64)
+        pools = [build.kv_pool(toy, rows * ctx, "cpu") for _ in range(2)]
+        context = torch.randn_like(pools[0].k_buffer[0])  # the contexts' KV, in both
+        for kv in pools:
+            kv.k_buffer[0].copy_(context)
+            kv.v_buffer[0].copy_(context * 2)
+        runner = lambda kv: SimpleNamespace(  # noqa: E731
+            device="cpu", req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
+            token_to_kv_pool=kv)
+        rows_ = torch.tensor([1, 3])
+        loc = torch.stack([req_to_token[r, s:s + D] for r, s in zip(rows_, seq_lens)])
+        q = torch.randn(2 * D, H)
+        k, v = torch.randn(2 * D, 1, H), torch.randn(2 * D, 1, H)  # RadixAttention's view
+        base = dict(req_pool_indices=rows_, out_cache_loc=loc.reshape(-1).to(torch.int64),
+                    encoder_lens=None, encoder_out_cache_loc=None)
+        verify = SimpleNamespace(forward_mode=ForwardMode.TARGET_VERIFY, seq_lens=seq_lens,
+                                 spec_info=SimpleNamespace(draft_token_num=D), **base)
+        extend = SimpleNamespace(forward_mode=ForwardMode.EXTEND, seq_lens=seq_lens + D,
+                                 extend_prefix_lens=seq_lens,
+                                 extend_seq_lens=torch.full_like(seq_lens, D), **base)
+        stand_in = attention.stand_in_class()(runner(pools[0]))
+        out = stand_in.forward_extend(q, k, v, layer, verify)
+        want = TorchNativeAttnBackend(runner(pools[1])).forward_extend(q, k, v, layer, extend)
+    assert torch.equal(out, want)
+    assert torch.equal(pools[0].k_buffer[0], pools[1].k_buffer[0])
+    assert torch.equal(pools[0].k_buffer[0][loc.reshape(-1)], k)
