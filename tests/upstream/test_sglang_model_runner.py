@@ -103,3 +103,22 @@ def test_the_stand_in_verify_is_upstreams_extend_over_the_verify_layout():
     assert torch.equal(out, want)
     assert torch.equal(pools[0].k_buffer[0], pools[1].k_buffer[0])
     assert torch.equal(pools[0].k_buffer[0][loc.reshape(-1)], k)
+
+
+def test_a_release_without_what_the_runner_calls_keeps_the_toy_forward(tmp_path):
+    """Read from the source: the installed release fits; one whose torch_native backend
+    lost ``forward_extend`` (a seam the stand-in needs) or whose ``ModelRunner`` lost an
+    init step the room calls does not -- the run keeps the toy forward, not a crash."""
+    from targets import static
+    from targets.sglang.runner import build
+    from tests.upstream.test_contract_edits import shadow
+    root = static.package_root("sglang")
+    assert build.fits(root)
+    edits = {"srt/layers/attention/torch_native_backend.py":
+             lambda t: t.replace("def forward_extend(", "def forward_extend_v2("),
+             "srt/model_executor/model_runner.py":
+             lambda t: t.replace("def init_token_oracle(", "def init_token_oracles(")}
+    for i, (rel, edit) in enumerate(edits.items()):
+        (tmp_path / str(i)).mkdir()
+        tampered = shadow(tmp_path / str(i), rel, edit)
+        assert not build.fits(tampered), rel

@@ -70,6 +70,12 @@ _OU = "sglang.srt.managers.overlap_utils"
 _SB = "sglang.srt.managers.schedule_batch"
 _SCHED = "sglang.srt.managers.scheduler"
 _SPEC = "sglang.srt.speculative.spec_utils"
+_MR = "sglang.srt.model_executor.model_runner"
+_FB = "sglang.srt.model_executor.forward_batch_info"
+# upstream's ModelRunner init steps the runner room calls, in ``__init__``'s order
+MODEL_RUNNER_INIT_STEPS = ("init_spec_aux_hidden_state", "init_token_oracle",
+                           "_init_post_memory_pool_components", "init_attention_backends",
+                           "init_cuda_graphs")
 
 # Functions the target calls itself -> the parameter names it calls them with, which
 # must be a prefix (positional) or a subset (keyword) of what the release takes.
@@ -124,6 +130,8 @@ FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
     # its Triton kernels directly, ``kernel[grid](...)``, which has no stand-in here)
     "eagle_v2": ("sglang.srt.speculative.eagle_worker_common:run_eagle_verify",
                  "sglang.srt.speculative.eagle_worker_v2:EagleDraftWorker._draft_extend_for_decode"),
+    # upstream's model runner (targets/sglang/runner): its forward over a forward batch
+    "model_runner": (f"{_MR}:ModelRunner.forward", f"{_FB}:ForwardBatch.init_new"),
 }
 # What specrace's slice of a feature needs of the release beyond the feature's own code:
 # where the release has the code but not these, the code is there and specrace cannot
@@ -132,6 +140,20 @@ FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
 # launchers' module-level names (EAGLE_KERNEL_SEAMS; 0.5.22 launches its Triton kernels
 # directly, which has no stand-in here).
 DRIVER_NEEDS: Dict[str, Tuple[str, ...]] = {
+    # the runner built from __new__ plus these init steps (runner/build.py), the declared
+    # stand-ins' seams (the backend registry, torch_native's extend, RadixAttention, the
+    # KV pool's write) and the verify's layout (NgramVerifyInput); where one is missing
+    # the NGRAM worker's target forward stays the toy model's
+    "model_runner": ("sglang.srt.runtime_context:use_context",
+                     "sglang.srt.runtime_context:get_server_args",
+                     *(f"{_MR}:ModelRunner.{step}" for step in MODEL_RUNNER_INIT_STEPS),
+                     f"{_MR}:resolve_draft_attention_backend",
+                     "sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS",
+                     "sglang.srt.layers.attention.torch_native_backend:"
+                     "TorchNativeAttnBackend.forward_extend",
+                     "sglang.srt.layers.radix_attention:RadixAttention.forward",
+                     "sglang.srt.mem_cache.memory_pool:MHATokenToKVPool.set_kv_buffer",
+                     "sglang.srt.speculative.ngram_info:NgramVerifyInput.__init__"),
     "dspark": ("sglang.srt.runtime_context:use_context",),
     "eagle_v2": ("sglang.srt.runtime_context:use_context",
                  *(f"{module}:{name}" for module, names in EAGLE_KERNEL_SEAMS.items()

@@ -13,18 +13,15 @@ model as ``load_model`` would leave it, then upstream's steps unchanged:
 """
 from __future__ import annotations
 
+import functools
 import types
+from typing import Optional
 
 import torch
 
+from targets.sglang.boundary import contract
 from targets.sglang.runner import attention
 from targets.sglang.runner.model import ARCHITECTURE, StandInCausalLM
-
-
-# upstream's init steps called here, in ``ModelRunner.__init__``'s order
-INIT_STEPS = ("init_spec_aux_hidden_state", "init_token_oracle",
-              "_init_post_memory_pool_components", "init_attention_backends",
-              "init_cuda_graphs")
 
 
 def _modules():
@@ -46,16 +43,20 @@ def kv_pool(toy, size: int, device):
                               enable_memory_saver=False, enable_alt_stream=False)
 
 
-def fits() -> bool:
-    """Does the installed release have the init steps and the runtime context this
-    builder calls? (A release without them runs the toy model's forward.)"""
-    try:
-        m = _modules()
-    except ImportError:
-        return False
-    MR = m["model_runner"].ModelRunner
-    return all(hasattr(MR, name) for name in INIT_STEPS) and \
-        hasattr(m["rc"], "get_server_args")
+def fits(root: Optional[str] = None) -> bool:
+    """Does the release at ``root`` (default: the installed one) have the model runner
+    and everything this room calls of it (``contract.FEATURES`` /
+    ``DRIVER_NEEDS["model_runner"]``, read from its source)? Where not, the NGRAM
+    worker's target forward stays the toy model's."""
+    from targets import static
+    root = root or static.package_root("sglang")
+    return bool(root) and _fits(root)
+
+
+@functools.lru_cache(maxsize=None)
+def _fits(root: str) -> bool:  # a static read of the source: once per release
+    return contract.missing_code(root, "model_runner") is None \
+        and contract.undriven(root, "model_runner") is None
 
 
 def ngram_model_runner(args, device, toy, pools):
@@ -80,7 +81,7 @@ def build_model_runner(toy, pools, device, *, max_running_requests: int,
     mr.token_to_kv_pool = kv_pool(toy, pools.allocator.size + 1, device)
     mr.max_total_num_tokens = pools.allocator.size
     mr.max_running_requests = max_running_requests
-    # upstream's init steps, in ``__init__``'s order, that a forward depends on
+    # upstream's init steps (contract.MODEL_RUNNER_INIT_STEPS), in ``__init__``'s order
     mr.init_spec_aux_hidden_state()
     mr.init_token_oracle()
     mr._init_post_memory_pool_components()
