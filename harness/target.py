@@ -9,9 +9,9 @@ A target supplies
 
 * its server arguments: ``args_type``, a dataclass extending the toy world's
   ``toys.server_args.ServerArgs`` with the target's own fields (``server_args`` makes one);
-* the engine: ``scheduler(args, device, grammar_backend)``, an object with ``step`` /
-  ``has_work`` / ``run_to_completion(limit)`` / ``add_request`` / ``close`` / ``iteration``
-  and ``streams`` (name -> stream, labelled in traces);
+* the engine: ``scheduler(args, device, grammar_backend)``, a ``toys.engine.Engine``
+  (``step`` / ``has_work`` / ``run_to_completion(limit)`` / ``add_request`` / ``close`` /
+  ``iteration`` and ``streams``: name -> stream, labelled in traces);
 * its request type (``request``) and grammar backend (``grammar_backend``);
 * the run-time patches a set of server args needs (``variant``), and why a variant or a
   source patch cannot run on the installed code (``variant_problem``, ``patch_problem``);
@@ -30,6 +30,7 @@ from typing import Any, ContextManager, Dict, Iterator, List, Optional, Tuple, T
 
 from mutations.base import Mutation
 from seams.sourcepatch import SourcePatch
+from toys.engine import Engine
 from toys.server_args import ServerArgs
 
 
@@ -70,7 +71,7 @@ class Target:
     def load(self) -> None:
         """Import and check the code under test (raises ``TargetError``)."""
 
-    def scheduler(self, args, device, grammar_backend: Any = None):
+    def scheduler(self, args, device, grammar_backend: Any = None) -> Engine:
         raise NotImplementedError
 
     def request(self, rid: int, prompt, max_new_tokens: int, grammar: Any = None):

@@ -28,6 +28,7 @@ import torch
 from seams.faults import ask, fault_point, observe
 
 from toys.attention import ToyPagedAttention
+from toys.engine import EngineLoop
 from toys.graph_runner import VerifyGraphRunner, graphs_supported
 from toys.mem_cache import build_kv_cache
 from toys.memory import mark_used_on
@@ -42,7 +43,7 @@ from impl.schedule_batch import Req, ScheduleBatch
 from impl.spec_info import NgramVerifyInput
 from impl.worker import GenerationBatchResult, NgramWorker
 
-class Scheduler:
+class Scheduler(EngineLoop):
     def __init__(self, args: ServerArgs, device, grammar_backend: Any = None,
                  model: Optional[ToyTargetModel] = None) -> None:
         args.validate()
@@ -124,9 +125,8 @@ class Scheduler:
         """Nothing to stop: ``step`` is the loop's body (the sglang target's loop is
         upstream's own ``while True``, which ``close`` ends)."""
 
-    def run_to_completion(self, max_iterations: int = 10_000) -> None:
-        while self.has_work() and self.iteration < max_iterations:
-            self.step()
+    def drain(self) -> None:
+        """The results still queued when the last step ran (``EngineLoop``)."""
         with self.mod.stream(self.schedule_stream):
             while self.result_queue:
                 self.pop_and_process()

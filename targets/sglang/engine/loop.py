@@ -40,6 +40,7 @@ import greenlet
 import torch
 
 from seams.faults import ask, fault_point, observe
+from toys.engine import EngineLoop
 from toys.model import ToyTargetModel
 from toys.requests import (accept_tokens, extend_last_tokens, form_prefill,
                            middle_chunk, prefill_due, retract_due, retract_for_memory,
@@ -182,9 +183,9 @@ class Intake:
         pass
 
 
-class UpstreamLoop:
-    """The harness's handle on upstream's loop: ``step`` / ``has_work`` /
-    ``run_to_completion`` / ``streams``, as every target's scheduler offers them."""
+class UpstreamLoop(EngineLoop):
+    """The harness's handle on upstream's loop, a ``toys.engine.Engine`` as every target's
+    scheduler is: ``step`` / ``has_work`` / ``run_to_completion`` / ``streams`` ..."""
 
     def __init__(self, args, device, grammar_backend: Any = None,
                  model: Optional[ToyTargetModel] = None) -> None:
@@ -258,10 +259,6 @@ class UpstreamLoop:
         queued = any(getattr(r, "specrace_launch", None) for _, r in s.result_queue)
         return bool(self.waiting or s.running_batch or queued or self.chunked_req
                     or (s.last_batch is not None and s.last_batch.reqs))
-
-    def run_to_completion(self, max_iterations: int = 10_000) -> None:
-        while self.has_work() and self.iteration < max_iterations:
-            self.step()
 
     @property
     def streams(self) -> dict:

@@ -1,7 +1,8 @@
 """vLLM's own engine loop, stepped by the harness.
 
-``VllmEngine`` is the scheduler object the harness drives (``step`` / ``has_work`` /
-``add_request`` / ``run_to_completion`` / ``close`` / ``iteration`` / ``streams``). Under
+``VllmEngine`` is the engine the harness drives, a ``toys.engine.Engine`` (``step`` /
+``has_work`` / ``add_request`` / ``run_to_completion`` / ``close`` / ``iteration`` /
+``streams``). Under
 it everything is upstream's: ``EngineCore`` built from a ``VllmConfig`` by its real
 ``__init__`` (KV-cache sizing, the scheduler, the executor), ``AsyncScheduler`` and
 ``EngineCore.step_with_batch_queue`` with async scheduling on -- two batches in flight,
@@ -19,6 +20,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
+from toys.engine import EngineLoop
 from toys.vocab import EOS_ID
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -142,7 +144,7 @@ def engine_config(args):
     ).create_engine_config()
 
 
-class VllmEngine:
+class VllmEngine(EngineLoop):
     def __init__(self, args, device, grammar_backend: Any = None) -> None:
         from vllm.v1.engine.core import EngineCore
         from targets.vllm.engine.worker import executor_class
@@ -199,10 +201,6 @@ class VllmEngine:
                     req.finished = str(out.finish_reason)
         self.core.post_step(executed)
         self.iteration += 1
-
-    def run_to_completion(self, max_iterations: int = 10_000) -> None:
-        while self.has_work() and self.iteration < max_iterations:
-            self.step()
 
     def close(self) -> None:
         probe = getattr(self.runner, "_specrace_probe", None)  # Model Runner V2's

@@ -36,13 +36,14 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from seams.faults import fault_point
+from toys.engine import EngineLoop
 from toys.vocab import EOS_ID
 from targets.vllm.engine.model import _succ_table
 
 DRAFT_STEPS = 2  # draft tokens a step proposes per request
 
 
-class DraftTokensEngine:
+class DraftTokensEngine(EngineLoop):
     """The scheduler object the harness drives (``step`` / ``has_work`` / ...)."""
 
     def __init__(self, args, device) -> None:
@@ -123,10 +124,6 @@ class DraftTokensEngine:
                 self._take()
         self.running = [r for r in self.running if r.finished is None]
         self.iteration += 1
-
-    def run_to_completion(self, max_iterations: int = 10_000) -> None:
-        while self.has_work() and self.iteration < max_iterations:
-            self.step()
 
     def close(self) -> None:
         pass
