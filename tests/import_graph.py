@@ -1,4 +1,5 @@
-"""Module import graph of the project (static, top-level and function-level imports).
+"""Module import graph of the project (static: top-level and function-level imports, and
+``importlib.import_module("...")`` / ``__import__("...")`` calls with a literal name).
 
 ``python tests/import_graph.py [ROOT]`` prints the file cycles; ``import_graph`` and
 ``cycles`` serve ``tests/test_structure.py``.
@@ -7,7 +8,8 @@ import ast
 import os
 import sys
 
-PACKAGES = ("seams", "toys", "impl", "mutations", "harness", "targets", "scenarios", "litmus", "matrix", "specrace")
+PACKAGES = ("seams", "toys", "impl", "mutations", "harness", "targets", "scenarios", "litmus",
+            "matrix", "specrace", "tools")
 
 
 def modules(root):
@@ -40,6 +42,34 @@ def _resolve(mods, cur, node):
     return [a.name for a in node.names]
 
 
+# The calls that import a module named by a string: a literal name is as static as an
+# import statement, and an edge the graph must see (a computed one cannot be read).
+_DYNAMIC = {"import_module", "__import__"}
+
+
+def _imported_by_call(node):
+    """The module a call ``importlib.import_module("a.b")`` / ``__import__("a.b")`` imports,
+    or None (not such a call, or its name is computed)."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name not in _DYNAMIC or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value[:1] != ".":
+        return arg.value
+    return None
+
+
+def _imports(mods, m, node):
+    """The names an import statement or a literal dynamic import names."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return _resolve(mods, m, node)
+    if isinstance(node, ast.Call):
+        name = _imported_by_call(node)
+        return [name] if name else []
+    return []
+
+
 def import_graph(root):
     """module -> the project modules it imports (a submodule's import of its own parent
     package is not an edge: Python runs the parent first anyway)."""
@@ -50,12 +80,11 @@ def import_graph(root):
             tree = ast.parse(fh.read())
         deps = set()
         for n in ast.walk(tree):
-            if isinstance(n, (ast.Import, ast.ImportFrom)):
-                for t in _resolve(mods, m, n):
-                    while t and t not in mods:
-                        t = t.rpartition(".")[0]
-                    if t and t != m and not m.startswith(t + "."):
-                        deps.add(t)
+            for t in _imports(mods, m, n):
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != m and not m.startswith(t + "."):
+                    deps.add(t)
         graph[m] = deps
     return graph
 

@@ -1,8 +1,10 @@
 """The shape of the tree: no import cycles, the top-level rooms in one order (no folder pair
-importing each other both ways), small modules, impl/ behind its one door, and the harness
-layers (runtime -> detect -> policies -> oracle/trials -> report) with no back edges.
-Static (the import graph of ``tests/import_graph.py``, function-level imports included, so
-an import moved into a function does not hide a back edge): nothing is imported."""
+importing each other both ways), small modules, the code under test (toys/, impl/) behind
+its doors, the harness's floors (target -> runtime -> detect -> policies ->
+oracle/trials/run -> report) and each server target's sub-rooms in order, with no back
+edges. Static (the import graph of ``tests/import_graph.py``: function-level imports and
+``importlib.import_module("...")`` with a literal name included, so an import moved into a
+function or spelt as a call does not hide a back edge): nothing is imported."""
 from __future__ import annotations
 
 import importlib.util
@@ -17,19 +19,50 @@ ROOT = Path(__file__).resolve().parents[1]
 MAX_MODULE_LINES = 400
 
 # Lower floors first: a layer may import the ones before it, never the ones after. The
-# judges (oracle/) and the room that runs trials and calls them (trials/) are one floor:
-# the trials import the judges; the file-cycle test keeps the two from importing each
-# other in a circle. The Hypothesis state machines (machines/) drive trials: a floor
-# above them. The fault hook and plan (faults/) sit below every floor.
-LAYERS = ("runtime", "detect", "policies", ("oracle", "trials"), "report")
+# target interface (target.py) is the ground floor: every layer may drive a target, and it
+# imports none of them. The judges (oracle/), the room that runs trials and calls them
+# (trials/) and the resolved run those trials take (run.py, which carries the trials'
+# identity) are one floor: the file-cycle test keeps them from importing each other in a
+# circle. The Hypothesis state machines (specrace/machines/) drive trials: a room above.
+# The fault hook and plan (seams/faults/) sit below every floor.
+LAYERS = ("target", "runtime", "detect", "policies", ("oracle", "trials", "run"), "report")
+
+# Each server target's sub-rooms, lower floors first, as they are: boundary/ (the
+# version contract, stand-ins, platform, the server args) under everything; the release
+# environments; sglang's runner/ (upstream's ModelRunner built) under the engine that
+# calls it; engine/ (upstream's loop and the objects it drives); the slices and vLLM's
+# Model Runner V2 (mrv2/) built on the engine's worker and loop. The package itself
+# (``targets.sglang``: the Target) stands above its sub-rooms.
+SUBROOMS = {"targets.sglang": ("boundary", "environments", "runner", "engine", "slices"),
+            "targets.vllm": ("boundary", "environments", "engine", "mrv2", "slices")}
+
+# The sub-room back edges the tree has today, each a dispatch or a table read upward (the
+# contract reads the names its driven tables list, the engine picks a slice or Model
+# Runner V2 when it builds). Owed a move; nothing may join this list, it may only shrink.
+KNOWN_SUBROOM_BACK_EDGES = {
+    ("targets.sglang.boundary.platform", "targets.sglang.slices.eagle_kernels"),
+    ("targets.sglang.engine.scheduler_object", "targets.sglang.slices"),
+    ("targets.sglang.engine.scheduler_object", "targets.sglang.slices.dspark"),
+    ("targets.sglang.engine.scheduler_object", "targets.sglang.slices.eagle"),
+    ("targets.vllm.boundary.contract", "targets.vllm.engine.kernels"),
+    ("targets.vllm.boundary.contract", "targets.vllm.mrv2"),
+    ("targets.vllm.boundary.contract", "targets.vllm.mrv2.table"),
+    ("targets.vllm.boundary.surface", "targets.vllm.mrv2"),
+    ("targets.vllm.boundary.surface", "targets.vllm.mrv2.table"),
+    ("targets.vllm.engine.loop", "targets.vllm.mrv2"),
+    ("targets.vllm.engine.loop", "targets.vllm.mrv2.grammar"),
+    ("targets.vllm.engine.loop", "targets.vllm.mrv2.model"),
+    ("targets.vllm.engine.loop", "targets.vllm.mrv2.runner"),
+}
 
 # The top-level rooms, ground floor first: a room may import the rooms before it, never one
 # after. seams/ holds what every room uses (fault points, run context, permanent process
 # changes, source patching, signals, text); toys/ is the toy world every target runs on
 # (the bigram model, paged attention and pools, the kernel stand-ins); impl/ is the mirror
-# target; specrace/ is the front door (CLI, pytest plugin, bench, replay, state machines).
+# target; specrace/ is the front door (CLI, pytest plugin, bench, replay, state machines);
+# tools/ (the GPU bundles and scripts, the report builders, the measurements) drives it all.
 ROOMS = ("seams", "toys", "impl", "mutations", "harness", "targets", "scenarios", "litmus",
-         "matrix", "specrace")
+         "matrix", "specrace", "tools")
 
 # What the code under test may import outside its own room: the toy world reaches the rest
 # only through the fault-point / observe hooks and the words of a run (its server args'
@@ -51,12 +84,28 @@ def graph():
     return _tool().import_graph(str(ROOT))
 
 
-def _layer(module: str):
-    parts = module.split(".")
-    if parts[0] != "harness" or len(parts) < 2:
+def _floor(module: str, package: str, floors):
+    """The floor of ``module`` among ``package``'s ``floors`` (its sub-room or module
+    directly under ``package``; a tuple is one floor), or None: not below ``package``, or
+    the package itself."""
+    if not module.startswith(package + "."):
         return None
-    return next((i for i, floor in enumerate(LAYERS)
-                 if parts[1] == floor or (isinstance(floor, tuple) and parts[1] in floor)), None)
+    room = module[len(package) + 1:].split(".")[0]
+    return next((i for i, floor in enumerate(floors)
+                 if room == floor or (isinstance(floor, tuple) and room in floor)), None)
+
+
+def _back_edges(graph, package: str, floors) -> set:
+    """The imports inside ``package`` that go up its ``floors``."""
+    return {(m, d) for m, deps in graph.items()
+            if (low := _floor(m, package, floors)) is not None
+            for d in deps if (high := _floor(d, package, floors)) is not None and high > low}
+
+
+def _unplaced(graph, package: str, floors) -> set:
+    """Modules below ``package`` on none of its floors (a new sub-room must be placed)."""
+    return {m for m in graph if m.startswith(package + ".")
+            and _floor(m, package, floors) is None}
 
 
 def test_no_import_cycle(graph):
@@ -134,9 +183,8 @@ def test_the_door_check_catches_the_mirror_reaching_into_the_harness():
 
 
 def test_harness_layers_have_no_back_edges(graph):
-    back = {(m, d) for m, deps in graph.items() if _layer(m) is not None
-            for d in deps if _layer(d) is not None and _layer(d) > _layer(m)}
-    assert back == set()
+    assert _back_edges(graph, "harness", LAYERS) == set()
+    assert _unplaced(graph, "harness", LAYERS) == set()
     # the hooks below every layer import none of them
     for base in ("seams.faults", "seams.context"):
         assert {d for d in graph[base] if d.startswith("harness")} <= {"seams.context"}
@@ -215,3 +263,52 @@ def _shadowing_test_folders():
 def test_no_test_folder_shadows_a_package():
     shadowing = list(_shadowing_test_folders())
     assert not shadowing, f"test folders importable as a package's name: {shadowing}"
+
+
+@pytest.mark.parametrize("package", sorted(SUBROOMS))
+def test_target_sub_rooms_import_only_downwards(graph, package):
+    floors = SUBROOMS[package]
+    assert _unplaced(graph, package, floors) == set()
+    back = _back_edges(graph, package, floors)
+    assert back - KNOWN_SUBROOM_BACK_EDGES == set(), "a new back edge between sub-rooms"
+
+
+def test_the_known_sub_room_back_edges_are_still_there(graph):
+    """The list may only shrink: an edge moved away is struck off it."""
+    found = set().union(*(_back_edges(graph, p, f) for p, f in SUBROOMS.items()))
+    assert KNOWN_SUBROOM_BACK_EDGES <= found, KNOWN_SUBROOM_BACK_EDGES - found
+
+
+def test_the_floor_checks_catch_back_edges_from_the_target_and_the_run():
+    fake = {"harness.target": {"harness.trials.drive"}, "harness.run": {"harness.report"},
+            "harness.trials.drive": {"harness.target", "harness.run"},
+            "harness.cache": {"harness.runtime"}}
+    assert _back_edges(fake, "harness", LAYERS) == {
+        ("harness.target", "harness.trials.drive"), ("harness.run", "harness.report")}
+    assert _unplaced(fake, "harness", LAYERS) == {"harness.cache"}
+    sub = {"targets.sglang.boundary.platform": {"targets.sglang.engine.loop"},
+           "targets.sglang.slices.eagle": {"targets.sglang.engine.worker"}}
+    assert _back_edges(sub, "targets.sglang", SUBROOMS["targets.sglang"]) == {
+        ("targets.sglang.boundary.platform", "targets.sglang.engine.loop")}
+
+
+def test_the_graph_sees_a_literal_importlib_back_edge(tmp_path):
+    """``importlib.import_module("harness.x")`` in seams/ is a back edge the room check
+    fails on; a computed name cannot be read and is no edge."""
+    for name, text in {
+            "seams/__init__.py": "",
+            "seams/late.py": "import importlib\n\ndef f(n):\n"
+                             "    importlib.import_module('harness.trials')\n"
+                             "    importlib.import_module('harness.' + n)\n",
+            "seams/dunder.py": "def g():\n    return __import__('specrace.cli')\n",
+            "harness/__init__.py": "", "harness/trials.py": "",
+            "specrace/__init__.py": "", "specrace/cli.py": "",
+            "tools/gpu/probe.py": "from harness import trials\n"}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    fake = _tool().import_graph(str(tmp_path))
+    assert fake["seams.late"] == {"harness.trials"}
+    assert fake["seams.dunder"] == {"specrace.cli"}
+    assert "harness.trials" in fake["tools.gpu.probe"]  # tools/ is in the graph
+    back = {(m, d) for m, deps in fake.items() for d in deps if _room(d) > _room(m)}
+    assert back == {("seams.late", "harness.trials"), ("seams.dunder", "specrace.cli")}
