@@ -145,9 +145,9 @@ def flags(target: str, scenario: Scenario, args: Mapping[str, Any]) -> Tuple[str
 
 
 def _drafts(target: str, scenario: Scenario, args: Mapping[str, Any]) -> Tuple[str, ...]:
-    """The speculative-decoding width, read from the scenario's workload (seed 0: every
-    seed of a scenario drafts alike)."""
-    drafts = scenario.workload(0).draft_token_num
+    """The speculative-decoding width: a variant's own ``draft_token_num``, else the
+    scenario's workload's (seed 0: every seed of a scenario drafts alike)."""
+    drafts = args.get("draft_token_num", scenario.workload(0).draft_token_num)
     if target == "vllm":
         # async scheduling: on (--async-scheduling), or as the release has it by default
         # for EAGLE-family drafting (vllm_async_default: off in 0.13.0, on from 0.14.0)
@@ -158,9 +158,11 @@ def _drafts(target: str, scenario: Scenario, args: Mapping[str, Any]) -> Tuple[s
         if drafts <= 1:
             return ("--async-scheduling (no speculative decoding)",) if args.get(
                 "overlap", True) else ()
+        method = ("EAGLE: Model Runner V2's speculator" if args.get("vllm_runner") == "v2"
+                  else "a draft model; EAGLE where the release has no draft-model "
+                       "proposer: 0.13.0, 0.14.0")
         return async_flag + (
-            f"--speculative-config num_speculative_tokens={drafts - 1} (a draft model; "
-            f"EAGLE where the release has no draft-model proposer: 0.13.0, 0.14.0)",)
+            f"--speculative-config num_speculative_tokens={drafts - 1} ({method})",)
     if args.get("spec_algorithm") == "ngram":
         return (f"--speculative-num-draft-tokens {drafts}",)
     return ()

@@ -69,7 +69,10 @@ VLLM_V1_DRAFT_COPY = Scenario(
               # 0.16.0-0.18.0: their seq-lens race (vllm-seq-lens-shadow) runs on the
               # same steps; both fixes
               "fixed-seq-lens": with_fix("draft-ids-copy-ordered+seq-lens", **_ARGS),
-              "seq-lens-fixed-only": with_fix("drafter-increments-out-of-place", **_ARGS)},
+              "seq-lens-fixed-only": with_fix("drafter-increments-out-of-place", **_ARGS),
+              # the copy's other trigger: structured-output requests (the toy grammar on
+              # V1: upstream's apply_grammar_bitmask runs; no value diverged, 0.17.0)
+              "structured": {"hybrid": False, "vllm_structured_outputs": True}},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "race", ("fixed", None): "clean"},
     sim_trials=8,

@@ -115,9 +115,12 @@ def print_coverage(res, summary: bool = False) -> None:
                       for d in s["by_directory"]]))
     out.print(_table("not run, by reason", ["reason", "sites"],
                      [[k, v] for k, v in s["not_run_by_reason"].items()]))
+    out.print(_table("not run, by the rule that names it", ["reason: the rule's words", "sites"],
+                     [[k, v] for k, v in s["not_run_by_rule"].items()]))
     if not summary:
         out.print(_table("sites not run", ["file:line", "function", "kind", "reason"],
-                         [[f"{x.file}:{x.line}", x.function, x.kind, why]
+                         [[f"{x.file}:{x.line}", x.function, x.kind,
+                           ": ".join(w for w in (why, res.whys.get(x.key, "")) if w)]
                           for x, why in res.not_run()]))
     out.print(f"total: {_share(s['ran'], total)} census sites run")
     out.print(f"single-node paths: {_share(s['single_node_ran'], single)} -- the headline "

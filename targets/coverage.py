@@ -13,6 +13,7 @@ sites of the single-node paths: all but the other-hardware and multi-node catego
     coverage(target, release, scenarios=(), progress=...) -> CoverageResult
     ran_sites(sites, lines_by_file) -> set of Site.key      # the mapping alone
     classify(site, rules) -> category
+    rule_words(site, rules) -> the matching rule's own words ("pooling models"), or ""
     RowCoverage(target, version)   # a ``specrace releases --coverage`` row's figures
 """
 from __future__ import annotations
@@ -48,6 +49,7 @@ class CoverageResult:
     census: Census
     runs: List[ScenarioRun]
     categories: Dict[Key, str] = field(default_factory=dict)  # the reason rule per site
+    whys: Dict[Key, str] = field(default_factory=dict)  # that rule's own words, if any
 
     @property
     def ran(self) -> Set[Key]:
@@ -78,8 +80,11 @@ class CoverageResult:
                 row[2] += 1
                 row[3] += s.key in ran
         reasons: Dict[str, int] = {}
-        for _, why in self.not_run():
-            reasons[why] = reasons.get(why, 0) + 1
+        named: Dict[str, int] = {}  # category and the rule's words: what a reader acts on
+        for site, category in self.not_run():
+            reasons[category] = reasons.get(category, 0) + 1
+            label = ": ".join(x for x in (category, self.whys.get(site.key, "")) if x)
+            named[label] = named.get(label, 0) + 1
         return {
             "sites": len(sites), "ran": len(ran), "percent": _pct(len(ran), len(sites)),
             "single_node_sites": len(single),
@@ -93,6 +98,7 @@ class CoverageResult:
                              "single_node_ran": sum(1 for s in single if s.key in r.ran)}
                             for r in self.runs],
             "not_run_by_reason": dict(sorted(reasons.items())),
+            "not_run_by_rule": dict(sorted(named.items(), key=lambda kv: (-kv[1], kv[0]))),
         }
 
     def to_json(self) -> Dict[str, Any]:
@@ -103,7 +109,8 @@ class CoverageResult:
                 "unreadable": [{"file": f, "why": w} for f, w in c.unreadable],
                 "sites": [{**s.to_json(), "ran_in": [r.scenario for r in self.runs
                                                       if s.key in r.ran],
-                           "reason": None if s.key in ran else self.categories[s.key]}
+                           "reason": None if s.key in ran else self.categories[s.key],
+                           "why": None if s.key in ran else self.whys.get(s.key, "")}
                           for s in c.sites]}
 
 
@@ -125,18 +132,32 @@ def ran_sites(sites: Iterable[Site], lines_by_file: Dict[str, Iterable[int]]) ->
     return out
 
 
-def classify(site: Site, rules: Sequence[Tuple[str, str, str]]) -> str:
+def _rule(site: Site, rules: Sequence[Tuple[str, ...]]) -> Optional[Tuple[str, ...]]:
     """The first rule that names the site (patterns ignore case: ``HiCacheController``
-    is hicache's), else "not reached by any scenario"."""
-    for category, what, pattern in rules:
+    is hicache's). A rule is (category, what it reads, pattern[, its own words])."""
+    for rule in rules:
+        what, pattern = rule[1], rule[2]
         if what == "guard":
             values: Tuple[str, ...] = site.guards
         else:
             values = ({"path": site.file, "function": site.function,
                        "text": site.text}.get(what, ""),)
         if any(re.search(pattern, v, re.IGNORECASE) for v in values):
-            return category
-    return NOT_REACHED
+            return rule
+    return None
+
+
+def classify(site: Site, rules: Sequence[Tuple[str, ...]]) -> str:
+    """The category of the first rule that names the site, else "not reached by any
+    scenario"."""
+    rule = _rule(site, rules)
+    return NOT_REACHED if rule is None else rule[0]
+
+
+def rule_words(site: Site, rules: Sequence[Tuple[str, ...]]) -> str:
+    """The matching rule's own words (which configuration, which hardware), or ""."""
+    rule = _rule(site, rules)
+    return rule[3] if rule is not None and len(rule) > 3 else ""
 
 
 # --- the runs -----------------------------------------------------------------------------
@@ -206,7 +227,8 @@ def coverage(target: str, release: Optional[str] = None, scenarios: Sequence[str
     c = census_of or census(target, release)
     spec = spec_of(target)
     python, declared, environments = _python_and_scenarios(target, release)
-    asked = list(scenarios) or list(declared.scenarios)
+    # none named: every scenario, and the configurations the target adds for coverage
+    asked = list(scenarios) or list(getattr(declared, "coverage_set", ()) or declared.scenarios)
     for s in asked:
         if not declared.supports(_split(s)[0]):
             raise CensusError(f"scenario {s[:80]!r} does not run on the {target} target")
@@ -231,7 +253,8 @@ def coverage(target: str, release: Optional[str] = None, scenarios: Sequence[str
             runs.append(ScenarioRun(s, "ran", note, outcome,
                                     frozenset(ran_sites(c.sites, lines))))
     progress(len(asked), len(asked))
-    return CoverageResult(c, runs, {x.key: classify(x, spec.RULES) for x in c.sites})
+    return CoverageResult(c, runs, {x.key: classify(x, spec.RULES) for x in c.sites},
+                          {x.key: rule_words(x, spec.RULES) for x in c.sites})
 
 
 # --- one release's row (``specrace releases --coverage``) ----------------------------------

@@ -18,19 +18,71 @@ PINNED_FACTORIES = ("CpuGpuBuffer", "_make_buffer", "UvaBuffer", "UvaBufferPool"
 
 _OTHER_HW = r"(tpu|xpu|cpu|hpu|npu|rocm|aiter|hip|neuron|mps|xla)"
 
+# Each rule: (category, what it reads, pattern, its own words). The words say which
+# configuration or hardware a site needs -- what `specrace coverage` lists beside a site
+# no scenario ran (checked against vLLM 0.17.0's and 0.34.0's unrun sites, 2026-12-07).
+# CONFIG sites stay in the headline's denominator: a single-node server with that
+# configuration runs them; only the HARDWARE and MULTI_NODE ones leave it.
+_SEVERAL_GPUS = "several GPUs: "
 RULES = (
-    (HARDWARE, "path", rf"(^|/|_){_OTHER_HW}(_|/|\.py$)"),
+    (HARDWARE, "path", rf"(^|/|_){_OTHER_HW}(_|/|\.py$)", "another platform's backend"),
     (HARDWARE, "guard", r"^(?!not \().*\b(current_platform\.)?is_(rocm|tpu|xpu|cpu|hpu|"
-                        r"neuron)\(\)(?!.*cuda)"),
-    (HARDWARE, "guard", r"^not \(.*\bis_cuda(_alike)?\(\)"),
-    (HARDWARE, "text", r"\btorch\.(npu|xpu|hpu|xla)\b"),
+                        r"neuron)\(\)(?!.*cuda)", "another platform's branch"),
+    (HARDWARE, "guard", r"^not \(.*\bis_cuda(_alike)?\(\)", "another platform's branch"),
+    (HARDWARE, "text", r"\btorch\.(npu|xpu|hpu|xla)\b", "another platform's device module"),
     (MULTI_NODE, "path", r"(kv_connector|kv_transfer|nixl|mooncake|lmcache|p2p|"
-                         r"ec_connector)"),
-    (MULTI_NODE, "function", r"(kv_connector|kv_transfer|nixl|ec_connector)"),
-    (CONFIG, "path", r"(ubatch|dp_utils|lora|mamba|linear_attn|gdn|short_conv|pooling|encoder|multimodal|"
-                     r"mm_|medusa|suffix|draft_model|dflash|eplb|cudagraph_utils|"
-                     r"kv_offload|offload|sparse|mla/|flashinfer|flex|tree|triton_attn|"
-                     r"rocm|aiter|xformers)"),
-    (CONFIG, "function", r"(lora|mamba|pooling|encoder|mm_|eplb|offload|profil|dummy_run|"
-                         r"capture_model|_dummy)"),
+                         r"ec_connector)", "KV / encoder-cache transfer connectors"),
+    (MULTI_NODE, "function", r"(kv_connector|kv_transfer|nixl|ec_connector)",
+     "KV / encoder-cache transfer connectors"),
+    (CONFIG, "path", r"(ubatch|dp_utils)", _SEVERAL_GPUS + "data parallel and dual-batch "
+                                             "overlap (micro-batching)"),
+    (CONFIG, "path", r"pp_utils", _SEVERAL_GPUS + "pipeline parallel"),
+    (CONFIG, "function", r"intermediate_tensors", _SEVERAL_GPUS + "pipeline parallel"),
+    (CONFIG, "guard", r"\b(dcp|total_cp|pcp)_world_size\b", _SEVERAL_GPUS + "context parallel"),
+    (CONFIG, "text", r"_has_fault_gpu|all2all", _SEVERAL_GPUS + "expert parallel"),
+    (CONFIG, "path", r"(eplb|sentinel)", _SEVERAL_GPUS + "expert load balancing, the "
+                                         "elastic worker sentinel"),
+    (CONFIG, "function", r"eplb", _SEVERAL_GPUS + "expert load balancing"),
+    (CONFIG, "path", r"(mamba|linear_attn|gdn|short_conv)",
+     "hybrid (Mamba / linear-attention / GDN) models' attention metadata"),
+    (CONFIG, "function", r"(mamba|causal_conv1d)",
+     "hybrid (Mamba / linear-attention / GDN) models' attention metadata"),
+    (CONFIG, "path", r"(sparse|mla/|flashinfer|flex|tree|triton_attn|xformers|hpc_attn|"
+                     r"flash_attn\.py)",
+     "upstream's attention backends (the target's attention is a toy backend: their "
+     "metadata builders need the compiled kernels they plan for)"),
+    (CONFIG, "function", r"(local_attention|kv_sharing)",
+     "model-specific attention (chunked local attention, KV sharing)"),
+    (CONFIG, "path", r"(pooling|encoder|multimodal|mm_|mm/|mrope)",
+     "pooling models, encoders and multimodal inputs"),
+    (CONFIG, "function", r"(pool(ing|er)|encoder|mm_|mrope|xdrope)",
+     "pooling models, encoders and multimodal inputs"),
+    (CONFIG, "guard", r"(supports_mm_inputs|uses_mrope|uses_xdrope|is_mm_prefix_lm|"
+                      r"mm_ranges|inputs_embeds|actual_num_sched)",
+     "pooling models, encoders and multimodal inputs"),
+    (CONFIG, "path", r"lora", "LoRA adapters"),
+    (CONFIG, "function", r"lora", "LoRA adapters"),
+    (CONFIG, "path", r"(medusa|suffix|draft_model|dflash)",
+     "the Medusa, suffix, draft-model (MRv2) and DFlash proposers"),
+    (CONFIG, "path", r"adaptive_verification", "MRv2's adaptive verification (opt-in: "
+                                               "enable_adaptive_verification)"),
+    (CONFIG, "path", r"trace_replay", "MRv2's sampler trace replay (opt-in)"),
+    (CONFIG, "function", r"StepTimingCollector", "MRv2's step timing (collected only when asked)"),
+    (CONFIG, "path", r"(kv_offload|offload)", "KV offloading"),
+    (CONFIG, "function", r"offload", "KV offloading"),
+    (CONFIG, "path", r"cudagraph", "CUDA graphs (the target runs eager)"),
+    (CONFIG, "function", r"(capture_model|capture|warmup|_sync_device|profil|dummy_run|_dummy|"
+                         r"timed_)",
+     "start-up: CUDA graph capture, warm-up, profiling and dummy runs (the target "
+     "starts eager, with a fixed KV budget)"),
+    (CONFIG, "function", r"(logprobs|LogprobsTensors|SamplingMaskTensors)",
+     "logprobs and prompt logprobs requests"),
+    (CONFIG, "function", r"(MinP|MinTokens)", "min-p and min-tokens sampling"),
+    (CONFIG, "path", r"backend_(outlines|lm_format_enforcer|guidance)",
+     "structured-output backends other than the target's toy grammar"),
+    (CONFIG, "function", r"maybe_randomize_inputs",
+     "VLLM_RANDOMIZE_DP_DUMMY_INPUTS (a debugging switch)"),
+    (CONFIG, "function", r"NonUvaBuffer", "platforms without UVA (the target maps UVA)"),
+    (CONFIG, "function", r"SpecDecodeBaseProposer\.prepare_inputs$",
+     "disable_padded_drafter_batch (refused with async scheduling)"),
 )
