@@ -43,6 +43,10 @@ RULES = (
     (CONFIG, "path", r"(eplb|sentinel)", _SEVERAL_GPUS + "expert load balancing, the "
                                          "elastic worker sentinel"),
     (CONFIG, "function", r"eplb", _SEVERAL_GPUS + "expert load balancing"),
+    # before the model kinds': a hybrid builder's padding for full graphs is a graph site
+    (CONFIG, "path", r"cudagraph", "CUDA graphs (the target runs eager)"),
+    (CONFIG, "guard", r"(cuda_?graph)", "CUDA graphs (the target runs eager)"),
+    (CONFIG, "function", r"(cudagraph|capture)", "CUDA graphs (the target runs eager)"),
     (CONFIG, "path", r"(mamba|linear_attn|gdn|short_conv)",
      "hybrid (Mamba / linear-attention / GDN) models' attention metadata"),
     (CONFIG, "function", r"(mamba|causal_conv1d)",
@@ -70,11 +74,9 @@ RULES = (
     (CONFIG, "function", r"StepTimingCollector", "MRv2's step timing (collected only when asked)"),
     (CONFIG, "path", r"(kv_offload|offload)", "KV offloading"),
     (CONFIG, "function", r"offload", "KV offloading"),
-    (CONFIG, "path", r"cudagraph", "CUDA graphs (the target runs eager)"),
-    (CONFIG, "function", r"(capture_model|capture|warmup|_sync_device|profil|dummy_run|_dummy|"
-                         r"timed_)",
-     "start-up: CUDA graph capture, warm-up, profiling and dummy runs (the target "
-     "starts eager, with a fixed KV budget)"),
+    (CONFIG, "function", r"(warmup|_sync_device|profil|dummy_run|_dummy|timed_)",
+     "start-up: warm-up, profiling and dummy runs (the target starts with a fixed KV "
+     "budget, no warm-up)"),
     (CONFIG, "function", r"(logprobs|LogprobsTensors|SamplingMaskTensors)",
      "logprobs and prompt logprobs requests"),
     (CONFIG, "function", r"(MinP|MinTokens)", "min-p and min-tokens sampling"),
