@@ -26,6 +26,7 @@ from typing import Any, Deque, List, Optional, Tuple
 import torch
 
 from seams.faults import ask, fault_point, observe
+from seams.vocab import Fence, Relay
 
 from toys.attention import ToyPagedAttention
 from toys.engine import EngineLoop
@@ -245,7 +246,7 @@ class Scheduler(EngineLoop):
         with self.mod.stream(fwd):
             fwd.wait_stream(self.schedule_stream)
             self._record_forward_inputs(batch, fwd)
-            if batch.forward_mode == "decode" and self.args.relay == "future_map":
+            if batch.forward_mode == "decode" and self.args.relay == Relay.FUTURE_MAP:
                 self.future_map.resolve_spec_extras(batch.spec_info)
             if batch.forward_mode == "extend":
                 result = self.worker.forward_extend(batch)
@@ -285,7 +286,7 @@ class Scheduler(EngineLoop):
     def _relay_forward_payload(self, future_indices: torch.Tensor,
                                result: GenerationBatchResult) -> None:
         """Forward stream, right after the worker returns: stash for the next resolve."""
-        if self.args.relay != "future_map":
+        if self.args.relay != Relay.FUTURE_MAP:
             return  # pre-#35198: ngram state rides on batch.spec_info instead
         if result.next_draft_input is not None:
             self.future_map.stash(future_indices, RelayPayload.from_ngram(result.next_draft_input))
@@ -293,7 +294,7 @@ class Scheduler(EngineLoop):
     def _apply_war_barrier(self) -> None:
         """Order the schedule stream's next writes after the forward's shared reads."""
         event, self.read_done = self.read_done, None  # consumed once
-        if self.args.war_barrier == "fine" and event is not None:
+        if self.args.war_barrier == Fence.FINE and event is not None:
             self.schedule_stream.wait_event(event)
         else:
             self.schedule_stream.wait_stream(self.forward_stream)

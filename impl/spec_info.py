@@ -21,6 +21,8 @@ from typing import Optional
 
 import torch
 
+from seams.vocab import Relay
+
 
 
 @dataclass
@@ -47,7 +49,7 @@ class NgramVerifyInput:
             accept_lens=torch.empty((0,), dtype=torch.int32, device=device))
 
     def filter_batch(self, new_indices: torch.Tensor) -> None:
-        if self.relay == "future_map" and self.future_indices is not None:
+        if self.relay == Relay.FUTURE_MAP and self.future_indices is not None:
             # The accept state is not sliced here: the forward stream writes it, and the
             # next verify's resolve gathers it again from the FutureMap by these indices.
             self.future_indices = self.future_indices[new_indices]
@@ -59,7 +61,7 @@ class NgramVerifyInput:
         self.accept_lens = self.accept_lens[new_indices]
 
     def merge_batch(self, other: "NgramVerifyInput") -> None:
-        if self.relay == "future_map" and self.future_indices is not None:
+        if self.relay == Relay.FUTURE_MAP and self.future_indices is not None:
             assert other.future_indices is not None
             self.future_indices = torch.cat((self.future_indices, other.future_indices))
             return

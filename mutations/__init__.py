@@ -34,12 +34,12 @@ MUTATIONS: List[Mutation] = [
     M("filter-gathers-accept-on-schedule",
       "filter_batch gathers accept_tokens/accept_lens on the schedule stream (fine fence)",
       "PR #35198 / M1", "impl.spec_info:NgramVerifyInput.filter_batch",
-      [('if self.relay == "future_map" and self.future_indices is not None:', "if False:")],
+      [('if self.relay == Relay.FUTURE_MAP and self.future_indices is not None:', "if False:")],
       SEED),
     M("merge-cats-accept-on-schedule",
       "merge_batch concatenates accept state on the schedule stream (fine fence)",
       "PR #35198 / M1", "impl.spec_info:NgramVerifyInput.merge_batch",
-      [('if self.relay == "future_map" and self.future_indices is not None:', "if False:")],
+      [('if self.relay == Relay.FUTURE_MAP and self.future_indices is not None:', "if False:")],
       SEED),
     M("resolve-before-forward-waits",
       "the forward stream resolves relayed inputs before waiting on the schedule stream",
@@ -269,7 +269,7 @@ MUTATIONS += [
       "no WAR barrier: the schedule stream rewrites req_to_token rows while the previous "
       "forward may not have gathered them",
       "PR #26380", "impl.scheduler:Scheduler._apply_war_barrier",
-      [('        if self.args.war_barrier == "fine" and event is not None:\n'
+      [('        if self.args.war_barrier == Fence.FINE and event is not None:\n'
         '            self.schedule_stream.wait_event(event)\n'
         '        else:\n'
         '            self.schedule_stream.wait_stream(self.forward_stream)', "        pass")],

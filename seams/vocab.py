@@ -70,12 +70,6 @@ class Verdict(Word):
     CLEAN = "clean"
 
 
-class RaceKind(Word):
-    RAW = "RAW"
-    WAR = "WAR"
-    WAW = "WAW"
-
-
 def dtype_name(dtype) -> str:
     """``torch.int32`` -> ``int32``: how traces and reports name a tensor's dtype."""
     return str(dtype).removeprefix("torch.")

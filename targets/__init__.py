@@ -12,13 +12,11 @@ turns a name into a loaded target (``get``), the one place a name is looked up.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Callable, Dict
 
 from harness.target import Target, TargetError  # the interface; re-exported
 from seams import signals
 from seams.vocab import TargetName
-
-TARGET_NAMES = tuple(t.value for t in TargetName)
 
 
 class ImplTarget(Target):
@@ -49,18 +47,29 @@ class ImplTarget(Target):
 _TARGETS: Dict[str, Target] = {}
 
 
+def _sglang() -> Target:
+    from targets.sglang import SglangTarget
+    return SglangTarget()
+
+
+def _vllm() -> Target:
+    from targets.vllm import VllmTarget
+    return VllmTarget()
+
+
+# Every target by its name: an upstream one is imported only when asked for
+_REGISTRY: Dict[TargetName, Callable[[], Target]] = {
+    TargetName.IMPL: ImplTarget, TargetName.SGLANG: _sglang, TargetName.VLLM: _vllm}
+
+
 def declared(name: str) -> Target:
     """The target ``name``, not loaded: what it declares (its environments, its
     scenarios) without importing the server it drives."""
-    if name == "impl":
-        return ImplTarget()
-    if name == "sglang":
-        from targets.sglang import SglangTarget
-        return SglangTarget()
-    if name == "vllm":
-        from targets.vllm import VllmTarget
-        return VllmTarget()
-    raise TargetError(f"unknown target {name!r}; expected one of: {', '.join(TARGET_NAMES)}")
+    try:
+        key = TargetName.parse(name, "target")
+    except ValueError as exc:
+        raise TargetError(str(exc)) from None
+    return _REGISTRY[key]()
 
 
 def get(name: str) -> Target:

@@ -64,11 +64,12 @@ KNOWN_SUBROOM_BACK_EDGES = {
 ROOMS = ("seams", "toys", "impl", "mutations", "harness", "targets", "scenarios", "litmus",
          "matrix", "specrace", "tools")
 
-# What the code under test may import outside its own room: the toy world reaches the rest
-# only through the fault-point / observe hooks and the words of a run (its server args'
-# relays, fences, platforms); the mirror through the hooks and the toys -- so a run of
-# either is the same code whether the harness drives it or not.
-DOORS = {"toys": ("seams.faults", "seams.vocab"), "impl": ("seams.faults", "toys")}
+# What the code under test may import outside its own room: the fault-point / observe
+# hooks and the words of a run (its server args' relays, fences, platforms), and the
+# mirror the toy world it runs on -- so a run of either is the same code whether the
+# harness drives it or not.
+DOORS = {"toys": ("seams.faults", "seams.vocab"),
+         "impl": ("seams.faults", "seams.vocab", "toys")}
 
 
 def _tool():

@@ -15,6 +15,7 @@ import contextlib
 from typing import Iterator, Tuple
 
 from seams.sourcepatch import SourcePatch, all_applied
+from seams.vocab import Fence, Relay
 
 _NGRAM = "sglang.srt.speculative.ngram_info:NgramVerifyInput"
 _FUTURE_MAP = "sglang.srt.managers.overlap_utils:FutureMap"
@@ -52,9 +53,9 @@ PRE_FIX: Tuple[SourcePatch, ...] = (
 
 
 def relay_patches(relay: str) -> Tuple[SourcePatch, ...]:
-    if relay == "future_map":
+    if relay == Relay.FUTURE_MAP:
         return ()
-    if relay == "spec_info":
+    if relay == Relay.SPEC_INFO:
         return PRE_FIX
     raise ValueError(f"relay must be future_map or spec_info, not {relay!r}")
 
@@ -65,7 +66,7 @@ def variant_patches(args) -> Iterator[None]:
     from sglang.srt.environ import envs
     with contextlib.ExitStack() as stack:
         stack.enter_context(all_applied(relay_patches(args.relay)))
-        if args.war_barrier == "coarse" and hasattr(envs, "SGLANG_FORCE_COARSE_WAR_BARRIER"):
+        if args.war_barrier == Fence.COARSE and hasattr(envs, "SGLANG_FORCE_COARSE_WAR_BARRIER"):
             # upstream's own switch (0.5.16+); before it, a forward that publishes no
             # read-done event is the coarse fence (the toy worker then publishes none)
             stack.enter_context(envs.SGLANG_FORCE_COARSE_WAR_BARRIER.override(True))
