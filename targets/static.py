@@ -122,14 +122,21 @@ def find(root: str, target: str) -> Tuple[Optional[ast.AST], str]:
     return node, ""
 
 
-def params(root: str, target: str) -> Tuple[Optional[Tuple[str, ...]], str]:
-    """A function's parameter names, in order (``self``/``cls`` included)."""
+def _arguments(root: str, target: str) -> Tuple[Optional[ast.arguments], str]:
+    """The parameters of the function ``target`` names, or None and why not."""
     node, problem = find(root, target)
     if node is None:
         return None, problem
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None, f"{target.replace(':', '.')} is not a function"
-    a = node.args
+    return node.args, ""
+
+
+def params(root: str, target: str) -> Tuple[Optional[Tuple[str, ...]], str]:
+    """A function's parameter names, in order (``self``/``cls`` included)."""
+    a, problem = _arguments(root, target)
+    if a is None:
+        return None, problem
     names = [x.arg for x in (*a.posonlyargs, *a.args)]
     if a.vararg:
         names.append("*" + a.vararg.arg)
@@ -263,12 +270,9 @@ def calls_on(node: ast.AST, receiver: str) -> FrozenSet[str]:
 def required_params(root: str, target: str) -> Tuple[Optional[Tuple[str, ...]], str]:
     """A function's parameters a caller must pass (no default; not ``*``/``**``), in
     order, keyword-only ones as ``*NAME``."""
-    node, problem = find(root, target)
-    if node is None:
+    a, problem = _arguments(root, target)
+    if a is None:
         return None, problem
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None, f"{target.replace(':', '.')} is not a function"
-    a = node.args
     positional = [x.arg for x in (*a.posonlyargs, *a.args)]
     plain = positional[:len(positional) - len(a.defaults)]
     kwonly = ["*" + x.arg for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is None]

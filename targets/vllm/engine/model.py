@@ -343,11 +343,13 @@ def model_classes():
     return Target, Dense, Draft
 
 
-def eagle_class(draft):
+def eagle_class(draft, layer_cls=None, arch: str = EAGLE_ARCH):
     """The toy drafter as V1's ``EagleProposer`` calls an EAGLE head --
     ``model(input_ids=, positions=, hidden_states=, inputs_embeds=)`` returning
     ``(last_hidden_states, hidden_states)`` (0.13.0 ``spec_decode/eagle.py:313-322``) --
-    on the draft model's one attention layer (its KV writes are the drafter's)."""
+    on the draft model's one attention layer (its KV writes are the drafter's);
+    ``layer_cls`` and ``arch``: that layer's class and the head's architecture name where
+    a runner has its own (Model Runner V2's)."""
 
     class ToyEagle(draft):
         def __init__(self, *, vllm_config, prefix: str = "") -> None:
@@ -369,7 +371,9 @@ def eagle_class(draft):
             out = torch.nn.functional.one_hot(proposed.long(), VOCAB_SIZE).to(torch.float32)
             return out, out
 
-    ToyEagle.__name__ = ToyEagle.__qualname__ = EAGLE_ARCH
+    ToyEagle.__name__ = ToyEagle.__qualname__ = arch
+    if layer_cls is not None:
+        ToyEagle.layer_cls = layer_cls
     return ToyEagle
 
 

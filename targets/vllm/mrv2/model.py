@@ -30,11 +30,8 @@ vLLM's ``ModelRegistry`` like the other toy models and built by its dummy loader
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import torch
-
-from toys.vocab import VOCAB_SIZE
 
 EAGLE_ARCH = "EagleSpecraceToyDraftForCausalLM"
 TARGET_ARCH = "SpecraceToyDenseV2ForCausalLM"
@@ -69,30 +66,11 @@ def _layer(layer_cls):
 
 
 def eagle_class():
-    """The toy EAGLE head, built on the toy draft model (its one attention layer writes
-    the draft's KV as the V1 path's drafter does)."""
-    from targets.vllm.engine.model import garble, model_classes
-    _target, _dense, draft = model_classes()
-
-    class ToyEagle(draft):
-        layer_cls = _layer(draft.layer_cls)
-
-        def __init__(self, *, vllm_config, prefix: str = "") -> None:
-            draft.__init__(self, vllm_config=vllm_config, prefix=prefix)
-            self.model = torch.nn.Module()  # no embedding or head to share
-
-        def forward(self, input_ids=None, positions=None, hidden_states=None,
-                    inputs_embeds=None, **kwargs: Any):
-            ids = input_ids.to(torch.int64)
-            proposed = self.attn(input_ids, positions)  # KV write + draft_rule(ids)
-            if hidden_states is not None:
-                agrees = hidden_states[: ids.shape[0]].argmax(dim=-1) == ids
-                proposed = torch.where(agrees, proposed, garble(proposed))
-            out = torch.nn.functional.one_hot(proposed.long(), VOCAB_SIZE).to(torch.float32)
-            return out, out
-
-    ToyEagle.__name__ = ToyEagle.__qualname__ = EAGLE_ARCH
-    return ToyEagle
+    """The V1 path's toy EAGLE head (``engine.model.eagle_class``) on this runner's
+    layer: the draft model's one attention layer writes the draft's KV as V1's does."""
+    from targets.vllm.engine import model
+    _target, _dense, draft = model.model_classes()
+    return model.eagle_class(draft, _layer(draft.layer_cls), EAGLE_ARCH)
 
 
 def target_class():
