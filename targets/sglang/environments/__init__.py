@@ -26,22 +26,19 @@ class SglangEnvironments(LineEnvironments):
         super().__init__(LINE)
 
     def not_applicable(self, version: str, scenario: str) -> str:
-        root = self.line.release_root(version)
-        if root is None:
-            return ""
-        for need in NEEDS.get(scenario, ()):
-            missing = contract.missing_code(root, need)
-            if missing:
-                return f"the release has no {missing.split(':', 1)[1]}"
-        return ""
+        missing = self._first_missing(version, scenario, contract.missing_code)
+        return f"the release has no {missing.split(':', 1)[1]}" if missing else ""
 
     def not_driven(self, version: str, scenario: str) -> str:
+        missing = self._first_missing(version, scenario, contract.undriven)
+        return (f"the release has the code; specrace's slice needs "
+                f"{missing.replace(':', '.')}, which it lacks") if missing else ""
+
+    def _first_missing(self, version: str, scenario: str, check) -> str:
+        """The first of ``scenario``'s needs (``NEEDS``) that ``check(root, need)`` finds
+        missing from ``version``'s source ("": none, or the release is not set up)."""
         root = self.line.release_root(version)
         if root is None:
             return ""
-        for need in NEEDS.get(scenario, ()):
-            missing = contract.undriven(root, need)
-            if missing:
-                return (f"the release has the code; specrace's slice needs "
-                        f"{missing.replace(':', '.')}, which it lacks")
-        return ""
+        return next((got for need in NEEDS.get(scenario, ()) if (got := check(root, need))),
+                    "")
