@@ -81,6 +81,8 @@ VLLM: Dict[str, Describe] = {
     "vllm_structured_outputs": lambda v, a: ("(structured-output requests)" if v else None),
     "vllm_presence_penalty": lambda v, a: (f"(requests with presence_penalty={v:g})" if v
                                            else None),
+    "vllm_logprobs": lambda v, a: (f"(requests with logprobs={v}, prompt_logprobs={v})"
+                                   if v else None),
     # a step's token budget: vLLM chunks any prompt longer than what is left of it
     "chunked_prefill_size": lambda v, a: f"--max-num-batched-tokens {v}" if v else None,
 }

@@ -28,6 +28,9 @@ class VllmArgs(ServerArgs):
     # the successor and 0 elsewhere, so a penalty below 1 leaves the greedy output -- what
     # the model oracle knows -- unchanged
     vllm_presence_penalty: float = 0.0
+    # The requests' logprobs and prompt logprobs (0: none asked): the sampler's logprobs
+    # and their copies to the host (V1 LogprobsTensors, the prompt-logprobs chunks)
+    vllm_logprobs: int = 0
     # Async scheduling where ``overlap`` is on: False, on (as ``--async-scheduling``
     # asks); True, as the installed release has it by default for an EAGLE-family drafter
     # (off in 0.13.0, on from 0.14.0, PR #31998; targets/vllm/engine/loop.py:
@@ -40,6 +43,8 @@ class VllmArgs(ServerArgs):
             raise ValueError("vllm_runner must be '' (V1) or 'v2' (Model Runner V2)")
         if self.vllm_structured_outputs and self.vllm_runner != "v2":
             raise ValueError("vllm_structured_outputs runs on Model Runner V2 only")
+        if not 0 <= self.vllm_logprobs <= 20:
+            raise ValueError("vllm_logprobs must be in 0..20 (vLLM's default cap)")
         if not 0.0 <= self.vllm_presence_penalty < 1.0:
             raise ValueError("vllm_presence_penalty must be in [0, 1): the toy model's "
                              "greedy output is known only below 1")

@@ -42,7 +42,8 @@ class VllmRequest:
     def output(self) -> List[int]:
         return list(self.tokens)
 
-    def core_request(self, structured: bool = False, presence_penalty: float = 0.0):
+    def core_request(self, structured: bool = False, presence_penalty: float = 0.0,
+                     logprobs: int = 0):
         from vllm import SamplingParams
         from vllm.v1.engine import EngineCoreRequest
         extra_params = {}
@@ -51,7 +52,9 @@ class VllmRequest:
             extra_params["structured_outputs"] = params_for(self.prompt)
         params = SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens,
                                 stop_token_ids=[EOS_ID], ignore_eos=False,
-                                presence_penalty=presence_penalty, **extra_params)
+                                presence_penalty=presence_penalty,
+                                logprobs=logprobs or None,
+                                prompt_logprobs=logprobs or None, **extra_params)
         extra = {}
         if "eos_token_id" in EngineCoreRequest.__struct_fields__:  # 0.16.0 asks for it
             extra["eos_token_id"] = EOS_ID
@@ -182,7 +185,8 @@ class VllmEngine(EngineLoop):
         self.requests[str(req.rid)] = req
         request, wave = self.core.preprocess_add_request(
             req.core_request(structured=self.args.vllm_structured_outputs,
-                             presence_penalty=self.args.vllm_presence_penalty))
+                             presence_penalty=self.args.vllm_presence_penalty,
+                             logprobs=self.args.vllm_logprobs))
         self.core.add_request(request, wave)
 
     def has_work(self) -> bool:

@@ -74,7 +74,7 @@ RULES = (
     (CONFIG, "function", r"StepTimingCollector", "MRv2's step timing (collected only when asked)"),
     (CONFIG, "path", r"(kv_offload|offload)", "KV offloading"),
     (CONFIG, "function", r"offload", "KV offloading"),
-    (CONFIG, "function", r"(warmup|_sync_device|profil|dummy_run|_dummy|timed_)",
+    (CONFIG, "function", r"(warmup|profil|dummy_run|_dummy|timed_)",
      "start-up: warm-up, profiling and dummy runs (the target starts with a fixed KV "
      "budget, no warm-up)"),
     (CONFIG, "function", r"(logprobs|LogprobsTensors|SamplingMaskTensors)",

@@ -29,6 +29,12 @@ def test_the_v1_structured_configuration_is_shipped_code_with_structured_request
     assert not any("presence_penalty" in f for f in confs["structured"])
 
 
+def test_the_logprobs_configuration_asks_for_logprobs_and_prompt_logprobs():
+    confs = {c.variant: c.flags for c in shipped("vllm", get("vllm-input-prep"))}
+    assert "(requests with logprobs=1, prompt_logprobs=1)" in confs["logprobs"]
+    assert not any("logprobs" in f for f in confs["as-installed"])
+
+
 def test_coverage_runs_every_scenario_and_the_configurations_that_reach_more():
     from targets.vllm import COVERAGE_SET, SCENARIOS, VllmTarget
     assert VllmTarget().coverage_set == COVERAGE_SET
