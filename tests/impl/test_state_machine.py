@@ -24,16 +24,24 @@ def test_fixed_engine_with_grammar_survives_generated_programs():
         max_examples=6, stateful_step_count=15, **FAST))
 
 
-def test_prefix_relay_is_found_and_shrunk():
+def found_and_shrunk(machine, examples: int, steps: int, longest: int) -> list:
+    """Run ``machine`` (the pre-fix relay) until it fails: the shrunk program (its
+    ``state.`` lines), checked -- requests came, at most ``longest`` steps, and what fired
+    was the stale-value oracle or the happens-before oracle."""
     with pytest.raises(AssertionError) as info:
-        run_state_machine_as_test(PrefixEngineMachine, settings=settings(
-            max_examples=200, stateful_step_count=12, derandomize=True, **FAST))
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=examples, stateful_step_count=steps, derandomize=True, **FAST))
     notes = "\n".join(getattr(info.value, "__notes__", []))
-    assert "state.arrive(" in notes or "state.wave(" in notes, notes  # requests came
     program = [ln for ln in notes.splitlines() if ln.strip().startswith("state.")]
-    assert len(program) <= 15, notes  # shrunk to a handful of steps
-    # what fired: the stale-value oracle or the happens-before oracle
-    assert "stale" in str(info.value) or "RAW" in str(info.value), str(info.value)
+    assert any("state.arrive(" in ln or "state.wave(" in ln for ln in program), notes
+    assert len(program) <= longest, notes
+    msg = str(info.value)
+    assert "stale" in msg or "RAW" in msg, msg
+    return program
+
+
+def test_prefix_relay_is_found_and_shrunk():
+    found_and_shrunk(PrefixEngineMachine, examples=200, steps=12, longest=15)
 
 
 # --- slot reuse: small pools wrap around ---------------------------------------
