@@ -91,6 +91,46 @@ def _stall(rt, stall: bool) -> None:
         rt.stall(STALL_MS)
 
 
+# What a reader that sees the producer's write reads (``produce``)
+FIVES = [5, 5, 5, 5]
+
+
+def produce(rt, stall: bool, record: bool = False):
+    """Message passing's first half, which most programs share: the two streams, ``x``
+    (four int32 zeros on the device, settled) and on the forward stream -- after the
+    stall, when asked -- the producer ``x += 5``, with an event recorded right after it
+    when ``record``. ``(m, S, F, x, event or None)``; a reader that sees it reads
+    ``FIVES``."""
+    m, S, F = overlap_streams(rt)
+    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m.synchronize()
+    with m.stream(F):
+        _stall(rt, stall)
+        x.add_(5)
+        ready = m.Event() if record else None
+        if ready is not None:
+            ready.record()
+    return m, S, F, x, ready
+
+
+def consume(rt, stall: bool, wait: str) -> bool:
+    """Stale? The producer's write (``produce``) read on the schedule stream after
+    ``wait``: "" (nothing orders the read after the write), "event" (the event recorded
+    after it), "stream" (``wait_stream`` on the forward stream) or "device" (the host's
+    ``device.synchronize()``)."""
+    m, S, F, x, ready = produce(rt, stall, record=wait == "event")
+    if wait == "device":
+        m.synchronize()  # waits for every stream
+    with m.stream(S):
+        if wait == "event":
+            S.wait_event(ready)
+        elif wait == "stream":
+            S.wait_stream(F)
+        got = x.tolist()
+    m.synchronize()
+    return got != FIVES
+
+
 def _i32(values, rt) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32, device=rt.device)
 

@@ -15,7 +15,8 @@ from typing import List
 
 import torch
 
-from .common import _CLEAN, Litmus, _pinned_zeros, _racy, _stall, overlap_streams
+from .common import (FIVES, _CLEAN, Litmus, _pinned_zeros, _racy, _stall, consume,
+                     overlap_streams, produce)
 
 
 # non_blocking D2H into pinned memory, then one of the host-side waits ------------------
@@ -69,44 +70,25 @@ def pinned_reuse(rt, stall: bool) -> bool:
 
 # Other host sync points -------------------------------------------------------------------
 
-def device_synchronize(rt, stall: bool) -> bool:
-    m, S, F = overlap_streams(rt)
-    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
-    m.synchronize()
-    with m.stream(F):
-        _stall(rt, stall)
-        x.add_(5)
-    m.synchronize()  # waits for every stream
-    with m.stream(S):
-        got = x.tolist()
-    m.synchronize()
-    return got != [5, 5, 5, 5]
+device_synchronize = partial(consume, wait="device")
 
 
 def blocking_cpu(rt, stall: bool) -> bool:
-    m, S, F = overlap_streams(rt)
-    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
-    m.synchronize()
+    m, S, F, x, _ = produce(rt, stall)
     with m.stream(F):
-        _stall(rt, stall)
-        x.add_(5)
         got = x.cpu().tolist()  # blocking D2H: syncs the stream it is issued on
     m.synchronize()
-    return got != [5, 5, 5, 5]
+    return got != FIVES
 
 
 def d2h_pageable(rt, stall: bool) -> bool:
-    m, S, F = overlap_streams(rt)
-    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
+    m, S, F, x, _ = produce(rt, stall)
     host = torch.zeros(4, dtype=torch.int32)  # pageable: non_blocking cannot apply
-    m.synchronize()
     with m.stream(F):
-        _stall(rt, stall)
-        x.add_(5)
         host.copy_(x, non_blocking=True)  # D2H into pageable memory returns when done
     got = host.tolist()
     m.synchronize()
-    return got != [5, 5, 5, 5]
+    return got != FIVES
 
 
 D2H: List[Litmus] = [

@@ -13,50 +13,12 @@ from typing import List
 
 import torch
 
-from .common import _CLEAN, Litmus, _racy, _stall, overlap_streams
+from .common import _CLEAN, Litmus, _racy, _stall, consume, overlap_streams
 
 
-def mp_nosync(rt, stall: bool) -> bool:
-    m, S, F = overlap_streams(rt)
-    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
-    m.synchronize()
-    with m.stream(F):
-        _stall(rt, stall)
-        x.add_(5)  # producer
-    with m.stream(S):
-        got = x.tolist()  # consumer: nothing orders it after the producer
-    m.synchronize()
-    return got != [5, 5, 5, 5]
-
-
-def mp_wait_event(rt, stall: bool) -> bool:
-    m, S, F = overlap_streams(rt)
-    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
-    m.synchronize()
-    with m.stream(F):
-        _stall(rt, stall)
-        x.add_(5)
-        ready = m.Event()
-        ready.record()
-    with m.stream(S):
-        S.wait_event(ready)
-        got = x.tolist()
-    m.synchronize()
-    return got != [5, 5, 5, 5]
-
-
-def mp_wait_stream(rt, stall: bool) -> bool:
-    m, S, F = overlap_streams(rt)
-    x = torch.zeros(4, dtype=torch.int32, device=rt.device)
-    m.synchronize()
-    with m.stream(F):
-        _stall(rt, stall)
-        x.add_(5)
-    with m.stream(S):
-        S.wait_stream(F)
-        got = x.tolist()
-    m.synchronize()
-    return got != [5, 5, 5, 5]
+mp_nosync = partial(consume, wait="")
+mp_wait_event = partial(consume, wait="event")
+mp_wait_stream = partial(consume, wait="stream")
 
 
 # WAR: the reader is stalled while another stream overwrites its input -------------------
