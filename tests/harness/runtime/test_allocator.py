@@ -14,15 +14,8 @@ from harness.policies import parse_policy
 from harness.runtime.sim.allocator import ROUND
 from harness.runtime.sim.runtime import sim_runtime
 from harness.runtime.trace import AllocRecord, FreeRecord, RecordStreamRecord
+from litmus.programs.common import overlap_streams
 import targets
-
-
-def _streams(rt):
-    m = rt.module
-    S, F = m.Stream(), m.Stream()
-    rt.label(S, "schedule")
-    rt.label(F, "forward")
-    return m, S, F
 
 
 def _block(t) -> int:
@@ -35,7 +28,7 @@ def _i32(n, value, rt):
 
 def test_a_freed_block_goes_to_the_next_allocation_on_its_stream_only():
     with sim_runtime() as rt:
-        m, S, F = _streams(rt)
+        m, S, F = overlap_streams(rt)
         with m.stream(F):
             x = _i32(4, 1, rt)
         bx = _block(x)
@@ -50,7 +43,7 @@ def test_a_freed_block_goes_to_the_next_allocation_on_its_stream_only():
 
 def test_fit_rounds_to_512_bytes_smallest_block_last_freed_first():
     with sim_runtime() as rt:
-        m, S, F = _streams(rt)
+        m, S, F = overlap_streams(rt)
         with m.stream(F):
             small, big = _i32(1, 0, rt), _i32(ROUND // 4 + 1, 0, rt)  # 512 and 1024 bytes
             a, b = _i32(2, 0, rt), _i32(2, 0, rt)
@@ -76,7 +69,7 @@ def test_empty_on_a_reused_block_reads_the_old_data_fresh_blocks_are_poison():
 
 def test_views_keep_the_storage_alive_queued_kernels_do_not():
     with sim_runtime(parse_policy("stall(schedule)")) as rt:
-        m, S, F = _streams(rt)
+        m, S, F = overlap_streams(rt)
         with m.stream(F):
             x = _i32(4, 1, rt)
         v = x[1:]
@@ -99,7 +92,7 @@ def test_views_keep_the_storage_alive_queued_kernels_do_not():
 @pytest.mark.parametrize("policy,reused", [("eager", True), ("stall(schedule)", False)])
 def test_record_stream_defers_reuse_until_the_stream_passed_the_free(policy, reused):
     with sim_runtime(parse_policy(policy)) as rt:
-        m, S, F = _streams(rt)
+        m, S, F = overlap_streams(rt)
         with m.stream(F):
             x = _i32(4, 1, rt)
         m.synchronize()
@@ -123,7 +116,7 @@ def test_record_stream_defers_reuse_until_the_stream_passed_the_free(policy, reu
 
 def test_record_stream_on_the_home_stream_is_a_no_op():
     with sim_runtime(parse_policy("lazy")) as rt:
-        m, S, F = _streams(rt)
+        m, S, F = overlap_streams(rt)
         with m.stream(F):
             x = _i32(4, 1, rt)
             x.record_stream(F)
@@ -135,7 +128,7 @@ def test_record_stream_on_the_home_stream_is_a_no_op():
 
 def test_trace_records_in_host_order():
     with sim_runtime(parse_policy("lazy")) as rt:
-        m, S, F = _streams(rt)
+        m, S, F = overlap_streams(rt)
         with m.stream(F):
             x = _i32(4, 1, rt)
         with m.stream(S):

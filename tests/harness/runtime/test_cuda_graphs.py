@@ -56,16 +56,24 @@ def test_capture_records_instead_of_logging_and_replay_logs_on_its_stream():
     del out
 
 
+def _captured_beside_two_streams(cap, fake, body):
+    """``body`` captured on a side stream, and the forward and schedule streams (labelled,
+    each after the default stream) a test replays and reads it on: (graph, its output,
+    forward, schedule)."""
+    side, fwd, sch = FakeStream(9), FakeStream(11), FakeStream(22)
+    cap.stream_id(11, "forward")
+    cap.stream_id(22, "schedule")
+    fwd.wait_stream(FakeStream(0))
+    sch.wait_stream(FakeStream(0))
+    g, out = _capture(fake, side, body)
+    return g, out, fwd, sch
+
+
 def test_replay_then_read_on_another_stream_races_unless_waited():
     for wait in (False, True):
         with cpu_capture() as (cap, fake):
-            side, fwd, sch = FakeStream(9), FakeStream(11), FakeStream(22)
-            cap.stream_id(11, "forward")
-            cap.stream_id(22, "schedule")
             static_in = torch.zeros(4)
-            fwd.wait_stream(FakeStream(0))
-            sch.wait_stream(FakeStream(0))
-            g, out = _capture(fake, side, lambda: static_in + 1)
+            g, out, fwd, sch = _captured_beside_two_streams(cap, fake, lambda: static_in + 1)
             with fake.on(fwd):
                 g.replay()
             with fake.on(sch):
@@ -87,13 +95,8 @@ def test_replay_then_read_on_another_stream_races_unless_waited():
 
 def test_static_input_refilled_while_the_replay_may_still_read_it():
     with cpu_capture() as (cap, fake):
-        side, fwd, sch = FakeStream(9), FakeStream(11), FakeStream(22)
-        cap.stream_id(11, "forward")
-        cap.stream_id(22, "schedule")
         static_in = torch.zeros(4)
-        fwd.wait_stream(FakeStream(0))
-        sch.wait_stream(FakeStream(0))
-        g, out = _capture(fake, side, lambda: static_in * 2)
+        g, out, fwd, sch = _captured_beside_two_streams(cap, fake, lambda: static_in * 2)
         with fake.on(fwd):
             g.replay()
         with fake.on(sch):
