@@ -11,8 +11,9 @@ import torch
 import targets
 from harness.policies import parse_policy
 from harness.runtime import open_runtime
-from harness.runtime.trace import OpRecord
+from harness.runtime.trace import OpRecord, ReplayedOp
 from scenarios.resolve import run_scenario_result
+from seams.faults.plan import FaultPlan
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -22,16 +23,21 @@ def sglang():
 
 def _upstream_sites(result) -> set:
     """``(file under sglang/srt, function)`` of every device op in the trace."""
+    return {(_srt(rec.frame), rec.frame[2]) for rec in result.trace.records
+            if isinstance(rec, OpRecord) and _srt(rec.frame)}
+
+
+def _srt(frame):
     sep = "sglang" + os.sep + "srt" + os.sep
-    return {(rec.frame[0].split(sep, 1)[1], rec.frame[2]) for rec in result.trace.records
-            if isinstance(rec, OpRecord) and rec.frame and sep in rec.frame[0]}
+    return frame[0].split(sep, 1)[1] if frame and sep in frame[0] else None
 
 
-# the eager runner's input buffers, the backend's attention, the KV pool's write: each a
-# site only upstream's ModelRunner.forward reaches
+# the eager runner's input buffers (the prefill), the decode graph runner's capture, the
+# KV pool's write: each a site only upstream's ModelRunner reaches
 RUNNER_SITES = {("model_executor/cuda_graph_buffer_registry.py", "_foreach_copy"),
-                ("layers/attention/torch_native_backend.py", "_run_sdpa_forward_extend"),
+                ("model_executor/runner/decode_cuda_graph_runner.py", "capture_prepare"),
                 ("mem_cache/memory_pool.py", "_set_kv_buffer_impl")}
+GRAPH_REPLAY = "model_executor/runner_backend/full_cuda_graph_backend.py"
 
 
 def _seed_run():
@@ -39,9 +45,14 @@ def _seed_run():
                                trials=1, policy=parse_policy("eager"))
 
 
-def test_the_trace_shows_upstreams_model_runner_forward():
-    sites = _upstream_sites(_seed_run())
+def test_the_trace_shows_upstreams_model_runner_and_graph_runner():
+    r = _seed_run()
+    sites = _upstream_sites(r)
     assert RUNNER_SITES <= sites, RUNNER_SITES - sites
+    # every verify fits the captured buckets: its forward is upstream's graph replay
+    replayed = [rec for rec in r.trace.records if isinstance(rec, ReplayedOp)]
+    assert replayed and all(_srt(rec.replay.frame) == GRAPH_REPLAY for rec in replayed)
+    assert any(_srt(rec.frame) == "mem_cache/memory_pool.py" for rec in replayed)
 
 
 def test_without_the_runner_the_trace_has_none_of_its_frames(monkeypatch):
@@ -49,14 +60,41 @@ def test_without_the_runner_the_trace_has_none_of_its_frames(monkeypatch):
     those sites issues a device op."""
     from targets.sglang.runner import build
     monkeypatch.setattr(build, "fits", lambda: False)
-    assert not RUNNER_SITES & _upstream_sites(_seed_run())
+    r = _seed_run()
+    assert not RUNNER_SITES & _upstream_sites(r)
+    assert not any(isinstance(rec, ReplayedOp) and _srt(rec.replay.frame) == GRAPH_REPLAY
+                   for rec in r.trace.records)
 
 
-@pytest.mark.parametrize("variant,outcome", [("pre-fix", "race"), ("fixed", "clean")])
-def test_the_seed_race_still_reproduces_and_the_fix_stays_clean(variant, outcome):
-    r = run_scenario_result("ngram-filter-race", target="sglang", variant=variant,
+@pytest.mark.parametrize("scenario,variant,outcome", [
+    ("ngram-filter-race", "pre-fix", "race"), ("ngram-filter-race", "fixed", "clean"),
+    # the verify's hidden states read back from upstream's graph's static output while
+    # the next replay rewrites it (the readback finding), and its fix
+    ("ngram-hidden-readback", "as-installed", "race"),
+    ("ngram-hidden-readback", "fixed", "clean")])
+def test_the_findings_still_reproduce_and_their_fixes_stay_clean(scenario, variant, outcome):
+    r = run_scenario_result(scenario, target="sglang", variant=variant,
                             war_barrier="fine", backend="sim", trials=2)
     assert r.outcome == outcome
+
+
+def test_the_graph_replays_compute_what_the_eager_forward_does():
+    """The same outputs and accept lengths with upstream's graphs on and off: the
+    replay's static inputs carry the batch, its outputs are read for its rows."""
+    from harness.runtime import open_runtime
+    from harness.trials.drive import drive, server_args
+    from scenarios.ngram_filter_race import SCENARIO as S
+    target = targets.get("sglang")
+    wl = S.workload(0)
+    outs = []
+    for graphs in (True, False):
+        accepts = []
+        plan = FaultPlan(observer=lambda name, v: accepts.append(v["accept_len"])
+                         if name == "result" else None)
+        args = server_args(wl, {"cuda_graph": graphs}, target)
+        with open_runtime("sim", parse_policy("eager")) as rt:
+            outs.append((drive(rt, wl, args, plan, target=target), accepts))
+    assert outs[0] == outs[1] and any(n > 1 for n in outs[0][1])
 
 
 def test_the_stand_in_verify_is_upstreams_extend_over_the_verify_layout():
@@ -100,7 +138,7 @@ def test_the_stand_in_verify_is_upstreams_extend_over_the_verify_layout():
         stand_in = attention.stand_in_class()(runner(pools[0]))
         out = stand_in.forward_extend(q, k, v, layer, verify)
         want = TorchNativeAttnBackend(runner(pools[1])).forward_extend(q, k, v, layer, extend)
-    assert torch.equal(out, want)
+    assert torch.allclose(out, want, atol=1e-5)
     assert torch.equal(pools[0].k_buffer[0], pools[1].k_buffer[0])
     assert torch.equal(pools[0].k_buffer[0][loc.reshape(-1)], k)
 

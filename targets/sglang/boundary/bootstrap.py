@@ -48,7 +48,16 @@ class _InterpolationMode(enum.Enum):
     LANCZOS = "lanczos"
 
 
+class _Constexpr:
+    """``triton.language.constexpr``: a compile-time constant's wrapper, which modules
+    also build at import time and read back (``tl.constexpr(64).value``)."""
+
+    def __init__(self, value: Any = None) -> None:
+        self.value = value
+
+
 _FIXED: Dict[str, Any] = {
+    "triton.language.constexpr": _Constexpr,
     "triton.__version__": "3.6.0",
     "triton.cdiv": lambda a, b: -(a // -b),
     "triton.next_power_of_2": lambda n: 1 << (n - 1).bit_length() if n > 0 else 1,

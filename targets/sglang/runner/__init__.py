@@ -7,8 +7,10 @@
   ``ModelRunner.forward``;
 * ``model`` -- the declared stand-in for the model's layers (the toy bigram, attending
   through upstream's ``RadixAttention``: the KV writes and reads are upstream's);
-* ``attention`` -- the declared stand-in for the attention backend's verify (upstream's
-  ``torch_native`` given a verify's layout; every other mode upstream's as it is).
+* ``attention`` -- the declared stand-in for the attention backend's verify kernel
+  (``torch_native`` plus a capture-safe ``TARGET_VERIFY``; every other mode upstream's);
+* ``graphs`` -- what the decode graph runner's capture needs of the simulator's platform;
+* ``ranks`` -- a one-GPU server's ranks and process groups (upstream's class).
 
 The toy model comes in as an argument: nothing here imports the toy world.
 """

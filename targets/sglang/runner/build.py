@@ -4,12 +4,15 @@
 checkpoint loader, the memory profiler) before it builds anything a forward uses; on the
 simulator none of that exists. So, as sglang's own forks that "build bespoke memory
 pools" do (``_init_post_memory_pool_components``' docstring): the attributes ``__init__``
-sets, the target's pools (upstream's ``ReqToTokenPool`` / ``TokenToKVPoolAllocator``, and
-upstream's ``MHATokenToKVPool`` for the stand-in's one attention layer), the stand-in
-model as ``load_model`` would leave it, then upstream's steps unchanged:
+sets, the one-rank groups (``ranks``), the target's pools (upstream's ``ReqToTokenPool``
+/ ``TokenToKVPoolAllocator``, and upstream's ``MHATokenToKVPool`` for the stand-in's one
+attention layer), the stand-in model where ``load_model`` would put the checkpoint's
+(``load_model`` itself is not run: it sizes GPU memory and loads weights), then
+upstream's steps unchanged: ``resolve_layer_indices``, ``init_token_oracle``,
 ``_init_post_memory_pool_components`` (the KV index translator, ...),
-``init_attention_backends`` (upstream's ``torch_native`` backend, pure torch) and
-``init_cuda_graphs`` (the eager runner; the decode graph runner where graphs are on).
+``init_attention_backends`` (``torch_native`` with the verify stand-in: ``attention``)
+and ``init_cuda_graphs`` (the eager runner, and where graphs are on upstream's
+``DecodeCudaGraphRunner`` capturing every bucket: ``graphs``).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from typing import Optional
 import torch
 
 from targets.sglang.boundary import contract
-from targets.sglang.runner import attention
+from targets.sglang.runner import attention, graphs, ranks
 from targets.sglang.runner.model import ARCHITECTURE, StandInCausalLM
 
 
@@ -65,7 +68,29 @@ def ngram_model_runner(args, device, toy, pools):
     the pools' lifecycle upstream's), else None."""
     if pools.lifecycle != "upstream" or args.spec_algorithm != "ngram" or not fits():
         return None
+    graph_config(args.cuda_graph_max_bs if args.cuda_graph else 0)
+    # a server serving hidden states captures its graphs with them (the capture mode
+    # upstream's runner checks every replay against)
+    _modules()["rc"].get_context().override(
+        "specrace.runner", enable_return_hidden_states=bool(args.return_hidden_states))
     return build_model_runner(toy, pools, device, max_running_requests=args.req_pool_size)
+
+
+def graph_config(max_bs: int) -> None:
+    """The run's decode graphs as ``--cuda-graph-config`` would give them: captured up
+    to ``max_bs`` requests (0: disabled); no prefill graph (the toy's prefill forwards
+    one token per request, nothing a prefill graph would hold). Set on the run's
+    runtime context, which the server config made for this run alone."""
+    from sglang.srt.arg_groups.cuda_graph_hook import generate_decode_cuda_graph_batch_sizes
+    from sglang.srt.model_executor.cuda_graph_config import (Backend, CudaGraphConfig,
+                                                             PhaseConfig)
+    rc = _modules()["rc"]
+    decode = PhaseConfig(backend=Backend.DISABLED)
+    if max_bs:  # upstream's own bucket list for the bound (its resolution's)
+        buckets = generate_decode_cuda_graph_batch_sizes(rc.get_server_args(), max_bs)
+        decode = PhaseConfig(backend=Backend.FULL, max_bs=max_bs, bs=buckets)
+    config = CudaGraphConfig(decode=decode, prefill=PhaseConfig(backend=Backend.DISABLED))
+    rc.get_context().override("specrace.runner", cuda_graph_config=config)
 
 
 def build_model_runner(toy, pools, device, *, max_running_requests: int,
@@ -83,11 +108,15 @@ def build_model_runner(toy, pools, device, *, max_running_requests: int,
     mr.max_running_requests = max_running_requests
     # upstream's init steps (contract.MODEL_RUNNER_INIT_STEPS), in ``__init__``'s order
     mr.init_spec_aux_hidden_state()
+    mr.layer_info = m["model_runner"].resolve_layer_indices(  # as initialize() does
+        model=mr.model, model_config=mr.model_config, is_draft_worker=draft,
+        draft_model_idx=None)
     mr.init_token_oracle()
     mr._init_post_memory_pool_components()
     with attention.registered():
         mr.init_attention_backends()
-    mr.init_cuda_graphs()
+    with graphs.capturing_on(device):
+        mr.init_cuda_graphs()
     # the server serves once its start-up is done on the device (the worker's warm-up
     # and memory profiling wait for it): the buffers built above are complete before
     # the first forward reads them on the forward stream
@@ -135,6 +164,8 @@ def _set_init_attributes(mr, m, toy, device, draft) -> None:
     mr.msprobe_debugger = None
     mr.eplb_manager = None
     mr.canary_manager = None
+    ranks.publish(device)  # init_torch_distributed's groups, for one rank
+    mr.pp_group = m["rc"].get_parallel().pp_group
 
 
 class HFConfig(types.SimpleNamespace):
@@ -164,4 +195,6 @@ def _model_config(toy, draft: bool):
         attention_arch=_modules()["model_config"].AttentionArch.MHA,
         is_hybrid_swa=False, is_hybrid_swa_compress=False, attention_chunk_size=None,
         linear_attn_registry_result=None, requires_mm_token_modalities=None,
-        use_ngram_embedding=False, ngram_embedding_n=0, use_engram=False)
+        use_ngram_embedding=False, ngram_embedding_n=0, use_engram=False,
+        num_nextn_predict_layers=None, num_attention_layers=1, hc_hidden_size=None,
+        swa_attention_layer_ids=None, full_attention_layer_ids=None)

@@ -14,6 +14,7 @@ import torch
 from seams.faults import fault_point
 
 from targets.sglang.boundary import upstream
+from targets.sglang.runner.build import HFConfig
 from targets.sglang.engine.worker import SharedReadRunner, apply_extend_grammar, take_staged_extend
 
 
@@ -21,20 +22,6 @@ def _modules():
     return upstream.import_named({
         "translator": "sglang.srt.mem_cache.kv_index_translator",
         "forward_batch": "sglang.srt.model_executor.forward_batch_info"})
-
-
-class _HFConfig(types.SimpleNamespace):
-    """The fields of a Hugging Face config that ``ForwardBatch.init_new`` and the EAGLE
-    code look up (a toy decoder: none of the multimodal or rope-scaling ones)."""
-
-    def __init__(self) -> None:
-        super().__init__(architectures=["SpecraceToyForCausalLM"], dtype=None,
-                         language_config=None, llm_config=None, model_type="specrace-toy",
-                         rope_scaling=None, text_config=None, thinker_config=None,
-                         vision_config=None)
-
-    def get_text_config(self):
-        return self
 
 
 def aux_hidden(hidden: torch.Tensor, layers: int) -> torch.Tensor:
@@ -76,7 +63,7 @@ class ToyModelRunner(SharedReadRunner):
         self.is_draft_worker = draft
         V, H = model.vocab_size, model.embed.shape[1]
         self.model_config = types.SimpleNamespace(
-            model_is_mrope=False, vocab_size=V, hf_config=_HFConfig(), is_draft_model=draft,
+            model_is_mrope=False, vocab_size=V, hf_config=HFConfig(), is_draft_model=draft,
             spec_hidden_size=H, dtype=model.embed.dtype, linear_attn_registry_result=None,
             requires_mm_token_modalities=None, hidden_size=H)
         T = _modules()["translator"]

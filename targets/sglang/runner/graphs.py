@@ -1,0 +1,59 @@
+"""What upstream's decode graph runner needs of the machine to capture on the simulator,
+for the length of ``ModelRunner.init_cuda_graphs`` only (restored after; a CUDA device
+needs none of it: its platform is sglang's own CUDA one).
+
+* the platform: specrace's simulator platform (``boundary/platform.py``) is an
+  out-of-tree platform whose capabilities default to "no graph capture"; here it answers
+  as ``CudaSRTPlatform`` does -- graphs captured, upstream's ``DecodeCudaGraphRunner`` the
+  runner class, the device's memory read for the capture's log line;
+* ``torch.cuda.CUDAGraph``: the full-graph backend constructs its graphs from
+  ``torch.cuda`` by name (everything else it asks of ``device_module``): on the
+  simulator that name is the simulator's ``CUDAGraph`` while it captures.
+
+The replays need neither: a graph replays through its own object.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+SIM_MEMORY = 80 << 30  # the capture's log line reads the device's size; any value does
+
+
+@contextlib.contextmanager
+def capturing_on(device) -> Iterator[None]:
+    mod = torch.get_device_module(torch.device(device))
+    if mod is torch.cuda:
+        yield
+        return
+    import sglang.srt.platforms as platforms
+    from sglang.srt.model_executor.runner.decode_cuda_graph_runner import (
+        DecodeCudaGraphRunner)
+    from sglang.srt.platforms.interface import PlatformCapabilities
+    platform = platforms.current_platform
+    saved = [(torch.cuda, "CUDAGraph", torch.cuda.CUDAGraph)] + [
+        (platform, name, vars(platform).get(name)) for name in _PLATFORM]
+    torch.cuda.CUDAGraph = mod.CUDAGraph
+    platform.capabilities = PlatformCapabilities(
+        **{**_fields(platform.capabilities), "graph_capture": True})
+    platform.get_graph_runner_cls = lambda: DecodeCudaGraphRunner
+    platform.get_device_total_memory = lambda gpu_id=0: SIM_MEMORY
+    platform.get_current_memory_usage = lambda *a, **kw: 0
+    try:
+        yield
+    finally:
+        for owner, name, value in saved:
+            if value is None and owner is platform:
+                vars(platform).pop(name, None)  # back to the class's
+            else:
+                setattr(owner, name, value)
+
+
+_PLATFORM = ("capabilities", "get_graph_runner_cls", "get_device_total_memory",
+             "get_current_memory_usage")
+
+
+def _fields(struct) -> dict:
+    return {name: getattr(struct, name) for name in struct.__struct_fields__}
