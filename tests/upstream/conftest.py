@@ -20,3 +20,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tests/upstream/" in item.nodeid:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def sglang():
+    """The sglang target, loaded: once per module that asks (``pytestmark =
+    pytest.mark.usefixtures("sglang")`` where every test needs it)."""
+    import targets
+    return targets.get("sglang")

@@ -10,10 +10,7 @@ import pytest
 from tests.impl import test_chunked_prefill as impl_tests
 
 
-@pytest.fixture(scope="module", autouse=True)
-def sglang():
-    import targets
-    return targets.get("sglang")
+pytestmark = pytest.mark.usefixtures("sglang")
 
 
 @pytest.mark.parametrize("policy", impl_tests.POLICIES)

@@ -16,9 +16,7 @@ from scenarios.resolve import run_scenario
 from scenarios.sglang_relay import POLICIES
 
 
-@pytest.fixture(scope="module", autouse=True)
-def sglang():
-    targets.get("sglang")
+pytestmark = pytest.mark.usefixtures("sglang")
 
 
 def repro(scenario, variant="as-installed", policy="eager", trials=2, **kw):

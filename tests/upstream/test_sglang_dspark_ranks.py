@@ -7,9 +7,7 @@ import targets
 from scenarios.dspark_ranks import run_two_ranks
 
 
-@pytest.fixture(scope="module", autouse=True)
-def sglang():
-    targets.get("sglang")
+pytestmark = pytest.mark.usefixtures("sglang")
 
 
 @pytest.mark.parametrize("policy", ["eager", "random(1)"])

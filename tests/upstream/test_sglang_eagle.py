@@ -18,9 +18,7 @@ from scenarios.eagle import EAGLE_V2
 from scenarios.resolve import run_scenario
 
 
-@pytest.fixture(scope="module", autouse=True)
-def sglang():
-    targets.get("sglang")
+pytestmark = pytest.mark.usefixtures("sglang")
 
 
 def _run(backend, variant="fixed"):

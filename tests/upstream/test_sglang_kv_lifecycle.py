@@ -12,12 +12,6 @@ from harness.trials.drive import server_args
 from scenarios.registry import get
 
 
-@pytest.fixture(scope="module")
-def sglang():
-    import targets
-    return targets.get("sglang")
-
-
 def _pools(layout="full"):
     from targets.sglang.boundary.server_args import SglangArgs
     from targets.sglang.engine.pools import build_pools

@@ -9,10 +9,7 @@ import pytest
 from tests.impl import test_pressure as impl_tests
 
 
-@pytest.fixture(scope="module", autouse=True)
-def sglang():
-    import targets
-    return targets.get("sglang")
+pytestmark = pytest.mark.usefixtures("sglang")
 
 
 def test_pressure_retracts_and_the_runs_do_not_part():

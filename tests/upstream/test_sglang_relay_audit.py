@@ -9,9 +9,7 @@ from harness.runtime.trace import HOST_READ
 from scenarios.sglang_relay import confidence_ring
 
 
-@pytest.fixture(scope="module", autouse=True)
-def sglang():
-    targets.get("sglang")
+pytestmark = pytest.mark.usefixtures("sglang")
 
 
 @pytest.mark.parametrize("policy", ["eager", "stall(forward)", "random(1)"])

@@ -10,10 +10,7 @@ from tests.impl import test_retraction as impl_tests
 import targets
 
 
-@pytest.fixture(scope="module", autouse=True)
-def sglang():
-    import targets
-    return targets.get("sglang")
+pytestmark = pytest.mark.usefixtures("sglang")
 
 
 @pytest.mark.parametrize("policy", impl_tests.POLICIES)

@@ -14,9 +14,7 @@ import targets
 from targets.sglang.boundary.platform import as_without_gpu
 
 
-@pytest.fixture(scope="module", autouse=True)
-def sglang():
-    targets.get("sglang")
+pytestmark = pytest.mark.usefixtures("sglang")
 
 
 @pytest.fixture

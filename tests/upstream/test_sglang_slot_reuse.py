@@ -20,11 +20,6 @@ FIND = dict(deadline=None, suppress_health_check=list(HealthCheck), database=Non
             phases=[Phase.explicit, Phase.generate])
 
 
-@pytest.fixture(scope="module")
-def sglang():
-    return targets.get("sglang")
-
-
 def test_the_workloads_pool_size_reaches_upstreams_future_map(sglang):
     wl = slot_reuse_workload(0)
     args = server_args(wl, {}, sglang)

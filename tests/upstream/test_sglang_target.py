@@ -17,11 +17,6 @@ from scenarios.resolve import run_scenario
 POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "pct(2,3)"]
 
 
-@pytest.fixture(scope="module")
-def sglang():
-    return targets.get("sglang")
-
-
 def test_prefix_reproduces_in_every_trial_with_upstream_frames(sglang):
     res = run_scenario("ngram-filter-race", target="sglang", variant="pre-fix",
                        war_barrier="fine", backend="sim", trials=4, expect="race")
