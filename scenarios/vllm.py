@@ -218,14 +218,18 @@ _MRV2 = {"vllm_runner": "v2", "hybrid": False}
 
 def _mrv2_axes():
     """Configurations a Model Runner V2 server sees beyond the default one, as variants:
-    async scheduling off, structured outputs with two proposed tokens, chunked prefill and
-    ``num_speculative_tokens`` 1, 3 and 4 (the workload verifies 3 slots: 2 proposed).
-    Each is clean on 0.17.0 and runs no census site the default run does not (2026-12-07:
-    ``specrace coverage``), so the coverage set leaves them out. A presence penalty and
-    logprobs requests are not among them: MRv2 crashes on each in the synchronous
-    reference run (0.17.0: a kernel launched there that no stand-in covers yet)."""
+    async scheduling off, structured outputs with two proposed tokens, chunked prefill,
+    ``num_speculative_tokens`` 1, 3 and 4 (the workload verifies 3 slots: 2 proposed) and
+    logprobs. Each is clean on 0.17.0 and runs no census site the default run does not
+    (2026-12-07: ``specrace coverage``), so the coverage set leaves them out -- but for
+    ``logprobs``
+    (requests asking for logprobs and prompt logprobs: clean on 0.17.0 and 0.34.0, its
+    host copies 3 more sites on 0.34.0). A presence penalty is not among them: MRv2
+    crashes on it in the synchronous reference run (0.17.0: its penalties kernel has no
+    stand-in yet)."""
     return {"sync": dict(_MRV2, overlap=False),
             "structured": dict(_MRV2, vllm_structured_outputs=True),
+            "logprobs": dict(_MRV2, vllm_logprobs=1),
             "chunked": dict(_MRV2, chunked_prefill_size=SEQ_LENS_CHUNK),
             **{f"spec{k}": dict(_MRV2, draft_token_num=k + 1) for k in (1, 3, 4)}}
 

@@ -30,10 +30,12 @@ SCENARIOS = ("vllm-accepted-count", "vllm-seq-lens-shadow", "vllm-input-prep",
 # configurations that run census sites none of them does -- structured outputs on the V1
 # runner (its grammar bitmask, structured_output/utils.py) and requests asking for
 # logprobs and prompt logprobs (their host copies, outputs.py and the runner's
-# prompt-logprobs chunks: +8 sites on 0.17.0). The other axes measured
+# prompt-logprobs chunks: +8 sites on 0.17.0; on Model Runner V2 +3 on 0.34.0, where
+# V1 is gone). The other axes measured
 # (async off, the hybrid model; MRv2 with async off, chunked prefill, structured outputs,
 # 1 or 4 proposed tokens) ran no further site on 0.17.0 (2026-12-07).
-COVERAGE_SET = SCENARIOS + ("vllm-v1-draft-copy:structured", "vllm-input-prep:logprobs")
+COVERAGE_SET = SCENARIOS + ("vllm-v1-draft-copy:structured", "vllm-input-prep:logprobs",
+                            "vllm-mrv2:logprobs")
 
 
 class VllmTarget(Target):

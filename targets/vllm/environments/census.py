@@ -77,8 +77,9 @@ RULES = (
     (CONFIG, "function", r"(warmup|profil|dummy_run|_dummy|timed_)",
      "start-up: warm-up, profiling and dummy runs (the target starts with a fixed KV "
      "budget, no warm-up)"),
-    (CONFIG, "function", r"(logprobs|LogprobsTensors|SamplingMaskTensors)",
-     "logprobs and prompt logprobs requests"),
+    (CONFIG, "function", r"(logprobs|LogprobsTensors)", "logprobs and prompt logprobs requests"),
+    (CONFIG, "function", r"SamplingMaskTensors",
+     "MRv2's returned sampling masks (opt-in: return_sampling_mask)"),
     (CONFIG, "function", r"(MinP|MinTokens)", "min-p and min-tokens sampling"),
     (CONFIG, "path", r"backend_(outlines|lm_format_enforcer|guidance)",
      "structured-output backends other than the target's toy grammar"),

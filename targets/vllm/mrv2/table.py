@@ -26,6 +26,7 @@ from targets import static
 from targets.vllm.mrv2 import draft_kernels_late as D
 from targets.vllm.mrv2 import kernels as K
 from targets.vllm.mrv2 import kernels_late as KL
+from targets.vllm.mrv2 import logprob_kernels as LP
 from targets.vllm.mrv2 import spec_kernels as S
 from targets.vllm.mrv2 import spec_kernels_late as SL
 from targets.vllm.mrv2 import variants as V
@@ -38,6 +39,7 @@ _REJECT = f"{_GPU}.spec_decode.rejection_sampler"
 _RUTILS = f"{_GPU}.spec_decode.rejection_sampler_utils"
 _AR = f"{_GPU}.spec_decode.target_dependent_ar.speculator"
 _ARV = f"{_GPU}.spec_decode.autoregressive.speculator"
+_LOGPROB, _PROMPT_LOGPROB = f"{_GPU}.sample.logprob", f"{_GPU}.sample.prompt_logprob"
 
 KERNELS: Tuple[Tuple[str, str, Tuple[Callable, ...]], ...] = (
     (f"{_GPU}.buffer_utils", "_apply_write_kernel", (K.apply_write, KL.apply_write)),
@@ -92,6 +94,14 @@ KERNELS: Tuple[Tuple[str, str, Tuple[Callable, ...]], ...] = (
     (_AR, "_update_draft_inputs_kernel", (D.update_draft_inputs, V.UPDATE_DRAFT_033)),
     (f"{_GPU}.structured_outputs", "_apply_grammar_bitmask_kernel",
      (S.apply_grammar_bitmask, SL.apply_grammar_bitmask)),
+    # requests asking for logprobs and prompt logprobs (a configuration beside the driven
+    # path: its modules stay out of DRIVEN_MODULES, whose files the verified releases'
+    # digests cover; a kernel of theirs with no stand-in fails on its launch, unnamed)
+    (_LOGPROB, "_topk_log_softmax_kernel",
+     (LP.topk_log_softmax, LP.topk_log_softmax_strided)),
+    (_LOGPROB, "_ranks_kernel", (LP.ranks,)),
+    (_PROMPT_LOGPROB, "_prompt_logprobs_token_ids_kernel",
+     (LP.prompt_logprobs_token_ids, LP.prompt_logprobs_prefill_token_ids)),
 )
 
 DRIVEN_MODULES = (
