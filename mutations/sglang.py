@@ -259,10 +259,12 @@ MUTATIONS: List[Mutation] = [
       "PR #28363 / #34052", "targets.sglang.engine.worker:ToyNgramWorker.forward_batch_generation",
       [("            meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,\n"
         "                                                   prefill=False)\n"
+        "            ran = upstream_forward.verify(self.model_runner, batch, drafts, meta.window)\n"
         "            self._record_shared_read_done(replayed=self._replays(bs))\n",
         "            self._record_shared_read_done(replayed=self._replays(bs))\n"
         "            meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs, D,\n"
-        "                                                   prefill=False)\n")],
+        "                                                   prefill=False)\n"
+        "            ran = upstream_forward.verify(self.model_runner, batch, drafts, meta.window)\n")],
       KV_REUSE),
     M("read-done-from-draft-runner",
       "the step's read-done taken from the draft runner, not the target's (the step's last "
