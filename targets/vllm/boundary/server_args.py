@@ -19,9 +19,11 @@ class VllmArgs(ServerArgs):
     # The model runner: "" the V1 GPUModelRunner, "v2" Model Runner V2
     # (vllm/v1/worker/gpu/, upstream's VLLM_USE_V2_MODEL_RUNNER; targets/vllm/mrv2/)
     vllm_runner: str = ""
-    # Model Runner V2 with every request asking for structured output (a toy grammar of
-    # the model's own language, targets/vllm/mrv2/grammar.py): the batches whose drafts
-    # MRv2 copies to the host
+    # Every request asking for structured output (a toy grammar of the model's own
+    # language, targets/vllm/mrv2/grammar.py, installed in the scheduler's structured-output
+    # manager): on Model Runner V2 the batches whose drafts it copies to the host; on the
+    # V1 runner its grammar bitmask (vllm-v1-draft-copy:structured: no value diverged,
+    # 0.17.0)
     vllm_structured_outputs: bool = False
     # The requests' presence penalty (0: none). Any penalty makes the V1 runner copy each
     # step's drafts to the host (for the penalties' token history); a toy logit is 1 for
@@ -41,8 +43,6 @@ class VllmArgs(ServerArgs):
         super().validate()
         if self.vllm_runner not in ("", "v2"):
             raise ValueError("vllm_runner must be '' (V1) or 'v2' (Model Runner V2)")
-        if self.vllm_structured_outputs and self.vllm_runner != "v2":
-            raise ValueError("vllm_structured_outputs runs on Model Runner V2 only")
         if not 0 <= self.vllm_logprobs <= 20:
             raise ValueError("vllm_logprobs must be in 0..20 (vLLM's default cap)")
         if not 0.0 <= self.vllm_presence_penalty < 1.0:
