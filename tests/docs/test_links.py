@@ -8,6 +8,7 @@ what a command writes: ``.venv/``, ``reports/runs/``)."""
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 import subprocess
 from pathlib import Path
@@ -61,12 +62,32 @@ def _ignored(paths: Iterable[Path]) -> Set[Path]:
     rels = [str(p.relative_to(ROOT)) for p in paths if ROOT in p.parents]
     if not rels:
         return set()
+    if not (ROOT / ".git").exists():
+        # a copy of the tree without its history (the GPU machine's): the root .gitignore
+        return {ROOT / r for r in rels if _gitignore_matches(r)}
     # an absent path may be a file or a folder: a folder pattern (/reports/audit/) matches
     # only the path written as a folder, so both are asked
     out = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "--stdin"],
                          input="\n".join(rels + [r + "/" for r in rels]),
-                         capture_output=True, text=True).stdout
+                         capture_output=True, text=True, timeout=60).stdout
     return {ROOT / line.rstrip("/") for line in out.split()}
+
+
+def _gitignore_matches(rel: str) -> bool:
+    """``rel`` or a folder above it matches a pattern of the root .gitignore (its patterns
+    are plain globs: anchored with a leading /, folders with a trailing /)."""
+    patterns = [line.strip() for line in (ROOT / ".gitignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    parts = rel.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    for pattern in patterns:
+        glob = pattern.strip("/")
+        anchored = pattern.startswith("/")
+        for prefix in prefixes:
+            name = prefix if anchored else prefix.rsplit("/", 1)[-1]
+            if fnmatch.fnmatchcase(name, glob):
+                return True
+    return False
 
 
 def _missing(targets: List[Path]) -> List[Path]:
@@ -173,9 +194,12 @@ def dead_pointers(pointers: Iterable[str]) -> List[str]:
 
 
 def _sources() -> List[Path]:
-    out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "*.py"], capture_output=True,
-                         text=True, check=True).stdout.split()
-    return [ROOT / p for p in out if not p.startswith("tests/") and (ROOT / p).exists()]
+    # the tree's own Python files (hidden folders -- .venv, .releases, bundles -- are
+    # set-up outputs): by walking, so a copy of the tree without .git is read the same
+    return sorted(p for p in ROOT.rglob("*.py")
+                  if not any(part.startswith(".") or part == "__pycache__"
+                             for part in p.relative_to(ROOT).parts)
+                  and p.relative_to(ROOT).parts[0] not in ("tests", "build"))
 
 
 # --- the tree as it is ----------------------------------------------------------------------

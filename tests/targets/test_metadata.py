@@ -39,8 +39,11 @@ def test_an_install_without_metadata_is_one_line_and_exit_2(tmp_path, target):
     (info / "RECORD").write_text("")
     p = subprocess.run([python, "-P", "-m", "specrace.cli", "list", "--target", target],
                        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(tmp_path),
-                            "PYTHONHASHSEED": "0"})
+                       # the dist-info first; then the given path (a GPU machine finds its
+                       # site bundle there) and the repo, for a checkout not installed
+                       env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": os.pathsep.join(
+                           p for p in (str(tmp_path), os.environ.get("PYTHONPATH", ""),
+                                       REPO_ROOT) if p)})
     err = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(err) == 1, p.stderr[-800:]
     assert "names no version" in err[0] and "Traceback" not in p.stderr

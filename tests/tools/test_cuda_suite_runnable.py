@@ -30,7 +30,10 @@ SPAWNS = {"run", "Popen", "check_output", "check_call", "call"}
 def _collect(tmp_path, *paths, rootdir=ROOT):
     out = tmp_path / "collected.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT)])
+    # the plugin and the repo first; then what this process was given (a GPU machine
+    # finds its site bundle there)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env["SPECRACE_CUDA_COLLECT_OUT"] = str(out)
     cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
            "-p", "no:xdist", "-p", "cuda_collect_plugin", "--specrace-backend", "cuda",

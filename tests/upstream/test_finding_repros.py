@@ -98,7 +98,12 @@ def test_a_repros_upstream_names_exist_in_the_installed_release(script):
 
 
 def _run(python, script, *args):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # standalone: specrace is off the path (the repo root, or "." from it); the rest of
+    # the given path stays (a GPU machine finds the server in its site bundle there)
+    root = os.path.realpath(targets.__file__ + "/../..")
+    given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in given if os.path.realpath(p) != root)}
     try:
         return subprocess.run([python, str(script), *args], capture_output=True, text=True,
                               timeout=RUN_DEADLINE_S, env=env, cwd=str(FINDINGS))
