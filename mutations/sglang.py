@@ -276,6 +276,15 @@ MUTATIONS: List[Mutation] = [
         "        if self.draft_runner is not None:\n"
         "            self.last_shared_read_runner = self.war_fastpath_runner = self.draft_runner\n")],
       ("kv-reuse-eagle", "kv-reuse-eagle-lazy")),
+    # --- upstream's model runner (targets/sglang/runner): the KV write in a graph ----
+    M("kv-write-side-stream-unordered",
+      "MHATokenToKVPool's captured KV write forks the V write onto its side stream "
+      "without waiting for the capture stream: the graph's V write is unordered with the "
+      "projection that produced it, on every replay",
+      "mem_cache/memory_pool.py _set_kv_buffer_impl (alt_stream fork)",
+      "sglang.srt.mem_cache.memory_pool:_set_kv_buffer_impl",
+      [("        alt_stream.wait_stream(current_stream)\n", "")],
+      SEED),
     # the same patches of specrace's pools code (toys.attention, toys.mem_cache), which
     # both targets run: one definition serves both catalogues
     _IMPL["accept-moved-via-req-to-token"],

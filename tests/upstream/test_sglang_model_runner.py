@@ -160,3 +160,15 @@ def test_a_release_without_what_the_runner_calls_keeps_the_toy_forward(tmp_path)
         (tmp_path / str(i)).mkdir()
         tampered = shadow(tmp_path / str(i), rel, edit)
         assert not build.fits(tampered), rel
+
+
+def test_the_seeded_bug_in_the_captured_kv_write_is_killed():
+    """``kv-write-side-stream-unordered`` (the KV pool's captured V write forked onto its
+    side stream without the fork's wait): the capture is refused as CUDA refuses it (a
+    dependency across the capture boundary), so the mutant never serves; the unmutated
+    code captures and replays clean (the findings test above)."""
+    from matrix.run import by_name, mutation_row
+    row = mutation_row(by_name("sglang")["kv-write-side-stream-unordered"], "sim",
+                       target="sglang")
+    assert row["status"] == "killed", row
+    assert "capture" in row["detail"]

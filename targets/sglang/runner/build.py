@@ -41,9 +41,14 @@ def _modules():
 def kv_pool(toy, size: int, device):
     """Upstream's KV pool for the stand-in's one layer (one head of the toy's width)."""
     m = _modules()["memory_pool"]
-    return m.MHATokenToKVPool(size=size, page_size=1, dtype=toy.embed.dtype, head_num=1,
+    pool = m.MHATokenToKVPool(size=size, page_size=1, dtype=toy.embed.dtype, head_num=1,
                               head_dim=toy.embed.shape[1], layer_num=1, device=str(device),
-                              enable_memory_saver=False, enable_alt_stream=False)
+                              enable_memory_saver=False)
+    if pool.alt_stream is None and torch.device(device).type != "cpu":
+        # the pool takes its side stream for the V write inside a graph capture on CUDA
+        # (``_is_cuda``); the simulator stands for that GPU, so the pool has it here too
+        pool.alt_stream = pool.device_module.Stream()
+    return pool
 
 
 def fits(root: Optional[str] = None) -> bool:
