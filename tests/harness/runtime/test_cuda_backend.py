@@ -9,6 +9,7 @@ behave like ``torch.cuda.Stream`` / ``torch.cuda.Event``), fed to the real detec
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import subprocess
 import sys
@@ -504,6 +505,13 @@ def test_host_read_of_pinned_buffer_is_recorded():
 def fake_cuda(monkeypatch):
     """Enough of torch.cuda faked for ``cuda_runtime`` to run its whole lifecycle on a CPU
     (CPU tensors stand for device memory; streams and events are the fakes above)."""
+    # what a run imports at its first device-name swap, imported before the fake: torch's
+    # dynamo binds _cuda_getCurrentRawStream at import, and an import that fails under the
+    # fake leaves torch._dynamo half-initialised for every later test of the worker (on a
+    # GPU machine, where nothing imported it earlier: 6 tests broke after this one)
+    from harness.runtime import device_names
+    for module in device_names._BIND_AT_IMPORT:
+        importlib.import_module(module)
     state = types.SimpleNamespace(current=0, sleeps=[])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
