@@ -13,7 +13,8 @@ from typing import Iterable, List, Optional, Tuple
 
 import torch
 
-from harness.runtime.limits import DEFAULT_STALL_MS, MAX_STALL_MS, cycles_per_ms_from_env
+from harness.runtime.limits import (CYCLES_PER_MS_RANGE, DEFAULT_STALL_MS, MAX_STALL_MS,
+                                     LimitError, cycles_per_ms_from_env)
 from harness.runtime.cuda.capture import passthrough
 
 # Calibration: warm the spin kernel up, then time these sizes with events.
@@ -64,7 +65,15 @@ def calibrate(force: bool = False) -> float:
             _CYCLES_PER_MS = value
             return value
         with passthrough():  # never log the calibration's own events into a trace
-            _CYCLES_PER_MS = _measure_cycles_per_ms()
+            measured = _measure_cycles_per_ms()
+        # a measured rate is held to the range a given one is: a rate far off the GPU's
+        # clock turns the capped stall into minutes (a stall that never ends reads as a
+        # hang, with nothing named)
+        lo, hi = CYCLES_PER_MS_RANGE
+        if not lo <= measured <= hi:
+            raise LimitError(f"the stall calibration measured {measured:.3g} cycles/ms, "
+                             f"outside a GPU clock's {lo:g}..{hi:g}: set SPECRACE_CYCLES_PER_MS")
+        _CYCLES_PER_MS = measured
         return _CYCLES_PER_MS
 
 

@@ -20,6 +20,7 @@ from typing import Dict, Iterator, List
 
 import torch
 
+from harness.runtime.cuda.calibration import calibrate
 from harness.runtime.load import BULK_BYTES, NONE, Load
 
 _EVENT = torch._C._CudaEventBase  # beneath torch.cuda.Event's traced wrappers
@@ -106,6 +107,9 @@ def cuda_load(load: Load) -> Iterator[None]:
     kinds = [d for d in ("d2h", "h2d") if load.bulk_bytes(d)]
     kinds += ["host"] if load.host_busy else []
     workers = [_worker(k) for k in kinds]
+    # a stall in the block calibrates first, before the load: the calibration's device-wide
+    # syncs and timed spins would otherwise share the GPU with the load's copies
+    calibrate()
     for w in workers:
         w.resume()
     try:
