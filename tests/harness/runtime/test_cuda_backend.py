@@ -657,6 +657,41 @@ def test_cycles_per_ms_from_the_environment_skips_calibration(monkeypatch):
     assert C.calibrate() == 1.98e6
 
 
+@pytest.mark.parametrize("measured", [1e12, 10.0])
+def test_a_measured_rate_off_a_gpu_clock_is_an_error_not_an_endless_stall(monkeypatch, measured):
+    """A calibration that measures far off the clock (timed under interference, a timer
+    glitch) would make every capped stall minutes long: it is refused, named, and nothing
+    is cached. Fails on the old calibrate, which kept any measurement."""
+    from harness.runtime.limits import LimitError
+    monkeypatch.setattr(CAL, "_CYCLES_PER_MS", None)
+    monkeypatch.delenv("SPECRACE_CYCLES_PER_MS", raising=False)
+    monkeypatch.setattr(CAL, "_measure_cycles_per_ms", lambda: measured)
+    with pytest.raises(LimitError, match="SPECRACE_CYCLES_PER_MS"):
+        C.calibrate()
+    assert CAL._CYCLES_PER_MS is None
+
+
+def test_a_load_calibrates_before_its_copies_start(monkeypatch):
+    """The stall calibration never shares the GPU with a run's background load: cuda_load
+    calibrates, then resumes its workers."""
+    from harness.runtime.cuda import load as L
+    from harness.runtime.load import LOADS
+    order = []
+
+    class Worker:
+        def resume(self):
+            order.append("resume")
+
+        def pause(self):
+            order.append("pause")
+
+    monkeypatch.setattr(L, "calibrate", lambda: order.append("calibrate"))
+    monkeypatch.setattr(L, "_worker", lambda kind: Worker())
+    with L.cuda_load(LOADS["bulk-d2h"]):
+        pass
+    assert order == ["calibrate", "resume", "pause"]
+
+
 def test_gpu_watchdog_is_armed_for_cuda_with_a_limit_from_the_work(monkeypatch):
     from harness.runtime import limits
     from harness.runtime import watchdog as W
