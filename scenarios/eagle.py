@@ -13,6 +13,7 @@ to waiting ones).
 """
 import dataclasses
 
+from scenarios.axes import engage
 from scenarios.base import AS_INSTALLED, Scenario, stall_at, with_bug
 from scenarios.grammar import grammar_workload
 from scenarios.workloads import slot_reuse_workload
@@ -36,8 +37,8 @@ EAGLE_V2 = Scenario(
               "plan-stream": {**_EAGLE, "plan_stream": True},
               # a tree draft: topk 2 over 3 steps, 4 verify nodes (the accepted path's
               # KV moved to the window's front, move_accept_tokens_to_target_kvcache)
-              "topk2": {**_EAGLE, "eagle_topk": 2},
-              "topk2-plan-stream": {**_EAGLE, "eagle_topk": 2, "plan_stream": True},
+              "topk2": {**_EAGLE, **engage("tree-topk")},
+              "topk2-plan-stream": {**_EAGLE, **engage("tree-topk"), "plan_stream": True},
               # EAGLE3's shape: the target's aux hidden states (three layers) feed the
               # draft, through the same v2 worker
               "eagle3": {**_EAGLE, "eagle3": True},
@@ -69,7 +70,7 @@ EAGLE_V2_GRAMMAR = Scenario(
     workload=grammar_workload,
     stalls=EAGLE_V2.stalls,
     variants={"fixed": dict(_EAGLE), "plan-stream": {**_EAGLE, "plan_stream": True},
-              "topk2": {**_EAGLE, "eagle_topk": 2}},
+              "topk2": {**_EAGLE, **engage("tree-topk")}},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean",
             ("topk2", None): "clean"},

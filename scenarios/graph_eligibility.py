@@ -9,6 +9,7 @@ a stale event (``war-barrier-keeps-stale-event``) is caught at the first extend 
 replayed verify.
 """
 
+from scenarios.axes import engage
 from scenarios.base import AS_INSTALLED, Scenario, stall_at
 from scenarios.workloads import random_workload
 
@@ -22,9 +23,9 @@ GRAPH_ELIGIBILITY = Scenario(
     stalls=stall_at("forward.after_read_done"),
     variants={AS_INSTALLED: {"relay": "future_map"},
               "fixed": {"relay": "future_map"},
-              "fixed-graphs-off": {"relay": "future_map", "cuda_graph": False},
+              "fixed-graphs-off": {"relay": "future_map", **engage("graphs-off")},
               "pre-fix": dict(_PRE_FIX),
-              "pre-fix-graphs-off": {**_PRE_FIX, "cuda_graph": False}},
+              "pre-fix-graphs-off": {**_PRE_FIX, **engage("graphs-off")}},
     default_variant=AS_INSTALLED,
     expect={("pre-fix", "fine"): "race", ("pre-fix", "coarse"): "clean",
             ("pre-fix-graphs-off", None): "clean"},

@@ -7,11 +7,12 @@ algorithm; the copy stream is stalled before the readback. The hidden states eac
 gets back are judged against the synchronous reference's (``hidden_states`` rows).
 """
 
+from scenarios.axes import engage
 from scenarios.base import AS_INSTALLED, Scenario, stall_at, with_fix
 from scenarios.dspark import READBACK_STALL_MS
 from scenarios.workloads import random_workload
 
-_HIDDEN = {"return_hidden_states": True}
+_HIDDEN = engage("hidden-states")
 
 NGRAM_HIDDEN_READBACK = Scenario(
     name="ngram-hidden-readback",
@@ -24,7 +25,7 @@ NGRAM_HIDDEN_READBACK = Scenario(
               "fixed-clone": with_fix("clone-graph-outputs", **_HIDDEN),
               "fixed-conditional-wait": with_fix("forward-waits-graph-result-copy",
                                                  **_HIDDEN),
-              "eager-verify": {**_HIDDEN, "cuda_graph": False}},
+              "eager-verify": {**_HIDDEN, **engage("graphs-off")}},
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "race"},
     sim_trials=10,

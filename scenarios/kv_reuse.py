@@ -22,6 +22,7 @@ row yet; its middle chunks' results are dropped.
 """
 import dataclasses
 
+from scenarios.axes import engage
 from scenarios.base import Scenario, stall_at, with_bug
 from scenarios.workloads import slot_reuse_workload
 
@@ -49,21 +50,25 @@ KV_ROW_REUSE = Scenario(
               # a hybrid sliding-window pool: freeing a finished request's slots clears
               # their SWA mapping during result processing, which the barrier right after
               # each launch (#31687) orders after the in-flight forward's translate
-              "swa": {"kv_layout": "swa"},
+              "swa": engage("swa"),
               # a device drafter before the target's verify (EAGLE-style): two runners
               # publish read-done; the barrier must take the target's
               "eagle": {"spec_algorithm": "eagle"},
               "swa-barrier-at-loop-top": with_bug("war-barrier-at-loop-top", kv_layout="swa"),
               # retraction: the long request and two short ones give their rows and
               # slots back mid-run (a step of theirs in flight) and are prefilled again
-              "retract": {"retract_at": RETRACT_AT},
+              "retract": engage("retraction", RETRACT_AT),
+              # --disable-overlap-schedule: every batch's results processed before the
+              # next launch (the rows still change hands between steps)
+              "overlap-off": engage("overlap-off"),
               "retract-no-war-barrier": with_bug("war-barrier-removed", retract_at=RETRACT_AT),
               # chunked prefill: prompts (and the retracted requests' histories) go in
               # chunks of CHUNK tokens, the request being chunked kept out of the
               # running batch, its next chunk's columns written while its last chunk's
               # forward may still gather the row
-              "chunked": {"chunked_prefill_size": CHUNK},
-              "chunked-retract": {"chunked_prefill_size": CHUNK, "retract_at": RETRACT_AT},
+              "chunked": engage("chunked-prefill", CHUNK),
+              "chunked-retract": {**engage("chunked-prefill", CHUNK),
+                                  **engage("retraction", RETRACT_AT)},
               "chunked-no-war-barrier": with_bug("war-barrier-removed",
                                                  chunked_prefill_size=CHUNK,
                                                  retract_at=RETRACT_AT)},
@@ -71,7 +76,8 @@ KV_ROW_REUSE = Scenario(
     expect={("fixed", None): "clean", ("no-war-barrier", None): "race", ("swa", None): "clean", ("eagle", None): "clean",
             ("swa-barrier-at-loop-top", None): "race", ("retract", None): "clean",
             ("retract-no-war-barrier", None): "race", ("chunked", None): "clean",
-            ("chunked-retract", None): "clean", ("chunked-no-war-barrier", None): "race"},
+            ("chunked-retract", None): "clean", ("chunked-no-war-barrier", None): "race",
+            ("overlap-off", None): "clean"},
 )
 
 
@@ -89,8 +95,8 @@ KV_PRESSURE = Scenario(
             "step of theirs in flight; forward stalled as in kv-row-reuse",
     workload=kv_pressure_workload,
     stalls=KV_ROW_REUSE.stalls,
-    variants={"fixed": {"admission": "optimistic"},
-              "no-war-barrier": with_bug("war-barrier-removed", admission="optimistic"),
+    variants={"fixed": engage("pressure"),
+              "no-war-barrier": with_bug("war-barrier-removed", **engage("pressure")),
               # the same workload admitted on whole lifetimes: never short, no retraction
               "lifetime": {}},
     default_variant="fixed",

@@ -38,6 +38,7 @@ from harness.runtime import open_runtime, resolve_backend
 from harness.oracle.outputs import judge_outputs
 from harness.oracle.stale import Reference, StaleValueOracle
 from harness.oracle.workload import RequestSpec, Workload
+from scenarios.axes import draws
 from scenarios.grammar import SCHEMAS
 from seams.vocab import Backend
 
@@ -62,14 +63,14 @@ SMALL_POOLS = [4, 3, 2]  # every program wraps around (``SmallPoolEngineMachine`
 # once -- freed slots go to waiting requests within the program
 KV_POOL_SIZES = [4096, 72, 96, 128]
 SMALL_KV_POOLS = [72, 96, 128]
-KV_LAYOUTS = ["full", "swa"]  # plain slots; slots paired with SWA slots by a mapping
+KV_LAYOUTS = draws("swa")  # plain slots; slots paired with SWA slots by a mapping
 # chunked prefill: off, or a budget that cuts the drawn prompts (up to 12 tokens) and
 # the histories of retracted requests into two or more chunks
-CHUNK_SIZES = [0, 0, 3, 7]
+CHUNK_SIZES = draws("chunked-prefill")
 # admission: a request's whole lifetime reserved (programs shrink to it), or its prefill
 # alone -- decode then runs the pool short and requests are retracted under that
 # pressure (not beside chunked prefill: ServerArgs.validate)
-ADMISSIONS = ["lifetime", "optimistic"]
+ADMISSIONS = draws("pressure")
 MAX_REQUESTS = 12  # arrivals per program: enough to wrap the small pools several times
 STALL_POINTS = ["forward.after_read_done", "forward.before_verify", "future_map.before_stash",
                 "forward.before_attn_metadata"]
