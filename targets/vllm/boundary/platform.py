@@ -73,6 +73,9 @@ def as_gpu(device_type: str) -> None:
             lambda device_id=0: torch.cuda.get_device_properties(device_id)
             .multi_processor_count)
     current_platform.device_type = device_type
+    # CudaPlatform's answer (the simulator captures graphs too): a config that asks for
+    # CUDA graphs keeps them (an eager one never reads this)
+    current_platform.support_static_graph_mode = lambda: True
     current_platform.is_pin_memory_available = lambda: True
     current_platform.get_current_memory_usage = lambda device=None: 0.0
     platform_utils.is_pin_memory_available.cache_clear()

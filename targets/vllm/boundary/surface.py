@@ -74,6 +74,9 @@ MRV2_CALLED: Dict[str, Tuple[str, ...]] = {
     f"{_MRV2_RUNNER}.__init__": ("self", "vllm_config", "device"),
     f"{_MRV2_RUNNER}.initialize_kv_cache": ("self", "kv_cache_config"),
     f"{_MRV2_RUNNER}.execute_model": ("self", "scheduler_output"),
+    # its graph capture, called at start-up where the run asks for graphs
+    # (targets/vllm/engine/graphs.py)
+    f"{_MRV2_RUNNER}.capture_model": ("self",),
     f"{_GPU}.spec_decode.utils:DraftTokensHandler.set_draft_tokens":
         ("self", "input_batch", "draft_tokens"),
     f"{_GPU}.buffer_utils:UvaBuffer.__init__": ("self", "size", "dtype"),

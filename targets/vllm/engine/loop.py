@@ -133,7 +133,7 @@ def engine_config(args):
         load_format="dummy", dtype="float32", seed=0,
         speculative_config=None if drafts < 1 else {
             "method": method, "model": drafter, "num_speculative_tokens": drafts},
-        async_scheduling=async_scheduling(args), enforce_eager=True,
+        async_scheduling=async_scheduling(args), **_graph_mode(args),
         max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS,
         # a step's token budget: chunked prefill's chunk (--max-num-batched-tokens; V1
         # chunks any prompt longer than what is left of it)
@@ -145,6 +145,15 @@ def engine_config(args):
                     else "targets.vllm.engine.worker.SpecraceWorker"),
         disable_log_stats=True,
     ).create_engine_config()
+
+
+def _graph_mode(args) -> dict:
+    """Eager on the V1 runner; on Model Runner V2 upstream's full decode graphs where
+    ``cuda_graph`` asks for them (``engine/graphs.py``), eager where it does not."""
+    if args.vllm_runner == "v2" and args.cuda_graph:
+        from targets.vllm.engine.graphs import compilation_config
+        return {"enforce_eager": False, "compilation_config": compilation_config(args)}
+    return {"enforce_eager": True}
 
 
 class VllmEngine(EngineLoop):

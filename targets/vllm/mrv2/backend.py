@@ -7,7 +7,10 @@ way, through the interface the release has:
 * ``get_supported_kernel_block_sizes`` takes the layer's KV spec (0.17.0: nothing);
 * the metadata builder is a plain ``AttentionMetadataBuilder`` (MRv2 has no hybrid
   path: the GDN type the V1 path's builder carries for its accepted counts is not
-  needed), built with whatever ``build`` arguments the release passes.
+  needed), built with whatever ``build`` arguments the release passes, and declaring
+  the CUDA-graph support the 0.17.0 builder inherits from GDN's (``UNIFORM_BATCH``:
+  full graphs of uniform decode batches, what ``engine/graphs.py`` asks for; the base
+  class says ``NEVER``, which would turn a run's graphs off).
 
 On 0.17.0 the backend is the V1 path's own (``backend_for`` returns it unchanged where
 its interface fits), so 0.17.0's MRv2 runs are what they were.
@@ -33,6 +36,8 @@ def backend_for(backend):
     toy_builder = backend.get_builder_cls()
 
     class Builder(AttentionMetadataBuilder):
+        _cudagraph_support = toy_builder._cudagraph_support
+
         def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
             AttentionMetadataBuilder.__init__(self, kv_cache_spec, layer_names,
                                               vllm_config, device)

@@ -17,8 +17,11 @@ is built, which 0.34.0 could not do):
   ``_maybe_get_memory_pool_context`` (no sleep-mode pool), as the V1 path's;
 * 0.34.0's loader, runner and worker call ``torch.accelerator``'s ``empty_cache`` and
   ``synchronize``, which the simulated device has no allocator hooks for: on the
-  simulator ``load_model`` and ``shutdown`` run with them standing for nothing (no
-  cache to empty) and for ``torch.cuda.synchronize`` (the simulator's);
+  simulator ``load_model``, the graph capture and ``shutdown`` run with them standing
+  for nothing (no cache to empty) and for ``torch.cuda.synchronize`` (the simulator's),
+  and the capture's ``get_memory_info`` (for its log line) answered with any size;
+* ``compile_or_warm_up_model`` runs upstream's ``capture_model`` where the run asks for
+  CUDA graphs (``engine/graphs.py``), with ``torch.cuda``'s graph names the simulator's;
 * 0.34.0's ``Worker.__init__`` refuses to build without Triton ("vLLM's model runner
   requires Triton"): the runner's Triton kernels run as the stand-ins
   (``seams``), so the check is answered for the construction alone.
@@ -35,14 +38,18 @@ from targets.vllm.engine.worker import SimWorkerOverrides
 
 @contextlib.contextmanager
 def _accelerator_on_sim(device) -> Iterator[None]:
-    """``torch.accelerator.empty_cache`` / ``synchronize`` for a simulated device."""
+    """``torch.accelerator.empty_cache`` / ``synchronize`` / ``get_memory_info`` for a
+    simulated device (the last read by 0.34.0's graph capture for its log line)."""
+    from targets.vllm.engine.graphs import SIM_MEMORY
     acc = getattr(torch, "accelerator", None)
     if acc is None or getattr(device, "type", "cuda") == "cuda":
         yield
         return
-    saved = {n: getattr(acc, n) for n in ("empty_cache", "synchronize") if hasattr(acc, n)}
+    saved = {n: getattr(acc, n) for n in ("empty_cache", "synchronize", "get_memory_info")
+             if hasattr(acc, n)}
     acc.empty_cache = lambda *a, **k: None
     acc.synchronize = lambda *a, **k: torch.cuda.synchronize()
+    acc.get_memory_info = lambda *a, **k: (SIM_MEMORY, SIM_MEMORY)
     try:
         yield
     finally:
@@ -54,6 +61,7 @@ def worker_class():
     import vllm.v1.worker.gpu_worker as gpu_worker
     from vllm.v1.worker.gpu_worker import Worker
     from vllm.v1.worker.workspace import init_workspace_manager
+    from targets.vllm.engine import graphs
     from targets.vllm.mrv2.runner import runner_class
 
     class SpecraceWorkerV2(SimWorkerOverrides, Worker):
@@ -69,11 +77,20 @@ def worker_class():
 
         def init_device(self) -> None:
             self.start_device()
-            if hasattr(Worker, "_init_workspace_and_model_runner"):  # 0.34.0
-                self._init_workspace_and_model_runner()
-                return
-            init_workspace_manager(self.device, 1)
-            self.model_runner = runner_class()(self.vllm_config, self.device)
+            with graphs.names(self.device):  # the graph managers take their pool here
+                if hasattr(Worker, "_init_workspace_and_model_runner"):  # 0.34.0
+                    self._init_workspace_and_model_runner()
+                    return
+                init_workspace_manager(self.device, 1)
+                self.model_runner = runner_class()(self.vllm_config, self.device)
+
+        def compile_or_warm_up_model(self):
+            # upstream's graph capture where the run asks for graphs (engine/graphs.py);
+            # no dummy runs or Triton warm-up either way
+            if graphs.wants_graphs(self.vllm_config):
+                with graphs.names(self.device), _accelerator_on_sim(self.device):
+                    self.model_runner.capture_model()
+            return SimWorkerOverrides.compile_or_warm_up_model(self)
 
         def load_model(self, *args: Any, **kwargs: Any) -> None:
             with _accelerator_on_sim(self.device):
