@@ -155,14 +155,12 @@ DRIVER_NEEDS: Dict[str, Tuple[str, ...]] = {
                      "sglang.srt.mem_cache.memory_pool:MHATokenToKVPool.set_kv_buffer",
                      "sglang.srt.speculative.ngram_info:NgramVerifyInput.__init__",
                      # the decode graphs: upstream's runner and full-graph backend, the
-                     # capture's group context, its bucket list, the layer layout
+                     # capture's group context, the layer layout
                      "sglang.srt.model_executor.runner.decode_cuda_graph_runner:"
                      "DecodeCudaGraphRunner.execute",
                      "sglang.srt.model_executor.runner_backend.full_cuda_graph_backend:"
                      "FullCudaGraphBackend.capture_one",
                      "sglang.srt.distributed.parallel_state:GroupCoordinator.graph_capture",
-                     "sglang.srt.arg_groups.cuda_graph_hook:"
-                     "generate_decode_cuda_graph_batch_sizes",
                      f"{_MR}:resolve_layer_indices",
                      "sglang.srt.model_executor.cuda_graph_config:CudaGraphConfig"),
     "dspark": ("sglang.srt.runtime_context:use_context",),

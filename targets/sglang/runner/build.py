@@ -86,13 +86,16 @@ def graph_config(max_bs: int) -> None:
     to ``max_bs`` requests (0: disabled); no prefill graph (the toy's prefill forwards
     one token per request, nothing a prefill graph would hold). Set on the run's
     runtime context, which the server config made for this run alone."""
-    from sglang.srt.arg_groups.cuda_graph_hook import generate_decode_cuda_graph_batch_sizes
     from sglang.srt.model_executor.cuda_graph_config import (Backend, CudaGraphConfig,
                                                              PhaseConfig)
     rc = _modules()["rc"]
     decode = PhaseConfig(backend=Backend.DISABLED)
-    if max_bs:  # upstream's own bucket list for the bound (its resolution's)
-        buckets = generate_decode_cuda_graph_batch_sizes(rc.get_server_args(), max_bs)
+    if max_bs:
+        # the buckets as a server given ``--cuda-graph-config '{"decode": {"bs": [1, 2,
+        # 4, ...]}}'`` captures them: powers of two up to the bound (upstream's default
+        # list captures every size up to 8; each capture is a cost every trial pays, and
+        # a batch between two buckets replays padded, which drives the padding too)
+        buckets = sorted({1 << k for k in range(max_bs.bit_length())} | {max_bs})
         decode = PhaseConfig(backend=Backend.FULL, max_bs=max_bs, bs=buckets)
     config = CudaGraphConfig(decode=decode, prefill=PhaseConfig(backend=Backend.DISABLED))
     rc.get_context().override("specrace.runner", cuda_graph_config=config)
