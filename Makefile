@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 XGRAMMAR ?= xgrammar==0.2.9
 
-.PHONY: setup upstream upstream-releases repro test matrix bench litmus upstream-gate releases lock clean example-reports check-reports vllm-gate vllm-release-tests
+.PHONY: setup upstream upstream-releases repro test matrix bench litmus upstream-gate releases release-gate release-gate-ci lock clean example-reports check-reports vllm-gate vllm-release-tests
 
 setup: $(VENV)/.specrace-ready
 
@@ -132,8 +132,19 @@ releases: setup
 	$(VENV)/bin/specrace releases ngram-filter-race $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 5 --expect clean
 	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$$PREFIX_RELAY) --trials 5 --expect race
 	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$$FIXED_RELAY) --trials 5 --expect clean
-	$(VENV)/bin/specrace releases dspark-result-readback $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 3 --expect race
-	$(VENV)/bin/specrace releases eagle-v2 $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 2 --expect clean
+	$(VENV)/bin/specrace releases dspark-result-readback --variant as-installed $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 3 --expect race
+	$(VENV)/bin/specrace releases eagle-v2 --variant as-installed $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 2 --expect clean
+
+# The release gate (issue 57; specrace/gate.py): every scenario of the sglang target on
+# every release set up, in every configuration the release ships (no patch), one trial a
+# cell under coverage.py -- its table is reports/upstream/release-gate.md. Hours on the
+# 2-core box: CI runs release-gate-ci, one cell per scenario and at least one per release,
+# as installed (`python -m specrace.gate --subset --plan` prints the cells).
+release-gate: setup
+	$(PY) -m specrace.gate --coverage --markdown reports/upstream/release-gate.md
+
+release-gate-ci: setup
+	$(PY) -m specrace.gate --subset --coverage
 
 # The report sets committed under reports/: regenerate the simulator ones from their own
 # recorded commands (after a change that moves code they point at), and check that every

@@ -288,11 +288,18 @@ def cmd_releases(args) -> int:
         check_report_dir(args.report_dir)
     except ReportDirError as exc:
         raise UsageError(f"--report-dir: {exc}") from None
+    # no --variant: every configuration of the scenario the server ships (no patch), a
+    # row per release x configuration
+    from scenarios.configurations import shipped
+    confs = [] if args.variant else [(c.variant, c.text()) for c in shipped(target.name,
+                                                                              scenario)]
+    cells = len(versions) * max(len(confs), 1)
     rows = A.with_progress(
         lambda prog: run_releases(environments, target.name, scenario.name, options,
                                   args.report_dir, versions, prog,
-                                  coverage=getattr(args, "coverage", False)),
-        len(versions), f"{scenario.name} on {len(versions)} release(s)", quiet=args.json)
+                                  coverage=getattr(args, "coverage", False),
+                                  configurations=confs),
+        cells, f"{scenario.name}: {cells} release x configuration cell(s)", quiet=args.json)
     from specrace.audit import annotate_known
     annotate_known(target.name, scenario.name, rows)  # each racing pair: known, or new
     from targets.releases import settle

@@ -109,7 +109,9 @@ def _releases(rl: argparse.ArgumentParser) -> None:
                     help="the upstream server whose releases run (default: sglang)")
     rl.add_argument("--release", action="append", default=None,
                     help="only this release (repeatable; default: every one set up)")
-    rl.add_argument("--variant", default=None, help="default: as-installed")
+    rl.add_argument("--variant", default=None,
+                    help="default: every configuration the server ships (no patch): a row "
+                         "per release x configuration")
     rl.add_argument("--war-barrier", choices=["fine", "coarse"], default=None,
                     help="default: each release's own")
     rl.add_argument("--load", default=None, help="as repro's --load")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from typing import Any, Callable, Dict, List, Union
+from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
 from harness.report.pairs import frames, group
 from harness.target import Environments
@@ -182,19 +182,27 @@ def repro_options(scenario, args) -> List[str]:
 def run_releases(environments: Environments, target: str, scenario: str,
                  options: List[str], report_dir: str, versions: List[str],
                  progress: Callable[[int, int], None] = lambda n, t: None,
-                 coverage: bool = False) -> List[Dict[str, Any]]:
+                 coverage: bool = False,
+                 configurations: Sequence[Tuple[str, str]] = ()) -> List[Dict[str, Any]]:
+    """A row per release, and per configuration where ``configurations`` names them
+    ((variant, its flags), each run as ``--variant VARIANT``; none: ``options`` as given)."""
+    cells = [(v, conf) for v in versions for conf in (configurations or [None])]
     rows = []
-    for i, v in enumerate(versions):
-        progress(i, len(versions))
-        if not coverage:
-            rows.append(run_release(environments, target, v, scenario, options, report_dir))
-            continue
-        from targets.coverage import RowCoverage  # the census sites the child executed
-        measured = RowCoverage(target, v)
-        row = run_release(environments, target, v, scenario, options, report_dir,
-                          measured.command)
-        rows.append({**row, **measured.figures()})
-    progress(len(versions), len(versions))
+    for i, (v, conf) in enumerate(cells):
+        progress(i, len(cells))
+        opts = options if conf is None else [*options, "--variant", conf[0]]
+        measured = None
+        if coverage:
+            from targets.coverage import RowCoverage  # the census sites the child executed
+            measured = RowCoverage(target, v)
+        row = run_release(environments, target, v, scenario, opts, report_dir,
+                          *([measured.command] if measured else []))
+        if measured:
+            row = {**row, **measured.figures()}
+        if conf is not None:
+            row = {**row, "configuration": conf[0], "flags": conf[1]}
+        rows.append(row)
+    progress(len(cells), len(cells))
     return rows
 
 
@@ -224,7 +232,11 @@ def format_table(target: str, scenario: str, rows: List[Dict[str, Any]]) -> str:
     way (each named at upstream's lines, with the known race it is when the caller matched
     it) -- the fence only for a target that has one."""
     fenced = target in FENCED_TARGETS
-    head = (f"{'release':<14} " + (f"{'fence':<7} " if fenced else "")
+    # a row per release x configuration: which one, after the release
+    width = max([len(r.get("configuration") or "") for r in rows] + [0])
+    width = max(width, len("configuration")) if width else 0
+    head = (f"{'release':<14} " + (f"{'configuration':<{width}} " if width else "")
+            + (f"{'fence':<7} " if fenced else "")
             + f"{'outcome':<15} {'trials':>7} {'sites':>6}  report / racing pair")
     read_as = sorted({r.get("platform") for r in rows if r.get("platform") not in (None, "cuda")})
     where = f" (read as {', '.join(read_as)})" if read_as else ""
@@ -238,7 +250,8 @@ def format_table(target: str, scenario: str, rows: List[Dict[str, Any]]) -> str:
         tail = "; ".join(t for t in (_said(r), r["report"]) if t) or r["note"]
         if measured:
             tail = f"{_coverage_cell(r):>16}  {tail}"
-        lead = (f"{r['release']:<14} " + (f"{r['war_barrier'] or '':<7} " if fenced else "")
+        conf = f"{r.get('configuration') or '':<{width}} " if width else ""
+        lead = (f"{r['release']:<14} {conf}" + (f"{r['war_barrier'] or '':<7} " if fenced else "")
                 + f"{r['outcome']:<15} {trials:>7}")
         lines.append(f"{lead} {sites:>6}  {tail}")
         for pair in r.get("pairs") or []:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from seams.paths import REPO_ROOT
+from targets import static
 from targets.envs import LineEnvironments, ReleaseLine
 from targets.sglang.boundary import contract
 
@@ -21,16 +22,35 @@ NEEDS = {"grammar-ngram": ("grammar_tree",), "grammar-tree-staging": ("grammar_t
          "eagle-v2": ("eagle_v2",), "eagle-v2-grammar": ("eagle_v2",)}
 
 
+# scenario -> the upstream code it is about ("module:qualname"): a release without it is
+# "not applicable"; a release with it that lacks the rest of ``NEEDS`` (what specrace's
+# slice builds on, often a later refactor's helper) is "not driven" -- the code is there
+SHIPS = {"eagle-v2": ("sglang.srt.speculative.eagle_worker_v2:EAGLEWorkerV2",),
+         "eagle-v2-grammar": ("sglang.srt.speculative.eagle_worker_v2:EAGLEWorkerV2",),
+         "dspark-confidence-ring": (
+             "sglang.srt.speculative.dspark_components.dspark_planner:DSparkVerifyPlanner",),
+         "dspark-result-readback": (
+             "sglang.srt.speculative.dspark_components.dspark_planner:DSparkVerifyPlanner",)}
+
+
 class SglangEnvironments(LineEnvironments):
     def __init__(self) -> None:
         super().__init__(LINE)
 
     def not_applicable(self, version: str, scenario: str) -> str:
-        missing = self._first_missing(version, scenario, contract.missing_code)
-        return f"the release has no {missing.split(':', 1)[1]}" if missing else ""
+        root = self.line.release_root(version)
+        if scenario in SHIPS:
+            absent = next((t for t in SHIPS[scenario] if root and not _has(root, t)), "")
+        else:
+            absent = self._first_missing(version, scenario, contract.missing_code)
+        return f"the release has no {absent.split(':', 1)[1]}" if absent else ""
 
     def not_driven(self, version: str, scenario: str) -> str:
-        missing = self._first_missing(version, scenario, contract.undriven)
+        """Why a release that has the scenario's code cannot run it ("": it can): a
+        feature's code the slice builds on, or what the slice needs beside it."""
+        missing = (self._first_missing(version, scenario, contract.missing_code)
+                   if scenario in SHIPS else "")
+        missing = missing or self._first_missing(version, scenario, contract.undriven)
         return (f"the release has the code; specrace's slice needs "
                 f"{missing.replace(':', '.')}, which it lacks") if missing else ""
 
@@ -42,3 +62,8 @@ class SglangEnvironments(LineEnvironments):
             return ""
         return next((got for need in NEEDS.get(scenario, ()) if (got := check(root, need))),
                     "")
+
+
+def _has(root: str, target: str) -> bool:
+    """Is ``"module:qualname"`` defined in the release's source at ``root``?"""
+    return static.find(root, target)[0] is not None
