@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Dict, List, Union
 
 from mutations.base import M, Mutation
+from mutations.vllm_mrv2 import MRV2
 from seams.sourcepatch import PatchSet, SourcePatch
 
 _RUNNER = "vllm.v1.worker.gpu_model_runner:GPUModelRunner"
@@ -21,6 +22,7 @@ _OUTPUT = "vllm.v1.worker.gpu_model_runner:AsyncGPUModelRunnerOutput"
 _DRAFTER = "vllm.v1.spec_decode.eagle:SpecDecodeBaseProposer"
 _ASYNC = "vllm.v1.core.sched.async_scheduler:AsyncScheduler"
 _DRAFTS = "vllm.v1.worker.gpu.spec_decode.utils:DraftTokensHandler"
+_GRAPHS = "vllm.v1.worker.gpu.cudagraph_utils:CudaGraphManager"
 
 COUNT = ("vllm-count", "vllm-count-lazy")
 SEQ_LENS = ("vllm-seq-lens", "vllm-seq-lens-lazy")
@@ -132,6 +134,18 @@ MUTATIONS: List[Mutation] = [
       [("            request.num_output_placeholders += 1 + cur_num_spec_tokens\n",
         "            request.num_output_placeholders += 1\n")],
       ANY),
+    # --- Model Runner V2's CUDA graphs (targets/vllm/engine/graphs.py) -----------------
+    M("mrv2-graph-output-copied-after-capture",
+      "the target model's graph leaves its output in the capture's own tensor: the copy "
+      "into the static hidden states runs once, eagerly, after the capture, so every "
+      "replay's decode step reads the hidden states of no step (a refactor that moves "
+      "the copy out of the capture block)",
+      "MRv2 CudaGraphManager (static output buffers)", f"{_GRAPHS}._capture_full_graph",
+      [("            self.hidden_states[:num_tokens] = hidden_states\n", ""),
+       ("        self.graphs[num_tokens] = graph\n",
+        "        self.hidden_states[:num_tokens] = hidden_states\n"
+        "        self.graphs[num_tokens] = graph\n")],
+      MRV2),
 ]
 
 # vllm-v1-draft-copy: the two orderings the V1 draft-ids copy lacks (one function, so one
