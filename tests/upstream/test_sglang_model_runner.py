@@ -97,10 +97,10 @@ def test_the_graph_replays_compute_what_the_eager_forward_does():
     assert outs[0] == outs[1] and any(n > 1 for n in outs[0][1])
 
 
-def test_the_stand_in_verify_is_upstreams_extend_over_the_verify_layout():
-    """The stand-in backend's ``TARGET_VERIFY`` (``runner/attention.py``) against what it
-    replaces: upstream's ``torch_native`` extend over a batch laid out as that verify
-    (prefix = each context, extend = the ``D`` nodes) -- the same output, the same KV
+def test_the_stand_in_kernel_is_upstreams_torch_native_extend():
+    """The stand-in backend's extend kernel (``runner/attention.py``) against what it
+    replaces: upstream's ``torch_native`` extend, over a verify's layout (prefix = each
+    context, extend = the ``D`` nodes) and a prefill's -- the same output, the same KV
     written at the same slots."""
     from types import SimpleNamespace
     from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
@@ -138,9 +138,21 @@ def test_the_stand_in_verify_is_upstreams_extend_over_the_verify_layout():
         stand_in = attention.stand_in_class()(runner(pools[0]))
         out = stand_in.forward_extend(q, k, v, layer, verify)
         want = TorchNativeAttnBackend(runner(pools[1])).forward_extend(q, k, v, layer, extend)
-    assert torch.allclose(out, want, atol=1e-5)
-    assert torch.equal(pools[0].k_buffer[0], pools[1].k_buffer[0])
-    assert torch.equal(pools[0].k_buffer[0][loc.reshape(-1)], k)
+        assert torch.allclose(out, want, atol=1e-5)
+        assert torch.equal(pools[0].k_buffer[0], pools[1].k_buffer[0])
+        assert torch.equal(pools[0].k_buffer[0][loc.reshape(-1)], k)
+        # a prefill: extends of 2 and 3 tokens after prefixes of 3 and 1
+        ext, pre = torch.tensor([2, 3]), torch.tensor([3, 1])
+        loc = torch.cat([req_to_token[r, p:p + e] for r, p, e in zip(rows_, pre, ext)])
+        q, k, v = torch.randn(5, H), torch.randn(5, 1, H), torch.randn(5, 1, H)
+        prefill = SimpleNamespace(forward_mode=ForwardMode.EXTEND, seq_lens=pre + ext,
+                                  extend_prefix_lens=pre, extend_seq_lens=ext,
+                                  extend_start_loc=torch.tensor([0, 2]),
+                                  **dict(base, out_cache_loc=loc.to(torch.int64)))
+        out = stand_in.forward_extend(q, k, v, layer, prefill)
+        want = TorchNativeAttnBackend(runner(pools[1])).forward_extend(q, k, v, layer, prefill)
+        assert torch.allclose(out, want, atol=1e-5)
+        assert torch.equal(pools[0].k_buffer[0], pools[1].k_buffer[0])
 
 
 def test_a_release_without_what_the_runner_calls_keeps_the_toy_forward(tmp_path):

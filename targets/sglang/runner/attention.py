@@ -1,20 +1,21 @@
-"""The declared stand-in for the attention backend's verify kernel.
+"""The declared stand-in for the attention backend's kernels.
 
-sglang serves speculative verifies with its Triton or FlashInfer backends (GPU kernels,
-no simulator path); upstream's pure-torch ``torch_native`` backend runs on the simulator
-as on a GPU but has no ``TARGET_VERIFY`` forward (it reads ``extend_prefix_lens``, which
-a verify batch does not carry), syncs the host per request (no graph can capture it) and
-has no graph state. The stand-in is ``torch_native`` -- upstream's class, its prefill and
-decode forwards as they are -- plus what a verify needs, written as the verify kernels
-are: fixed shapes, no host sync, so the decode graph runner can capture and replay it.
-
-* ``TARGET_VERIFY``: upstream's KV write (``set_kv_buffer`` at ``out_cache_loc``), then
-  each request's ``D`` nodes attend to its context (``req_to_token`` row, up to
-  ``seq_lens``) and to the nodes up to themselves (a chain; the toy's logits do not
-  depend on the attention) -- checked against upstream's ``torch_native`` extend over the
-  same layout (``tests/upstream/test_sglang_model_runner.py``);
-* graph state: none beyond the runner's static buffers (the forward reads the batch the
-  runner loaded); padded rows attend to one position (``seq_len`` fill value 1).
+sglang serves speculative decoding with its Triton or FlashInfer backends (GPU kernels, no
+simulator path). Upstream's pure-torch ``torch_native`` backend runs on the simulator as
+on a GPU, but it has no ``TARGET_VERIFY`` forward (it reads ``extend_prefix_lens``, which
+a verify batch does not carry), no graph state, and it syncs the host once per request
+(slicing by device lengths): no graph can capture it, and its syncs would order the host
+behind the forward stream where the GPU backends it stands for do not (a fence the served
+code does not have: the stale-event barrier mutation went unseen through it). The stand-in
+is ``torch_native`` -- upstream's class: its construction, metadata and KV write
+(``set_kv_buffer`` at ``out_cache_loc``) -- with its extend kernel (prefill and verify)
+written as the GPU kernels are: fixed shapes, no host sync. Each query token attends to
+its request's ``req_to_token`` row up to its own position (the context, then its step's
+tokens up to itself; causal; one head; the toy's logits do not depend on the result):
+checked against upstream's ``torch_native`` extend over the same layouts
+(``tests/upstream/test_sglang_model_runner.py``). Graph state: none beyond the runner's
+static buffers (the forward reads the batch the runner loaded); padded rows attend to one
+position (``seq_len`` fill value 1).
 
 Registered at run time in place of ``torch_native`` for the runner's backend construction
 only (``registered``); the registry is upstream's, left as found.
@@ -27,22 +28,34 @@ from typing import Iterator
 import torch
 
 
-def verify_attention(q, k_cache, v_cache, req_to_token, rows, prefix_lens, scaling):
-    """``(bs*D, H)`` outputs of the verify's ``D`` nodes per request: node ``j`` of a
-    request attends to its context's first ``prefix_len + j + 1`` positions of its row
-    (the nodes' own KV is written there first). One head; fixed shapes throughout."""
-    bs = rows.shape[0]
-    D = q.shape[0] // bs
+def paged_attention(q, k_cache, v_cache, req_to_token, rows, positions, scaling):
+    """``(n, H)``: query ``i`` (one head) attends to the first ``positions[i] + 1``
+    slots of pool row ``rows[i]`` -- its context and the tokens of its own step up to
+    itself, whose KV is written there first. Fixed shapes, no host sync."""
     cols = req_to_token.shape[1]
-    slots = req_to_token[rows.to(torch.int64)].to(torch.int64)  # (bs, cols)
-    keys, values = k_cache[slots].flatten(2), v_cache[slots].flatten(2)  # (bs, cols, H)
-    scores = torch.einsum("bdh,bch->bdc", q.view(bs, D, -1), keys) * scaling
-    pos = torch.arange(cols, device=q.device).view(1, 1, cols)
-    node = torch.arange(D, device=q.device).view(1, D, 1)
-    seen = pos < (prefix_lens.view(bs, 1, 1) + node + 1)
+    slots = req_to_token[rows.to(torch.int64)].to(torch.int64)  # (n, cols)
+    keys, values = k_cache[slots].flatten(2), v_cache[slots].flatten(2)  # (n, cols, H)
+    scores = torch.einsum("nh,nch->nc", q, keys) * scaling
+    seen = torch.arange(cols, device=q.device).view(1, cols) <= positions.view(-1, 1)
     scores = scores.masked_fill(~seen, float("-inf"))
-    out = torch.einsum("bdc,bch->bdh", scores.softmax(dim=-1), values)
-    return out.reshape(bs * D, -1)
+    return torch.einsum("nc,nch->nh", scores.softmax(dim=-1), values)
+
+
+def layout(forward_batch, n: int):
+    """Each of the step's ``n`` query tokens' pool row and position: a verify's ``D``
+    nodes per request after its context (``seq_lens``), an extend's tokens after its
+    prefix (``extend_prefix_lens``, ``extend_start_loc``)."""
+    fb = forward_batch
+    rows = fb.req_pool_indices.to(torch.int64)
+    if fb.forward_mode.is_target_verify():
+        bs, D = rows.shape[0], n // rows.shape[0]
+        node = torch.arange(D, device=rows.device).view(1, D)
+        positions = fb.seq_lens.to(torch.int64).view(bs, 1) + node
+        return rows.view(bs, 1).expand(bs, D).reshape(-1), positions.reshape(-1)
+    which = torch.repeat_interleave(torch.arange(rows.shape[0], device=rows.device),
+                                    fb.extend_seq_lens.to(torch.int64), output_size=n)
+    offset = torch.arange(n, device=rows.device) - fb.extend_start_loc.to(torch.int64)[which]
+    return rows[which], fb.extend_prefix_lens.to(torch.int64)[which] + offset
 
 
 def stand_in_class():
@@ -53,16 +66,15 @@ def stand_in_class():
     class VerifyingTorchNativeAttnBackend(TorchNativeAttnBackend):
         def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kw):
             fb = forward_batch
-            if not fb.forward_mode.is_target_verify():
-                return super().forward_extend(q, k, v, layer, fb, save_kv_cache)
             if save_kv_cache:
                 self.token_to_kv_pool.set_kv_buffer(
                     layer, KVWriteLoc(fb.out_cache_loc, self.swa_out_cache_loc), k, v)
-            return verify_attention(
-                q.reshape(q.shape[0], -1), self.token_to_kv_pool.get_key_buffer(layer.layer_id),
+            q = q.reshape(q.shape[0], -1)
+            rows, positions = layout(fb, q.shape[0])
+            return paged_attention(
+                q, self.token_to_kv_pool.get_key_buffer(layer.layer_id),
                 self.token_to_kv_pool.get_value_buffer(layer.layer_id),
-                self.req_to_token_pool.req_to_token, fb.req_pool_indices, fb.seq_lens,
-                layer.scaling)
+                self.req_to_token_pool.req_to_token, rows, positions, layer.scaling)
 
         def init_cuda_graph_state(self, max_bs: int, max_num_tokens: int) -> None:
             pass  # the forward reads the runner's static buffers: no state of its own
