@@ -7,8 +7,8 @@
   ``ModelRunner.forward``;
 * ``model`` -- the declared stand-in for the model's layers (the toy bigram, attending
   through upstream's ``RadixAttention``: the KV writes and reads are upstream's);
-* ``attention`` -- the declared stand-in for the attention backend's verify kernel
-  (``torch_native`` plus a capture-safe ``TARGET_VERIFY``; every other mode upstream's);
+* ``attention`` -- the declared stand-in for the attention backend's kernel (upstream's
+  ``torch_native`` class with a host-sync-free, capture-safe extend for prefill and verify);
 * ``graphs`` -- what the decode graph runner's capture needs of the simulator's platform;
 * ``ranks`` -- a one-GPU server's ranks and process groups (upstream's class).
 
