@@ -96,8 +96,11 @@ class SglangTarget(Target):
         from targets.sglang.engine import kv_lifecycle
         from targets.sglang.boundary.patches import variant_patches
         from targets.sglang.boundary.platform import as_platform, as_without_gpu
+        from targets.sglang.runner import build as runner
         if args.spec_algorithm == "eagle-v2":
             eagle.modules()  # imported with the machine's flags, then masked for the run
+        if runner.fits():
+            runner.modules()  # the same for upstream's runner and its KV pool
         with variant_patches(args), dspark.server_context(args), eagle.server_context(args), \
                 kv_lifecycle.server_context(args), as_without_gpu(device), \
                 as_platform(args.platform):

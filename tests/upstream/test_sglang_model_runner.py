@@ -108,9 +108,12 @@ def test_the_stand_in_kernel_is_upstreams_torch_native_extend():
     from sglang.srt.model_executor.forward_batch_info import ForwardMode
     from targets.sglang.boundary import upstream
     from targets.sglang.runner import attention, build
+    from targets.sglang.boundary.platform import as_without_gpu
     torch.manual_seed(0)
     H, D, rows, ctx = 8, 3, 4, 16
-    with upstream.server_config("NGRAM", speculative_num_draft_tokens=D):
+    # CPU tensors stand for the device, as in a simulator run: on a GPU machine upstream
+    # must take the paths it takes without one (its KV write's JIT kernel is CUDA's)
+    with as_without_gpu("sim"), upstream.server_config("NGRAM", speculative_num_draft_tokens=D):
         layer = RadixAttention(num_heads=1, head_dim=H, scaling=H ** -0.5, num_kv_heads=1,
                                layer_id=0)
         toy = SimpleNamespace(embed=torch.zeros(1, H))

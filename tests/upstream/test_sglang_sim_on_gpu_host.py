@@ -24,6 +24,7 @@ def gpu_host(monkeypatch):
     gpu_platform = SRTPlatform()  # in-tree: no out-of-tree seams
     module = types.ModuleType("sglang.specrace_probe")
     module._is_cuda, module._is_hip, module._is_cpu = True, False, False
+    module.can_use_store_cache = lambda *a, **k: True  # the JIT kernel compiles on a GPU box
     module.current_platform = gpu_platform
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setattr(platforms, "_current_platform", gpu_platform)
@@ -45,7 +46,9 @@ def test_a_sim_run_sees_no_gpu_and_all_comes_back(gpu_host):
         assert not platforms.current_platform.capabilities.supports_triton
         assert _get_oot_speculative_cache_locs_fn() is extend_cache_locs  # the seam
         assert overlap_utils._is_cuda is True  # the harness's own choice stays
+        assert module.can_use_store_cache(64, 64) is False  # as where it does not compile
     assert module._is_cuda is True and module.current_platform is gpu_platform
+    assert module.can_use_store_cache(64, 64) is True
     assert platforms.current_platform is gpu_platform
 
 
@@ -53,3 +56,4 @@ def test_a_cuda_run_keeps_the_machines_platform_and_flags(gpu_host):
     module, gpu_platform = gpu_host
     with as_without_gpu("cuda:0"):
         assert module._is_cuda is True and module.current_platform is gpu_platform
+        assert module.can_use_store_cache(64, 64) is True

@@ -35,6 +35,16 @@ def activate() -> Optional[str]:
 HOST_FLAGS = ("_is_cuda", "_is_hip", "_is_musa", "_is_xpu", "_is_npu", "_is_cpu")
 # ... except the one the harness sets on purpose (``upstream.take_gpu_paths``)
 KEPT_FLAGS = {("sglang.srt.managers.overlap_utils", "_is_cuda")}
+# The names sglang's modules bind to ask whether a JIT GPU kernel compiles on this machine
+# (``can_use_store_cache``: the KV write's store_cache, registered for CUDA alone). On a
+# machine without a GPU the compile fails and upstream writes the KV with torch; on a GPU
+# machine it succeeds, and the kernel then meets the simulator's tensors (measured on an
+# H100: "Could not run 'sglang::store_cache' with arguments from the 'CPU' backend").
+JIT_PROBES = ("can_use_store_cache",)
+
+
+def _no_jit_kernel(*args, **kwargs) -> bool:
+    return False
 
 
 @contextlib.contextmanager
@@ -49,7 +59,8 @@ def as_without_gpu(device) -> Iterator[None]:
     (the verify window's slots). For the run, specrace's platform is sglang's current
     one (``_current_platform`` and every loaded module's ``current_platform`` name) and
     every loaded sglang module's host flags read as on a machine without a GPU: upstream
-    takes the code paths CI runs, so a simulator verdict is the same on any machine.
+    takes the code paths CI runs, so a simulator verdict is the same on any machine;
+    likewise a JIT kernel's probe (``JIT_PROBES``) answers that it does not compile.
     Restored after the run. (A module first imported during the run keeps its own
     flags: the slices import theirs when the engine is built, before this.)"""
     import torch
@@ -74,6 +85,10 @@ def as_without_gpu(device) -> Iterator[None]:
             if values.get(flag) is True and (name, flag) not in KEPT_FLAGS:
                 saved.append((module, flag, True))
                 setattr(module, flag, False)
+        for probe in JIT_PROBES:
+            if callable(values.get(probe)):
+                saved.append((module, probe, values[probe]))
+                setattr(module, probe, _no_jit_kernel)
     try:
         yield
     finally:

@@ -27,7 +27,9 @@ from targets.sglang.runner import attention, graphs, ranks
 from targets.sglang.runner.model import ARCHITECTURE, StandInCausalLM
 
 
-def _modules():
+def modules():
+    """Upstream's modules this room drives (imported with the machine's flags before a run
+    masks them: ``platform.as_without_gpu``)."""
     from targets.sglang.boundary import upstream
     return upstream.import_named({
         "model_runner": "sglang.srt.model_executor.model_runner",
@@ -40,7 +42,7 @@ def _modules():
 
 def kv_pool(toy, size: int, device):
     """Upstream's KV pool for the stand-in's one layer (one head of the toy's width)."""
-    m = _modules()["memory_pool"]
+    m = modules()["memory_pool"]
     pool = m.MHATokenToKVPool(size=size, page_size=1, dtype=toy.embed.dtype, head_num=1,
                               head_dim=toy.embed.shape[1], layer_num=1, device=str(device),
                               enable_memory_saver=False)
@@ -76,7 +78,7 @@ def ngram_model_runner(args, device, toy, pools):
     graph_config(args.cuda_graph_max_bs if args.cuda_graph else 0)
     # a server serving hidden states captures its graphs with them (the capture mode
     # upstream's runner checks every replay against)
-    _modules()["rc"].get_context().override(
+    modules()["rc"].get_context().override(
         "specrace.runner", enable_return_hidden_states=bool(args.return_hidden_states))
     return build_model_runner(toy, pools, device, max_running_requests=args.req_pool_size)
 
@@ -88,7 +90,7 @@ def graph_config(max_bs: int) -> None:
     runtime context, which the server config made for this run alone."""
     from sglang.srt.model_executor.cuda_graph_config import (Backend, CudaGraphConfig,
                                                              PhaseConfig)
-    rc = _modules()["rc"]
+    rc = modules()["rc"]
     decode = PhaseConfig(backend=Backend.DISABLED)
     if max_bs:
         # the buckets as a server given ``--cuda-graph-config '{"decode": {"bs": [1, 2,
@@ -104,7 +106,7 @@ def graph_config(max_bs: int) -> None:
 def build_model_runner(toy, pools, device, *, max_running_requests: int,
                        draft: bool = False):
     """Upstream's ``ModelRunner`` over ``pools`` (``Pools``) with the stand-in model."""
-    m = _modules()
+    m = modules()
     MR = m["model_runner"].ModelRunner
     mr = MR.__new__(MR)
     _set_init_attributes(mr, m, toy, device, draft)
@@ -200,7 +202,7 @@ def _model_config(toy, draft: bool):
         is_generation=True, is_multimodal=False, is_encoder_decoder=False,
         model_is_mrope=False, num_hidden_layers=1, num_attention_heads=1,
         num_key_value_heads=1, head_dim=H, context_len=1 << 20,
-        attention_arch=_modules()["model_config"].AttentionArch.MHA,
+        attention_arch=modules()["model_config"].AttentionArch.MHA,
         is_hybrid_swa=False, is_hybrid_swa_compress=False, attention_chunk_size=None,
         linear_attn_registry_result=None, requires_mm_token_modalities=None,
         use_ngram_embedding=False, ngram_embedding_n=0, use_engram=False,
