@@ -9,7 +9,8 @@ driven``, named -- neither counts as touching the scenario or the release. The p
 computed without running anything (``plan``); the gate fails on a cell that errs or
 crashes, or whose outcome is not the scenario's declared expectation.
 
-    python -m specrace.gate [--subset] [--trials N] [--coverage] [--markdown PATH]
+    python -m specrace.gate [--subset] [--trials N] [--coverage] [--jobs N] [--plan]
+                            [--markdown PATH]
 """
 from __future__ import annotations
 
@@ -102,26 +103,37 @@ def _environment():
 
 
 def run(cells: Sequence[Cell], envs, trials: int, report_dir: str, coverage: bool,
-        progress: Callable[[str], None] = lambda line: None) -> List[Dict[str, Any]]:
+        progress: Callable[[str], None] = lambda line: None, jobs: int = 1
+        ) -> List[Dict[str, Any]]:
+    """Each cell's row, in the plan's order; ``jobs`` cells at a time (each is a child
+    process of its release's environment: the threads only wait on them)."""
+    from concurrent.futures import ThreadPoolExecutor
     from specrace.audit import annotate_known
     from targets.releases import run_releases, settle
-    rows = []
-    for i, (v, s, conf) in enumerate(cells):
+    done = []
+
+    def cell(c: Cell) -> Dict[str, Any]:
+        v, s, conf = c
         start = time.monotonic()
         row, = run_releases(envs, "sglang", s, ["--trials", str(trials)], report_dir, [v],
                             coverage=coverage, configurations=[(conf, "")])
         annotate_known("sglang", s, [row])
         settle([row])
         row.update(scenario=s, seconds=round(time.monotonic() - start, 1))
-        rows.append(row)
-        progress(f"[{i + 1}/{len(cells)}] {v} {s} [{conf}]: {row['outcome']} "
+        done.append(c)
+        progress(f"[{len(done)}/{len(cells)}] {v} {s} [{conf}]: {row['outcome']} "
                  f"({row['seconds']} s)")
-    return rows
+        return row
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(cell, cells))
 
 
-def markdown(rows: Sequence[Dict[str, Any]]) -> str:
-    """The release table's gate section: a row per release x scenario x configuration."""
-    lines = ["| release | scenario | configuration | outcome | trials | coverage | note |",
+def markdown(rows: Sequence[Dict[str, Any]], title: str) -> str:
+    """The gate's release table: a row per release x scenario x configuration."""
+    lines = [f"# {title}", "",
+             "Written by `python -m specrace.gate` (docs/release-gate.md); coverage: the "
+             "census sites of the single-node paths the cell ran.", "",
+             "| release | scenario | configuration | outcome | trials | coverage | note |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         trials = "" if r["trials"] is None else f"{r['reproduced']}/{r['trials']}"
@@ -137,15 +149,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m specrace.gate", description=__doc__)
     p.add_argument("--subset", action="store_true",
                    help="each scenario and each release at least once, as installed")
+    p.add_argument("--as-installed", action="store_true",
+                   help="every release x scenario, as installed only (the release table)")
     p.add_argument("--trials", type=int, default=1)
     p.add_argument("--coverage", action="store_true",
                    help="each cell under coverage.py: the census sites it ran")
+    p.add_argument("--jobs", type=int, default=1, help="cells run at a time")
     p.add_argument("--plan", action="store_true", help="print the plan, run nothing")
     p.add_argument("--markdown", default=None, help="write the gate's table here too")
     p.add_argument("--report-dir", default="reports/release-gate")
     args = p.parse_args(argv)
-    if not 1 <= args.trials <= 1000:
-        print("specrace: error: --trials must be in 1..1000", file=sys.stderr)
+    if not (1 <= args.trials <= 1000 and 1 <= args.jobs <= 64):
+        print("specrace: error: --trials must be in 1..1000, --jobs in 1..64",
+              file=sys.stderr)
         return 2
     envs, scenarios, why_not, confs = _environment()
     versions = envs.line.installed()
@@ -153,6 +169,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("specrace: error: no sglang release is set up (make upstream-releases)",
               file=sys.stderr)
         return 2
+    if args.as_installed:
+        confs = lambda scenario: [AS_INSTALLED]  # noqa: E731
     cells = plan(scenarios, versions, why_not, confs, args.subset)
     missing = untouched(cells, list(scenarios), versions, why_not)
     print(f"release gate: {len(cells)} cells over {len(versions)} releases and "
@@ -163,8 +181,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0 if not missing else 1
     start = time.monotonic()
     rows = run(cells, envs, args.trials, args.report_dir, args.coverage,
-               lambda line: print(line, file=sys.stderr, flush=True))
-    text = markdown(rows)
+               lambda line: print(line, file=sys.stderr, flush=True), args.jobs)
+    which = ("the CI subset" if args.subset else "as installed" if args.as_installed
+             else "every shipped configuration")
+    text = markdown(rows, f"The sglang release gate ({which}): {len(rows)} cells, "
+                          f"{args.trials} trial(s) each")
     print(text)
     if args.markdown:
         with open(args.markdown, "w") as f:
