@@ -136,3 +136,29 @@ def test_releases_runs_a_row_per_release_and_configuration(tmp_path):
         ("2.0", AS_INSTALLED, AS_INSTALLED), ("2.0", "eager-verify", "eager-verify")]
     table = releases.format_table("sglang", "ngram-hidden-readback", rows)
     assert "configuration" in table and "eager-verify" in table
+
+
+def test_cells_run_in_parallel_come_back_in_the_plans_order(tmp_path):
+    import stat
+    import sys
+    from harness.target import Environments
+    child = tmp_path / "python"  # the later releases answer sooner
+    child.write_text(f"#!{sys.executable}\nimport sys, json, time, os\n"
+                     "time.sleep(0.6 if os.environ.get('SPECRACE_RELEASE_HOP') == '1.0' else 0)\n"
+                     "print(json.dumps({'outcome': 'clean', 'trials': 1, 'reproduced': 0}))\n")
+    child.chmod(child.stat().st_mode | stat.S_IXUSR)
+
+    class Env(Environments):
+        def python(self, version):
+            return str(child)
+    cells = [("1.0", "kv-row-reuse", AS_INSTALLED), ("2.0", "slot-reuse", AS_INSTALLED),
+             ("3.0", "dp-idle", AS_INSTALLED)]
+    rows = gate.run(cells, Env(), 1, str(tmp_path / "out"), coverage=False, jobs=3)
+    assert [(r["release"], r["scenario"], r["configuration"]) for r in rows] == cells
+    assert gate.problems(rows, SGLANG) == []
+
+
+def test_bad_numbers_are_one_line_and_exit_2(capsys):
+    assert gate.main(["--jobs", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--jobs" in err[0]
