@@ -23,11 +23,19 @@ def _log_softmax_at(logits_ptr, rows: int, vocab_size: int, ids: torch.Tensor):
 
 def topk_log_softmax(grid, output_ptr, logits_ptr, logits_stride, topk_ids_ptr, topk,
                      vocab_size, BLOCK_SIZE=1024, PADDED_TOPK=1):
-    """0.16.0 - 0.33.0: row ``r``'s log-softmax at its ``topk`` token ids."""
+    """0.16.0 - 0.23.0 (read there): row ``r``'s log-softmax at its ``topk`` token ids."""
     rows = grid[0]
     ids = topk_ids_ptr.reshape(-1)[: rows * topk].reshape(rows, topk)
     out = _log_softmax_at(logits_ptr, rows, vocab_size, ids)
     output_ptr.reshape(-1)[: rows * topk].copy_(out.reshape(-1))
+
+
+def topk_log_softmax_blocked(grid, output_ptr, logits_ptr, logits_stride, topk_ids_ptr,
+                             topk, vocab_size, BLOCK_SIZE=1024, TOPK_BLOCK_SIZE=1):
+    """0.27.1 (read there): the same, the ids walked in blocks of ``TOPK_BLOCK_SIZE``
+    (a launch detail: the values written are the same)."""
+    topk_log_softmax(grid, output_ptr, logits_ptr, logits_stride, topk_ids_ptr, topk,
+                     vocab_size, BLOCK_SIZE)
 
 
 def topk_log_softmax_strided(grid, output_ptr, logits_ptr, logits_stride, topk_ids_ptr,

@@ -98,7 +98,7 @@ KERNELS: Tuple[Tuple[str, str, Tuple[Callable, ...]], ...] = (
     # path: its modules stay out of DRIVEN_MODULES, whose files the verified releases'
     # digests cover; a kernel of theirs with no stand-in fails on its launch, unnamed)
     (_LOGPROB, "_topk_log_softmax_kernel",
-     (LP.topk_log_softmax, LP.topk_log_softmax_strided)),
+     (LP.topk_log_softmax, LP.topk_log_softmax_blocked, LP.topk_log_softmax_strided)),
     (_LOGPROB, "_ranks_kernel", (LP.ranks,)),
     (_PROMPT_LOGPROB, "_prompt_logprobs_token_ids_kernel",
      (LP.prompt_logprobs_token_ids, LP.prompt_logprobs_prefill_token_ids)),

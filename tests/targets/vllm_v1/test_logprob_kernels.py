@@ -32,15 +32,18 @@ def _ref_log_softmax(logits, ids, rows, vocab, topk):
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_topk_log_softmax_both_spellings(seed):
+def test_topk_log_softmax_every_spelling(seed):
     rows, vocab, topk = 5, 37, 3
     _, logits, ids = _batch(seed, rows, vocab, topk)
     want = _ref_log_softmax(logits, ids, rows, vocab, topk)
     early = torch.full((rows + 2, topk), -7.0)
     LP.topk_log_softmax((rows,), early, logits, vocab, ids[:rows].contiguous(), topk, vocab)
+    blocked = torch.full((rows + 2, topk), -7.0)
+    LP.topk_log_softmax_blocked((rows,), blocked, logits, vocab, ids[:rows].contiguous(), topk,
+                                vocab, TOPK_BLOCK_SIZE=2)
     late = torch.full((rows + 2, topk), -7.0)
     LP.topk_log_softmax_strided((rows,), late, logits, vocab, ids, ids.stride(0), topk, vocab)
-    for got in (early, late):
+    for got in (early, blocked, late):
         assert torch.allclose(got[:rows], want, atol=1e-5)
         assert (got[rows:] == -7.0).all()  # beyond the grid: not written
 
