@@ -87,11 +87,13 @@ def test_prompt_logprobs_token_ids(seed):
 
 
 def test_each_stand_in_takes_its_kernels_parameters_as_the_releases_spell_them():
-    """Read from 0.17.0 / 0.34.0's sources (0.16.0: ``prefill_token_ids``)."""
+    """Read from 0.17.0 / 0.27.1 / 0.34.0's sources (0.16.0: ``prefill_token_ids``)."""
     table = {name: [stand_in_params(f) for f in fns] for _, name, fns in KERNELS}
     assert table["_topk_log_softmax_kernel"] == [
         ("output_ptr", "logits_ptr", "logits_stride", "topk_ids_ptr", "topk", "vocab_size",
          "BLOCK_SIZE", "PADDED_TOPK"),
+        ("output_ptr", "logits_ptr", "logits_stride", "topk_ids_ptr", "topk", "vocab_size",
+         "BLOCK_SIZE", "TOPK_BLOCK_SIZE"),
         ("output_ptr", "logits_ptr", "logits_stride", "topk_ids_ptr", "topk_ids_stride",
          "topk", "vocab_size", "BLOCK_SIZE", "TOPK_BLOCK_SIZE")]
     assert table["_ranks_kernel"] == [("output_ptr", "logits_ptr", "logits_stride",
