@@ -185,8 +185,14 @@ def run_releases(environments: Environments, target: str, scenario: str,
                  coverage: bool = False,
                  configurations: Sequence[Tuple[str, str]] = ()) -> List[Dict[str, Any]]:
     """A row per release, and per configuration where ``configurations`` names them
-    ((variant, its flags), each run as ``--variant VARIANT``; none: ``options`` as given)."""
-    cells = [(v, conf) for v in versions for conf in (configurations or [None])]
+    ((variant, its flags), each run as ``--variant VARIANT``; none: ``options`` as given;
+    one row for a release that cannot run the scenario)."""
+    confs = list(configurations) or [None]
+    # a release that cannot run the scenario gets one row saying why, not one per
+    # configuration
+    cells = [(v, conf) for v in versions for conf in confs
+             if conf is confs[0] or not (environments.not_applicable(v, scenario)
+                                         or environments.not_driven(v, scenario))]
     rows = []
     for i, (v, conf) in enumerate(cells):
         progress(i, len(cells))

@@ -162,3 +162,20 @@ def test_bad_numbers_are_one_line_and_exit_2(capsys):
     assert gate.main(["--jobs", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--jobs" in err[0]
+
+
+def test_a_release_that_cannot_run_the_scenario_is_one_row_not_one_per_configuration(tmp_path):
+    from harness.target import Environments
+    from targets import releases
+
+    class Old(Environments):
+        def not_applicable(self, version, scenario):
+            return "the release has no leaf result copy" if version == "0.5.14" else ""
+
+        def python(self, version):
+            return "/nonexistent/python"
+    confs = [(c.variant, c.text()) for c in shipped("sglang", SGLANG["ngram-hidden-readback"])]
+    rows = releases.run_releases(Old(), "sglang", "ngram-hidden-readback", [],
+                                 str(tmp_path), ["0.5.14", "0.5.15"], configurations=confs)
+    assert [(r["release"], r["outcome"]) for r in rows] == [
+        ("0.5.14", "not applicable"), ("0.5.15", "error"), ("0.5.15", "error")]
