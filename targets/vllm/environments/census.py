@@ -24,6 +24,10 @@ _OTHER_HW = r"(tpu|xpu|cpu|hpu|npu|rocm|aiter|hip|neuron|mps|xla)"
 # CONFIG sites stay in the headline's denominator: a single-node server with that
 # configuration runs them; only the HARDWARE and MULTI_NODE ones leave it.
 _SEVERAL_GPUS = "several GPUs: "
+# Model Runner V2's full decode graphs run (targets/vllm/engine/graphs.py); what is left
+# is graphs elsewhere
+_GRAPHS = ("CUDA graphs the target does not capture (the V1 runner runs eager; hybrid "
+           "builders' graph buffers, encoder graphs, graph memory profiling)")
 RULES = (
     (HARDWARE, "path", rf"(^|/|_){_OTHER_HW}(_|/|\.py$)", "another platform's backend"),
     (HARDWARE, "guard", r"^(?!not \().*\b(current_platform\.)?is_(rocm|tpu|xpu|cpu|hpu|"
@@ -44,9 +48,9 @@ RULES = (
                                          "elastic worker sentinel"),
     (CONFIG, "function", r"eplb", _SEVERAL_GPUS + "expert load balancing"),
     # before the model kinds': a hybrid builder's padding for full graphs is a graph site
-    (CONFIG, "path", r"cudagraph", "CUDA graphs (the target runs eager)"),
-    (CONFIG, "guard", r"(cuda_?graph)", "CUDA graphs (the target runs eager)"),
-    (CONFIG, "function", r"(cudagraph|capture)", "CUDA graphs (the target runs eager)"),
+    (CONFIG, "path", r"cudagraph", _GRAPHS),
+    (CONFIG, "guard", r"(cuda_?graph)", _GRAPHS),
+    (CONFIG, "function", r"(cudagraph|capture)", _GRAPHS),
     (CONFIG, "path", r"(mamba|linear_attn|gdn|short_conv)",
      "hybrid (Mamba / linear-attention / GDN) models' attention metadata"),
     (CONFIG, "function", r"(mamba|causal_conv1d)",
