@@ -1,4 +1,5 @@
-"""CUDA graphs on Model Runner V2: upstream's ``CudaGraphManager`` (and its speculator's)
+"""CUDA graphs on Model Runner V2 (its worker, ``mrv2/worker.py``, uses this; the V1
+runner runs eager): upstream's ``CudaGraphManager`` (and its speculator's)
 captures the uniform-decode batches at start-up and replays them each decode step, as a
 vLLM server does by default (``cudagraph_mode`` ``FULL_DECODE_ONLY`` here: the full
 graphs need no ``torch.compile``, which the piecewise ones do).
@@ -33,7 +34,8 @@ def compilation_config(args) -> dict:
     """The ``compilation_config`` a Model Runner V2 run with ``cuda_graph`` asks for: no
     ``torch.compile`` (``mode`` 0; the toy model runs op by op), full graphs for the
     uniform-decode batches up to ``cuda_graph_max_bs`` requests (each
-    ``draft_token_num`` tokens: the verified slots)."""
+    ``draft_token_num`` tokens: the verified slots) -- the sizes asked for; the release
+    resolves its own list (0.34.0 replaces them with its default sizes)."""
     per_req = args.draft_token_num
     return {"mode": 0, "cudagraph_mode": FULL_DECODE_ONLY,
             "cudagraph_capture_sizes": [per_req * b for b in range(1, args.cuda_graph_max_bs + 1)]}

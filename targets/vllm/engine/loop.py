@@ -113,7 +113,8 @@ def engine_config(args):
     step verifies one slot, ``draft_token_num`` 1), async scheduling as
     ``async_scheduling`` says, prefix
     caching off (so the hybrid accepted counts are copied without a sync, the path
-    #36013 is about), eager mode, the KV cache a fixed 64 blocks."""
+    #36013 is about), eager on the V1 runner (Model Runner V2: ``_graph_mode``), the KV
+    cache a fixed 64 blocks."""
     from vllm.engine.arg_utils import EngineArgs
     drafts = args.draft_token_num - 1  # the verified slots of a step, less the bonus one
     method, drafter = draft_method()
