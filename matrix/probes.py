@@ -16,6 +16,13 @@ class Probe:
     war_barrier: str = "fine"
 
 
+def _eager_and_lazy(name: str, scenario: str, variant: str, **kw) -> Tuple[Probe, Probe]:
+    """A probe under the eager schedule and its twin ``<name>-lazy`` under the lazy one:
+    the two orders that bracket a race (the reader first, the writer first)."""
+    return (Probe(name, scenario, variant, "eager", **kw),
+            Probe(f"{name}-lazy", scenario, variant, "lazy", **kw))
+
+
 PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("seed-eager", "ngram-filter-race", "fixed", "eager"),
     Probe("seed-lazy", "ngram-filter-race", "fixed", "lazy"),
@@ -34,25 +41,18 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("slot-reuse-stall", "slot-reuse", "fixed", "stall(forward)"),
     # the memory pools behind the WAR barrier: rows and slots reused, the forward stalled
     # before its attention gathers req_to_token and after it records read-done
-    Probe("kv-reuse", "kv-row-reuse", "fixed", "eager"),
-    Probe("kv-reuse-lazy", "kv-row-reuse", "fixed", "lazy"),
-    Probe("kv-reuse-swa", "kv-row-reuse", "swa", "eager"),
-    Probe("kv-reuse-swa-lazy", "kv-row-reuse", "swa", "lazy"),
-    Probe("kv-reuse-eagle", "kv-row-reuse", "eagle", "eager"),
-    Probe("kv-reuse-eagle-lazy", "kv-row-reuse", "eagle", "lazy"),
-    Probe("kv-retract", "kv-row-reuse", "retract", "eager"),
-    Probe("kv-retract-lazy", "kv-row-reuse", "retract", "lazy"),
+    *_eager_and_lazy("kv-reuse", "kv-row-reuse", "fixed"),
+    *_eager_and_lazy("kv-reuse-swa", "kv-row-reuse", "swa"),
+    *_eager_and_lazy("kv-reuse-eagle", "kv-row-reuse", "eagle"),
+    *_eager_and_lazy("kv-retract", "kv-row-reuse", "retract"),
     # retraction under memory pressure (optimistic admission: whom and when is the
     # scheduler's choice, on 0.5.23 upstream's retract_decode)
-    Probe("kv-pressure", "kv-pressure", "fixed", "eager"),
-    Probe("kv-pressure-lazy", "kv-pressure", "fixed", "lazy"),
+    *_eager_and_lazy("kv-pressure", "kv-pressure", "fixed"),
     # chunked prefill (with retractions: a retracted history prefilled in chunks)
-    Probe("kv-chunked", "kv-row-reuse", "chunked-retract", "eager"),
-    Probe("kv-chunked-lazy", "kv-row-reuse", "chunked-retract", "lazy"),
+    *_eager_and_lazy("kv-chunked", "kv-row-reuse", "chunked-retract"),
     # the DSpark slice (sglang target) in its ordering configurations, clean as released:
     # the ring with CPU seq lens, the readback with the eager accept
-    Probe("dspark-ring", "dspark-confidence-ring", "cpu-seq-lens", "eager", seeds=(0, 1)),
-    Probe("dspark-ring-lazy", "dspark-confidence-ring", "cpu-seq-lens", "lazy", seeds=(0, 1)),
+    *_eager_and_lazy("dspark-ring", "dspark-confidence-ring", "cpu-seq-lens", seeds=(0, 1)),
     Probe("dspark-ring-random", "dspark-confidence-ring", "cpu-seq-lens", "random(1)",
           seeds=(0, 1)),
     Probe("dspark-readback", "dspark-result-readback", "eager-accept", "eager", seeds=(0, 1)),
@@ -61,10 +61,8 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("dspark-ring-fixed", "dspark-confidence-ring", "fixed", "eager", seeds=(0, 1)),
     # the EAGLE v2 slice (sglang target): upstream's worker as released, without and with
     # the plan streams
-    Probe("eagle-v2", "eagle-v2", "fixed", "eager"),
-    Probe("eagle-v2-lazy", "eagle-v2", "fixed", "lazy"),
-    Probe("eagle-v2-plan", "eagle-v2", "plan-stream", "eager"),
-    Probe("eagle-v2-plan-lazy", "eagle-v2", "plan-stream", "lazy"),
+    *_eager_and_lazy("eagle-v2", "eagle-v2", "fixed"),
+    *_eager_and_lazy("eagle-v2-plan", "eagle-v2", "plan-stream"),
     Probe("eagle-v2-retract", "eagle-v2", "retract", "eager"),
     Probe("eagle-v2-chunked", "eagle-v2", "chunked-retract", "eager"),
     Probe("eagle-v2-topk2", "eagle-v2", "topk2", "eager"),
@@ -73,22 +71,15 @@ PROBES: Dict[str, Probe] = {p.name: p for p in (
     Probe("eagle-v2-grammar", "eagle-v2-grammar", "fixed", "eager", seeds=(0, 1)),
     # the vLLM target: its own engine loop, the main stream stalled per step (as released,
     # or with the candidate fix where the release races)
-    Probe("vllm-count", "vllm-accepted-count", "fixed", "eager", seeds=(0, 1)),
-    Probe("vllm-count-lazy", "vllm-accepted-count", "fixed", "lazy", seeds=(0, 1)),
+    *_eager_and_lazy("vllm-count", "vllm-accepted-count", "fixed", seeds=(0, 1)),
     # (the seq-lens probes keep the scenario the kill table was measured with: short
     # prompts, the stall as each execute_model starts -- vllm-seq-lens-shadow-amplified)
-    Probe("vllm-seq-lens", "vllm-seq-lens-shadow-amplified", "fixed", "eager", seeds=(0, 1)),
-    Probe("vllm-seq-lens-lazy", "vllm-seq-lens-shadow-amplified", "fixed", "lazy",
-          seeds=(0, 1)),
-    Probe("vllm-input-prep", "vllm-input-prep", "fixed", "eager", seeds=(0, 1)),
-    Probe("vllm-input-prep-lazy", "vllm-input-prep", "fixed", "lazy", seeds=(0, 1)),
+    *_eager_and_lazy("vllm-seq-lens", "vllm-seq-lens-shadow-amplified", "fixed", seeds=(0, 1)),
+    *_eager_and_lazy("vllm-input-prep", "vllm-input-prep", "fixed", seeds=(0, 1)),
     # the draft-token slice with 0.27.1's record_stream (the handler's other orderings)
-    Probe("vllm-draft", "vllm-draft-tokens", "fixed", "eager", seeds=(0, 1)),
-    Probe("vllm-draft-lazy", "vllm-draft-tokens", "fixed", "lazy", seeds=(0, 1)),
+    *_eager_and_lazy("vllm-draft", "vllm-draft-tokens", "fixed", seeds=(0, 1)),
     # Model Runner V2 driven whole (vLLM target): as released, the main stream stalled per
     # step; with structured outputs and 0.27.1's record_stream, the draft copy stalled
-    Probe("vllm-mrv2", "vllm-mrv2", "as-installed", "eager", seeds=(0, 1)),
-    Probe("vllm-mrv2-lazy", "vllm-mrv2", "as-installed", "lazy", seeds=(0, 1)),
-    Probe("vllm-mrv2-draft", "vllm-mrv2-draft-tokens", "fixed", "eager", seeds=(0, 1)),
-    Probe("vllm-mrv2-draft-lazy", "vllm-mrv2-draft-tokens", "fixed", "lazy", seeds=(0, 1)),
+    *_eager_and_lazy("vllm-mrv2", "vllm-mrv2", "as-installed", seeds=(0, 1)),
+    *_eager_and_lazy("vllm-mrv2-draft", "vllm-mrv2-draft-tokens", "fixed", seeds=(0, 1)),
 )}
