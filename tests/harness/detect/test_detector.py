@@ -145,6 +145,18 @@ def test_event_wait_is_transitive():
 
 # --- host sync edges (through the simulator's own records) ---------------------------------
 
+def _d2h_setup(rt):
+    """The forward stream (labelled), ``x`` = 0..3 on the device and a pinned ``host`` of
+    four zeros to copy it into, everything settled: ``(m, Fs, x, host)``."""
+    m = rt.module
+    Fs = m.Stream()
+    rt.label(Fs, "forward")
+    x = torch.arange(4, device=rt.device)
+    host = torch.zeros(4, dtype=torch.int64, pin_memory=True)
+    m.synchronize()
+    return m, Fs, x, host
+
+
 def _sync_program(how: str) -> list:
     with sim_runtime(parse_policy("lazy")) as rt:
         m = rt.module
@@ -227,12 +239,7 @@ def test_query_true_is_a_sync():
 def test_query_poll_loop_on_sim_no_false_positive():
     for policy in ("lazy", "stall(forward)", "eager", "random(4)"):
         with sim_runtime(parse_policy(policy)) as rt:
-            m = rt.module
-            Fs = m.Stream()
-            rt.label(Fs, "forward")
-            x = torch.arange(4, device=rt.device)
-            host = torch.zeros(4, dtype=torch.int64, pin_memory=True)
-            m.synchronize()
+            m, Fs, x, host = _d2h_setup(rt)
             with m.stream(Fs):
                 rt.stall(None)
                 host.copy_(x * 3, non_blocking=True)
@@ -246,12 +253,7 @@ def test_query_poll_loop_on_sim_no_false_positive():
 
 def test_query_false_is_not_a_sync():
     with sim_runtime(parse_policy("lazy")) as rt:
-        m = rt.module
-        Fs = m.Stream()
-        rt.label(Fs, "forward")
-        x = torch.arange(4, device=rt.device)
-        host = torch.zeros(4, dtype=torch.int64, pin_memory=True)
-        m.synchronize()
+        m, Fs, x, host = _d2h_setup(rt)
         with m.stream(Fs):
             rt.stall(None)
             host.copy_(x, non_blocking=True)
@@ -298,12 +300,7 @@ def test_pinned_tolist_is_recorded_on_sim():
 def test_pinned_views_are_not_host_reads():
     """Slicing / reshaping a pinned buffer before the sync touches no data: no race."""
     with sim_runtime(parse_policy("lazy")) as rt:
-        m = rt.module
-        Fs = m.Stream()
-        rt.label(Fs, "forward")
-        x = torch.arange(4, device=rt.device)
-        host = torch.zeros(4, dtype=torch.int64, pin_memory=True)
-        m.synchronize()
+        m, Fs, x, host = _d2h_setup(rt)
         with m.stream(Fs):
             host.copy_(x, non_blocking=True)
             done = m.Event()
