@@ -6,8 +6,9 @@ release that moved them disables the mutation there, named.
 The bug classes are vLLM's own history with async scheduling and spec decode: a dropped
 event or wait on a side-stream copy (#36013), the reused pinned input buffers rewritten
 while the previous step's upload is queued (#24527 / #25279: the input-prep fence), the
-output readback not awaited, and the device-side relay of sampled tokens and counts from
-one step to the next.
+output readback not awaited, the device-side relay of sampled tokens and counts from
+one step to the next, and (Model Runner V2) a CUDA graph whose static output no replay
+writes.
 """
 from __future__ import annotations
 
