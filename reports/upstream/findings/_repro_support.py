@@ -212,6 +212,40 @@ def per_load(dev: Device, loads, run, kinds=None) -> dict:
                 stale[load] = run()
     return stale
 
+def measure(finding: str, package: str, args, upstream, trials, kinds=None, **extra) -> int:
+    """The run every script makes: ``trials(dev)`` (its stale count) under each of
+    ``args.load`` on ``args.device``, then the one JSON line. Returns the exit status."""
+    dev = Device(args.device)
+    stale = per_load(dev, args.load, lambda: trials(dev), kinds)
+    report(finding, package, dev, args.trials, stale, upstream, stall="none",
+           forward_us=args.forward_us, **extra)
+    return 0
+
+
+def readback_trials(dev: Device, n: int, Scheduler, shape, dtype, batch, make_result,
+                    seen, forward_us: float) -> int:
+    """sglang's readback race, ``n`` times: step k's result (``make_result`` of a view of
+    the graph's static output) read back by upstream's ``Scheduler._copy_result_to_cpu``
+    on the copy stream, while step k+1's replay rewrites that output on the forward
+    stream with nothing waiting for the copy. Returns how often ``seen(result)`` -- the
+    value the result processor reads after ``copy_done`` -- is not k."""
+    fwd_stream, copy_stream = dev.stream(), dev.stream()
+    forward = GraphForward(dev, fwd_stream, shape, dtype)
+    sched = SchedulerStreams(dev, fwd_stream, copy_stream)
+    stale = 0
+    for step in range(1, n + 1):
+        with dev.on(fwd_stream):
+            result = make_result(forward(step))  # step k's result: views of its output
+            result.copy_done = dev.event()
+            Scheduler._copy_result_to_cpu(sched, result, batch)  # upstream's readback
+            dev.stall_us(forward_us)  # the next forward's work before its epilogue
+            forward(step + 10_000)  # step k+1; nothing waited for the copy
+        result.copy_done.synchronize()  # what the result processor waits on
+        stale += int(seen(result) != step)
+        dev.synchronize()
+    return stale
+
+
 def report(finding: str, package: str, dev: Device, trials: int, stale: dict,
            upstream, **extra) -> None:
     """The one JSON line: ``stale`` maps each condition to ``"k/N"``."""

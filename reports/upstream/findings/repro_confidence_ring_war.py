@@ -78,13 +78,9 @@ def main(argv=None) -> int:
     args = rs.parse(__doc__, argv, loads=("none", "bulk-d2h"))
     stood_in = rs.sglang_stand_ins()
     from sglang.srt.managers import overlap_utils
-    dev = rs.Device(args.device)
-    stale = rs.per_load(dev, args.load,
-                        lambda: trials(args.trials, dev, overlap_utils, args.forward_us))
-    rs.report("dspark-confidence-ring", "sglang", dev, args.trials, stale, UPSTREAM_NAMES,
-              stall="none", forward_us=args.forward_us, ring=bool(overlap_utils._is_cuda),
-              stood_in=stood_in)
-    return 0
+    return rs.measure("dspark-confidence-ring", "sglang", args, UPSTREAM_NAMES,
+                      lambda dev: trials(args.trials, dev, overlap_utils, args.forward_us),
+                      ring=bool(overlap_utils._is_cuda), stood_in=stood_in)
 
 
 if __name__ == "__main__":

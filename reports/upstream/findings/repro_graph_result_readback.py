@@ -40,23 +40,12 @@ BS, K = 8, 4
 
 def trials(n: int, dev: rs.Device, Scheduler, GenerationBatchResult,
            forward_us: float = 0.0) -> int:
-    fwd_stream, copy_stream = dev.stream(), dev.stream()
-    forward = rs.GraphForward(dev, fwd_stream, (BS, K), torch.int64)
-    sched = rs.SchedulerStreams(dev, fwd_stream, copy_stream)
     batch = types.SimpleNamespace(return_logprob=False, return_hidden_states=False)
-    stale = 0
-    for step in range(1, n + 1):
-        with dev.on(fwd_stream):
-            out = forward(step)  # forward k: the result is a view of its output
-            result = GenerationBatchResult(next_token_ids=out.view(-1), accept_lens=out[:, 0])
-            result.copy_done = dev.event()
-            Scheduler._copy_result_to_cpu(sched, result, batch)  # upstream's readback
-            dev.stall_us(forward_us)  # the next forward's work before its epilogue
-            forward(step + 10_000)  # forward k+1; nothing waited for the copy
-        result.copy_done.synchronize()  # what the result processor waits on
-        stale += int(result.next_token_ids[0].item() != step)
-        dev.synchronize()
-    return stale
+    return rs.readback_trials(
+        dev, n, Scheduler, (BS, K), torch.int64, batch,
+        # forward k's result is a view of its output, as the folded epilogue's buffers are
+        lambda out: GenerationBatchResult(next_token_ids=out.view(-1), accept_lens=out[:, 0]),
+        lambda result: result.next_token_ids[0].item(), forward_us)
 
 
 def main(argv=None) -> int:
@@ -64,12 +53,8 @@ def main(argv=None) -> int:
     stood_in = rs.sglang_stand_ins()
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.managers.utils import GenerationBatchResult
-    dev = rs.Device(args.device)
-    stale = rs.per_load(dev, args.load, lambda: trials(
-        args.trials, dev, Scheduler, GenerationBatchResult, args.forward_us))
-    rs.report("dspark-result-readback", "sglang", dev, args.trials, stale, UPSTREAM_NAMES,
-              stall="none", forward_us=args.forward_us, stood_in=stood_in)
-    return 0
+    return rs.measure("dspark-result-readback", "sglang", args, UPSTREAM_NAMES, lambda dev: trials(
+        args.trials, dev, Scheduler, GenerationBatchResult, args.forward_us), stood_in=stood_in)
 
 
 if __name__ == "__main__":

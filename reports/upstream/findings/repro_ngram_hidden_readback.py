@@ -40,25 +40,15 @@ BS, HIDDEN = 16, 128  # the toy's smallest decode bucket, float32 hidden states
 
 def trials(n, dev, Scheduler, GenerationBatchResult, LogitsProcessorOutput,
            forward_us: float = 0.0) -> int:
-    fwd_stream, copy_stream = dev.stream(), dev.stream()
-    forward = rs.GraphForward(dev, fwd_stream, (BS, HIDDEN), torch.float32)
-    sched = rs.SchedulerStreams(dev, fwd_stream, copy_stream)
     batch = types.SimpleNamespace(return_logprob=False, return_hidden_states=True)
     tokens = torch.zeros(BS, dtype=torch.int64, device=dev.device)
-    stale = 0
-    for step in range(1, n + 1):
-        with dev.on(fwd_stream):
-            out = forward(step)  # decode k: hidden states are a slice of its output
-            logits = LogitsProcessorOutput(next_token_logits=None, hidden_states=out[:BS])
-            result = GenerationBatchResult(logits_output=logits, next_token_ids=tokens)
-            result.copy_done = dev.event()
-            Scheduler._copy_result_to_cpu(sched, result, batch)  # upstream's readback
-            dev.stall_us(forward_us)  # the next forward's work before its epilogue
-            forward(step + 10_000)  # decode k+1; nothing waited for the copy
-        result.copy_done.synchronize()
-        stale += int(result.logits_output.hidden_states[0, 0].item() != step)
-        dev.synchronize()
-    return stale
+
+    def result(out):  # decode k: hidden states are a slice of its output
+        logits = LogitsProcessorOutput(next_token_logits=None, hidden_states=out[:BS])
+        return GenerationBatchResult(logits_output=logits, next_token_ids=tokens)
+
+    return rs.readback_trials(dev, n, Scheduler, (BS, HIDDEN), torch.float32, batch, result,
+                              lambda r: r.logits_output.hidden_states[0, 0].item(), forward_us)
 
 
 def main(argv=None) -> int:
@@ -67,13 +57,9 @@ def main(argv=None) -> int:
     from sglang.srt.layers.logits_processor import LogitsProcessorOutput
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.managers.utils import GenerationBatchResult
-    dev = rs.Device(args.device)
-    stale = rs.per_load(dev, args.load, lambda: trials(
+    return rs.measure("ngram-hidden-readback", "sglang", args, UPSTREAM_NAMES, lambda dev: trials(
         args.trials, dev, Scheduler, GenerationBatchResult, LogitsProcessorOutput,
-        args.forward_us))
-    rs.report("ngram-hidden-readback", "sglang", dev, args.trials, stale, UPSTREAM_NAMES,
-              stall="none", forward_us=args.forward_us, stood_in=stood_in)
-    return 0
+        args.forward_us), stood_in=stood_in)
 
 
 if __name__ == "__main__":

@@ -62,19 +62,16 @@ def main(argv=None) -> int:
     args = rs.parse(__doc__, argv, loads=("none", "bulk-d2h"))
     platform = rs.vllm_platform()
     from vllm.v1.worker.gpu.spec_decode.utils import DraftTokensHandler
-    dev = rs.Device(args.device)
-    if dev.kind == "cpu":
+    if args.device == "cpu":
         missing = [m for m in ("set_draft_tokens", "get_draft_tokens")
                    if not callable(getattr(DraftTokensHandler, m, None))]
-        rs.report("vllm-draft-tokens", "vllm", dev, args.trials, {}, UPSTREAM_NAMES,
-                  stall="none", platform=platform, missing=missing,
+        rs.report("vllm-draft-tokens", "vllm", rs.Device("cpu"), args.trials, {},
+                  UPSTREAM_NAMES, stall="none", platform=platform, missing=missing,
                   not_run="DraftTokensHandler builds a torch.cuda.Stream: no CPU run")
         return 1 if missing else 0
-    stale = rs.per_load(dev, args.load,
-                        lambda: trials(args.trials, dev, DraftTokensHandler, args.forward_us))
-    rs.report("vllm-draft-tokens", "vllm", dev, args.trials, stale, UPSTREAM_NAMES,
-              stall="none", forward_us=args.forward_us, platform=platform)
-    return 0
+    return rs.measure("vllm-draft-tokens", "vllm", args, UPSTREAM_NAMES,
+                      lambda dev: trials(args.trials, dev, DraftTokensHandler, args.forward_us),
+                      platform=platform)
 
 
 if __name__ == "__main__":

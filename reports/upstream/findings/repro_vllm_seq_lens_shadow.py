@@ -78,13 +78,9 @@ def main(argv=None) -> int:
     platform = rs.vllm_platform()
     from vllm.v1.utils import CpuGpuBuffer
     import vllm.v1.spec_decode.eagle  # noqa: F401  (the write's module imports here too)
-    dev = rs.Device(args.device)
-    stale = rs.per_load(dev, args.load,
-                        lambda: trials(args.trials, dev, CpuGpuBuffer, args.forward_us),
-                        kinds={"bulk-h2d": BulkH2D})
-    rs.report("vllm-seq-lens-shadow", "vllm", dev, args.trials, stale, UPSTREAM_NAMES,
-              stall="none", forward_us=args.forward_us, platform=platform)
-    return 0
+    return rs.measure("vllm-seq-lens-shadow", "vllm", args, UPSTREAM_NAMES,
+                      lambda dev: trials(args.trials, dev, CpuGpuBuffer, args.forward_us),
+                      kinds={"bulk-h2d": BulkH2D}, platform=platform)
 
 
 if __name__ == "__main__":
