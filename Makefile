@@ -139,12 +139,14 @@ releases: setup
 # every release set up, in every configuration the release ships (no patch), one trial a
 # cell under coverage.py -- its table is reports/upstream/release-gate.md. Hours on the
 # 2-core box: CI runs release-gate-ci, one cell per scenario and at least one per release,
-# as installed (`python -m specrace.gate --subset --plan` prints the cells).
+# as installed, two at a time, without coverage.py (it doubles a cell's time; the census
+# coverage check is make test's, tests/targets/test_coverage.py). `python -m specrace.gate
+# --subset --plan` prints the cells.
 release-gate: setup
-	$(PY) -m specrace.gate --coverage --markdown reports/upstream/release-gate.md
+	$(PY) -m specrace.gate --coverage --jobs 2 --markdown reports/upstream/release-gate.md
 
 release-gate-ci: setup
-	$(PY) -m specrace.gate --subset --coverage
+	$(PY) -m specrace.gate --subset --jobs 2
 
 # The report sets committed under reports/: regenerate the simulator ones from their own
 # recorded commands (after a change that moves code they point at), and check that every
