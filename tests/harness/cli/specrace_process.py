@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+from harness.target import Environments
 from seams.paths import REPO_ROOT as ROOT
 
 
@@ -41,3 +42,17 @@ def pytest_plugin_args():
     installed = any(ep.value == "specrace.pytest_plugin"
                     for ep in entry_points(group="pytest11"))
     return [] if installed else ["-p", "specrace.pytest_plugin"]
+
+
+class ScriptRelease(Environments):
+    """One release, "9.9", whose interpreter is a script of the test's: what a release
+    child does with its exit code, its output and its environment, without a release."""
+
+    def __init__(self, python):
+        self._python = python
+
+    def chosen(self, asked):
+        return ["9.9"]
+
+    def python(self, version):
+        return self._python

@@ -21,12 +21,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.target import Environments
 from scenarios.registry import get
 from seams import children
 from seams.paths import REPO_ROOT
 from specrace import replay
 from targets import releases
+from specrace_process import ScriptRelease
 
 CONSOLE = os.path.join(os.path.dirname(sys.executable), "specrace")
 VLLM_REPORT = os.path.join(REPO_ROOT, "reports", "upstream", "vllm", "vllm-seq-lens-shadow-"
@@ -159,24 +159,13 @@ def test_a_hand_off_is_marked_seeded_and_keeps_the_working_directory_off(tmp_pat
     assert replay.hand_off(python, ["replay", "r.json"]) == 0
 
 
-class _Child(Environments):
-    def __init__(self, python):
-        self._python = python
-
-    def chosen(self, asked):
-        return ["9.9"]
-
-    def python(self, version):
-        return self._python
-
-
 def test_a_release_child_runs_under_hash_seed_0_whatever_its_parent_had(tmp_path,
                                                                          monkeypatch):
     monkeypatch.setenv("PYTHONHASHSEED", "junk")  # would stop the child's interpreter
     script = _script(tmp_path, "seed = os.environ['PYTHONHASHSEED']\n"
                                "print(json.dumps({'outcome': 'clean' if seed == '0' else "
                                "'race', 'trials': 1, 'reproduced': 0}))")
-    row = releases.run_release(_Child(script), "sglang", "9.9", "ngram-filter-race", [],
+    row = releases.run_release(ScriptRelease(script), "sglang", "9.9", "ngram-filter-race", [],
                                str(tmp_path / "out"))
     assert row["outcome"] == "clean", row
 
@@ -193,7 +182,7 @@ def test_a_release_child_runs_under_hash_seed_0_whatever_its_parent_had(tmp_path
 ])
 def test_a_child_result_of_the_wrong_types_is_not_counted(tmp_path, result, says):
     script = _script(tmp_path, f"print(json.dumps({result!r}))")
-    row = releases.run_release(_Child(script), "sglang", "9.9", "ngram-filter-race", [],
+    row = releases.run_release(ScriptRelease(script), "sglang", "9.9", "ngram-filter-race", [],
                                str(tmp_path / "out"))
     assert row["outcome"] == "error" and row["trials"] is None, row
     assert says in row["note"], row

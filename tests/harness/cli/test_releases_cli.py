@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from harness.target import Environments
 from specrace import cli
 from targets import envs, releases
 from targets.sglang.environments import LINE, SglangEnvironments
+from specrace_process import ScriptRelease
 
 
 @pytest.mark.parametrize("release, says", [
@@ -59,19 +59,6 @@ def test_a_release_without_the_scenarios_code_is_not_applicable(tmp_path, monkey
     assert row["outcome"] == "not applicable" and "GrammarTree" in row["note"]
 
 
-class _Child(Environments):
-    """One release whose interpreter is a script of the test's."""
-
-    def __init__(self, python):
-        self._python = python
-
-    def chosen(self, asked):
-        return ["9.9"]
-
-    def python(self, version):
-        return self._python
-
-
 def _script(tmp_path, body):
     path = tmp_path / "python"
     path.write_text(f"#!{sys.executable}\nimport sys\n{body}\n")
@@ -88,7 +75,7 @@ def _script(tmp_path, body):
     ("print('specrace: error: it broke', file=sys.stderr); sys.exit(2)", "it broke"),
 ])
 def test_any_child_outcome_is_a_row(tmp_path, body, says):
-    row = releases.run_release(_Child(_script(tmp_path, body)), "sglang", "9.9",
+    row = releases.run_release(ScriptRelease(_script(tmp_path, body)), "sglang", "9.9",
                                "ngram-filter-race", [], str(tmp_path / "out"))
     assert row["outcome"] == "error" and says in row["note"], row
 
@@ -96,7 +83,7 @@ def test_any_child_outcome_is_a_row(tmp_path, body, says):
 def test_a_lost_interpreter_is_a_row_and_the_next_release_still_runs(tmp_path):
     ok = _script(tmp_path, 'print(\'{"outcome": "clean", "trials": 1, "reproduced": 0}\')')
 
-    class TwoReleases(_Child):
+    class TwoReleases(ScriptRelease):
         def python(self, version):
             return str(tmp_path / "gone" / "python") if version == "1.0" else ok
     rows = releases.run_releases(TwoReleases(ok), "sglang", "ngram-filter-race", [],
