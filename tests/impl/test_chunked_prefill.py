@@ -7,7 +7,6 @@ upstream's loop, with upstream's ``checkpoint_kv_cache``."""
 from __future__ import annotations
 
 import collections
-import dataclasses
 
 import pytest
 
@@ -17,10 +16,10 @@ import toys.requests as toy_requests
 from impl.schedule_batch import Req
 from harness.oracle.model import greedy_continuation
 from harness.oracle.stale import StaleValueOracle, checksum
-from matrix.run import PROBES, run_probe
 from scenarios.kv_reuse import CHUNK
 from scenarios.registry import get
-from tests.impl.test_retraction import run_retract, run_to_end
+from tests.impl.test_retraction import (assert_clean, assert_every_seed_decides, run_retract,
+                                        run_to_end)
 
 POLICIES = ["eager", "lazy", "stall(forward)", "random(1)", "pct(2,3)"]
 MUTATIONS = ["chunked-req-merged", "middle-chunk-committed", "chunk-prefix-dropped",
@@ -106,7 +105,7 @@ def watch_chunks(monkeypatch, target: str, policy: str = "eager",
 
 
 def check_chunks(formed, res, scenario: str = "kv-row-reuse") -> None:
-    assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
+    assert_clean(res, judged=None)
     rows = [r for batch in formed for r in batch]
     assert all(end - prefix <= CHUNK for _, prefix, end, _ in rows)
     assert all(sum(end - prefix for _, prefix, end, _ in b) <= CHUNK for b in formed)
@@ -116,13 +115,6 @@ def check_chunks(formed, res, scenario: str = "kv-row-reuse") -> None:
     # a retracted request's history (prompt + its tokens) prefilled again in chunks
     prompts = {s.rid: s.prompt for s in get(scenario).workload(0).requests}
     assert any(prefix > 0 and ctx > len(prompts[rid]) for rid, prefix, _, ctx in rows)
-
-
-@pytest.mark.parametrize("policy", POLICIES)
-def test_the_fixed_engine_is_clean_with_chunked_prefill(policy):
-    res = run_chunked("impl", policy)
-    assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
-    assert res.checked > 50
 
 
 def test_prompts_and_retracted_histories_go_in_chunks(monkeypatch):
@@ -166,10 +158,5 @@ def test_chunked_prefill_is_refused_where_it_is_not_modelled():
 
 @pytest.mark.parametrize("name", MUTATIONS)
 def test_chunking_bugs_are_killed_on_every_seed(name, target="impl"):
-    m = targets.get(target).mutation(name)
-    for probe in ("kv-chunked", "kv-chunked-lazy"):
-        for seed in PROBES[probe].seeds:
-            killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe],
-                                                                    seeds=(seed,)),
-                                               "sim", m, target=target)
-            assert killed, (name, probe, seed, detail)
+    assert_every_seed_decides(("kv-chunked", "kv-chunked-lazy"),
+                              targets.get(target).mutation(name), target)

@@ -4,7 +4,6 @@ the ``kv-row-reuse`` scenario -- rows and slots really reused, the fixed code cl
 every policy and both fences, each seeded pool bug killed on every seed of its probes."""
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 import torch
@@ -17,10 +16,11 @@ from harness.runtime import open_runtime
 from toys import mem_cache
 from toys.attention import checksum
 from impl.schedule_batch import Req
-from matrix.run import PROBES, run_probe
+from matrix.run import PROBES
 from mutations import BY_NAME
 from scenarios.registry import get
 import targets
+from tests.impl.test_retraction import assert_clean, assert_every_seed_decides
 
 POOL_MUTATIONS = ("war-barrier-removed", "war-barrier-at-loop-top",
                   "read-done-before-metadata", "accept-moved-via-req-to-token",
@@ -138,20 +138,14 @@ def test_fixed_code_is_clean_on_reused_pools(policy, fence, layout):
     res = run_trial("sim", parse_policy(policy), wl,
                     server_args(wl, {"war_barrier": fence, "kv_layout": layout}, targets.get("impl")),
                     sc.stalls(None), target=targets.get("impl"))
-    assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
-    assert res.checked > 50  # every launch's attention read was judged
+    assert_clean(res)  # and every launch's attention read was judged
 
 
 @pytest.mark.parametrize("name", POOL_MUTATIONS)
 def test_each_pool_bug_is_killed_on_every_seed_of_its_probes(name):
     m = BY_NAME[name]
     assert m.probes and all(PROBES[p].scenario == "kv-row-reuse" for p in m.probes)
-    for probe in m.probes:
-        for seed in PROBES[probe].seeds:
-            killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe],
-                                                                    seeds=(seed,)),
-                                               "sim", m)
-            assert killed, (name, probe, seed, detail)
+    assert_every_seed_decides(m.probes, m)
 
 
 def test_swa_allocator_pairs_slots_and_clears_the_mapping_on_free():

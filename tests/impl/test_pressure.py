@@ -20,7 +20,8 @@ from harness.policies import parse_policy
 from harness.runtime import open_runtime
 from harness.trials.drive import drive, server_args
 from matrix.run import PROBES, run_probe
-from tests.impl.test_retraction import POLICIES, run_retract
+from tests.impl.test_retraction import (POLICIES, assert_clean, assert_every_seed_decides,
+                                        run_retract)
 from scenarios.registry import get
 import targets
 
@@ -61,8 +62,7 @@ def test_pressure_retracts_and_the_runs_part(target="impl", part: bool = True):
 @pytest.mark.parametrize("policy", POLICIES)
 def test_the_fixed_code_is_clean_under_pressure(policy, target="impl"):
     res = run_retract(target, policy, variant="fixed", scenario="kv-pressure")
-    assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
-    assert res.checked > 50
+    assert_clean(res)
 
 
 def _oracle(ref_retractions):
@@ -105,12 +105,8 @@ def test_without_the_stand_down_a_parted_run_would_be_called_stale(monkeypatch):
 
 
 def test_a_missing_barrier_is_killed_under_pressure_on_every_seed(target="impl"):
-    m = targets.get(target).mutation("war-barrier-removed")
-    for probe in ("kv-pressure", "kv-pressure-lazy"):
-        for seed in PROBES[probe].seeds:
-            killed, _, detail = run_probe(dataclasses.replace(PROBES[probe], seeds=(seed,)),
-                                          "sim", m, target=target)
-            assert killed, (probe, seed, detail)
+    assert_every_seed_decides(("kv-pressure", "kv-pressure-lazy"),
+                              targets.get(target).mutation("war-barrier-removed"), target)
 
 
 def test_a_committed_retracted_result_is_killed_under_pressure(target="impl",

@@ -14,8 +14,8 @@ from harness.trials.drive import server_args
 from scenarios.workloads import slot_reuse_workload
 from harness.policies import Eager
 from harness.runtime import open_runtime
-from matrix.run import PROBES, run_probe
 from mutations import BY_NAME, SLOT_REUSE
+from tests.impl.test_retraction import assert_every_seed_decides
 
 
 def _watch(workload, target="impl"):
@@ -87,10 +87,7 @@ def test_every_seed_of_the_slot_reuse_probes_decides(probe, name):
     """Each seed kills each slot-reuse bug on its own (the kill does not depend on which
     seed the matrix tries first); the fixed code (None) is clean on every seed."""
     assert probe in SLOT_REUSE
-    for seed in PROBES[probe].seeds:
-        killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe], seeds=(seed,)),
-                                           "sim", BY_NAME[name] if name else None)
-        assert killed == (name is not None), (seed, oracle, detail)
+    assert_every_seed_decides([probe], BY_NAME[name] if name else None)
 
 
 def test_pool_size_is_validated():

@@ -3,7 +3,6 @@ TokenToKVPoolAllocator under upstream's loop, rows and slots reused within a run
 released code clean on them, and the pool bugs killed on every seed of their probes."""
 from __future__ import annotations
 
-import dataclasses
 import inspect
 
 import pytest
@@ -11,9 +10,9 @@ import pytest
 from harness.trials.drive import server_args
 from harness.trials.trial import run_trial
 from harness.policies import parse_policy
-from matrix.run import PROBES, run_probe
 from scenarios.registry import get
 from tests.impl.test_kv_pools import POOL_MUTATIONS, watch_pools
+from tests.impl.test_retraction import assert_clean, assert_every_seed_decides
 import targets
 
 
@@ -44,19 +43,13 @@ def test_released_code_is_clean_on_reused_pools(policy):
     wl = sc.workload(1)
     res = run_trial("sim", parse_policy(policy), wl, server_args(wl, {}, targets.get("sglang")), sc.stalls(None),
                     target=targets.get("sglang"))
-    assert res.divergence is None and not res.races, (res.divergence, res.races[:1])
-    assert res.checked > 50
+    assert_clean(res)
 
 
 @pytest.mark.parametrize("name", POOL_MUTATIONS + ("read-done-from-draft-runner",))
 def test_each_pool_bug_is_killed_on_every_seed_of_its_probes(name):
     m = targets.get("sglang").mutation(name)
-    for probe in m.probes:
-        for seed in PROBES[probe].seeds:
-            killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe],
-                                                                    seeds=(seed,)),
-                                               "sim", m, target="sglang")
-            assert killed, (name, probe, seed, detail)
+    assert_every_seed_decides(m.probes, m, "sglang")
 
 
 @pytest.mark.parametrize("name,method", [("war-barrier-removed", "_apply_war_barrier"),

@@ -2,7 +2,6 @@
 (its buffers are sized from ``req_to_token_pool``), the seeded pool-edge bug is killed by
 every seed of both slot-reuse probes while the released code stays clean on them, and the
 state machine's small pools find it."""
-import dataclasses
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -13,7 +12,7 @@ from specrace.machines import EngineMachine, SmallPoolEngineMachine
 from harness.trials.drive import server_args
 from scenarios.workloads import slot_reuse_workload
 from harness.runtime import open_runtime
-from matrix.run import PROBES, run_probe
+from tests.impl.test_retraction import assert_every_seed_decides
 
 FIND = dict(deadline=None, suppress_health_check=list(HealthCheck), database=None,
             report_multiple_bugs=False, derandomize=True,
@@ -35,10 +34,7 @@ def test_the_workloads_pool_size_reaches_upstreams_future_map(sglang):
 @pytest.mark.parametrize("name", ["pool-edge-off-by-one", None])
 def test_every_seed_of_the_slot_reuse_probes_decides(sglang, probe, name):
     mutation = targets.get("sglang").mutation(name) if name else None
-    for seed in PROBES[probe].seeds:
-        killed, oracle, detail = run_probe(dataclasses.replace(PROBES[probe], seeds=(seed,)),
-                                           "sim", mutation, "sglang")
-        assert killed == (name is not None), (seed, oracle, detail)
+    assert_every_seed_decides([probe], mutation, "sglang")
 
 
 class SglangSmallPools(SmallPoolEngineMachine):
