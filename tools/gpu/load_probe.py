@@ -24,19 +24,29 @@ MB = 1 << 20
 BULK = 256 * MB
 
 
+def _bulk_buffers():
+    """A pinned host buffer and a device buffer of ``BULK`` bytes each."""
+    return (torch.empty(BULK, dtype=torch.uint8, pin_memory=True),
+            torch.empty(BULK, dtype=torch.uint8, device="cuda"))
+
+
+def _bulk_copy(direction: str, host, dev) -> None:
+    """One bulk copy, ``d2h`` or ``h2d``, queued on the current stream."""
+    if direction == "d2h":
+        host.copy_(dev, non_blocking=True)
+    else:
+        dev.copy_(host, non_blocking=True)
+
+
 def _bandwidth(direction: str, reps: int = 10) -> float:
-    host = torch.empty(BULK, dtype=torch.uint8, pin_memory=True)
-    dev = torch.empty(BULK, dtype=torch.uint8, device="cuda")
+    host, dev = _bulk_buffers()
     s = torch.cuda.Stream()
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(s):
             a.record()
-            if direction == "d2h":
-                host.copy_(dev, non_blocking=True)
-            else:
-                dev.copy_(host, non_blocking=True)
+            _bulk_copy(direction, host, dev)
             b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
@@ -44,8 +54,7 @@ def _bandwidth(direction: str, reps: int = 10) -> float:
 
 
 def _behind(bulk_dir: str, trials: int = 50) -> dict:
-    host_big = torch.empty(BULK, dtype=torch.uint8, pin_memory=True)
-    dev_big = torch.empty(BULK, dtype=torch.uint8, device="cuda")
+    host_big, dev_big = _bulk_buffers()
     small_dev = torch.ones(1024, dtype=torch.int32, device="cuda")
     small_host = torch.zeros(1024, dtype=torch.int32, pin_memory=True)
     L, C = torch.cuda.Stream(), torch.cuda.Stream()
@@ -55,10 +64,7 @@ def _behind(bulk_dir: str, trials: int = 50) -> dict:
         t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with torch.cuda.stream(L):
             t0.record()
-            if bulk_dir == "d2h":
-                host_big.copy_(dev_big, non_blocking=True)
-            else:
-                dev_big.copy_(host_big, non_blocking=True)
+            _bulk_copy(bulk_dir, host_big, dev_big)
         with torch.cuda.stream(C):
             small_host.copy_(small_dev, non_blocking=True)
             t1.record()
@@ -70,8 +76,7 @@ def _behind(bulk_dir: str, trials: int = 50) -> dict:
 
 
 def _fifo(trials: int = 100) -> dict:
-    dev_big = torch.empty(BULK, dtype=torch.uint8, device="cuda")
-    host_big = torch.empty(BULK, dtype=torch.uint8, pin_memory=True)
+    host_big, dev_big = _bulk_buffers()
     src = torch.zeros(1024, dtype=torch.int32, device="cuda")
     dst = torch.zeros(1024, dtype=torch.int32, pin_memory=True)
     other = torch.ones(16, dtype=torch.int32, device="cuda")
@@ -83,7 +88,7 @@ def _fifo(trials: int = 100) -> dict:
         dst.zero_()
         torch.cuda.synchronize()
         with torch.cuda.stream(L):
-            host_big.copy_(dev_big, non_blocking=True)
+            _bulk_copy("d2h", host_big, dev_big)
         with torch.cuda.stream(C):
             dst.copy_(src, non_blocking=True)  # queued behind the bulk D2H
         with torch.cuda.stream(S):
