@@ -62,6 +62,12 @@ def add_helper(text: str) -> str:
     return "".join(lines)
 
 
+def merge_batch_gains(params: str):
+    """An edit: ``ScheduleBatch.merge_batch`` takes ``params`` after ``other``."""
+    return lambda text: text.replace("def merge_batch(self, other: ScheduleBatch):",
+                                     f"def merge_batch(self, other: ScheduleBatch, {params}):", 1)
+
+
 EDITS = {
     "augmented assignment in the loop": (
         SCHED, insert_first("Scheduler", "event_loop_overlap", "self.counter += 1"),
@@ -78,14 +84,10 @@ EDITS = {
         SCHED, insert_first("Scheduler", "run_batch", 'getattr(self, "flag" + "_x")'),
         "by a computed name"),
     "merge_batch gains a required parameter": (
-        "srt/managers/schedule_batch.py",
-        lambda t: t.replace("def merge_batch(self, other: ScheduleBatch):",
-                            "def merge_batch(self, other: ScheduleBatch, extra):", 1),
+        "srt/managers/schedule_batch.py", merge_batch_gains("extra"),
         "merge_batch requires 'extra'"),
     "merge_batch gains a required keyword-only parameter": (
-        "srt/managers/schedule_batch.py",
-        lambda t: t.replace("def merge_batch(self, other: ScheduleBatch):",
-                            "def merge_batch(self, other: ScheduleBatch, *, flag):", 1),
+        "srt/managers/schedule_batch.py", merge_batch_gains("*, flag"),
         "merge_batch requires 'flag'"),
     "FutureMap.stash rebound to a value": (
         "srt/managers/overlap_utils.py", lambda t: t + "\nFutureMap.stash = None\n",
