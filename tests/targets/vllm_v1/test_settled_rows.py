@@ -82,6 +82,7 @@ def test_0_19_0_reads_clean_as_shipped():
         pytest.skip("vllm 0.19.0 is not set up here (make upstream TARGET=vllm VLLM=0.19.0)")
     proc = subprocess.run([sys.executable, "-m", "specrace.cli", "releases",
                            "vllm-seq-lens-shadow", "--target", "vllm", "--release", "0.19.0",
+                           "--variant", "as-installed",
                            "--trials", "1", "--json", "--expect", "clean"],
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
