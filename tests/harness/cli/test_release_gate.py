@@ -1,6 +1,9 @@
 """The release gate's plan (specrace/gate.py), computed without running: the CI subset
 touches every scenario and every release that can run one; a plan missing one fails;
 ``not applicable`` only where the release lacks the scenario's code, with the reason."""
+import stat
+import sys
+
 import pytest
 
 import targets
@@ -8,10 +11,21 @@ from harness.run import AS_INSTALLED
 from scenarios.configurations import shipped
 from scenarios.registry import SCENARIOS
 from specrace import gate
+from targets import releases
 from targets.sglang.environments import NEEDS, SHIPS, SglangEnvironments
+
+from specrace_process import ScriptRelease
 
 RELEASES = [f"0.5.{n}" for n in range(14, 24)]
 SGLANG = {s: SCENARIOS[s] for s in targets.declared("sglang").scenarios}
+
+
+def _child(tmp_path, body: str) -> str:
+    """A release interpreter that runs ``body`` (sys, json, os, time imported)."""
+    path = tmp_path / "python"
+    path.write_text(f"#!{sys.executable}\nimport sys, json, os, time\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
 
 
 def _configurations(scenario):
@@ -113,23 +127,13 @@ def test_not_applicable_only_where_the_code_is_absent():
 def test_releases_runs_a_row_per_release_and_configuration(tmp_path):
     """``specrace releases`` without ``--variant``: each shipped configuration of the
     scenario is its own child run (``--variant NAME``), a row per release x configuration."""
-    import stat
-    import sys
-    from harness.target import Environments
-    from targets import releases
-    child = tmp_path / "python"  # echoes the variant it was asked for as the result's
-    child.write_text(f"#!{sys.executable}\nimport sys, json\na = sys.argv\n"
-                     "v = a[a.index('--variant') + 1] if '--variant' in a else None\n"
-                     "print(json.dumps({'outcome': 'clean', 'trials': 1, 'reproduced': 0,"
-                     " 'variant': v}))\n")
-    child.chmod(child.stat().st_mode | stat.S_IXUSR)
-
-    class Two(Environments):
-        def python(self, version):
-            return str(child)
+    child = _child(tmp_path, "a = sys.argv\n"  # the variant asked for, as the result's
+                   "v = a[a.index('--variant') + 1] if '--variant' in a else None\n"
+                   "print(json.dumps({'outcome': 'clean', 'trials': 1, 'reproduced': 0,"
+                   " 'variant': v}))")
     confs = [(c.variant, c.text()) for c in shipped("sglang", SGLANG["ngram-hidden-readback"])]
     assert [c[0] for c in confs] == [AS_INSTALLED, "eager-verify"]
-    rows = releases.run_releases(Two(), "sglang", "ngram-hidden-readback", [],
+    rows = releases.run_releases(ScriptRelease(child), "sglang", "ngram-hidden-readback", [],
                                  str(tmp_path / "out"), ["1.0", "2.0"], configurations=confs)
     assert [(r["release"], r["configuration"], r["variant"]) for r in rows] == [
         ("1.0", AS_INSTALLED, AS_INSTALLED), ("1.0", "eager-verify", "eager-verify"),
@@ -139,21 +143,12 @@ def test_releases_runs_a_row_per_release_and_configuration(tmp_path):
 
 
 def test_cells_run_in_parallel_come_back_in_the_plans_order(tmp_path):
-    import stat
-    import sys
-    from harness.target import Environments
-    child = tmp_path / "python"  # the later releases answer sooner
-    child.write_text(f"#!{sys.executable}\nimport sys, json, time, os\n"
-                     "time.sleep(0.6 if os.environ.get('SPECRACE_RELEASE_HOP') == '1.0' else 0)\n"
-                     "print(json.dumps({'outcome': 'clean', 'trials': 1, 'reproduced': 0}))\n")
-    child.chmod(child.stat().st_mode | stat.S_IXUSR)
-
-    class Env(Environments):
-        def python(self, version):
-            return str(child)
+    child = _child(tmp_path, "time.sleep(0.6 if os.environ.get('SPECRACE_RELEASE_HOP') == '1.0'"
+                   " else 0)\n"  # the later releases answer sooner
+                   "print(json.dumps({'outcome': 'clean', 'trials': 1, 'reproduced': 0}))")
     cells = [("1.0", "kv-row-reuse", AS_INSTALLED), ("2.0", "slot-reuse", AS_INSTALLED),
              ("3.0", "dp-idle", AS_INSTALLED)]
-    rows = gate.run(cells, Env(), 1, str(tmp_path / "out"), coverage=False, jobs=3)
+    rows = gate.run(cells, ScriptRelease(child), 1, str(tmp_path / "out"), coverage=False, jobs=3)
     assert [(r["release"], r["scenario"], r["configuration"]) for r in rows] == cells
     assert gate.problems(rows, SGLANG) == []
 
@@ -165,17 +160,11 @@ def test_bad_numbers_are_one_line_and_exit_2(capsys):
 
 
 def test_a_release_that_cannot_run_the_scenario_is_one_row_not_one_per_configuration(tmp_path):
-    from harness.target import Environments
-    from targets import releases
-
-    class Old(Environments):
+    class Old(ScriptRelease):
         def not_applicable(self, version, scenario):
             return "the release has no leaf result copy" if version == "0.5.14" else ""
-
-        def python(self, version):
-            return "/nonexistent/python"
     confs = [(c.variant, c.text()) for c in shipped("sglang", SGLANG["ngram-hidden-readback"])]
-    rows = releases.run_releases(Old(), "sglang", "ngram-hidden-readback", [],
+    rows = releases.run_releases(Old("/nonexistent/python"), "sglang", "ngram-hidden-readback", [],
                                  str(tmp_path), ["0.5.14", "0.5.15"], configurations=confs)
     assert [(r["release"], r["outcome"]) for r in rows] == [
         ("0.5.14", "not applicable"), ("0.5.15", "error"), ("0.5.15", "error")]
