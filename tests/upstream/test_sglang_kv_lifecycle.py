@@ -51,7 +51,7 @@ def test_rows_come_back_last_freed_first_and_slots_all_return(sglang):
     """A prefill's rows and slots through upstream's ``alloc_for_extend``; upstream's
     ReqToTokenPool hands a freed row out again first (impl's mirror hands rows out in
     order): a finished request's row goes to the very next admission."""
-    from targets.sglang.engine.worker import Req
+    from targets.sglang.engine.requests import Req
     a, b, c = (Req(i, [5, 6, 7], 4) for i in range(3))
     with _loop(sglang) as loop:
         kv = loop.kv_cache
@@ -80,7 +80,7 @@ def test_rows_come_back_last_freed_first_and_slots_all_return(sglang):
 def test_a_chunk_keeps_its_row_and_its_prefix(sglang):
     """The next chunk of a chunked prefill: ``alloc_for_extend`` keeps the request's row,
     reads its prefix back from it and writes it again before the new chunk's slots."""
-    from targets.sglang.engine.worker import Req
+    from targets.sglang.engine.requests import Req
     long = Req(0, list(range(1, 11)), 4)
     with _loop(sglang, chunked_prefill_size=4) as loop:
         kv = loop.kv_cache
@@ -138,10 +138,26 @@ def test_a_run_under_upstreams_loop_gives_every_row_and_slot_back(sglang, policy
 def test_one_prefill_admits_no_more_requests_than_free_rows(sglang):
     """Upstream's rows are taken by ``alloc_for_extend``, after the whole prefill is
     formed: the admissions of one prefill count the rows they have promised."""
-    from targets.sglang.engine.worker import Req
+    from targets.sglang.engine.requests import Req
     reqs = [Req(i, [5, 6, 7], 2) for i in range(5)]
     with _loop(sglang, kv_pool_size=512) as loop:  # room for all five: rows bound it
         batch = _prefill(loop, *reqs)
         assert [r.rid for r in batch.reqs] == [0, 1, 2]  # the pool's three rows
         assert sorted(r.pool_idx for r in batch.reqs) == [1, 2, 3]
         assert [r.rid for r in loop.waiting] == [3, 4] and not loop.kv_cache.free_rows
+
+
+def test_the_older_releases_request_has_upstreams_extend_range(monkeypatch):
+    """0.5.17-0.5.21's run_batch reads ``req.extend_range.length`` for a batch returning
+    hidden states: specrace's request for releases before 0.5.22 answers it from its own
+    extend (``ngram-hidden-readback`` crashed in its reference run on 0.5.19 without it)."""
+    import collections
+    from targets.sglang.boundary import upstream
+    from targets.sglang.engine.requests import Req
+    Range = collections.namedtuple("Range", "start end")
+    monkeypatch.setattr(upstream, "Range", Range)
+    req = Req(1, [3, 4, 5, 6], 4)
+    req.prefix_len, req.extend_end = 1, 4
+    assert req.extend_range == Range(1, 4)
+    req.extend_end = None  # as a retraction leaves it
+    assert req.extend_range is None

@@ -46,6 +46,8 @@ GrammarTree = getattr(spec_utils, "GrammarTree", None)
 from sglang.srt.constrained import base_grammar_backend  # noqa: E402
 
 GrammarMask = getattr(base_grammar_backend, "GrammarMask", None)  # with GrammarTree
+# a request's extend range, as schedule_batch builds it (0.5.17-0.5.21: Req.extend_range)
+Range = getattr(schedule_batch, "Range", None)
 
 
 def take_gpu_paths() -> None:

@@ -107,7 +107,7 @@ class UpstreamKVCache(KVCacheManager):
             # upstream's Req methods the release path calls, bound to our request here,
             # not on its class: a mutation patches the method on upstream's class, and a
             # binding made at class creation would keep the original (the data they
-            # read: worker.Req)
+            # read: requests.Req)
             req.owned_kv_len = types.MethodType(Req.owned_kv_len, req)
             req.reset_for_retract = types.MethodType(Req.reset_for_retract, req)
         self._pending_rows += 1

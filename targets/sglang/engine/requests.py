@@ -11,7 +11,7 @@ fields upstream's ``Req`` has no name for (the step counters the oracles key on,
 columns the admission reserved) -- and ``mark_finished``, the finish a result
 processor of ours makes where upstream's is not driven (``loop.UpstreamLoop.commit``).
 
-Older releases (another constructor) run ``worker.Req``, specrace's request carrying the
+Older releases (another constructor) run ``Req`` below, specrace's request carrying the
 attributes their batch code reads.
 """
 from __future__ import annotations
@@ -20,10 +20,12 @@ import dataclasses
 import functools
 import inspect
 from array import array
-from typing import Any, List
+from typing import Any, List, Optional
 
 from toys.requests import RequestState
 from toys.vocab import EOS_ID, VOCAB_SIZE
+
+from targets.sglang.boundary import upstream
 
 _CLASS: Any = None
 # RequestState's fields that upstream's Req (0.5.22 on) sets in its constructor, under the
@@ -122,9 +124,77 @@ def _define():
     return UpstreamReq
 
 
+@dataclasses.dataclass
+class Req(RequestState):
+    """A request, with the attributes upstream's batch code reads of sglang's ``Req``
+    (``finished`` is upstream's method there: the flag is ``done``)."""
+
+    done: bool = False
+    # read by ScheduleBatch.init_new / filter_batch / merge_batch
+    return_logprob: bool = False
+    is_prefill_only: bool = False
+    return_hidden_states: bool = False  # releases before 0.5.17 read it (later: the mode)
+
+    grammar_seen: int = 0  # tokens its grammar has accepted (the EAGLE grammar barrier)
+    decode_batch_idx: int = 0  # counted by upstream's prepare_for_decode
+    # read by ForwardBatch.init_new (the EAGLE slice): the prefill is never chunked
+    lora_id: Any = None
+    token_type_ids: Any = None
+
+    # (prefix_len / extend_end / inflight_middle_chunks are RequestState's, in upstream's
+    # names: upstream's checkpoint_kv_cache and reset_for_retract set them)
+    # read by upstream's release_kv_cache / release_req / owned_kv_len / reset_for_retract
+    # (targets.sglang.engine.kv_lifecycle): no stop string cut the output, no tree lock, no
+    # reasoning tokens, text prompts (a retraction keeps the tokens it had)
+    kv: Any = None  # upstream's ReqKvInfo, bound at admission
+    finished_len: Optional[int] = None
+    lock: Any = None
+    skip_radix_cache_insert: bool = False
+    reasoning_tokens: int = 0
+    input_embeds: Any = None
+    retraction_count: int = 0
+
+    @property
+    def origin_input_ids(self) -> List[int]:
+        return self.prompt
+
+    @property
+    def full_untruncated_fill_ids(self) -> List[int]:
+        return self.context()
+
+    def refresh_fill_ids(self) -> None:
+        """Upstream's keeps the fill ids in step with the output; ours are computed
+        (``context()``), and the disabled tree's checkpoint reads none."""
+
+    @property
+    def extend_range(self):
+        """Upstream's ``Req.extend_range`` (0.5.17 on: ``run_batch`` reads its length for a
+        batch returning hidden states or logprobs): the last extend, ``prefix_len ->
+        extend_end``, kept through the decode steps after it as upstream keeps it; None
+        after a retraction, as ``reset_for_retract`` leaves it."""
+        if self.extend_end is None or upstream.Range is None:
+            return None
+        return upstream.Range(self.prefix_len, self.extend_end)
+
+    @property
+    def return_hidden_states_mode(self):
+        mode = upstream.CaptureHiddenMode
+        return mode.FULL if self.return_hidden_states else mode.NULL
+
+    def finished(self) -> bool:
+        return self.done
+
+    def ask_hidden_states(self, wanted: bool) -> None:
+        self.return_hidden_states = wanted  # the capture mode is computed from it
+
+    def mark_finished(self) -> None:
+        """The commit finished it (EOS or its budget)."""
+        self.done = True
+
+
+
 def make_request(rid: int, prompt, max_new_tokens: int, grammar: Any = None):
-    """The target's request: upstream's where the release's fits, else ``worker.Req``."""
+    """The target's request: upstream's where the release's fits, else ``Req``."""
     if fits():
         return request_class()(rid, list(prompt), max_new_tokens, grammar)
-    from targets.sglang.engine.worker import Req
     return Req(rid, list(prompt), max_new_tokens, grammar)

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import types
 import weakref
-from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -25,69 +24,10 @@ from toys.graph_runner import VerifyGraphRunner
 from toys.memory import host_empty, mark_used_on
 from toys.model import ToyTargetModel
 from toys.ngram import NgramProposer, propose_host_trees
-from toys.requests import RequestState
 from toys.verify import verify_and_accept
 
 from targets.sglang.boundary import upstream
 from targets.sglang.runner import forward as upstream_forward
-
-
-@dataclass
-class Req(RequestState):
-    """A request, with the attributes upstream's batch code reads of sglang's ``Req``
-    (``finished`` is upstream's method there: the flag is ``done``)."""
-
-    done: bool = False
-    # read by ScheduleBatch.init_new / filter_batch / merge_batch
-    return_logprob: bool = False
-    is_prefill_only: bool = False
-    return_hidden_states: bool = False  # releases before 0.5.17 read it (later: the mode)
-
-    grammar_seen: int = 0  # tokens its grammar has accepted (the EAGLE grammar barrier)
-    decode_batch_idx: int = 0  # counted by upstream's prepare_for_decode
-    # read by ForwardBatch.init_new (the EAGLE slice): the prefill is never chunked
-    lora_id: Any = None
-    token_type_ids: Any = None
-
-    # (prefix_len / extend_end / inflight_middle_chunks are RequestState's, in upstream's
-    # names: upstream's checkpoint_kv_cache and reset_for_retract set them)
-    # read by upstream's release_kv_cache / release_req / owned_kv_len / reset_for_retract
-    # (targets.sglang.engine.kv_lifecycle): no stop string cut the output, no tree lock, no
-    # reasoning tokens, text prompts (a retraction keeps the tokens it had)
-    kv: Any = None  # upstream's ReqKvInfo, bound at admission
-    finished_len: Optional[int] = None
-    lock: Any = None
-    skip_radix_cache_insert: bool = False
-    reasoning_tokens: int = 0
-    input_embeds: Any = None
-    retraction_count: int = 0
-
-    @property
-    def origin_input_ids(self) -> List[int]:
-        return self.prompt
-
-    @property
-    def full_untruncated_fill_ids(self) -> List[int]:
-        return self.context()
-
-    def refresh_fill_ids(self) -> None:
-        """Upstream's keeps the fill ids in step with the output; ours are computed
-        (``context()``), and the disabled tree's checkpoint reads none."""
-
-    @property
-    def return_hidden_states_mode(self):
-        mode = upstream.CaptureHiddenMode
-        return mode.FULL if self.return_hidden_states else mode.NULL
-
-    def finished(self) -> bool:
-        return self.done
-
-    def ask_hidden_states(self, wanted: bool) -> None:
-        self.return_hidden_states = wanted  # the capture mode is computed from it
-
-    def mark_finished(self) -> None:
-        """The commit finished it (EOS or its budget)."""
-        self.done = True
 
 
 class SamplingInfo:
