@@ -70,8 +70,20 @@ SGLANG: Dict[str, Describe] = {
     "plan_stream": lambda v, a: "SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1" if v else None,
 }
 
+def _vllm_graphs(value: Any, args: Mapping[str, Any]) -> Optional[str]:
+    """vLLM's CUDA graphs: on by default (Model Runner V2 drives upstream's capture and
+    replay); ``--enforce-eager`` turns them off; the V1 runner's graphs are not driven."""
+    if args.get("vllm_slice"):
+        return None
+    if not value:
+        return "--enforce-eager"
+    return None if args.get("vllm_runner") == "v2" else (
+        "(the V1 runner's CUDA graphs are not driven: its steps run eager)")
+
+
 VLLM: Dict[str, Describe] = {
     "overlap": lambda v, a: None if v else "(async scheduling off: --no-async-scheduling)",
+    "cuda_graph": _vllm_graphs,
     # (the draft-token slice runs no model of the server's: no model kind to name)
     "hybrid": lambda v, a: None if a.get("vllm_slice") else (
         "(a hybrid model: Mamba-style state, e.g. Qwen3-Next)" if v else "(a dense model)"),
