@@ -27,7 +27,14 @@ class StandInCausalLM(torch.nn.Module):
 
     def forward(self, input_ids, positions, forward_batch, **kw):
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
-        hidden, logits = self.toy.forward_with_hidden(input_ids.to(torch.int64))
+        ids = input_ids.to(torch.int64)
+        if _capturing():
+            # CUDA records a capture's kernels without running them; the simulator runs
+            # them, over whatever the graph runner's static input buffer holds (another
+            # run's values: its buffers outlive an engine). Clamped, the toy embedding
+            # cannot fault on them; a replay's ids are the toy's and pass unchanged.
+            ids = ids.clamp(0, self.toy.embed.shape[0] - 1)
+        hidden, logits = self.toy.forward_with_hidden(ids)
         out = self.attn(hidden, hidden, hidden, forward_batch)
         hidden = hidden + 0.0 * out  # the attention read the pool; the bigram decides
         if forward_batch.forward_mode.is_extend() and \
@@ -36,3 +43,12 @@ class StandInCausalLM(torch.nn.Module):
             last = torch.cumsum(forward_batch.extend_seq_lens, 0) - 1
             logits, hidden = logits[last], hidden[last]
         return LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden)
+
+
+def _capturing() -> bool:
+    """Upstream's graph runner is capturing (its own flag, 0.5.22 on)."""
+    try:
+        from sglang.srt.model_executor.runner_utils.capture_mode import get_is_capture_mode
+    except ImportError:
+        return False
+    return get_is_capture_mode()
