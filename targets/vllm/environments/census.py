@@ -26,6 +26,8 @@ _OTHER_HW = r"(tpu|xpu|cpu|hpu|npu|rocm|aiter|hip|neuron|mps|xla)"
 _SEVERAL_GPUS = "several GPUs: "
 # Model Runner V2's full decode graphs run (targets/vllm/engine/graphs.py); what is left
 # is graphs elsewhere
+_HYBRID = "hybrid (Mamba / linear-attention / GDN) models' attention metadata"
+_MULTIMODAL = "pooling models, encoders and multimodal inputs"
 _GRAPHS = ("CUDA graphs the target does not capture (the V1 runner runs eager; hybrid "
            "builders' graph buffers, encoder graphs, graph memory profiling)")
 RULES = (
@@ -52,9 +54,9 @@ RULES = (
     (CONFIG, "guard", r"(cuda_?graph)", _GRAPHS),
     (CONFIG, "function", r"(cudagraph|capture)", _GRAPHS),
     (CONFIG, "path", r"(mamba|linear_attn|gdn|short_conv)",
-     "hybrid (Mamba / linear-attention / GDN) models' attention metadata"),
+     _HYBRID),
     (CONFIG, "function", r"(mamba|causal_conv1d)",
-     "hybrid (Mamba / linear-attention / GDN) models' attention metadata"),
+     _HYBRID),
     (CONFIG, "path", r"(sparse|mla/|flashinfer|flex|tree|triton_attn|xformers|hpc_attn|"
                      r"flash_attn\.py)",
      "upstream's attention backends (the target's attention is a toy backend: their "
@@ -62,12 +64,12 @@ RULES = (
     (CONFIG, "function", r"(local_attention|kv_sharing)",
      "model-specific attention (chunked local attention, KV sharing)"),
     (CONFIG, "path", r"(pooling|encoder|multimodal|mm_|mm/|mrope)",
-     "pooling models, encoders and multimodal inputs"),
+     _MULTIMODAL),
     (CONFIG, "function", r"(pool(ing|er)|encoder|mm_|mrope|xdrope)",
-     "pooling models, encoders and multimodal inputs"),
+     _MULTIMODAL),
     (CONFIG, "guard", r"(supports_mm_inputs|uses_mrope|uses_xdrope|is_mm_prefix_lm|"
                       r"mm_ranges|inputs_embeds|actual_num_sched)",
-     "pooling models, encoders and multimodal inputs"),
+     _MULTIMODAL),
     (CONFIG, "path", r"lora", "LoRA adapters"),
     (CONFIG, "function", r"lora", "LoRA adapters"),
     (CONFIG, "path", r"(medusa|suffix|draft_model|dflash)",
