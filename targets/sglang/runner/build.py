@@ -75,6 +75,7 @@ def ngram_model_runner(args, device, toy, pools):
     the pools' lifecycle upstream's), else None."""
     if pools.lifecycle != "upstream" or args.spec_algorithm != "ngram" or not fits():
         return None
+    graphs.as_a_new_process()  # the engine's runners start from none of another's
     graph_config(args.cuda_graph_max_bs if args.cuda_graph else 0)
     # a server serving hidden states captures its graphs with them (the capture mode
     # upstream's runner checks every replay against)

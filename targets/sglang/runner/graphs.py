@@ -22,6 +22,28 @@ import torch
 SIM_MEMORY = 80 << 30  # the capture's log line reads the device's size; any value does
 
 
+def as_a_new_process() -> None:
+    """Forget what upstream keeps for the life of a process between graph runners, as a
+    server's new process starts without it: the input-buffer pool that
+    ``share_input_buffer`` coalesces every runner's static inputs into, and
+    ``GraphSharedOutput``'s logits buffer (0.5.18 on). A server builds its runners once
+    per process; specrace builds an engine per run, and a run must not depend on the runs
+    its process made before (it did: a report recorded after another run replayed with
+    another trace, the reused buffers skipping allocations and holding the last run's
+    values). Called once per engine, before its first runner: the runners of one engine
+    share these as a server's do."""
+    try:
+        from sglang.srt.model_executor import input_buffers
+        input_buffers._forward_input_buffer_pool.clear()
+    except (ImportError, AttributeError):
+        pass  # a release before the pool
+    try:
+        from sglang.srt.model_executor.graph_shared_output import GraphSharedOutput
+        GraphSharedOutput._process_shared = None
+    except ImportError:
+        pass  # a release before the shared output (0.5.14-0.5.17)
+
+
 @contextlib.contextmanager
 def capturing_on(device) -> Iterator[None]:
     mod = torch.get_device_module(torch.device(device))

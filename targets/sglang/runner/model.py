@@ -28,12 +28,6 @@ class StandInCausalLM(torch.nn.Module):
     def forward(self, input_ids, positions, forward_batch, **kw):
         from sglang.srt.layers.logits_processor import LogitsProcessorOutput
         ids = input_ids.to(torch.int64)
-        if _capturing():
-            # CUDA records a capture's kernels without running them; the simulator runs
-            # them, over whatever the graph runner's static input buffer holds (another
-            # run's values: its buffers outlive an engine). Clamped, the toy embedding
-            # cannot fault on them; a replay's ids are the toy's and pass unchanged.
-            ids = ids.clamp(0, self.toy.embed.shape[0] - 1)
         hidden, logits = self.toy.forward_with_hidden(ids)
         out = self.attn(hidden, hidden, hidden, forward_batch)
         hidden = hidden + 0.0 * out  # the attention read the pool; the bigram decides
@@ -44,11 +38,3 @@ class StandInCausalLM(torch.nn.Module):
             logits, hidden = logits[last], hidden[last]
         return LogitsProcessorOutput(next_token_logits=logits, hidden_states=hidden)
 
-
-def _capturing() -> bool:
-    """Upstream's graph runner is capturing (its own flag, 0.5.22 on)."""
-    try:
-        from sglang.srt.model_executor.runner_utils.capture_mode import get_is_capture_mode
-    except ImportError:
-        return False
-    return get_is_capture_mode()
