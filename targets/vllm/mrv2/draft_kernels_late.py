@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from targets.vllm.engine.kernels import _masked_store as _store
-from targets.vllm.mrv2.kernels import _requests_of
+from targets.vllm.mrv2.kernels import _one_token_per_request, _requests_of
 
 
 def _i64(t: torch.Tensor) -> torch.Tensor:
@@ -76,11 +76,7 @@ def prepare_decode_inputs(grid, draft_tokens_ptr, draft_tokens_stride, target_se
     sampling key one further, its length the accepted length (+1 and the position one
     further when positions advance, both capped); the last program lays out
     ``query_start_loc`` as 0..num_reqs and zeroes the unused lengths."""
-    reqs = grid[0] - 1
-    i = torch.arange(max_num_reqs + 1, device=query_start_loc_ptr.device)
-    query_start_loc_ptr[: max_num_reqs + 1].copy_(
-        i.clamp(max=reqs).to(query_start_loc_ptr.dtype))
-    seq_lens_ptr[reqs:max_num_reqs].zero_()
+    reqs = _one_token_per_request(grid, query_start_loc_ptr, seq_lens_ptr, max_num_reqs)
     input_ids_ptr[:reqs].copy_(_rows(draft_tokens_ptr, reqs, draft_tokens_stride)
                                .to(input_ids_ptr.dtype))
     if sample_src_positions_ptr is not None:  # (0.27.1 keys no draft sampling by it)

@@ -70,6 +70,20 @@ def _requests_of(n: int, qsl: torch.Tensor, num_reqs: int):
     return t, req, t < q[num_reqs], q
 
 
+def _one_token_per_request(grid, query_start_loc_ptr: torch.Tensor,
+                           seq_lens_ptr: torch.Tensor, max_num_reqs: int) -> int:
+    """What the last program of a draft decode step's input kernel lays out (its grid: a
+    program per request, then that one): ``query_start_loc`` as 0..num_reqs -- one query
+    token each, held at num_reqs past them -- and the unused lengths zeroed. Returns
+    num_reqs, the number of requests the other programs serve."""
+    reqs = grid[0] - 1
+    i = torch.arange(max_num_reqs + 1, device=query_start_loc_ptr.device)
+    query_start_loc_ptr[: max_num_reqs + 1].copy_(
+        i.clamp(max=reqs).to(query_start_loc_ptr.dtype))
+    seq_lens_ptr[reqs:max_num_reqs].zero_()
+    return reqs
+
+
 def apply_write(grid, output_ptr, output_stride, write_indices_ptr, write_starts_ptr,
                 write_contents_ptr, write_cu_lens_ptr, BLOCK_SIZE=1024):
     """``StagedWriteTensor``'s diffs: program ``p`` writes its slice of the contents

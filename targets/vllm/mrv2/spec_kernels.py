@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from targets.vllm.engine.kernels import _masked_store as _store
-from targets.vllm.mrv2.kernels import _requests_of
+from targets.vllm.mrv2.kernels import _one_token_per_request, _requests_of
 
 # What a row sampled at a temperature above 0 gets: tl.rand's Philox stream is not
 # reproduced here, and an invalid id fails loudly downstream rather than passing a
@@ -98,11 +98,7 @@ def prepare_eagle_decode(grid, draft_tokens_ptr, output_hidden_states_ptr,
     the hidden state of the slot it was sampled from, the next position and the
     accepted length + 1 (both clamped to the model's length); the last program lays out
     ``query_start_loc`` as 0..num_reqs and zeroes the unused lengths."""
-    reqs = grid[0] - 1
-    i = torch.arange(max_num_reqs + 1, device=query_start_loc_ptr.device)
-    query_start_loc_ptr[: max_num_reqs + 1].copy_(
-        i.clamp(max=reqs).to(query_start_loc_ptr.dtype))
-    seq_lens_ptr[reqs:max_num_reqs].zero_()
+    reqs = _one_token_per_request(grid, query_start_loc_ptr, seq_lens_ptr, max_num_reqs)
     input_ids_ptr[:reqs].copy_(draft_tokens_ptr[:reqs].to(input_ids_ptr.dtype))
     src = last_token_indices_ptr[:reqs].to(torch.int64)
     input_hidden_states_ptr[:reqs, :hidden_size].copy_(
