@@ -43,6 +43,21 @@ def batches(draw, max_qlen=6):
     return qlens, qsl_t, torch.tensor(idx, dtype=torch.int32)
 
 
+def prefill_progress(data, qlens, idx, width):
+    """Each request state's prompt length (``prefill``, up to ``width``) and tokens
+    computed (``done``): the batch's requests either prefilling -- the step's chunk of
+    ``qlens[b]`` lying within the prompt -- or past it (decoding)."""
+    prefill = ints(data.draw, MAX_REQS, 1, width)
+    done = ints(data.draw, MAX_REQS, 0, width)
+    for b, r in enumerate(idx.tolist()):
+        if data.draw(st.booleans()):  # prefilling: the chunk lies within the prompt
+            prefill[r] = data.draw(st.integers(qlens[b], width))
+            done[r] = data.draw(st.integers(0, int(prefill[r]) - qlens[b]))
+        else:
+            done[r] = data.draw(st.integers(int(prefill[r]), width))
+    return prefill, done
+
+
 @st.composite
 def logit_layouts(draw, reqs, width=3):
     """cu_num_logits [reqs + 1]: 1 + drafts logits per request, drafts <= width."""
@@ -86,14 +101,7 @@ def test_apply_write_matches_the_kernel(data):
 def test_prepare_prefill_inputs_matches_the_kernel(batch, data):
     qlens, qsl, idx = batch
     width = 24
-    prefill = ints(data.draw, MAX_REQS, 1, width)
-    done = ints(data.draw, MAX_REQS, 0, width)
-    for b, r in enumerate(idx.tolist()):
-        if data.draw(st.booleans()):  # prefilling: the chunk lies within the prompt
-            prefill[r] = data.draw(st.integers(qlens[b], width))
-            done[r] = data.draw(st.integers(0, int(prefill[r]) - qlens[b]))
-        else:
-            done[r] = data.draw(st.integers(int(prefill[r]), width))
+    prefill, done = prefill_progress(data, qlens, idx, width)
     all_ids = ints(data.draw, MAX_REQS * width, 0, 90).view(MAX_REQS, width)
     input_ids = ints(data.draw, 40, -9, -1)
     nxt = ints(data.draw, MAX_REQS, -9, -1)

@@ -14,7 +14,7 @@ from hypothesis import given, strategies as st
 from targets.vllm.mrv2 import kernels_late as KL
 from tests.upstream.test_vllm_mrv2_kernels import (MAX_REQS, SETTINGS, _pointer_table,
                                                    batches, combine_case, ints, launch,
-                                                   logit_layouts)
+                                                   logit_layouts, prefill_progress)
 
 
 def _idx_with_dummies(data, reqs):
@@ -70,14 +70,7 @@ def test_apply_write_matches_the_kernel(multi, data):
 def test_prepare_prefill_inputs_matches_the_kernel(batch, lookahead, data):
     qlens, qsl, idx = batch
     width = 24
-    prefill = ints(data.draw, MAX_REQS, 1, width)
-    done = ints(data.draw, MAX_REQS, 0, width)
-    for b, r in enumerate(idx.tolist()):
-        if data.draw(st.booleans()):  # prefilling: the chunk lies within the prompt
-            prefill[r] = data.draw(st.integers(qlens[b], width))
-            done[r] = data.draw(st.integers(0, int(prefill[r]) - qlens[b]))
-        else:
-            done[r] = data.draw(st.integers(int(prefill[r]), width))
+    prefill, done = prefill_progress(data, qlens, idx, width)
     all_ids = ints(data.draw, MAX_REQS * width, 1, 90).view(MAX_REQS, width)
     input_ids = ints(data.draw, 40, -9, -1)
     nxt = ints(data.draw, max(lookahead, 1) * MAX_REQS, -9, -1).view(-1, MAX_REQS)
