@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 
 import pytest
 
@@ -14,6 +13,7 @@ from targets import static
 from targets.vllm.boundary import contract, handover
 from targets.vllm.engine.kernels import KERNEL_SEAMS
 from targets.vllm.environments import LINE
+from tests.upstream.release_copy import copy_modules, edit
 
 RELEASE = "0.17.0"
 ROOT = LINE.release_root(RELEASE)
@@ -37,21 +37,7 @@ def _modules():
 @pytest.fixture
 def tree(tmp_path):
     """The driven files of the release, copied (edited per test)."""
-    root = tmp_path / "vllm"
-    for module in _modules():
-        src = static.module_path(ROOT, module)
-        if os.path.exists(src):
-            dst = static.module_path(str(root), module)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copy(src, dst)
-    return root
-
-
-def _edit(root, module, old, new):
-    path = static.module_path(str(root), module)
-    text = open(path).read()
-    assert text.count(old) == 1, old
-    open(path, "w").write(text.replace(old, new))
+    return copy_modules(ROOT, _modules(), tmp_path / "vllm")
 
 
 def test_the_release_set_up_here_fits():
@@ -61,8 +47,8 @@ def test_the_release_set_up_here_fits():
 
 
 def test_an_edited_file_makes_a_verified_release_compatible(tree):
-    _edit(tree, "vllm.v1.engine.core", "    def step_with_batch_queue(",
-          "    def step_with_batch_queue(  # edited")
+    edit(tree, "vllm.v1.engine.core", "    def step_with_batch_queue(",
+         "    def step_with_batch_queue(  # edited")
     verdict = contract.evaluate(RELEASE, str(tree))
     assert verdict.ok and verdict.tier == "compatible" and verdict.digest != contract.VERIFIED[RELEASE]
 
@@ -83,13 +69,13 @@ def test_a_copy_of_its_driven_files_fits_too(tree):
      "    cu_draft_ptr,", "eagle_prepare_inputs_padded_kernel"),
 ])
 def test_each_edit_is_one_named_problem(tree, module, old, new, named):
-    _edit(tree, module, old, new)
+    edit(tree, module, old, new)
     problems = contract.check_api(str(tree))
     assert len(problems) >= 1 and all(named in p for p in problems), problems
 
 
 def test_a_kernel_the_launcher_no_longer_names_is_a_problem(tree):
-    _edit(tree, "vllm.v1.spec_decode.eagle", "    copy_and_expand_eagle_inputs_kernel,\n", "")
+    edit(tree, "vllm.v1.spec_decode.eagle", "    copy_and_expand_eagle_inputs_kernel,\n", "")
     problems = contract.check_api(str(tree))
     assert any("no longer names the kernel copy_and_expand_eagle_inputs_kernel" in p
                for p in problems), problems
@@ -117,9 +103,9 @@ def test_a_release_without_the_v1_runner_runs_its_slices_only(tree):
 
 
 def test_a_slice_edit_is_a_named_problem_and_stops_the_slices_too(tree):
-    _edit(tree, "vllm.v1.worker.gpu.spec_decode.utils",
-          "    def set_draft_tokens(\n        self, input_batch",
-          "    def set_draft_tokens(\n        self, batch")
+    edit(tree, "vllm.v1.worker.gpu.spec_decode.utils",
+         "    def set_draft_tokens(\n        self, input_batch",
+         "    def set_draft_tokens(\n        self, batch")
     verdict = contract.evaluate(RELEASE, str(tree))
     assert verdict.ok and verdict.slices  # the engine still fits; the slice is named
     assert "set_draft_tokens" in verdict.slices[0]

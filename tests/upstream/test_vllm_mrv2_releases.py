@@ -7,10 +7,10 @@ installed release (``vllm-mrv2-uva-pool``)."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 
 import pytest
+
+from tests.upstream.release_copy import copy_modules, edit
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM is not installed in this environment")
@@ -38,29 +38,13 @@ def target():
 @pytest.fixture
 def tree(tmp_path):
     """The release's MRv2-driven files, copied (edited per test)."""
-    from targets import static
     from targets.vllm.boundary import contract
     from targets.vllm.mrv2 import table
     _version, root = _installed()
-    dst_root = tmp_path / "vllm"
     modules = set(contract.MRV2_MODULES) | {t.split(":")[0] for t in contract.MRV2_CALLED}
     modules |= {m for m, _n, _f in table.KERNELS} | set(table.DRIVEN_MODULES)
     modules |= set(contract.DRIVEN_MODULES) | set(contract.SLICE_MODULES)
-    for module in modules:
-        src = static.module_path(root, module)
-        if os.path.exists(src):
-            dst = static.module_path(str(dst_root), module)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copy(src, dst)
-    return dst_root
-
-
-def _edit(root, module, old, new, count=1):
-    from targets import static
-    path = static.module_path(str(root), module)
-    text = open(path).read()
-    assert text.count(old) == count, old
-    open(path, "w").write(text.replace(old, new))
+    return copy_modules(root, modules, tmp_path / "vllm")
 
 
 def test_mrv2_is_driven_on_the_release_set_up_here():
@@ -83,8 +67,8 @@ def test_a_kernel_whose_parameters_drift_is_named(tree):
     from targets.vllm.boundary import contract
     if not _driven_on(_installed()[0]):
         pytest.skip("MRv2 is not driven on this release")
-    _edit(tree, f"{_GPU}.input_batch", "def _expand_idx_mapping_kernel(\n    idx_mapping_ptr,",
-          "def _expand_idx_mapping_kernel(\n    batch_to_state_ptr,")
+    edit(tree, f"{_GPU}.input_batch", "def _expand_idx_mapping_kernel(\n    idx_mapping_ptr,",
+         "def _expand_idx_mapping_kernel(\n    batch_to_state_ptr,")
     problems = contract.check_mrv2(str(tree))
     assert len(problems) == 1 and "_expand_idx_mapping_kernel" in problems[0], problems
     assert "is not what any of specrace's stand-ins for it takes" in problems[0]
@@ -97,8 +81,8 @@ def test_a_kernel_no_stand_in_covers_is_named(tree):
     module = f"{_GPU}.input_batch"
     from targets import static
     text = open(static.module_path(str(tree), module)).read()
-    _edit(tree, module, "_expand_idx_mapping_kernel", "_expand_idx_mapping_v2_kernel",
-          text.count("_expand_idx_mapping_kernel"))
+    edit(tree, module, "_expand_idx_mapping_kernel", "_expand_idx_mapping_v2_kernel",
+         text.count("_expand_idx_mapping_kernel"))
     problems = contract.check_mrv2(str(tree))
     assert any(f"launches the kernel {module}._expand_idx_mapping_v2_kernel, for which "
                f"specrace has no stand-in" in p for p in problems), problems
