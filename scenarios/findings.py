@@ -61,31 +61,27 @@ _VW = "vllm/v1/worker"
 _VFINDINGS = "reports/upstream/vllm-releases.md"
 _VALID_COUNT = ("vllm-v1-valid-count",)  # the scenario written for 0.19.0-0.27.1's sites
 
+def _graph_readbacks(d2h: Tuple[str, str]) -> Tuple[Known, Known]:
+    """The two readbacks of a graph's outputs that race the next replay, with the sglang
+    D2H helper that issues them at ``d2h`` (file, function). The readback's other end is
+    the toy graph runner's replay (ours): the scenario says which graph outputs it reads."""
+    return (Known("dspark-result-readback", "DSpark's result readback vs the next graph replay",
+                  "sglang", (d2h,), "reports/upstream/findings/graph-result-readback.md",
+                  scenarios=("dspark-result-readback", "dspark-confidence-ring")),
+            Known("ngram-hidden-readback",
+                  "return_hidden_states readback vs the next graph replay",
+                  "sglang", (d2h,), "reports/upstream/findings/ngram-hidden-readback.md",
+                  scenarios=("ngram-hidden-readback",)))
+
+
 KNOWN: Tuple[Known, ...] = (
     Known("dspark-confidence-ring", "DSpark's confidence ring copy vs the next scatter",
           "sglang", ((f"{_SG}/managers/overlap_utils.py", "issue_ring_copy"),
                      (f"{_SG}/managers/overlap_utils.py", "scatter")),
           "reports/upstream/findings/confidence-ring-war.md"),
-    # the readback's other end is the toy graph runner's replay (ours): the scenario says
-    # which graph outputs it reads
-    Known("dspark-result-readback", "DSpark's result readback vs the next graph replay",
-          "sglang", ((f"{_SG}/utils/common.py", "async_d2h"),),
-          "reports/upstream/findings/graph-result-readback.md",
-          scenarios=("dspark-result-readback", "dspark-confidence-ring")),
-    Known("ngram-hidden-readback", "return_hidden_states readback vs the next graph replay",
-          "sglang", ((f"{_SG}/utils/common.py", "async_d2h"),),
-          "reports/upstream/findings/ngram-hidden-readback.md",
-          scenarios=("ngram-hidden-readback",)),
-    # the same two before the D2H helper moved to utils/common.py (0.5.15 - 0.5.16: in
-    # managers/utils.py, as _async_d2h)
-    Known("dspark-result-readback", "DSpark's result readback vs the next graph replay",
-          "sglang", ((f"{_SG}/managers/utils.py", "_async_d2h"),),
-          "reports/upstream/findings/graph-result-readback.md",
-          scenarios=("dspark-result-readback", "dspark-confidence-ring")),
-    Known("ngram-hidden-readback", "return_hidden_states readback vs the next graph replay",
-          "sglang", ((f"{_SG}/managers/utils.py", "_async_d2h"),),
-          "reports/upstream/findings/ngram-hidden-readback.md",
-          scenarios=("ngram-hidden-readback",)),
+    *_graph_readbacks((f"{_SG}/utils/common.py", "async_d2h")),
+    # the same two before the D2H helper moved to utils/common.py (0.5.15 - 0.5.16)
+    *_graph_readbacks((f"{_SG}/managers/utils.py", "_async_d2h")),
     Known("vllm-seq-lens", "the drafter's in-place seq_lens increment vs its queued upload",
           "vllm", (("vllm/v1/utils.py", "copy_to_gpu"), ("vllm/v1/spec_decode/eagle.py", "propose")),
           "docs/vllm-target.md#scenarios", fixed_in="0.19.0"),
