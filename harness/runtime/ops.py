@@ -34,6 +34,7 @@ device to device (an ordinary kernel), or host only -- and the rules that follow
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -183,15 +184,10 @@ class OpInfo:
         return f"<OpInfo {self.name} {self.special or self.route}>"
 
 
-_INFO: Dict[Any, OpInfo] = {}
-
-
+@functools.cache
 def info(func: Any) -> OpInfo:
     """The classification of ``func`` (cached per overload: asked for every op)."""
-    i = _INFO.get(func)
-    if i is None:
-        i = _INFO[func] = OpInfo(func)
-    return i
+    return OpInfo(func)
 
 
 def syncs_host(op: OpInfo, args: tuple, kwargs: dict) -> bool:

@@ -4,6 +4,7 @@ Cached per overload: the simulator asks this for every op it sees.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
@@ -18,17 +19,8 @@ class OpEffects(NamedTuple):
     mutates: bool
 
 
-_CACHE: Dict[Any, OpEffects] = {}
-
-
+@functools.cache  # once per overload: the simulator asks for every op it sees
 def effects(func: Any) -> OpEffects:
-    eff = _CACHE.get(func)
-    if eff is None:
-        eff = _CACHE[func] = _compute(func)
-    return eff
-
-
-def _compute(func: Any) -> OpEffects:
     schema = func._schema
     tensor_args: List[Tuple[Any, bool]] = []
     alias_owner: Dict[str, Any] = {}
