@@ -214,10 +214,10 @@ class ReleaseLine:
 
 
 class LineEnvironments(Environments):
-    """A target's environments, one per release of its ``ReleaseLine``."""
+    """A target's environments, one per release of its ``ReleaseLine`` (``line``: each
+    target's subclass names its own)."""
 
-    def __init__(self, line: ReleaseLine) -> None:
-        self.line = line
+    line: ReleaseLine
 
     def chosen(self, asked: List[str]) -> List[str]:
         return self.line.chosen(asked)

@@ -34,8 +34,7 @@ SHIPS = {"eagle-v2": ("sglang.srt.speculative.eagle_worker_v2:EAGLEWorkerV2",),
 
 
 class SglangEnvironments(LineEnvironments):
-    def __init__(self) -> None:
-        super().__init__(LINE)
+    line = LINE
 
     def not_applicable(self, version: str, scenario: str) -> str:
         root = self.line.release_root(version)

@@ -16,8 +16,7 @@ LINE = ReleaseLine(package="vllm", supported=contract.SUPPORTED,
 
 
 class VllmEnvironments(LineEnvironments):
-    def __init__(self) -> None:
-        super().__init__(LINE)
+    line = LINE
 
     def not_applicable(self, version: str, scenario: str) -> str:
         root = self.line.release_root(version)
