@@ -76,6 +76,16 @@ STALL_POINTS = ["forward.after_read_done", "forward.before_verify", "future_map.
                 "forward.before_attn_metadata"]
 
 
+def _start_draws(pools, kv_pools) -> Dict[str, st.SearchStrategy]:
+    """What a machine's ``start`` draws: a schedule policy, the draft length, a request
+    pool of ``pools`` and a KV pool of ``kv_pools``, the KV layout, the chunked-prefill
+    budget, the admission rule."""
+    return dict(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
+                pool=st.sampled_from(pools), kv=st.sampled_from(kv_pools),
+                layout=st.sampled_from(KV_LAYOUTS), chunk=st.sampled_from(CHUNK_SIZES),
+                admission=st.sampled_from(ADMISSIONS))
+
+
 class EngineMachine(RuleBasedStateMachine):
     relay = "future_map"
     war_barrier = "fine"
@@ -90,10 +100,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.stack = contextlib.ExitStack()
         self.sched = None
 
-    @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
-                pool=st.sampled_from(POOL_SIZES), kv=st.sampled_from(KV_POOL_SIZES),
-                layout=st.sampled_from(KV_LAYOUTS), chunk=st.sampled_from(CHUNK_SIZES),
-                admission=st.sampled_from(ADMISSIONS))
+    @initialize(**_start_draws(POOL_SIZES, KV_POOL_SIZES))
     def start(self, policy: str, draft: int, pool: int, kv: int, layout: str = "full",
               chunk: int = 0, admission: str = "lifetime") -> None:
         self.target_name = self.target or os.environ.get("SPECRACE_TARGET", "impl")
@@ -237,10 +244,7 @@ class SmallPoolEngineMachine(EngineMachine):
     """Every program runs through a pool of 1-3 rows and a KV pool a few requests fill:
     rows and slots are reused in each."""
 
-    @initialize(policy=st.sampled_from(POLICIES), draft=st.integers(2, 5),
-                pool=st.sampled_from(SMALL_POOLS), kv=st.sampled_from(SMALL_KV_POOLS),
-                layout=st.sampled_from(KV_LAYOUTS), chunk=st.sampled_from(CHUNK_SIZES),
-                admission=st.sampled_from(ADMISSIONS))
+    @initialize(**_start_draws(SMALL_POOLS, SMALL_KV_POOLS))
     def start(self, policy: str, draft: int, pool: int, kv: int, layout: str = "full",
               chunk: int = 0, admission: str = "lifetime") -> None:
         super().start(policy, draft, pool, kv, layout, chunk, admission)
