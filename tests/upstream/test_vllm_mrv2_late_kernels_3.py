@@ -19,6 +19,7 @@ from targets.vllm.mrv2.spec_kernels import NOT_GREEDY
 from tests.upstream.test_vllm_mrv2_kernels import (MAX_REQS, SETTINGS, batches, ints,
                                                    launch, logit_layouts)
 from tests.upstream.test_vllm_mrv2_late_kernels_2 import NEG, _argmax, floats
+from tests.upstream.test_vllm_mrv2_spec_kernels import drafter_query
 
 
 def _temps(data):
@@ -77,12 +78,7 @@ def test_prepare_prefill_inputs_matches_the_kernel(batch, data):
         state = int(idx[r])
         nxt = (int(last_sampled[state]) if int(num_sampled[r]) > 0
                else int(next_prefill[state]))
-        for k in range(1, query_len):
-            w_ids[s + k - 1] = target_ids[s + k]
-        w_last[r] = s + query_len - 1
-        w_ids[s + query_len - 1] = nxt
-        for k in range(query_len):
-            w_pos[s + k] = target_pos[s + k]
+        w_last[r] = drafter_query(w_ids, w_pos, target_ids, target_pos, s, query_len, nxt)
         w_qsl[r], w_seq[r] = s, seq_lens[r]
         if r == reqs - 1:
             w_step[0] = 0

@@ -75,6 +75,19 @@ def test_rejection_sample_matches_the_kernel(case):
     assert torch.equal(sampled, want) and torch.equal(num_sampled, want_n)
 
 
+def drafter_query(want_ids, want_pos, target_ids, target_pos, start, query_len, nxt):
+    """A request's program in the drafter's first-step input kernel (0.17.0's
+    _prepare_eagle_inputs, 0.34.0's _prepare_prefill_inputs), from ``start``: the target's
+    accepted tokens shifted one to the left, then ``nxt`` (the last sampled token, or the
+    next prefill token); the target's positions. Returns its last token's index."""
+    for i in range(1, query_len):
+        want_ids[start + i - 1] = target_ids[start + i]
+    want_ids[start + query_len - 1] = nxt
+    for i in range(query_len):
+        want_pos[start + i] = target_pos[start + i]
+    return start + query_len - 1
+
+
 @SETTINGS
 @given(batches(), st.data())
 def test_prepare_eagle_inputs_matches_the_kernel(batch, data):
@@ -96,12 +109,8 @@ def test_prepare_eagle_inputs_matches_the_kernel(batch, data):
         r, start = int(idx[b]), int(qsl[b])
         query_len = int(qsl[b + 1] - qsl[b]) - int(num_rejected[b])
         nxt = int(last.view(-1)[r]) if num_sampled[b] > 0 else int(next_prefill[r])
-        for i in range(1, query_len):
-            want_ids[start + i - 1] = target_ids[start + i]
-        want_last[b] = start + query_len - 1
-        want_ids[start + query_len - 1] = nxt
-        for i in range(query_len):
-            want_pos[start + i] = target_pos[start + i]
+        want_last[b] = drafter_query(want_ids, want_pos, target_ids, target_pos, start,
+                                     query_len, nxt)
     assert torch.equal(ids, want_ids) and torch.equal(pos, want_pos)
     assert torch.equal(last_idx, want_last)
 
