@@ -45,6 +45,13 @@ def _block_max(vals, b, block, vocab):
     return b * block + _argmax(row), max(row)
 
 
+def _block_outputs(rows, blocks):
+    """Per row, each vocabulary block's argmax and maximum as the kernels write them, -9
+    until written (a column past the last block, which no program may write)."""
+    return (torch.full((rows, blocks + 1), -9, dtype=torch.int64),
+            torch.full((rows, blocks + 1), -9.0))
+
+
 # --- spec_decode/target_dependent_ar/speculator.py ------------------------------------
 
 @SETTINGS
@@ -184,8 +191,7 @@ def test_compute_local_logits_stats_matches_the_kernel_on_greedy_rows(case):
     temp = _temps(data)
     stride = vocab + data.draw(st.integers(0, 3))
     logits = floats(data, n * stride, nan=False).view(n, stride)
-    argmax = torch.full((n, blocks + 1), -9, dtype=torch.int64)
-    best = torch.full((n, blocks + 1), -9.0)
+    argmax, best = _block_outputs(n, blocks)
     sumexp = torch.full((n, blocks + 1), -9.0)
     want_a, want_m = argmax.clone(), best.clone()
     launch(SL.compute_local_logits_stats, (n, blocks))(
@@ -294,8 +300,7 @@ def test_resample_matches_the_kernel_on_greedy_requests(case, dtype):
     rejected = torch.tensor([data.draw(st.integers(0, int(cu[b + 1] - cu[b]) - 1))
                              for b in range(reqs)], dtype=torch.int32)
     draft_sampled = ints(data.draw, n + 1, -1, 30, torch.int64)
-    argmax = torch.full((reqs, blocks + 1), -9, dtype=torch.int64)
-    best = torch.full((reqs, blocks + 1), -9.0)
+    argmax, best = _block_outputs(reqs, blocks)
     want_a, want_m = argmax.clone(), best.clone()
     launch(SL.resample, (reqs, blocks))(
         resampled_local_argmax_ptr=argmax, resampled_local_argmax_stride=argmax.stride(0),
