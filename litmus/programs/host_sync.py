@@ -35,19 +35,27 @@ def _d2h(rt, stall: bool, how: str, via_view: bool = False) -> bool:
         host.copy_(y, non_blocking=True)
         copied = m.Event()
         copied.record()
+    _host_wait(how, copied, S, F)
+    # plain host read of pinned memory, through the tensor or the view
+    got = [int(v) for v in view[:4]] if via_view else host.tolist()
+    m.synchronize()
+    return got != [10, 20, 30, 40]
+
+
+def _host_wait(how: str, copied, S, F) -> None:
+    """The host's wait, as ``how`` names it, for a copy on forward (``F``) that recorded
+    ``copied``: "none", the event's synchronize(), polling its query() until True, or a
+    stream's synchronize() -- the schedule stream's (``S``: "wrong stream", not the one
+    doing the copy) or forward's ("right stream")."""
     if how == "event.synchronize":
         copied.synchronize()
     elif how == "query":
         while not copied.query():
             pass
     elif how == "wrong stream":
-        S.synchronize()  # the schedule stream -- not the one doing the copy
+        S.synchronize()
     elif how == "right stream":
         F.synchronize()
-    # plain host read of pinned memory, through the tensor or the view
-    got = [int(v) for v in view[:4]] if via_view else host.tolist()
-    m.synchronize()
-    return got != [10, 20, 30, 40]
 
 
 # A reused pinned staging buffer ---------------------------------------------------------
