@@ -288,6 +288,17 @@ def test_gather_block_tables_matches_the_kernel(batch, groups, data):
     assert all(torch.equal(d, w) for d, w in zip(dst, want))
 
 
+def slot_mapping_case(data, groups, cols, tokens, max_tokens):
+    """A slot-mapping kernel's inputs and output: per KV-cache group a block table
+    (``MAX_REQS`` rows of ``cols`` blocks), ``tokens`` positions within every table, and
+    the slot rows of ``max_tokens`` (-9..-2: not written yet)."""
+    tables = [ints(data.draw, MAX_REQS * cols, 0, 50).view(MAX_REQS, cols)
+              for _ in range(groups)]
+    pos = ints(data.draw, tokens, 0, cols - 1, torch.int64)
+    slots = ints(data.draw, groups * max_tokens, -9, -2, torch.int64).view(groups, max_tokens)
+    return tables, pos, slots
+
+
 @SETTINGS
 @given(batches(), st.integers(1, 2), st.data())
 def test_compute_slot_mappings_matches_the_kernel(batch, groups, data):
@@ -295,10 +306,7 @@ def test_compute_slot_mappings_matches_the_kernel(batch, groups, data):
     reqs, cols, max_tokens = len(qlens), 8, 48
     num_tokens = int(qsl[reqs]) + data.draw(st.integers(0, 3))  # padded tokens after
     block_sizes = ints(data.draw, groups, 1, 4)
-    tables = [ints(data.draw, MAX_REQS * cols, 0, 50).view(MAX_REQS, cols)
-              for _ in range(groups)]
-    pos = ints(data.draw, num_tokens, 0, cols - 1, torch.int64)  # within every table
-    slots = ints(data.draw, groups * max_tokens, -9, -2, torch.int64).view(groups, max_tokens)
+    tables, pos, slots = slot_mapping_case(data, groups, cols, num_tokens, max_tokens)
     want = slots.clone()
     launch(K.compute_slot_mappings, (groups, reqs + 1))(
         num_tokens, max_tokens, idx, qsl, pos, _pointer_table(tables), None, block_sizes,

@@ -14,7 +14,8 @@ from hypothesis import given, strategies as st
 from targets.vllm.mrv2 import kernels_late as KL
 from tests.upstream.test_vllm_mrv2_kernels import (MAX_REQS, SETTINGS, _pointer_table,
                                                    batches, combine_case, ints, launch,
-                                                   logit_layouts, prefill_progress)
+                                                   logit_layouts, prefill_progress,
+                                                   slot_mapping_case)
 
 
 def _idx_with_dummies(data, reqs):
@@ -226,10 +227,7 @@ def test_compute_slot_mappings_matches_the_kernel(batch, groups, data):
     idx = _idx_with_dummies(data, reqs)
     block_sizes = ints(data.draw, groups, 1, 4)
     enabled = torch.tensor([data.draw(st.booleans()) for _ in range(groups)])
-    tables = [ints(data.draw, MAX_REQS * cols, 0, 50).view(MAX_REQS, cols)
-              for _ in range(groups)]
-    pos = ints(data.draw, max_tokens, 0, cols - 1, torch.int64)  # within every table
-    slots = ints(data.draw, groups * max_tokens, -9, -2, torch.int64).view(groups, max_tokens)
+    tables, pos, slots = slot_mapping_case(data, groups, cols, max_tokens, max_tokens)
     want = slots.clone()
     launch(KL.compute_slot_mappings, (groups, reqs + 1))(
         max_tokens, idx, qsl, pos, _pointer_table(tables), torch.full((groups,), cols),
