@@ -8,7 +8,8 @@ list). Nothing else in the tree may change the process for good.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+import contextlib
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 # name -> (where, what and why)
 CHANGES: Dict[str, Tuple[str, str]] = {
@@ -89,3 +90,17 @@ def note(name: str) -> None:
 def applied() -> List[str]:
     """The changes in effect in this process, in the order they were made."""
     return list(_APPLIED)
+
+
+@contextlib.contextmanager
+def changed_for_the_block(get: Callable[[], Any], set_: Callable[[Any], Any],
+                          value: Any) -> Iterator[None]:
+    """A process-wide setting (torch's intra-op threads, the profile hook) at ``value`` for
+    the block, and what ``get()`` read before it set back however the block ends: a
+    change that does not outlast its block, so none of ``CHANGES``."""
+    before = get()
+    set_(value)
+    try:
+        yield
+    finally:
+        set_(before)

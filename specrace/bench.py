@@ -29,6 +29,7 @@ from typing import Callable, Dict, Optional
 import torch
 
 from seams import children
+from seams.process import changed_for_the_block
 import targets
 from specrace.bench_rounds import best_of, interleaved, paired_ratio
 from specrace.soak import soak_fixed  # noqa: F401  (tools/h200*.sh import it from here)
@@ -339,7 +340,7 @@ def run_bench(what: str = "all", quiet: bool = False,
     """Run the benchmarks; a human-readable table on stdout unless ``quiet`` (--json)."""
     out: Dict[str, object] = {}
     _print = (lambda *a: None) if quiet else _print_table
-    with _threads(BENCH_THREADS):
+    with changed_for_the_block(torch.get_num_threads, torch.set_num_threads, BENCH_THREADS):
         _run_sections(what, out, _print, target)
     return out
 
@@ -349,16 +350,6 @@ def run_bench(what: str = "all", quiet: bool = False,
 # box, a 16-core GPU host) would make the same ratio mean different things; one setting
 # for the whole run also keeps ``bench`` and ``bench engine`` alone in agreement.
 BENCH_THREADS = 1
-
-
-@contextlib.contextmanager
-def _threads(n: int):
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run_sections(what: str, out: Dict[str, object], _print, target: Optional[str]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator, Optional
 
 from harness.run import AS_INSTALLED
 from harness.target import Target, TargetError
+from seams.process import changed_for_the_block
 from targets import static
 from targets.tiers import MetadataError
 from targets.sglang.boundary import contract
@@ -197,12 +198,10 @@ class SglangTarget(Target):
                 path = frame.f_code.co_filename
                 if path.startswith(prefix) and path not in seen and not _importing(frame):
                     seen.add(path)
-        previous = sys.getprofile()
-        sys.setprofile(profile)
         try:
-            yield
+            with changed_for_the_block(sys.getprofile, sys.setprofile, profile):
+                yield
         finally:
-            sys.setprofile(previous)
             self.executed |= seen
             before = self.verdict.tier
             self.verdict = contract.with_executed(self.verdict, root, self.executed)
