@@ -68,21 +68,26 @@ def merge_batch_gains(params: str):
                                      f"def merge_batch(self, other: ScheduleBatch, {params}):", 1)
 
 
+def scheduler_starts_with(method: str, line: str, says: str):
+    """An entry of ``EDITS``: ``line`` put first in ``Scheduler.method`` of the scheduler's
+    file, read as a problem that says ``says``."""
+    return SCHED, insert_first("Scheduler", method, line), says
+
+
+# name -> (the file edited, the edit, what the problem it is read as says)
 EDITS = {
-    "augmented assignment in the loop": (
-        SCHED, insert_first("Scheduler", "event_loop_overlap", "self.counter += 1"),
-        "reads self.counter"),
-    "read before its own store": (
-        SCHED, insert_first("Scheduler", "event_loop_overlap", "self.x = self.x or 0"),
-        "reads self.x"),
+    "augmented assignment in the loop":
+        scheduler_starts_with("event_loop_overlap", "self.counter += 1", "reads self.counter"),
+    "read before its own store":
+        scheduler_starts_with("event_loop_overlap", "self.x = self.x or 0", "reads self.x"),
     "a new helper reading a new attribute": (
         SCHED, add_helper, "Scheduler._probe_helper reads self.brand_new_attribute"),
-    "getattr with a constant name": (
-        SCHED, insert_first("Scheduler", "run_batch", 'getattr(self, "brand_new_flag")'),
-        "reads self.brand_new_flag"),
-    "getattr with a computed name": (
-        SCHED, insert_first("Scheduler", "run_batch", 'getattr(self, "flag" + "_x")'),
-        "by a computed name"),
+    "getattr with a constant name":
+        scheduler_starts_with("run_batch", 'getattr(self, "brand_new_flag")',
+                              "reads self.brand_new_flag"),
+    "getattr with a computed name":
+        scheduler_starts_with("run_batch", 'getattr(self, "flag" + "_x")',
+                              "by a computed name"),
     "merge_batch gains a required parameter": (
         "srt/managers/schedule_batch.py", merge_batch_gains("extra"),
         "merge_batch requires 'extra'"),
