@@ -101,6 +101,7 @@ def test_figures_come_from_the_census_and_the_runs():
     assert res.to_json()["sites"][0]["ran_in"] == ["a", "b"]
 
 
+@pytest.mark.long
 def test_one_cheap_scenario_runs_census_sites_of_the_installed_sglang():
     """The CI check: a scenario of the installed sglang measured under coverage.py runs
     some census sites, and the percentage is the census's, not a constant."""

@@ -48,6 +48,7 @@ def _collect(tmp_path, *paths, rootdir=ROOT):
     return json.loads(out.read_text())
 
 
+@pytest.mark.long
 def test_the_suite_collected_for_cuda_spawns_no_installed_console_and_needs_no_policy(tmp_path):
     got = _collect(tmp_path, ROOT / "tests")
     assert got["collected"] > 1000  # the whole suite, not an empty collection

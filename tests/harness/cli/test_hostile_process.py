@@ -204,6 +204,7 @@ def _policy_in_place(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
+@pytest.mark.long
 def test_a_signal_at_any_moment_from_the_first_instruction_is_one_line():
     """20 moments from the console script's first instruction (its policy in place, ~30
     ms after exec on an idle machine; before it, only the interpreter's own start-up) to
