@@ -18,7 +18,9 @@ CHANGES: Dict[str, Tuple[str, str]] = {
         "torch's PrivateUse1 backend renamed to `sim` and `torch.sim` registered as its "
         "device module: `torch.device('sim')` must parse and "
         "`torch.get_device_module('sim')` give the simulator's streams and events, so "
-        "impl/ and sglang run on it unchanged"),
+        "impl/ and sglang run on it unchanged; `torch.get_device_module`'s memo dropped "
+        "then, so that an answer for the default device given before `sim` existed "
+        "(`torch.cpu`) does not stand for the process"),
     "gc-phase-callback": (
         "harness/runtime/sim/__init__.py: install (allocator.watch_collector)",
         "a callback in `gc.callbacks` that notes when the cyclic collector runs: a "

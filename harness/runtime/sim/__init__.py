@@ -119,6 +119,12 @@ def install() -> None:
     # guard -- in the order torch needs them.
     _setup_privateuseone_for_python_backend(rename="sim", backend_module=module)
     sys.modules.setdefault("torch.sim", module)
+    # ``torch.get_device_module`` memoizes its answers: one for the default device asked
+    # before ``sim`` existed (a module that runs ``get_device_module()`` at import, e.g.
+    # sglang 0.5.21's ``mem_cache/l2_transfer.py``) would answer ``torch.cpu`` for the
+    # life of the process, where the accelerator is now ``sim`` (upstream's
+    # ``get_current_device_stream_fast`` then hands its graph capture a CPU stream)
+    torch.get_device_module.cache_clear()
     _tensor.SIM = torch.device("sim", 0)
     _tensor.BACKEND = _dispatch.BACKEND
     from harness.runtime import pinning

@@ -133,18 +133,35 @@ FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
     # upstream's model runner (targets/sglang/runner): its forward over a forward batch
     "model_runner": (f"{_MR}:ModelRunner.forward", f"{_FB}:ForwardBatch.init_new"),
 }
+_RC = "sglang.srt.runtime_context"
+# How a release makes a run's server config current (``upstream.server_config``): the
+# first way whose code it has -- a context of the run's own under ``use_context`` (0.5.22),
+# or the process's one context snapshotted, reset, set and restored, as ``Engine``'s
+# launch restores it when it fails (0.5.19-0.5.21)
+SERVER_CONFIG_WAYS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ("use_context", (f"{_RC}:use_context",)),
+    ("snapshot_context", tuple(f"{_RC}:{n}" for n in (
+        "snapshot_context", "restore_context", "reset_context", "get_context",
+        "RuntimeContext.set_server_args"))))
 # What specrace's slice of a feature needs of the release beyond the feature's own code:
 # where the release has the code but not these, the code is there and specrace cannot
 # drive it -- "not driven", never "not applicable". Both slices build their server config
 # through the runtime-context API (0.5.22), and EAGLE's stand-ins bind to the kernel
 # launchers' module-level names (EAGLE_KERNEL_SEAMS; 0.5.22 launches its Triton kernels
-# directly, which has no stand-in here).
-DRIVER_NEEDS: Dict[str, Tuple[str, ...]] = {
-    # the runner built from __new__ plus these init steps (runner/build.py), the declared
+# directly, which has no stand-in here). A need: a "module:qualname", or ways (tuples of
+# them), any one of which meets it.
+DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
+    # the run's server config made current (any of SERVER_CONFIG_WAYS); a one-rank
+    # server's ranks and groups stamped on the context (runner/ranks.py: the context
+    # holds them until ``clear_stamp``, 0.5.21 on; before, its getters read the groups
+    # ``initialize_model_parallel`` builds -- 0.5.20 crashed reading ``pp_group``); the
+    # runner built from __new__ plus these init steps (runner/build.py), the declared
     # stand-ins' seams (the backend registry, torch_native's extend, RadixAttention, the
     # KV pool's write) and the verify's layout (NgramVerifyInput); where one is missing
     # the NGRAM worker's target forward stays the toy model's
-    "model_runner": ("sglang.srt.runtime_context:use_context",
+    "model_runner": (tuple(needs for _, needs in SERVER_CONFIG_WAYS),
+                     f"{_RC}:ParallelContext.override_permanently",
+                     f"{_RC}:ParallelContext.clear_stamp",
                      "sglang.srt.runtime_context:get_server_args",
                      *(f"{_MR}:ModelRunner.{step}" for step in MODEL_RUNNER_INIT_STEPS),
                      f"{_MR}:resolve_draft_attention_backend",
@@ -309,8 +326,21 @@ def missing_code(root: str, feature: str) -> Optional[str]:
 
 def undriven(root: str, feature: str) -> Optional[str]:
     """What specrace's slice of ``feature`` needs that the release lacks (None: it can be
-    driven); only meaningful where the feature's own code is there."""
-    return _first_absent(root, DRIVER_NEEDS.get(feature, ()))
+    driven); only meaningful where the feature's own code is there. A need of several
+    ways lacks only where every way does: its first way's first absent piece is named."""
+    for need in DRIVER_NEEDS.get(feature, ()):
+        absent = [_first_absent(root, way)
+                  for way in (((need,),) if isinstance(need, str) else need)]
+        if all(absent):
+            return absent[0]
+    return None
+
+
+def server_config_way(root: str) -> Optional[str]:
+    """How the release at ``root`` makes a run's server config current: the name of the
+    first of ``SERVER_CONFIG_WAYS`` whose code it has (None: none)."""
+    return next((name for name, needs in SERVER_CONFIG_WAYS
+                 if _first_absent(root, needs) is None), None)
 
 
 def _first_absent(root: str, targets) -> Optional[str]:

@@ -72,17 +72,42 @@ def server_config(speculative_algorithm: str, **server_args):
     """Upstream's runtime context for one run, projected from ``ServerArgs(...)`` by its
     ``set_server_args`` (the resolution pipeline, which loads the model's HF config, is
     not run: what it would resolve is given here -- page size 1, the toy's) and made
-    current with upstream's ``use_context``: what the slices' code reads of the server's
-    config (the spec algorithm and its draft shape, the page size)."""
+    current the way the release makes a server's config current
+    (``contract.SERVER_CONFIG_WAYS``, read from its source): a context of the run's own
+    under ``use_context``, or -- where the context is one per process -- that context
+    snapshotted, reset, given the run's server args and restored after the run, as a
+    launch that fails restores it. Either way the run starts from none of the config of
+    a run before it, and leaves none behind. What the slices' code reads of the
+    server's config (the spec algorithm and its draft shape, the page size)."""
     from sglang.srt import runtime_context as rc
     from sglang.srt.server_args import ServerArgs
-    ctx = rc.RuntimeContext(parallel=rc.ParallelContext())
+    from targets import static
+    from targets.sglang.boundary import contract
+    way = contract.server_config_way(static.package_root("sglang"))
+    if way is None:
+        raise RuntimeError("this sglang release has none of the ways specrace makes a "
+                           "server's config current (contract.SERVER_CONFIG_WAYS)")
     # the attention is the toy's; a backend without Triton makes upstream's prefill row
     # writer (write_cache_indices) take its host-looped path -- its Triton kernel reads
     # the prefix rows through raw device pointers, which neither the simulator nor a CUDA
     # trace can see
-    ctx.set_server_args(ServerArgs(model_path="specrace-toy", page_size=1,
-                                   attention_backend="torch_native",
-                                   speculative_algorithm=speculative_algorithm, **server_args))
-    with rc.use_context(ctx):
+    args = ServerArgs(model_path="specrace-toy", page_size=1,
+                      attention_backend="torch_native",
+                      speculative_algorithm=speculative_algorithm, **server_args)
+    if way == "use_context":
+        ctx = rc.RuntimeContext(parallel=rc.ParallelContext())
+        ctx.set_server_args(args)
+        with rc.use_context(ctx):
+            yield
+        return
+    state = rc.snapshot_context()
+    try:
+        rc.reset_context()
+        rc.get_context().set_server_args(args)
         yield
+    finally:
+        # the snapshot holds the parallel context's stamp (the ranks and groups the run
+        # stamps: runner/ranks.py) by reference, not by value: reset first, so the
+        # run's one-rank groups on its device do not outlive it in the restored context
+        rc.reset_context()
+        rc.restore_context(state)

@@ -223,10 +223,13 @@ class UpstreamKVCache(KVCacheManager):
 @contextlib.contextmanager
 def server_context(args) -> Iterator[None]:
     """What the lifecycle functions read of the server's config (the decode reserve, the
-    page size; an over-allocated tail is freed only under speculative decoding), for an
-    NGRAM run: upstream's runtime context for ``speculative_algorithm="NGRAM"``
-    (``upstream.server_config``). The EAGLE and DSpark slices make their own current."""
-    if args.spec_algorithm in ("eagle-v2", "dspark") or not fits():
+    page size; an over-allocated tail is freed only under speculative decoding), and
+    upstream's model runner (``targets.sglang.runner``: the spec algorithm, the page
+    size, the graph config), for an NGRAM run: upstream's runtime context for
+    ``speculative_algorithm="NGRAM"`` (``upstream.server_config``), where the release
+    runs either. The EAGLE and DSpark slices make their own current."""
+    from targets.sglang.runner import build as runner
+    if args.spec_algorithm in ("eagle-v2", "dspark") or not (fits() or runner.fits()):
         yield
         return
     from targets.sglang.boundary import upstream

@@ -71,9 +71,13 @@ def _fits(root: str) -> bool:  # a static read of the source: once per release
 
 def ngram_model_runner(args, device, toy, pools):
     """The NGRAM worker's target runner: upstream's ``ModelRunner`` where the release
-    fits and the run's server context is upstream's (``kv_lifecycle.server_context``,
-    the pools' lifecycle upstream's), else None."""
-    if pools.lifecycle != "upstream" or args.spec_algorithm != "ngram" or not fits():
+    fits (its server config made current for the run: ``kv_lifecycle.server_context``)
+    and the pools are upstream's classes in the full layout (the runner's forward and
+    its KV pool address upstream's ``req_to_token`` rows and allocator's slots, whoever
+    writes them: upstream's lifecycle functions or, on releases before their 0.5.22
+    shapes, specrace's), else None."""
+    if (pools.origin != "upstream" or args.kv_layout == "swa"
+            or args.spec_algorithm != "ngram" or not fits()):
         return None
     graphs.as_a_new_process()  # the engine's runners start from none of another's
     graph_config(args.cuda_graph_max_bs if args.cuda_graph else 0)
@@ -176,7 +180,22 @@ def _set_init_attributes(mr, m, toy, device, draft) -> None:
     mr.eplb_manager = None
     mr.canary_manager = None
     ranks.publish(device)  # init_torch_distributed's groups, for one rank
-    mr.pp_group = m["rc"].get_parallel().pp_group
+    _placement(mr, m["rc"].get_parallel())
+
+
+# What ``init_torch_distributed`` keeps on the runner of the placement it takes from the
+# context: the pipeline group (every release), and before 0.5.22 -- where the forward
+# reads them off the runner (``model_runner.attn_dcp_size``) -- the groups, ranks and
+# widths too. Set on every release: an attribute a release never reads is inert.
+PLACEMENT = ("pp_group", "tp_group", "tp_rank", "tp_size", "dp_size", "attn_dp_size",
+             "pp_rank", "pp_size", "attn_cp_rank", "attn_cp_size", "attn_dcp_rank",
+             "attn_dcp_size", "moe_ep_size", "dp_rank")
+
+
+def _placement(mr, parallel) -> None:
+    for name in PLACEMENT:
+        setattr(mr, name, getattr(parallel, name))
+    mr.attention_tp_group = parallel.tp_group  # one rank: attention TP is all of TP
 
 
 class HFConfig(types.SimpleNamespace):

@@ -4,7 +4,8 @@ needs none of it: its platform is sglang's own CUDA one).
 
 * the platform: specrace's simulator platform (``boundary/platform.py``) is an
   out-of-tree platform whose capabilities default to "no graph capture"; here it answers
-  as ``CudaSRTPlatform`` does -- graphs captured, upstream's ``DecodeCudaGraphRunner`` the
+  as ``CudaSRTPlatform`` does -- graphs captured (its ``capabilities.graph_capture`` from
+  0.5.22, its ``support_cuda_graph()`` before), upstream's ``DecodeCudaGraphRunner`` the
   runner class, the device's memory read for the capture's log line;
 * ``torch.cuda.CUDAGraph``: the full-graph backend constructs its graphs from
   ``torch.cuda`` by name (everything else it asks of ``device_module``): on the
@@ -53,13 +54,16 @@ def capturing_on(device) -> Iterator[None]:
     import sglang.srt.platforms as platforms
     from sglang.srt.model_executor.runner.decode_cuda_graph_runner import (
         DecodeCudaGraphRunner)
-    from sglang.srt.platforms.interface import PlatformCapabilities
     platform = platforms.current_platform
     saved = [(torch.cuda, "CUDAGraph", torch.cuda.CUDAGraph)] + [
         (platform, name, vars(platform).get(name)) for name in _PLATFORM]
     torch.cuda.CUDAGraph = mod.CUDAGraph
-    platform.capabilities = PlatformCapabilities(
-        **{**_fields(platform.capabilities), "graph_capture": True})
+    if hasattr(platform, "capabilities"):  # the platform's answers as one struct (0.5.22)
+        from sglang.srt.platforms.interface import PlatformCapabilities
+        platform.capabilities = PlatformCapabilities(
+            **{**_fields(platform.capabilities), "graph_capture": True})
+    else:  # one method per answer (before 0.5.22)
+        platform.support_cuda_graph = lambda: True
     platform.get_graph_runner_cls = lambda: DecodeCudaGraphRunner
     platform.get_device_total_memory = lambda gpu_id=0: SIM_MEMORY
     platform.get_current_memory_usage = lambda *a, **kw: 0
@@ -73,8 +77,8 @@ def capturing_on(device) -> Iterator[None]:
                 setattr(owner, name, value)
 
 
-_PLATFORM = ("capabilities", "get_graph_runner_cls", "get_device_total_memory",
-             "get_current_memory_usage")
+_PLATFORM = ("capabilities", "support_cuda_graph", "get_graph_runner_cls",
+             "get_device_total_memory", "get_current_memory_usage")
 
 
 def _fields(struct) -> dict:

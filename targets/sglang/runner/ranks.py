@@ -30,10 +30,11 @@ def single_rank_group(device):
 
 def publish(device) -> None:
     """The current runtime context's ranks and groups as a one-GPU server's launcher
-    and ``init_torch_distributed`` stamp them: rank 0 everywhere, one single-rank group
-    for tensor and pipeline parallelism."""
+    and ``init_torch_distributed`` stamp them: rank 0 everywhere (decode context
+    parallelism off: its rank 0, as ``publish`` stamps it), no data-parallel controller
+    (``dp_rank`` None), one single-rank group for tensor and pipeline parallelism."""
     from sglang.srt import runtime_context as rc
     g = single_rank_group(device)
     rc.get_parallel().override_permanently(
         tp_rank=0, pp_rank=0, attn_tp_rank=0, attn_dp_rank=0, attn_cp_rank=0,
-        moe_ep_rank=0, tp_group=g, pp_group=g)
+        attn_dcp_rank=0, moe_ep_rank=0, dp_rank=None, tp_group=g, pp_group=g)
