@@ -1,0 +1,111 @@
+"""Upstream's ``ModelRunner`` and ``DecodeCudaGraphRunner`` under the NGRAM worker on the
+other releases set up here (``.releases/sglang/<V>``), each run in its own environment:
+where ``runner.build.fits`` reads the release's source as drivable, the trace has the
+runner's sites and its graph replays and the verdicts are the findings'; where not,
+``contract.undriven`` names what the release lacks (the run keeps the toy forward).
+The installed release's own checks: test_sglang_model_runner.py."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from seams import children
+from targets.sglang.boundary import contract
+from targets.sglang.environments import LINE
+from targets.sglang.runner import build
+from tests.upstream.test_contract_edits import shadow
+from tests.upstream.test_sglang_model_runner import GRAPH_REPLAY, RUNNER_SITES
+
+RC = "sglang.srt.runtime_context"
+# What each release lacks of what the runner room needs, as measured (None: driven).
+# 0.5.19 and 0.5.20 make their config current as 0.5.21 does (snapshot_context), but
+# their parallel context does not hold a one-rank server's stamped groups (0.5.20's run
+# crashed reading pp_group from parallel_state)
+UNDRIVEN = {
+    **{f"0.5.{n}": f"{RC}:use_context" for n in range(14, 19)},
+    "0.5.19": f"{RC}:ParallelContext.override_permanently",
+    "0.5.20": f"{RC}:ParallelContext.clear_stamp",
+    "0.5.21": None, "0.5.22": None,
+}
+
+
+def _others():
+    mine = contract.installed_version()
+    return [v for v in LINE.installed() if v != mine]
+
+
+@pytest.mark.parametrize("version", sorted(UNDRIVEN))
+def test_each_release_is_driven_or_names_what_it_lacks(version):
+    if version not in LINE.installed():
+        pytest.skip(f"sglang {version} is not set up here")
+    root = LINE.release_root(version)
+    assert contract.undriven(root, "model_runner") == UNDRIVEN[version]
+    assert build.fits(root) == (UNDRIVEN[version] is None)
+
+
+def test_the_server_config_is_made_current_by_whichever_way_the_source_has(tmp_path):
+    """``use_context`` where the release has it; else the process context snapshotted,
+    reset and restored; a release with neither is not driven, the first way named."""
+    from targets import static
+    root = static.package_root("sglang")
+    assert contract.server_config_way(root) == "use_context"
+    rel = "srt/runtime_context.py"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    older = shadow(tmp_path / "a", rel,
+                   lambda t: t.replace("def use_context(", "def use_context_v0("))
+    assert contract.server_config_way(older) == "snapshot_context"
+    assert contract.undriven(older, "model_runner") is None
+    neither = shadow(tmp_path / "b", rel, lambda t: t.replace(
+        "def use_context(", "def use_context_v0(").replace(
+        "def snapshot_context(", "def snapshot_context_v0("))
+    assert contract.server_config_way(neither) is None
+    assert contract.undriven(neither, "model_runner") == f"{RC}:use_context"
+
+
+_CHILD = r"""
+import json, os
+import targets
+targets.get("sglang")
+from harness.policies import parse_policy
+from harness.runtime.trace import OpRecord, ReplayedOp
+from scenarios.resolve import run_scenario_result
+SEP = "sglang" + os.sep + "srt" + os.sep
+def srt(frame):
+    return frame[0].split(SEP, 1)[1] if frame and SEP in frame[0] else None
+def run(scenario, variant):
+    return run_scenario_result(scenario, target="sglang", variant=variant, backend="sim",
+                               trials=1, policy=parse_policy("eager"))
+a, b = run("ngram-filter-race", "as-installed"), run("ngram-filter-race", "as-installed")
+print(json.dumps({
+    "clean": a.outcome,
+    "identical": [repr(r) for r in a.trace.records] == [repr(r) for r in b.trace.records],
+    "sites": sorted({f"{srt(r.frame)}:{r.frame[2]}" for r in a.trace.records
+                     if isinstance(r, OpRecord) and srt(r.frame)}),
+    "replays": sorted({str(srt(r.replay.frame)) for r in a.trace.records
+                       if isinstance(r, ReplayedOp)}),
+    "pre_fix": run("ngram-filter-race", "pre-fix").outcome,
+    "readback": run("ngram-hidden-readback", "as-installed").outcome}))
+"""
+
+
+@pytest.mark.parametrize("version", [v for v, why in sorted(UNDRIVEN.items()) if why is None])
+def test_a_driven_release_runs_upstreams_runner_and_keeps_its_verdicts(version):
+    """In the release's own environment: the seed scenario's trace has the runner's sites
+    (the eager runner's input copy, the graph runner's capture, the KV pool's write) and
+    every verify replayed by upstream's full-graph backend; two runs in one process give
+    the same trace; the verdicts are the findings' (the released code clean, the pre-fix
+    variant and the hidden-states readback racing)."""
+    if version not in _others():
+        pytest.skip(f"sglang {version} is not set up here, or is the installed one")
+    proc = subprocess.run(children.command(LINE.env_python(version), "-c", _CHILD),
+                          env=children.env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    sites = {tuple(s.rsplit(":", 1)) for s in got["sites"]}
+    assert RUNNER_SITES <= sites, RUNNER_SITES - sites
+    assert got["replays"] == [GRAPH_REPLAY]
+    assert got["identical"]
+    assert (got["clean"], got["pre_fix"], got["readback"]) == ("clean", "race", "race")
