@@ -12,5 +12,9 @@
 * ``graphs`` -- what the decode graph runner's capture needs of the simulator's platform;
 * ``ranks`` -- a one-GPU server's ranks and process groups (upstream's class).
 
+Driven where ``build.fits`` reads the release's source as having all of it (of the
+releases set up here, 0.5.21-0.5.23); elsewhere ``contract.undriven(root, "model_runner")``
+names the piece missing and the NGRAM verify is the toy model's forward.
+
 The toy model comes in as an argument: nothing here imports the toy world.
 """
