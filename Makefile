@@ -94,13 +94,13 @@ vllm-gate: setup
 	$(VPY) repro vllm-v1-draft-copy --target vllm --trials 2 --expect race --no-report
 	$(VPY) repro vllm-v1-draft-copy --target vllm --variant fixed-seq-lens --trials 2 --expect clean --no-report
 	$(VPY) matrix --target vllm --backend sim
-	".releases/vllm/$$VLLM_GATE/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/upstream/test_vllm_machine.py tests/upstream/test_vllm_mrv2_releases.py tests/upstream/test_vllm_mrv2_evs.py
+	".releases/vllm/$$VLLM_GATE/bin/python" -m pytest -q -n 2 -p no:cacheprovider tests/targets/vllm_v1/test_machine.py tests/targets/vllm_v1/test_mrv2_releases.py tests/targets/vllm_v1/test_mrv2_evs.py
 
 # Model Runner V2's release tests -- the driven path, the 0.34.0 audit's S1 and S2 -- in
 # every vLLM release environment set up here (`make upstream TARGET=vllm VLLM=V`); each
 # test skips what its release lacks (S2's EVS path ships from 0.27.1).
 vllm-release-tests: setup
-	for py in .releases/vllm/*/bin/python; do echo "== $$py"; "$$py" -m pytest -q -p no:cacheprovider tests/upstream/test_vllm_mrv2_releases.py tests/upstream/test_vllm_mrv2_evs.py || exit 1; done
+	for py in .releases/vllm/*/bin/python; do echo "== $$py"; "$$py" -m pytest -q -p no:cacheprovider tests/targets/vllm_v1/test_mrv2_releases.py tests/targets/vllm_v1/test_mrv2_evs.py || exit 1; done
 
 # The release gate, on every release from the first with the NGRAM relay slice to the
 # newest (`make upstream-releases` sets them all up; CI does): each as shipped (its own

@@ -17,9 +17,9 @@ difference without changing the schedule:
 
 ``drafter_input_mismatches`` keeps every difference of the process's runs (request id,
 the step's index, the row, staged value, read value): the S1 scenario's value-level
-evidence, read by ``tests/upstream/test_vllm_mrv2_releases.py`` (``test_s1_...``). A greedy request's
-tokens do not depend on these rows (greedy drafting reads neither), so a difference
-shows here, not in the tokens.
+evidence, read by ``tests/targets/vllm_v1/test_mrv2_releases.py`` (``test_s1_...``). A
+greedy request's tokens do not depend on these rows (greedy drafting reads neither), so
+a difference shows here, not in the tokens.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from targets import static
 from targets.vllm.boundary import contract, handover
 from targets.vllm.engine.kernels import KERNEL_SEAMS
 from targets.vllm.environments import LINE
-from tests.upstream.release_copy import copy_modules, edit
+from tests.targets.vllm_v1.release_copy import copy_modules, edit
 
 RELEASE = "0.17.0"
 ROOT = LINE.release_root(RELEASE)

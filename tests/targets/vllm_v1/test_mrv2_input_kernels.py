@@ -3,7 +3,7 @@
 kernel's own per-program code (0.17.0 ``vllm/v1/worker/gpu/{buffer_utils,input_batch,
 block_table}.py``): one program at a time, flat pointer arithmetic as the kernel does it,
 on random batches. The stand-ins need no vLLM: these run in the core environment.
-(The sampling, rejection, EAGLE and grammar kernels: ``test_vllm_mrv2_spec_kernels.py``.)
+(The sampling, rejection, EAGLE and grammar kernels: ``test_mrv2_spec_kernels.py``.)
 
 Batches are what the runner hands the kernels: distinct request-state indices, query
 start locations padded with the last value to ``max_num_reqs + 1``, reads within the

@@ -4,7 +4,7 @@ references written from each kernel's own per-program code (0.17.0
 ``vllm/v1/worker/gpu/sample/gumbel.py``, ``spec_decode/rejection_sample.py``,
 ``spec_decode/eagle/speculator.py``, ``structured_outputs.py``), on random batches, in
 the core environment (no vLLM). The input-preparation kernels:
-``test_vllm_mrv2_kernels.py``, whose batch strategies these share.
+``test_mrv2_input_kernels.py``, whose batch strategies these share.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, strategies as st
 
 from targets.vllm.mrv2 import spec_kernels as S
-from tests.upstream.test_vllm_mrv2_kernels import (MAX_REQS, SETTINGS, batches, ints,
-                                                   launch, logit_layouts)
+from tests.targets.vllm_v1.test_mrv2_input_kernels import (MAX_REQS, SETTINGS, batches,
+                                                           ints, launch, logit_layouts)
 
 
 @SETTINGS

@@ -3,8 +3,8 @@ kernels as later releases launch them (``targets/vllm/mrv2/kernels_late.py``) ag
 loop-by-loop references written from each kernel's own per-program code (0.34.0
 ``vllm/v1/worker/gpu/{buffer_utils,input_batch,block_table}.py``): one program at a
 time, flat pointer arithmetic as the kernel does it, on random batches, in the core
-environment (no vLLM). The batch strategies are ``test_vllm_mrv2_kernels.py``'s; the
-late sampling / rejection kernels: ``test_vllm_mrv2_late_kernels_2.py``.
+environment (no vLLM). The batch strategies are ``test_mrv2_input_kernels.py``'s; the
+late sampling / rejection kernels: ``test_mrv2_late_spec_kernels.py``.
 """
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import torch
 from hypothesis import given, strategies as st
 
 from targets.vllm.mrv2 import kernels_late as KL
-from tests.upstream.test_vllm_mrv2_kernels import (MAX_REQS, SETTINGS, _pointer_table,
-                                                   batches, combine_case, ints, launch,
-                                                   logit_layouts, prefill_progress,
-                                                   slot_mapping_case)
+from tests.targets.vllm_v1.test_mrv2_input_kernels import (MAX_REQS, SETTINGS,
+                                                           _pointer_table, batches,
+                                                           combine_case, ints, launch,
+                                                           logit_layouts,
+                                                           prefill_progress,
+                                                           slot_mapping_case)
 
 
 def _idx_with_dummies(data, reqs):

@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, strategies as st
 
 from targets.vllm.mrv2 import spec_kernels_late as SL
-from tests.upstream.test_vllm_mrv2_kernels import (MAX_REQS, SETTINGS, ints, launch,
-                                                   logit_layouts)
+from tests.targets.vllm_v1.test_mrv2_input_kernels import (MAX_REQS, SETTINGS, ints,
+                                                           launch, logit_layouts)
 
 NAN, NEG = float("nan"), float("-inf")
 

@@ -6,7 +6,7 @@ loop-by-loop references written from each kernel's own per-program code (0.34.0
 ``spec_decode/rejection_sampler_utils.py``), on random batches, in the core
 environment (no vLLM). The target runs greedy requests only: the rejection kernels'
 greedy branches are checked exactly; a row at a temperature above 0 is checked for
-``NOT_GREEDY`` where the stand-in writes it (as ``test_vllm_mrv2_late_kernels_2.py``
+``NOT_GREEDY`` where the stand-in writes it (as ``test_mrv2_late_spec_kernels.py``
 does). ``tl.max`` / ``tl.argmax`` pick the first of ties.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ from hypothesis import given, strategies as st
 
 from targets.vllm.mrv2 import draft_kernels_late as DL, spec_kernels_late as SL
 from targets.vllm.mrv2.spec_kernels import NOT_GREEDY
-from tests.upstream.test_vllm_mrv2_kernels import (MAX_REQS, SETTINGS, batches, ints,
-                                                   launch, logit_layouts)
-from tests.upstream.test_vllm_mrv2_late_kernels_2 import NEG, _argmax, floats
-from tests.upstream.test_vllm_mrv2_spec_kernels import drafter_query
+from tests.targets.vllm_v1.test_mrv2_input_kernels import (MAX_REQS, SETTINGS, batches,
+                                                           ints, launch, logit_layouts)
+from tests.targets.vllm_v1.test_mrv2_late_spec_kernels import NEG, _argmax, floats
+from tests.targets.vllm_v1.test_mrv2_spec_kernels import drafter_query
 
 
 def _temps(data):

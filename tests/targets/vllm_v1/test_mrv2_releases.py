@@ -10,7 +10,7 @@ import importlib.util
 
 import pytest
 
-from tests.upstream.release_copy import copy_modules, edit
+from tests.targets.vllm_v1.release_copy import copy_modules, edit
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM is not installed in this environment")
