@@ -13,6 +13,7 @@ import zipfile
 
 import pytest
 
+from seams.paths import REPO_ROOT
 from targets import envs, wheels
 from targets.sglang.environments import LINE
 
@@ -158,8 +159,7 @@ def test_a_failed_step_is_one_short_error_not_pips_whole_output():
 def test_the_makefile_never_runs_a_release_string(tmp_path, var, value):
     """A release reaches the shell as a quoted variable, never as recipe text: what make
     would run holds the variable's name, not the string."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))))
+    root = REPO_ROOT
     marker = tmp_path / "ran"
     target = {"SGLANG": "upstream", "VLLM": "upstream", "VLLM_GATE": "vllm-gate"}.get(
         var, "releases")
@@ -177,8 +177,7 @@ def test_the_makefile_never_expands_a_release_string(tmp_path, var, origin):
     ``$(shell ...)`` wherever the variable is referenced -- exporting it to a recipe
     included -- and so run it itself. A recipe of the test's (an extra makefile) shows
     what the shell gets: the text as given, and the command never ran."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))))
+    root = REPO_ROOT
     marker = tmp_path / "ran"
     value = f"0.5.23 $(shell touch {marker})"
     probe = tmp_path / "probe.mk"
