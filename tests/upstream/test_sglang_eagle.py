@@ -182,8 +182,8 @@ def test_grammar_runs_behind_upstreams_barrier_and_matches_ngram(monkeypatch):
 
 
 def test_the_slice_needs_the_kernel_seams_it_binds(tmp_path):
-    """The EAGLE slice's driver needs name every launcher its stand-ins bind (0.5.22
-    launches Triton kernels directly: its rows are "not driven", not a crash), found where
+    """The EAGLE slice's driver needs name every launcher its stand-ins bind (0.5.16-0.5.22
+    launch Triton kernels directly: their rows are "not driven", not a crash), found where
     the module imported it; a release without one has the feature's code and cannot be
     driven -- never "not applicable"."""
     import os
@@ -198,7 +198,9 @@ def test_the_slice_needs_the_kernel_seams_it_binds(tmp_path):
     # a copy of the feature's modules whose eagle_worker_common imports no draft-locs
     # launcher (0.5.22's form)
     copy = tmp_path / "sglang"
-    for target in (*contract.FEATURES["eagle_v2"], *contract.DRIVER_NEEDS["eagle_v2"]):
+    needs = [way_target for need in contract.DRIVER_NEEDS["eagle_v2"]
+             for way_target in ((need,) if isinstance(need, str) else sum(need, ()))]
+    for target in (*contract.FEATURES["eagle_v2"], *needs):
         src = static.module_path(root, target.partition(":")[0])
         dst = copy / os.path.relpath(src, root)
         dst.parent.mkdir(parents=True, exist_ok=True)

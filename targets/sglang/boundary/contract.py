@@ -118,16 +118,15 @@ FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
     "coarse_switch": "sglang.srt.environ:Envs.SGLANG_FORCE_COARSE_WAR_BARRIER",
     "war_barrier": f"{_SCHED}:Scheduler._apply_war_barrier",
     # the DSpark slice (targets/sglang/slices/dspark.py): the budget planner and the confidence
-    # relay (0.5.16 on) and the runtime-context API it builds DSpark's config with (0.5.22)
+    # relay (0.5.16 on) and the draft input it hands the relay (its config: DRIVER_NEEDS)
     "dspark": ("sglang.srt.speculative.dspark_components.dspark_planner:"
                "DSparkVerifyPlanner.prepare_verify_budget",
                f"{_OU}:ConfidenceRelay.issue_ring_copy",
                "sglang.srt.speculative.draft_worker_common:make_draft_input_v2"),
     # the EAGLE v2 slice (targets/sglang/slices/eagle.py): the shared verify step and the draft
-    # worker's decode extend of the v2 worker, and the runtime-context API (0.5.22) it
-    # builds EAGLE's config with (earlier releases resolve a whole ServerArgs instead), and
-    # the kernel launchers its stand-ins are bound to (EAGLE_KERNEL_SEAMS; 0.5.22 launches
-    # its Triton kernels directly, ``kernel[grid](...)``, which has no stand-in here)
+    # worker's decode extend of the v2 worker (its config and the kernel launchers its
+    # stand-ins are bound to: DRIVER_NEEDS; 0.5.16-0.5.22 launch its Triton kernels
+    # directly, ``kernel[grid](...)``, which has no stand-in here)
     "eagle_v2": ("sglang.srt.speculative.eagle_worker_common:run_eagle_verify",
                  "sglang.srt.speculative.eagle_worker_v2:EagleDraftWorker._draft_extend_for_decode"),
     # upstream's model runner (targets/sglang/runner): its forward over a forward batch
@@ -145,11 +144,12 @@ SERVER_CONFIG_WAYS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
         "RuntimeContext.set_server_args"))))
 # What specrace's slice of a feature needs of the release beyond the feature's own code:
 # where the release has the code but not these, the code is there and specrace cannot
-# drive it -- "not driven", never "not applicable". Both slices build their server config
-# through the runtime-context API (0.5.22), and EAGLE's stand-ins bind to the kernel
-# launchers' module-level names (EAGLE_KERNEL_SEAMS; 0.5.22 launches its Triton kernels
-# directly, which has no stand-in here). A need: a "module:qualname", or ways (tuples of
-# them), any one of which meets it.
+# drive it -- "not driven", never "not applicable". Every slice makes its server config
+# current by one of SERVER_CONFIG_WAYS (0.5.19 on), and EAGLE's stand-ins bind to the
+# kernel launchers' module-level names (EAGLE_KERNEL_SEAMS; 0.5.16-0.5.22 launch its Triton
+# kernels directly, which has no stand-in here). A need: a "module:qualname", or ways
+# (tuples of them), any one of which meets it.
+_ANY_SERVER_CONFIG_WAY = tuple(needs for _, needs in SERVER_CONFIG_WAYS)
 DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
     # the run's server config made current (any of SERVER_CONFIG_WAYS); a one-rank
     # server's ranks and groups stamped on the context (runner/ranks.py: the context
@@ -159,7 +159,7 @@ DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
     # stand-ins' seams (the backend registry, torch_native's extend, RadixAttention, the
     # KV pool's write) and the verify's layout (NgramVerifyInput); where one is missing
     # the NGRAM worker's target forward stays the toy model's
-    "model_runner": (tuple(needs for _, needs in SERVER_CONFIG_WAYS),
+    "model_runner": (_ANY_SERVER_CONFIG_WAY,
                      f"{_RC}:ParallelContext.override_permanently",
                      f"{_RC}:ParallelContext.clear_stamp",
                      "sglang.srt.runtime_context:get_server_args",
@@ -180,8 +180,8 @@ DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
                      "sglang.srt.distributed.parallel_state:GroupCoordinator.graph_capture",
                      f"{_MR}:resolve_layer_indices",
                      "sglang.srt.model_executor.cuda_graph_config:CudaGraphConfig"),
-    "dspark": ("sglang.srt.runtime_context:use_context",),
-    "eagle_v2": ("sglang.srt.runtime_context:use_context",
+    "dspark": (_ANY_SERVER_CONFIG_WAY,),
+    "eagle_v2": (_ANY_SERVER_CONFIG_WAY,
                  *(f"{module}:{name}" for module, names in EAGLE_KERNEL_SEAMS.items()
                    for name in names)),
 }
@@ -235,8 +235,6 @@ SCHEDULER_ATTRIBUTES = (
     # releases before 0.5.20 receive through self.request_receiver.recv_requests()
     "request_receiver",
 )
-NOT_MODELLED = ("tp_worker", "pp_group", "tree_cache", "invariant_checker",
-                "batch_result_processor", "ps")
 # The keywords the toy worker's forward_batch_generation takes.
 WORKER_KEYWORDS = ("on_publish", "grammar_barrier")
 

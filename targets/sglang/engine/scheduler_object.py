@@ -20,11 +20,16 @@ from toys.model import ToyTargetModel
 
 from targets.sglang.engine import result_processor
 from targets.sglang.boundary import upstream
-from targets.sglang.boundary.contract import NOT_MODELLED
 from targets.sglang.engine.pools import build_pools
 from targets.sglang.engine.result_processor import Observability
 from targets.sglang.engine.worker import ToyNgramWorker
 from targets.sglang.runner.build import ngram_model_runner
+
+# The scheduler attributes (of ``contract.SCHEDULER_ATTRIBUTES``) read only on paths the
+# target does not take: each a ``NotModelled`` value, loud if read
+NOT_MODELLED = ("tp_worker", "pp_group", "tree_cache", "invariant_checker",
+                "batch_result_processor", "ps")
+
 
 class NotModelled:
     """The value of a scheduler attribute read only on a path this target does not take
