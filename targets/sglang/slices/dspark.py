@@ -58,8 +58,10 @@ def modules() -> Dict[str, Any]:
 @contextlib.contextmanager
 def server_context(args) -> Iterator[None]:
     """What DSpark's code reads of the server's config, for one run: upstream's runtime
-    context for ``speculative_algorithm="DSPARK"`` (``upstream.server_config``), and
-    ``SGLANG_RAGGED_VERIFY_MODE`` set to the run's mode (``envs...override``)."""
+    context for ``speculative_algorithm="DSPARK"``, made current the way the release's
+    source does (``upstream.server_config``: ``use_context``, or before 0.5.22 the
+    process's context snapshotted, reset and restored), and ``SGLANG_RAGGED_VERIFY_MODE``
+    set to the run's mode (``envs...override``)."""
     if args.spec_algorithm != "dspark":
         yield
         return
