@@ -59,7 +59,7 @@ def modules() -> Dict[str, Any]:
 def server_context(args) -> Iterator[None]:
     """What DSpark's code reads of the server's config, for one run: upstream's runtime
     context for ``speculative_algorithm="DSPARK"``, made current the way the release's
-    source does (``upstream.server_config``: ``use_context``, or before 0.5.22 the
+    source does (``upstream.server_config``: ``use_context``, or on 0.5.19-0.5.21 the
     process's context snapshotted, reset and restored), and ``SGLANG_RAGGED_VERIFY_MODE``
     set to the run's mode (``envs...override``)."""
     if args.spec_algorithm != "dspark":
