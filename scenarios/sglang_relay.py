@@ -1,5 +1,5 @@
 """Programs over the installed sglang's relay code beyond the engine (the upstream audit,
-``tools/reports/upstream_audit.py``, and ``tests/upstream``): the confidence relay's ring.
+``tools/reports/upstream_audit.py``, and ``tests/targets/sglang_target``): the confidence relay's ring.
 
 ``confidence_ring`` drives ``FutureMap``'s confidence relay (DSpark's): each forward
 publishes ``new_seq_lens`` and a confidence tensor (``ConfidenceRelay.scatter`` into

@@ -2,7 +2,7 @@
 tokens; the request it cuts short (``chunked_req``) keeps its row, stays out of the
 running batch and comes first in the next prefill, its middle chunks' results dropped
 (``toys.requests.form_prefill``; variants ``chunked*`` of kv-row-reuse). The
-helpers take a target: ``tests/upstream/test_sglang_chunked_prefill.py`` runs them under
+helpers take a target: ``tests/targets/sglang_target/test_sglang_chunked_prefill.py`` runs them under
 upstream's loop, with upstream's ``checkpoint_kv_cache``."""
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ scheduler chooses whom to retract (``impl.schedule_batch.retract_for_memory``, u
 overlapped trial and its synchronous reference, so the per-step oracle stands down for
 such a request from the first point the runs part (``StaleValueOracle.lined_up``); its
 outputs, the model oracle and the KV it read still judge it. The helpers take a target:
-``tests/upstream/test_sglang_pressure.py`` runs them on upstream's ``retract_decode``."""
+``tests/targets/sglang_target/test_sglang_pressure.py`` runs them on upstream's ``retract_decode``."""
 from __future__ import annotations
 
 import collections

@@ -1,7 +1,7 @@
 """Retraction: running requests give their row and slots back mid-run -- a step
 of theirs possibly in flight -- and are prefilled again from their prompt and tokens
 (``toys.requests.retract``; variant ``retract`` of kv-row-reuse). The helpers take
-a target: ``tests/upstream/test_sglang_retraction.py`` runs them on upstream's
+a target: ``tests/targets/sglang_target/test_sglang_retraction.py`` runs them on upstream's
 ``release_req``."""
 from __future__ import annotations
 

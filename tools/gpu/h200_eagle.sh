@@ -15,8 +15,8 @@ if [ "${SUITE:-0}" = 1 ]; then
       > "$R/pytest.log" 2>&1; echo "pytest rc $?" >> "$R/pytest.log" ) &
 fi
 timeout 240 python3 -X faulthandler -m pytest -n 4 -v -rfs -p no:cacheprovider \
-  --specrace-backend cuda tests/upstream/test_sglang_eagle.py tests/upstream/test_eagle_kernels.py \
-  tests/upstream/test_eagle_graphs.py > "$R/pytest_eagle.log" 2>&1
+  --specrace-backend cuda tests/targets/sglang_target/test_sglang_eagle.py tests/targets/sglang_target/test_eagle_kernels.py \
+  tests/targets/sglang_target/test_eagle_graphs.py > "$R/pytest_eagle.log" 2>&1
 echo "pytest eagle rc $?"; grep -E "FAILED|crashed|node down|passed|failed" "$R/pytest_eagle.log" | tail -12
 CASES=${CASES:-"eagle-v2:as-installed:clean eagle-v2:plan-stream:clean eagle-v2:topk2:clean \
 eagle-v2:topk2-plan-stream:clean eagle-v2:eagle3:clean eagle-v2:no-war-barrier:race \

@@ -25,7 +25,7 @@ LOOP_METHODS = ("event_loop_overlap", "run_batch", "is_disable_overlap_for_batch
 # target does not provide only past a guard that the target's configuration fails, or is
 # called only on a branch it never takes (the branch named). A helper not named here is
 # read, so a new helper's new attribute is a named problem, never a crash in the
-# reference run (tests/upstream/test_sglang_target.py runs the scenarios with each of
+# reference run (tests/targets/sglang_target/test_sglang_target.py runs the scenarios with each of
 # these failing loudly on a read of anything the object lacks).
 NOT_READ: Dict[str, str] = {
     "maybe_send_cached_prefix_chunk": "prefill disaggregation",

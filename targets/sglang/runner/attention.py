@@ -13,7 +13,7 @@ written as the GPU kernels are: fixed shapes, no host sync. Each query token att
 its request's ``req_to_token`` row up to its own position (the context, then its step's
 tokens up to itself; causal; one head; the toy's logits do not depend on the result):
 checked against upstream's ``torch_native`` extend over the same layouts
-(``tests/upstream/test_sglang_model_runner.py``). Graph state: none beyond the runner's
+(``tests/targets/sglang_target/test_sglang_model_runner.py``). Graph state: none beyond the runner's
 static buffers (the forward reads the batch the runner loaded); padded rows attend to one
 position (``seq_len`` fill value 1).
 

@@ -9,7 +9,7 @@ path: each wrapper below keeps upstream's signature and outputs, and launches on
 ``specrace::`` op whose schema says what it reads and writes (one launch point, as the
 fused kernel's). Each body is vectorised torch on the device -- no host synchronisation --
 mirroring the kernel's loads and stores line for line, with a brute-force reference in
-``tests/upstream/test_eagle_fused.py``. Bound by name where upstream's modules have them
+``tests/targets/sglang_target/test_eagle_fused.py``. Bound by name where upstream's modules have them
 (``install``); a release without a wrapper keeps its own path there.
 
 Not modelled (refused, loud): a ``predict`` that is not one-dimensional.

@@ -5,7 +5,7 @@ schema says what it writes): the race detector sees one read/write set at one po
 one stream, as for the fused kernel's single launch. Each body is plain
 vectorised torch on the device -- no host synchronisation, which would drain the stream
 and hide the very races under test -- and each has a brute-force reference in the tests
-(``tests/upstream/test_eagle_kernels.py``). ``install()`` binds them where upstream's
+(``tests/targets/sglang_target/test_eagle_kernels.py``). ``install()`` binds them where upstream's
 modules imported the kernel functions by name, and the fused kernels of the GPU path
 (``eagle_fused``: simulated tensors answer ``is_cuda`` as a GPU's do).
 

@@ -164,7 +164,7 @@ def test_a_release_without_what_the_runner_calls_keeps_the_toy_forward(tmp_path)
     init step the room calls does not -- the run keeps the toy forward, not a crash."""
     from targets import static
     from targets.sglang.runner import build
-    from tests.upstream.test_contract_edits import shadow
+    from tests.targets.sglang_target.test_contract_edits import shadow
     root = static.package_root("sglang")
     assert build.fits(root)
     edits = {"srt/layers/attention/torch_native_backend.py":

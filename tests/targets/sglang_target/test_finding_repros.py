@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 import targets
+from seams.paths import REPO_ROOT
 from targets import static
 
-FINDINGS = Path(__file__).resolve().parents[2] / "reports" / "upstream" / "findings"
+FINDINGS = Path(REPO_ROOT) / "reports" / "upstream" / "findings"
 SCRIPTS = sorted(FINDINGS.glob("repro_*.py"))
 SUPPORT = FINDINGS / "_repro_support.py"
 SGLANG_ROOT = static.package_root("sglang")

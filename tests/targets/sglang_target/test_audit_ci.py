@@ -109,7 +109,7 @@ def test_the_recipe_fails_on_a_seeded_new_race(tmp_path):
 
 
 def test_the_pytest_entry_point_fails_a_servers_test_on_the_seeded_race(tmp_path):
-    from tests.harness.cli.specrace_process import pytest_plugin_args
+    from tests.specrace.specrace_process import pytest_plugin_args
     checkout = _seeded_checkout(str(tmp_path / "checkout"))
     test = tmp_path / "test_server.py"
     test.write_text(textwrap.dedent(f"""

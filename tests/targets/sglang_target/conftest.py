@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="sglang is not installed (make upstream)")
     for item in items:
-        if "tests/upstream/" in item.nodeid:
+        if "tests/targets/sglang_target/" in item.nodeid:
             item.add_marker(skip)
 
 

@@ -15,8 +15,8 @@ from seams import children
 from targets.sglang.boundary import contract
 from targets.sglang.environments import LINE
 from targets.sglang.runner import build
-from tests.upstream.test_contract_edits import shadow
-from tests.upstream.test_sglang_model_runner import GRAPH_REPLAY, RUNNER_SITES
+from tests.targets.sglang_target.test_contract_edits import shadow
+from tests.targets.sglang_target.test_sglang_model_runner import GRAPH_REPLAY, RUNNER_SITES
 
 RC = "sglang.srt.runtime_context"
 # What each release lacks of what the runner room needs, as measured (None: driven).
