@@ -26,7 +26,7 @@ import json
 import os
 import re
 import shlex
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, BinaryIO, Dict, List, Optional
 
 from seams import signals
 from seams.paths import REPO_ROOT
@@ -34,6 +34,9 @@ from seams.paths import REPO_ROOT
 from harness.report.document import REPORT_FORMAT, Report, content_id
 from harness.report.reportset import ReportDirError, prepare_report_dir, write_set
 from seams.vocab import FENCED_TARGETS, Backend
+
+if TYPE_CHECKING:
+    from harness.trials.results import ReproResult
 
 FILES = {"json": "report.json", "markdown": "report.md", "trace": "trace.json",
          "timeline": "timeline.png"}
@@ -91,7 +94,7 @@ def preload() -> None:
     PIL.Image.preinit()  # savefig's PNG writer loads PIL's common plugins on first use
 
 
-def write_reports(result: Any, report_dir: str,
+def write_reports(result: ReproResult, report_dir: str,
                   context: Optional[Dict[str, Any]] = None) -> Dict[str, Optional[str]]:
     """Write ``result``'s set (a ``ReproResult``); returns each file's path by kind.
     ``context``: what the caller knows of the run beyond it, for the Markdown only (the
@@ -124,11 +127,11 @@ def write_reports(result: Any, report_dir: str,
         members.append((FILES["trace"], lambda f: f.write(
             json.dumps(chrome, default=str, separators=(",", ":")).encode())))
 
-        def timeline(f: Any) -> Any:
+        def timeline(f: BinaryIO) -> None:
             notes["timeline"] = render_timeline(trace, races, report, f)
         members.append((FILES["timeline"], timeline))
 
-    def markdown(f: Any) -> None:
+    def markdown(f: BinaryIO) -> None:
         f.write(render_markdown(report, paths, notes.get("timeline"), context).encode())
     members.append((FILES["markdown"], markdown))
     members.append((FILES["json"], lambda f: f.write(

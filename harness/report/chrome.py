@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from harness.runtime.trace import HostAccess, OpKind, QueryRecord, SyncRecord, access_label
+from harness.runtime.trace import (HostAccess, OpKind, OpRecord, QueryRecord, SyncRecord, Trace,
+                                   access_label)
 
-from harness.report.common import (access_names, host_label, host_records, layout, op_at, race_marks,
-                     stream_ids, time_note, where)
+from harness.report.common import (HostRecord, Layout, access_names, host_label, host_records,
+                                   layout, op_at, race_marks, stream_ids, time_note, where)
 from seams.text import printable_tree
+
+if TYPE_CHECKING:
+    from harness.detect import Race
+    from harness.report.document import Report
+    from harness.trials.results import ReproResult
 
 PID = 1
 HOST_TID = 0
@@ -32,7 +38,7 @@ def _inside(ts: float, dur: float) -> float:
     return ts + dur / 2.0 if dur > 0 else ts
 
 
-def chrome_trace(trace: Any, races: List[Any], report: Optional[Any] = None
+def chrome_trace(trace: Trace, races: List[Race], report: Optional[Report] = None
                  ) -> Dict[str, Any]:
     """The Chrome trace of ``trace``; ``report`` (a ``document.Report``) labels it (None:
     unlabelled, as ``trace_digest`` hashes it)."""
@@ -61,7 +67,7 @@ def chrome_trace(trace: Any, races: List[Any], report: Optional[Any] = None
     return printable_tree({"traceEvents": events, "displayTimeUnit": "ms", "otherData": other})
 
 
-def _metadata_events(trace: Any, lay: Any, note: str, result: Optional[Any]
+def _metadata_events(trace: Trace, lay: Layout, note: str, result: Optional[ReproResult]
                      ) -> List[Dict[str, Any]]:
     """The process (named, labelled with the run) and its lanes: the host, then a lane per
     stream, in stream order."""
@@ -85,7 +91,8 @@ def _metadata_events(trace: Any, lay: Any, note: str, result: Optional[Any]
     return events
 
 
-def _op_event(trace: Any, lay: Any, op: Any, marks: Dict[int, List[str]]) -> Dict[str, Any]:
+def _op_event(trace: Trace, lay: Layout, op: OpRecord, marks: Dict[int, List[str]]
+              ) -> Dict[str, Any]:
     """An op as a complete slice (``X``) on its stream's lane."""
     ts, end = lay.span[op.index]
     args: Dict[str, Any] = {
@@ -109,7 +116,7 @@ def _op_event(trace: Any, lay: Any, op: Any, marks: Dict[int, List[str]]) -> Dic
     return ev
 
 
-def _host_event(trace: Any, lay: Any, rec: Any, marks: Dict[int, List[str]]
+def _host_event(trace: Trace, lay: Layout, rec: HostRecord, marks: Dict[int, List[str]]
                 ) -> Dict[str, Any]:
     """A host sync, query or pinned-memory access as an instant (``i``) on the host lane."""
     args = {"where": where(rec.frame), "trace_index": rec.index}
@@ -138,7 +145,7 @@ def _mark_race(ev: Dict[str, Any], index: int, marks: Dict[int, List[str]]) -> N
         ev["cname"] = RACE_CNAME
 
 
-def _wait_links(trace: Any, lay: Any, slot: Dict[int, Dict[str, Any]]) -> List[tuple]:
+def _wait_links(trace: Trace, lay: Layout, slot: Dict[int, Dict[str, Any]]) -> List[tuple]:
     """(src, dst, name, cat, args) of a flow from each event record to its wait."""
     links: List[tuple] = []
     by_pos = op_at(trace)
@@ -152,7 +159,7 @@ def _wait_links(trace: Any, lay: Any, slot: Dict[int, Dict[str, Any]]) -> List[t
     return links
 
 
-def _race_links(races: List[Any], slot: Dict[int, Dict[str, Any]]) -> List[tuple]:
+def _race_links(races: List[Race], slot: Dict[int, Dict[str, Any]]) -> List[tuple]:
     """(src, dst, name, cat, args) of a flow from each race's first access to its second."""
     links: List[tuple] = []
     for n, race in enumerate(races, 1):
@@ -184,8 +191,8 @@ def _flow(fid: int, src: Dict[str, Any], dst: Dict[str, Any], name: str, cat: st
     return s, f
 
 
-def _other_data(result: Optional[Any], report: Optional[Any], lay: Any, note: str,
-                races: List[Any]) -> Dict[str, Any]:
+def _other_data(result: Optional[ReproResult], report: Optional[Report], lay: Layout, note: str,
+                races: List[Race]) -> Dict[str, Any]:
     """The trace's ``otherData``: the run's settings and races, the time base, the run id."""
     run = ({k: getattr(result, k) for k in ("scenario", "variant", "war_barrier", "backend",
                                             "policy", "seed")} if result is not None else {})
@@ -196,7 +203,7 @@ def _other_data(result: Optional[Any], report: Optional[Any], lay: Any, note: st
             "run_id": report.run_id if report is not None else None}
 
 
-def trace_digest(trace: Any, races: List[Any]) -> str:
+def trace_digest(trace: Trace, races: List[Race]) -> str:
     """sha256 of the trace's events as the Chrome trace shows them (without the run's
     labels): a replay that shows the same trace has the same digest."""
     events = chrome_trace(trace, races, None)["traceEvents"]

@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple, Union
 
-from harness.runtime.trace import (HostAccess, OpKind, OpRecord, QueryRecord, SyncRecord,
-                                   access_label, frame_text)
+from harness.runtime.trace import (HostAccess, OpKind, OpRecord, QueryRecord, Record, SyncRecord,
+                                   Trace, access_label, frame_text)
+
+if TYPE_CHECKING:
+    from harness.detect import Race
 
 SYNTHETIC_STEP_US = 10.0  # one trace-log position, when ops carry no times (CUDA)
 SYNTHETIC_DUR_US = 8.0
+
+# The records the host lane of the views shows.
+HostRecord = Union[SyncRecord, HostAccess, QueryRecord]
 
 
 def where(frame: Optional[Tuple[str, int, str]]) -> Optional[str]:
@@ -16,7 +22,7 @@ def where(frame: Optional[Tuple[str, int, str]]) -> Optional[str]:
     return frame_text(frame, missing=None)
 
 
-def access_names(trace: Any, accesses) -> List[str]:
+def access_names(trace: Trace, accesses) -> List[str]:
     return [f"{trace.storage_name(sid)} [{lo}:{hi})" for sid, lo, hi in accesses]
 
 
@@ -34,17 +40,17 @@ class Layout:
     span: Dict[int, Tuple[float, float]] = field(default_factory=dict)  # log index -> (ts, end)
     not_executed: int = 0
 
-    def ts(self, rec: Any) -> Optional[float]:
+    def ts(self, rec: Record) -> Optional[float]:
         s = self.span.get(rec.index)
         return s[0] if s else None
 
-    def host_time(self, rec: Any) -> float:
+    def host_time(self, rec: HostRecord) -> float:
         if self.mode == "synthetic":
             return rec.index * SYNTHETIC_STEP_US
         return float(rec.time)
 
 
-def layout(trace: Any) -> Layout:
+def layout(trace: Trace) -> Layout:
     ops_log = [r for r in trace.log if isinstance(r, OpRecord)]
     executed = list(trace.executed) or ops_log
     timed = bool(executed) and all(op.start is not None and op.end is not None
@@ -77,7 +83,7 @@ def time_note(lay: Layout) -> str:
             f"placed at index x {SYNTHETIC_STEP_US:g} µs in host program order")
 
 
-def race_marks(trace: Any, races: List[Any]) -> Dict[int, List[str]]:
+def race_marks(trace: Trace, races: List[Race]) -> Dict[int, List[str]]:
     """trace-log index -> ["RAW #1", ...] for both accesses of every race."""
     marks: Dict[int, List[str]] = {}
     for n, race in enumerate(races, 1):
@@ -90,22 +96,22 @@ def race_marks(trace: Any, races: List[Any]) -> Dict[int, List[str]]:
     return marks
 
 
-def host_records(trace: Any) -> List[Any]:
+def host_records(trace: Trace) -> List[HostRecord]:
     return [r for r in trace.log if isinstance(r, (SyncRecord, HostAccess, QueryRecord))]
 
 
-def stream_ids(trace: Any) -> List[int]:
+def stream_ids(trace: Trace) -> List[int]:
     sids = set(trace.stream_names)
     sids.update(r.stream for r in trace.log if isinstance(r, OpRecord))
     return sorted(sids)
 
 
-def op_at(trace: Any) -> Dict[Tuple[int, int], OpRecord]:
+def op_at(trace: Trace) -> Dict[Tuple[int, int], OpRecord]:
     """(stream, seq) -> op."""
     return {(r.stream, r.seq): r for r in trace.log if isinstance(r, OpRecord)}
 
 
-def host_label(rec: Any, trace: Any) -> str:
+def host_label(rec: Record, trace: Trace) -> str:
     if isinstance(rec, SyncRecord):
         return f"sync: {rec.label}"
     if isinstance(rec, QueryRecord):

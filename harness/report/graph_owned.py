@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from harness.runtime.trace import OpKind, OpRecord, ReplayedOp, short_path
+from harness.runtime.trace import OpKind, OpRecord, ReplayedOp, Trace, short_path
 
 
-def graph_owned_reads(trace: Any) -> List[Dict[str, Any]]:
+def graph_owned_reads(trace: Trace) -> List[Dict[str, Any]]:
     """One row per graph-owned storage a copy reads: the storage (its allocation site),
     the stream and site of the copy, and the captured op that writes it (first seen)."""
     written: Dict[int, ReplayedOp] = {}

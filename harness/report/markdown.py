@@ -2,14 +2,20 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from seams.paths import REPO_ROOT
-from harness.runtime.trace import short_path
+from harness.runtime.trace import Frame, Trace, short_path
 
 from seams.text import printable
 from seams.vocab import FENCED_TARGETS
 from harness.report.graph_owned import graph_owned_reads
+
+if TYPE_CHECKING:
+    from harness.detect import Race
+    from harness.detect.hb import AccessInfo, Owner
+    from harness.oracle.divergence import Divergence
+    from harness.report.document import Report
 
 MAX_RACES = 20
 MAX_TRIAL_ROWS = 20
@@ -32,7 +38,7 @@ def _source_line(path: Optional[str], line: Optional[int]) -> Optional[str]:
     return None
 
 
-def _site(acc: Any) -> str:
+def _site(acc: Union[AccessInfo, Owner]) -> str:
     """Where an access (``AccessInfo``) or an owner (``Owner``) happened, in Markdown."""
     if acc.frame is None:
         return "unknown site"
@@ -43,7 +49,7 @@ def _site(acc: Any) -> str:
     return site
 
 
-def _frame(frame: Any) -> str:
+def _frame(frame: Frame) -> str:
     return f"`{short_path(frame[0])}:{frame[1]}` ({frame[2]})"
 
 
@@ -52,7 +58,7 @@ def _code(v: Any) -> str:
     return f"`{s if len(s) <= 200 else s[:197] + '...'}`"
 
 
-def render_markdown(report: Any, paths: Dict[str, Optional[str]],
+def render_markdown(report: Report, paths: Dict[str, Optional[str]],
                     timeline_note: Optional[str],
                     context: Optional[Dict[str, Any]] = None) -> str:
     """The summary of ``report`` (a ``document.Report``) whose files are at ``paths``;
@@ -60,7 +66,7 @@ def render_markdown(report: Any, paths: Dict[str, Optional[str]],
     return printable(_render(report, paths, timeline_note, context or {}), keep_newlines=True)
 
 
-def _render(report: Any, paths: Dict[str, Optional[str]], timeline_note: Optional[str],
+def _render(report: Report, paths: Dict[str, Optional[str]], timeline_note: Optional[str],
             context: Dict[str, Any]) -> str:
     r = report.result
     shown = (r.first_trial or 0) + 1  # the trial the trace and the divergence are from
@@ -76,7 +82,7 @@ def _render(report: Any, paths: Dict[str, Optional[str]], timeline_note: Optiona
     return "\n".join(out)
 
 
-def _summary(report: Any) -> List[str]:
+def _summary(report: Report) -> List[str]:
     """The title, the target (when not ours), the verdict against what was expected, and
     the run's settings."""
     r = report.result
@@ -104,7 +110,7 @@ def _summary(report: Any) -> List[str]:
     return out
 
 
-def _replay(report: Any) -> List[str]:
+def _replay(report: Report) -> List[str]:
     """How to run it again: the recorded report's replay, or the repro from scratch."""
     r = report.result
     out = ["## Replay", "", "Re-run with the same parameters and compare the verdict "
@@ -152,7 +158,7 @@ def _environment(env: Dict[str, Any]) -> List[str]:
     return out
 
 
-def _graph_owned(trace: Any) -> List[str]:
+def _graph_owned(trace: Optional[Trace]) -> List[str]:
     """The graph outputs a copy read in the shown trial (``graph_owned``): what a fix
     must clone, or wait for, before the next replay."""
     rows = graph_owned_reads(trace) if trace is not None else []
@@ -168,7 +174,7 @@ def _graph_owned(trace: Any) -> List[str]:
     return out + [""]
 
 
-def _races(races: List[Any]) -> List[str]:
+def _races(races: List[Race]) -> List[str]:
     """What raced with what (``harness.detect.Race``, counted over the trials)."""
     out = [f"## What raced ({len(races)} site{'s' if len(races) != 1 else ''})", ""]
     if not races:
@@ -200,7 +206,7 @@ def _races(races: List[Any]) -> List[str]:
     return out
 
 
-def _divergence(div: Any, trial: int) -> List[str]:
+def _divergence(div: Optional[Divergence], trial: int) -> List[str]:
     """The first divergence (``harness.oracle.divergence.Divergence``), seen in ``trial``."""
     out = ["## First divergence", ""]
     if div is None:

@@ -12,7 +12,7 @@ import textwrap
 from collections import namedtuple
 from typing import Any, BinaryIO, Dict, List, Optional, Tuple
 
-from harness.runtime.trace import WAIT_EVENT, OpKind, OpRecord, QueryRecord, SyncRecord
+from harness.runtime.trace import WAIT_EVENT, OpKind, OpRecord, QueryRecord, SyncRecord, Trace
 
 from harness.report.common import host_records, layout, op_at, race_marks, stream_ids, where
 from seams.text import printable
@@ -99,7 +99,7 @@ _XRange = namedtuple("_XRange", "t0 t1 width pad min_w")
 _Shown = Dict[int, Tuple[float, float, int]]  # log index -> (x0, x1, lane) drawn
 
 
-def render_timeline(trace: Any, races: List[Any], report: Any, out: BinaryIO) -> str:
+def render_timeline(trace: Trace, races: List[Any], report: Any, out: BinaryIO) -> str:
     """Draw the timeline of ``report`` (a ``document.Report``) into ``out`` (PNG); returns
     what the picture shows (one line)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -34,12 +34,15 @@ import enum
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, Union
 
 from seams.paths import REPO_ROOT
-
 from harness.runtime.policy import HOST, Schedule  # HOST: the host's actor id in vector clocks too
 from seams.vocab import shaped_name
+
+if TYPE_CHECKING:
+    from types import CodeType
+    import torch
 
 Access = Tuple[int, int, int]  # (storage id, first byte, one past the last byte)
 Position = Tuple[int, int]  # (stream id, seq)
@@ -166,8 +169,8 @@ class AllocRecord:
     frame: Optional[Frame]
     prev: Optional[int] = None
     op: Optional[str] = None
-    dtype: Any = None
-    shape: Any = None
+    dtype: Optional[torch.dtype] = None
+    shape: Optional[Sequence[int]] = None
     index: int = field(default=-1, init=False)
 
     def __repr__(self) -> str:
@@ -302,7 +305,7 @@ _CODES_MAX = 1 << 14
 _UNSEEN: Any = object()
 
 
-def _learn(code: Any) -> Optional[Dict[int, Frame]]:
+def _learn(code: CodeType) -> Optional[Dict[int, Frame]]:
     if len(_SITES) >= _CODES_MAX:
         _SITES.clear()
         _HELD.clear()
@@ -382,7 +385,7 @@ def frame_text(frame: Optional[Frame], missing: Optional[str] = "?",
     return f"{head} ({frame[2]})" if function else head
 
 
-def tensor_range(t: Any) -> Tuple[int, int]:
+def tensor_range(t: torch.Tensor) -> Tuple[int, int]:
     """Byte range ``[lo, hi)`` a tensor view covers in its storage (conservative for strides)."""
     n = t.numel()
     item = t.element_size()

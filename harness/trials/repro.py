@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import statistics
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 from harness.detect import Race
 from harness.target import DoesNotFit
@@ -23,6 +23,10 @@ from seams.vocab import Backend
 from harness.trials.drive import server_args
 from harness.trials.results import ReproResult, TrialSummary
 from harness.trials.trial import TrialResult, run_trial
+
+if TYPE_CHECKING:
+    from harness.oracle.divergence import Divergence
+
 
 # Distinct race sites one run records (a site is a pair of code locations: real runs have
 # tens; sites past it are not recorded, so a report stays within its schema).
@@ -74,9 +78,9 @@ class _Tally:
     """The trials' results so far, aggregated as each one ends."""
     per_trial: List[TrialSummary] = dataclasses.field(default_factory=list)
     races: Dict[tuple, Race] = dataclasses.field(default_factory=dict)
-    first_div: Any = None
+    first_div: Optional[Divergence] = None
     first_trial: Optional[int] = None
-    shown: Any = None  # the TrialResult the report shows (its trace, its races)
+    shown: Optional[TrialResult] = None  # the TrialResult the report shows (its trace, its races)
     schedules: List[Optional[Schedule]] = dataclasses.field(default_factory=list)
     times: List[float] = dataclasses.field(default_factory=list)
 

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from harness.detect import Race
 from harness.oracle.divergence import Divergence, DivergenceKind
 from seams.faults.plan import StallAt
 from harness.runtime.policy import Schedule, decode_schedules
 from seams.vocab import FENCED_TARGETS, Backend, Platform, Verdict
+
+if TYPE_CHECKING:
+    from harness.runtime.trace import Trace
+
 
 @dataclass(frozen=True)
 class TrialSummary:
@@ -90,7 +94,7 @@ class ReproResult:
     report_files: Optional[Dict[str, Optional[str]]] = None  # where its report set went
     # The trial the report shows (the first failing one, else trial 0): its trace and
     # the races in it. Not part of the JSON -- a report set writes them as its own files.
-    trace: Any = field(default=None, repr=False, compare=False)
+    trace: Optional[Trace] = field(default=None, repr=False, compare=False)
     trace_races: List[Race] = field(default_factory=list, repr=False, compare=False)
 
     @property

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from harness.detect import Race, detect
 from harness.oracle.divergence import Divergence
@@ -29,6 +29,10 @@ from harness.trials.drive import drive, grammar_backend
 from harness.trials.reference import ReferenceCrash, quiesce, reference
 from seams.vocab import Backend
 
+if TYPE_CHECKING:
+    from harness.runtime.trace import Trace
+    from mutations.base import Mutation
+
 
 @dataclass
 class TrialResult:
@@ -36,7 +40,7 @@ class TrialResult:
     races: List[Race]
     wall_ms: float
     checked: int
-    trace: Any = None  # kept when asked (for the timeline of the first failing trial)
+    trace: Optional[Trace] = None  # kept when asked (for the timeline of the first failing trial)
     outputs: Dict[int, List[int]] = field(default_factory=dict)
     iterations: int = 0  # scheduler iterations the run took (0: it did not finish)
     schedule: Optional[Schedule] = None  # the simulator's (trace.schedule)
@@ -49,7 +53,7 @@ class TrialResult:
 def run_trial(backend: str, policy: Optional[SchedulePolicy], workload: Workload, args,
               stalls: List[StallAt], target: Target,
               detect_races: bool = True, keep_trace: bool = False,
-              stop_early: bool = True, mutation: Any = None,
+              stop_early: bool = True, mutation: Optional[Mutation] = None,
               answers: Optional[Dict[str, Any]] = None, load: Load = NONE) -> TrialResult:
     """One run of ``workload`` on ``target``'s engine; ``policy`` is the simulator's (ignored on CUDA, whose schedule is the
     GPU's). ``mutation`` (a ``mutations.Mutation``) is applied around the run
