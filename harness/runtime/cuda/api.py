@@ -18,17 +18,18 @@ per-run state lives on the capture and, tagged with its token, on the event/grap
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from types import ModuleType
+from typing import Any, Callable, Optional, Union
 
 from harness.runtime.graphs import CaptureToken, GraphCapture, replay_ops
 from harness.runtime.trace import (WAIT_EVENT, EventRecord, OpKind, Position, QueryRecord,
                      user_frame)
-from harness.runtime.cuda.capture import Capture, active
+from harness.runtime.cuda.capture import AnyEvent, Capture, active
 
 GRAPH_STATE = "_specrace_graph"  # attribute on a graph: [capture token, gid, ops, replays]
 
 
-def _wait(cap: Capture, sid: int, pos: Any, frame) -> None:
+def _wait(cap: Capture, sid: int, pos: Union[Position, CaptureToken, None], frame) -> None:
     if isinstance(pos, CaptureToken):  # recorded inside a CUDA graph capture
         if pos.capture is cap.graph:
             cap.graph.wait(sid, pos)  # a fork or a join inside the graph: no stream op
@@ -40,14 +41,14 @@ def _wait(cap: Capture, sid: int, pos: Any, frame) -> None:
     cap.op(sid, WAIT_EVENT, [], [], frame, kind=OpKind.WAIT, wait_for=pos, duration=0.0)
 
 
-def _at(cap: Capture, event: Any) -> Optional[Position]:
+def _at(cap: Capture, event: AnyEvent) -> Optional[Position]:
     """Where ``event`` was recorded in this run; None if never, or inside a graph capture
     (CUDA refuses a host wait on that: nothing to log)."""
     st = cap.event_state(event)
     return None if st is None or isinstance(st[1], CaptureToken) else st[1]
 
 
-def _waited(cap: Capture, event: Any) -> Any:
+def _waited(cap: Capture, event: AnyEvent) -> Union[Position, CaptureToken, None]:
     st = cap.event_state(event)
     return st[1] if st else None
 
@@ -164,8 +165,8 @@ def _wrapper(orig: Callable[..., Any], log: Optional[Callable[..., Any]],
     return wrapped
 
 
-def ensure_api_wrapped(stream_cls: Any, event_cls: Any, module: Any,
-                       graph_cls: Any = None) -> None:
+def ensure_api_wrapped(stream_cls: type, event_cls: type, module: ModuleType,
+                       graph_cls: Optional[type] = None) -> None:
     """Wrap the stream/event API of ``stream_cls`` / ``event_cls`` / ``module``, and the
     capture/replay API of ``graph_cls`` (``torch.cuda.CUDAGraph``), once."""
     owners = {"event": event_cls, "stream": stream_cls, "module": module, "graph": graph_cls}

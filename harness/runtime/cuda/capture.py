@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import itertools
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 
@@ -33,6 +33,9 @@ from seams.vocab import shaped_name
 
 _CAPTURE_TOKENS = itertools.count(1)
 EVENT_STATE = "_specrace_event"  # attribute on an event: (capture token, eid, position)
+# What the logged API hands in: a ``torch.cuda`` stream/event, or the generic ``torch`` one.
+AnyStream = Union[torch.cuda.Stream, torch.Stream]
+AnyEvent = Union[torch.cuda.Event, torch.Event]
 
 
 def _describe(t: torch.Tensor) -> str:
@@ -85,7 +88,7 @@ class Capture:
     def cur(self) -> int:
         return self.stream_id(self.current_handle())
 
-    def stream_of(self, stream: Any) -> int:
+    def stream_of(self, stream: Optional[AnyStream]) -> int:
         """Stream id of a stream object (None: the current stream)."""
         if stream is None:
             return self.cur()
@@ -180,7 +183,7 @@ class Capture:
         lo, hi = tensor_range(t)
         return (sid, lo, hi)
 
-    def record_stream(self, t: torch.Tensor, stream: Any, frame) -> None:
+    def record_stream(self, t: torch.Tensor, stream: Optional[AnyStream], frame) -> None:
         sid, _ = self.storage_id(t)
         s = self.stream_of(stream)
         self.trace.add(RecordStreamRecord(sid, s, frame))
@@ -196,7 +199,7 @@ class Capture:
         return acc[0]
 
     # --- events ----------------------------------------------------------------------
-    def event_recorded(self, event: Any, pos: Position) -> int:
+    def event_recorded(self, event: AnyEvent, pos: Position) -> int:
         """Remember where ``event`` was last recorded. The state lives on the event object
         itself (no weak references), tagged with this capture's token, so an event kept
         from an earlier run is not mistaken for one of this run."""
@@ -208,7 +211,7 @@ class Capture:
             self._slotted_events[id(event)] = (event, eid, pos)
         return eid
 
-    def event_state(self, event: Any) -> Optional[Tuple[int, Position]]:
+    def event_state(self, event: AnyEvent) -> Optional[Tuple[int, Position]]:
         st = getattr(event, EVENT_STATE, None)
         if st is not None:
             return (st[1], st[2]) if st[0] == self.token else None
@@ -221,7 +224,7 @@ class Capture:
         return next(self._eids)
 
 
-def handle_of(stream: Any) -> int:
+def handle_of(stream: AnyStream) -> int:
     handle = getattr(stream, "cuda_stream", None)
     if handle is not None:
         return int(handle)

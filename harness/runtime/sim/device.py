@@ -29,8 +29,8 @@ from typing import Any, List, Optional
 from harness.runtime.policy import Policy, RunAll
 from harness.runtime.sim.allocator import SimAllocator
 from harness.runtime.sim.arbiter import Arbiter
-from harness.runtime.trace import (HostAccess, OpKind, OpRecord, Position, QueryRecord, SyncRecord, Trace,
-                     user_frame)
+from harness.runtime.trace import (Frame, HostAccess, OpKind, OpRecord, Position, QueryRecord,
+                                   SyncRecord, Trace, user_frame)
 from harness.runtime.sim.errors import SimDeadlock, SimDeviceError, check_session  # noqa: F401 (re-exported)
 from harness.runtime.load import NONE
 from harness.runtime.sim import load
@@ -222,7 +222,7 @@ class SimDevice:
                            f"complete")
 
     # --- host side --------------------------------------------------------------------
-    def host_sync(self, waits: List[Position], label: str, frame: Any = None) -> None:
+    def host_sync(self, waits: List[Position], label: str, frame: Optional[Frame] = None) -> None:
         """``frame``: the user frame, when the caller (an op's dispatch) has it already."""
         if self.capture is not None:
             self.capture.refuse(label, waits)  # no host syncs inside a graph capture
@@ -237,7 +237,7 @@ class SimDevice:
         if self.error is not None:
             raise self.error
 
-    def sync_current(self, label: str, frame: Any = None) -> None:
+    def sync_current(self, label: str, frame: Optional[Frame] = None) -> None:
         s = self.current
         self.host_sync([(s.sid, s.enq)], label, frame)
 

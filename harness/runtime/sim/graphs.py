@@ -31,7 +31,7 @@ from harness.runtime.graphs import GraphCapture, replay_ops
 from harness.runtime.policy import Chooser
 from harness.runtime.trace import Position, short_path, user_frame
 from harness.runtime.sim.device import SimDevice
-from harness.runtime.sim.streams import Stream, current_device
+from harness.runtime.sim.streams import Event, Stream, current_device
 
 __all__ = ["CUDAGraph", "graph", "graph_pool_handle", "is_current_stream_capturing"]
 
@@ -92,7 +92,7 @@ class SimCapture(GraphCapture):
             self.scheduler.chooser = self.inner
 
     # --- device hooks ---------------------------------------------------------------
-    def refuse(self, what: str, waits: List[Position], event: Any = None) -> None:
+    def refuse(self, what: str, waits: List[Position], event: Optional[Event] = None) -> None:
         """A host sync or query during the capture. CUDA refuses it (in ``relaxed`` mode
         only when it involves the capture) and the capture is invalidated."""
         involved = any(self.takes(sid) for sid, _ in waits) or self.owns(event)
@@ -103,11 +103,11 @@ class SimCapture(GraphCapture):
         self.invalidate(msg)
         raise RuntimeError(msg)
 
-    def owns(self, event: Any) -> bool:
+    def owns(self, event: Optional[Event]) -> bool:
         token = getattr(event, "token", None)
         return token is not None and token.capture is self
 
-    def record_event(self, event: Any, sid: int) -> bool:
+    def record_event(self, event: Event, sid: int) -> bool:
         """``event.record()`` on ``sid``: inside the capture it marks a point of the graph
         (for forks and joins), not a stream position. True when handled here."""
         if not self.takes(sid):
@@ -116,7 +116,7 @@ class SimCapture(GraphCapture):
         event.token = self.event(sid)
         return True
 
-    def wait_event(self, event: Any, sid: int) -> bool:
+    def wait_event(self, event: Event, sid: int) -> bool:
         """``sid`` waits on ``event``. True when handled here (no wait marker to queue)."""
         if self.owns(event):
             self.wait(sid, event.token)  # a fork or a join: ordering inside the graph

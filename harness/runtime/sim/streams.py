@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import collections
 import weakref
-from typing import Any, Deque, List, Optional
+from typing import TYPE_CHECKING, Any, Deque, List, Optional
 
 import torch
 
 from seams.context import current
 from harness.runtime.trace import WAIT_EVENT, EventRecord, OpKind, OpRecord, Position, user_frame
 from harness.runtime.sim.errors import check_session
+
+if TYPE_CHECKING:
+    from harness.runtime.graphs import CaptureToken
 
 # ``SimDevice`` below is ``device.SimDevice`` (not imported: the device imports this module)
 SimDevice = Any
@@ -74,7 +77,7 @@ class Stream:
         return self.sid
 
     @property
-    def device(self) -> Any:
+    def device(self) -> torch.device:
         return torch.device("sim", 0)
 
     def __eq__(self, other: object) -> bool:
@@ -99,7 +102,7 @@ class Event:
         self._dev = current().sim_device
         self.eid = self._dev.new_eid() if self._dev is not None else 0
         self.position: Optional[Position] = None
-        self.token: Any = None  # recorded inside a graph capture (sim/graphs.py)
+        self.token: Optional[CaptureToken] = None  # recorded inside a graph capture (sim/graphs.py)
         self.time = 0.0
 
     def _mine(self, what: str) -> SimDevice:
