@@ -68,7 +68,7 @@ def scan(op: ops.OpInfo, args: tuple, kwargs: dict) -> Tuple[tuple, dict, list, 
     return tuple(bargs), kwargs, reads, writes
 
 
-def launch(backend: Any, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
+def launch(backend: ops.Backend, op: ops.OpInfo, args: tuple, kwargs: dict) -> Any:
     """The kernel rung (``SimBackend.kernel`` itself: one Python frame less per op)."""
     dev = context.current().sim_device or current_device()  # (the latter: the error, when none)
     stream = dev.current

@@ -9,7 +9,7 @@ handed to the next allocation on its stream.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 import torch
 
@@ -17,8 +17,11 @@ from harness.runtime import hostmem
 from harness.runtime.trace import tensor_range, user_frame
 from harness.runtime.sim.allocator import poison_fill
 
+if TYPE_CHECKING:
+    from harness.runtime.ops import Backend
+
 SIM: Optional[torch.device] = None  # torch.device("sim", 0), set by install()
-BACKEND: Any = None  # the simulator's ops.Backend (sim/dispatch.py), set by install()
+BACKEND: Optional[Backend] = None  # the simulator's ops.Backend (sim/dispatch.py), set by install()
 
 
 def poisoned_empty(shape, stride, dtype) -> torch.Tensor:
