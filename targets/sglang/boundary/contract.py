@@ -150,18 +150,22 @@ SERVER_CONFIG_WAYS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 # kernels directly, which has no stand-in here). A need: a "module:qualname", or ways
 # (tuples of them), any one of which meets it.
 _ANY_SERVER_CONFIG_WAY = tuple(needs for _, needs in SERVER_CONFIG_WAYS)
+# A one-rank server's ranks and groups (runner/ranks.py): on the context until clear_stamp
+# (0.5.21 on), else in the globals its getters read, as initialize_model_parallel sets them
+_PS, _DPA = "sglang.srt.distributed.parallel_state", "sglang.srt.layers.dp_attention"
+RANK_WAYS = (("context_stamp", tuple(f"{_RC}:ParallelContext.{n}" for n in (
+    "override_permanently", "clear_stamp"))), ("parallel_state_globals", (*(f"{_PS}:{g}" for g in (
+        "_WORLD", "_TP", "_PP", "_ATTN_TP")), f"{_DPA}:_ATTN_DP_RANK",
+    "sglang.srt.distributed.parallel_state_wrapper:ParallelState.trivial")))
 DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
     # the run's server config made current (any of SERVER_CONFIG_WAYS); a one-rank
-    # server's ranks and groups stamped on the context (runner/ranks.py: the context
-    # holds them until ``clear_stamp``, 0.5.21 on; before, its getters read the groups
-    # ``initialize_model_parallel`` builds -- 0.5.20 crashed reading ``pp_group``); the
+    # server's ranks and groups kept the release's way (any of RANK_WAYS); the
     # runner built from __new__ plus these init steps (runner/build.py), the declared
     # stand-ins' seams (the backend registry, torch_native's extend, RadixAttention, the
     # KV pool's write) and the verify's layout (NgramVerifyInput); where one is missing
     # the NGRAM worker's target forward stays the toy model's
     "model_runner": (_ANY_SERVER_CONFIG_WAY,
-                     f"{_RC}:ParallelContext.override_permanently",
-                     f"{_RC}:ParallelContext.clear_stamp",
+                     tuple(needs for _, needs in RANK_WAYS),
                      "sglang.srt.runtime_context:get_server_args",
                      *(f"{_MR}:ModelRunner.{step}" for step in MODEL_RUNNER_INIT_STEPS),
                      f"{_MR}:resolve_draft_attention_backend",
@@ -334,11 +338,9 @@ def undriven(root: str, feature: str) -> Optional[str]:
     return None
 
 
-def server_config_way(root: str) -> Optional[str]:
-    """How the release at ``root`` makes a run's server config current: the name of the
-    first of ``SERVER_CONFIG_WAYS`` whose code it has (None: none)."""
-    return next((name for name, needs in SERVER_CONFIG_WAYS
-                 if _first_absent(root, needs) is None), None)
+def server_config_way(root: str, ways=SERVER_CONFIG_WAYS) -> Optional[str]:
+    """The first of ``ways`` (how a run's config is made current; RANK_WAYS) it has."""
+    return next((name for name, needs in ways if _first_absent(root, needs) is None), None)
 
 
 def _first_absent(root: str, targets) -> Optional[str]:

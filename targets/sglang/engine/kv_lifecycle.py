@@ -233,5 +233,7 @@ def server_context(args) -> Iterator[None]:
         yield
         return
     from targets.sglang.boundary import upstream
-    with upstream.server_config("NGRAM", speculative_num_draft_tokens=args.draft_token_num):
+    from targets.sglang.runner import ranks
+    with upstream.server_config("NGRAM", speculative_num_draft_tokens=args.draft_token_num), \
+            ranks.scope():
         yield

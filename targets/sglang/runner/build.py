@@ -17,6 +17,7 @@ and ``init_cuda_graphs`` (the eager runner, and where graphs are on upstream's
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 from typing import Optional
 
@@ -123,9 +124,13 @@ def build_model_runner(toy, pools, device, *, max_running_requests: int,
     mr.max_running_requests = max_running_requests
     # upstream's init steps (contract.MODEL_RUNNER_INIT_STEPS), in ``__init__``'s order
     mr.init_spec_aux_hidden_state()
-    mr.layer_info = m["model_runner"].resolve_layer_indices(  # as initialize() does
-        model=mr.model, model_config=mr.model_config, is_draft_worker=draft,
-        draft_model_idx=None)
+    # as initialize() does, with what the release's signature takes of these (before
+    # 0.5.21 the spec algorithm, then the draft model's index)
+    resolve = m["model_runner"].resolve_layer_indices
+    known = dict(model=mr.model, model_config=mr.model_config, is_draft_worker=draft,
+                 draft_model_idx=None, spec_algorithm=mr.spec_algorithm)
+    mr.layer_info = resolve(**{k: v for k, v in known.items()
+                               if k in inspect.signature(resolve).parameters})
     mr.init_token_oracle()
     mr._init_post_memory_pool_components()
     with attention.registered():
@@ -179,6 +184,9 @@ def _set_init_attributes(mr, m, toy, device, draft) -> None:
     mr.msprobe_debugger = None
     mr.eplb_manager = None
     mr.canary_manager = None
+    ps = ranks.parallel_state()  # the placement __init__ is handed, where it is
+    if ps is not None:
+        mr.ps = ps
     ranks.publish(device)  # init_torch_distributed's groups, for one rank
     _placement(mr, m["rc"].get_parallel())
 
@@ -193,8 +201,11 @@ PLACEMENT = ("pp_group", "tp_group", "tp_rank", "tp_size", "dp_size", "attn_dp_s
 
 
 def _placement(mr, parallel) -> None:
+    # where the runner is handed a ``ParallelState`` (``ranks.parallel_state``), its
+    # ranks and widths are that's; the groups are the getters' (the context's)
+    ps = getattr(mr, "ps", None)
     for name in PLACEMENT:
-        setattr(mr, name, getattr(parallel, name))
+        setattr(mr, name, getattr(ps, name) if hasattr(ps, name) else getattr(parallel, name))
     mr.attention_tp_group = parallel.tp_group  # one rank: attention TP is all of TP
 
 
@@ -227,4 +238,4 @@ def _model_config(toy, draft: bool):
         linear_attn_registry_result=None, requires_mm_token_modalities=None,
         use_ngram_embedding=False, ngram_embedding_n=0, use_engram=False,
         num_nextn_predict_layers=None, num_attention_layers=1, hc_hidden_size=None,
-        swa_attention_layer_ids=None, full_attention_layer_ids=None)
+        swa_attention_layer_ids=None, full_attention_layer_ids=None, quantization=None)

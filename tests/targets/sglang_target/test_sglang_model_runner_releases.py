@@ -20,15 +20,18 @@ from tests.targets.sglang_target.test_sglang_model_runner import GRAPH_REPLAY, R
 
 RC = "sglang.srt.runtime_context"
 # What each release lacks of what the runner room needs, as measured (None: driven).
-# 0.5.19 and 0.5.20 make their config current as 0.5.21 does (snapshot_context), but
-# their parallel context does not hold a one-rank server's stamped groups (0.5.20's run
-# crashed reading pp_group from parallel_state)
+# 0.5.19 and 0.5.20 make their config current as 0.5.21 does (snapshot_context); their
+# parallel context reads the ranks and groups through parallel_state's getters, so the
+# one-rank groups go where initialize_model_parallel puts them (contract.RANK_WAYS)
 UNDRIVEN = {
     **{f"0.5.{n}": f"{RC}:use_context" for n in range(14, 19)},
-    "0.5.19": f"{RC}:ParallelContext.override_permanently",
-    "0.5.20": f"{RC}:ParallelContext.clear_stamp",
-    "0.5.21": None, "0.5.22": None,
+    "0.5.19": None, "0.5.20": None, "0.5.21": None, "0.5.22": None,
 }
+# How each driven release keeps a one-rank server's ranks and groups, and what it lacks
+# of the other way (0.5.19: the context's override_permanently too)
+RANK_WAY = {"0.5.19": ("parallel_state_globals", f"{RC}:ParallelContext.override_permanently"),
+            "0.5.20": ("parallel_state_globals", f"{RC}:ParallelContext.clear_stamp"),
+            "0.5.21": ("context_stamp", None), "0.5.22": ("context_stamp", None)}
 
 
 def _others():
@@ -43,6 +46,22 @@ def test_each_release_is_driven_or_names_what_it_lacks(version):
     root = LINE.release_root(version)
     assert contract.undriven(root, "model_runner") == UNDRIVEN[version]
     assert build.fits(root) == (UNDRIVEN[version] is None)
+    if version in RANK_WAY:
+        way, lacks = RANK_WAY[version]
+        assert contract.server_config_way(root, contract.RANK_WAYS) == way
+        stamp = dict(contract.RANK_WAYS)["context_stamp"]
+        assert contract._first_absent(root, stamp) == lacks
+
+
+def test_a_release_with_neither_way_of_keeping_ranks_names_what_it_lacks(tmp_path):
+    """The installed release without the context's stamp has neither way (its source has
+    no ``ParallelState`` either): not driven, the first way's missing piece named."""
+    from targets import static
+    neither = shadow(tmp_path, "srt/runtime_context.py", lambda t: t.replace(
+        "def clear_stamp(", "def clear_stamp_v0("))
+    assert contract.server_config_way(neither, contract.RANK_WAYS) is None
+    assert contract.undriven(neither, "model_runner") == f"{RC}:ParallelContext.clear_stamp"
+    assert static.package_root("sglang") != neither
 
 
 def test_the_server_config_is_made_current_by_whichever_way_the_source_has(tmp_path):
