@@ -10,10 +10,12 @@
 * ``attention`` -- the declared stand-in for the attention backend's kernel (upstream's
   ``torch_native`` class with a host-sync-free, capture-safe extend for prefill and verify);
 * ``graphs`` -- what the decode graph runner's capture needs of the simulator's platform;
-* ``ranks`` -- a one-GPU server's ranks and process groups (upstream's class).
+* ``ranks`` -- a one-GPU server's ranks and process groups (upstream's class), kept the
+  release's way (``contract.RANK_WAYS``: on the context, or in ``parallel_state``'s
+  globals before 0.5.21, restored after the run).
 
 Driven where ``build.fits`` reads the release's source as having all of it (of the
-releases set up here, 0.5.21-0.5.23); elsewhere ``contract.undriven(root, "model_runner")``
+releases set up here, 0.5.19-0.5.23); elsewhere ``contract.undriven(root, "model_runner")``
 names the piece missing and the NGRAM verify is the toy model's forward.
 
 The toy model comes in as an argument: nothing here imports the toy world.
