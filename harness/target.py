@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, ContextManager, Dict, Iterator, List, Optional, Tuple, Type
+from typing import Any, ContextManager, Dict, Iterator, List, Optional, Tuple, Type, Union
 
 from mutations.base import Mutation
-from seams.sourcepatch import SourcePatch
+from seams.sourcepatch import FirstFitting, PatchSet, SourcePatch
 from toys.engine import Engine
 from toys.server_args import ServerArgs
 
@@ -136,7 +136,7 @@ class Target:
         """The seeded bugs of this target's code (the mutation matrix's rows)."""
         return []
 
-    def fixes(self) -> Dict[str, SourcePatch]:
+    def fixes(self) -> Dict[str, Union[SourcePatch, PatchSet, FirstFitting]]:
         """Candidate fixes of upstream findings, by name (none for our own code)."""
         return {}
 
@@ -146,7 +146,7 @@ class Target:
             raise KeyError(f"no mutation {name!r} for the {self.name} target")
         return found
 
-    def fix(self, name: str) -> SourcePatch:
+    def fix(self, name: str) -> Union[SourcePatch, PatchSet, FirstFitting]:
         fixes = self.fixes()
         if name not in fixes:
             raise KeyError(f"no fix {name!r} for the {self.name} target; known: "

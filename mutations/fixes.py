@@ -6,14 +6,14 @@ reference; the installed files are never edited.
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Union
 
-from seams.sourcepatch import SourcePatch
+from seams.sourcepatch import FirstFitting, SourcePatch
 
 _OU = "sglang.srt.managers.overlap_utils"
 _SCHED = "sglang.srt.managers.scheduler:Scheduler"
 
-FIXES: Dict[str, SourcePatch] = {
+FIXES: Dict[str, Union[SourcePatch, FirstFitting]] = {
     # findings/confidence-ring-war.md: the forward stream waits for the last ring copy
     # before it overwrites the buffer that copy reads
     "ring-copy-fenced": SourcePatch(
@@ -29,13 +29,25 @@ FIXES: Dict[str, SourcePatch] = {
         "fix ring-copy-fenced"),
     # findings/graph-result-readback.md: the next forward (and its graph replay, which
     # rewrites the static result buffers) waits for the result readbacks queued so far
-    "forward-waits-result-copy": SourcePatch(
-        f"{_SCHED}.run_batch",
-        (("                    self.forward_stream.wait_stream(self.schedule_stream)\n"
-          "                    if gpu_only_lens:\n",
-          "                    self.forward_stream.wait_stream(self.schedule_stream)\n"
-          "                    self.forward_stream.wait_stream(self.copy_stream)\n"
-          "                    if gpu_only_lens:\n"),),
+    "forward-waits-result-copy": FirstFitting((
+        # 0.5.23: the wait ahead of its GPU-only-lens branch
+        SourcePatch(
+            f"{_SCHED}.run_batch",
+            (("                    self.forward_stream.wait_stream(self.schedule_stream)\n"
+              "                    if gpu_only_lens:\n",
+              "                    self.forward_stream.wait_stream(self.schedule_stream)\n"
+              "                    self.forward_stream.wait_stream(self.copy_stream)\n"
+              "                    if gpu_only_lens:\n"),),
+            "fix forward-waits-result-copy"),
+        # 0.5.19-0.5.22: the same wait, where their run_batch resolves the batch's inputs
+        SourcePatch(
+            f"{_SCHED}.run_batch",
+            (("                    self.forward_stream.wait_stream(self.schedule_stream)\n"
+              "                    # resolve consumes SB staging",
+              "                    self.forward_stream.wait_stream(self.schedule_stream)\n"
+              "                    self.forward_stream.wait_stream(self.copy_stream)\n"
+              "                    # resolve consumes SB staging"),),
+            "fix forward-waits-result-copy (0.5.19-0.5.22)")),
         "fix forward-waits-result-copy"),
     # The two cheaper fixes of the same readback race, for the results upstream itself
     # knows hold graph views (its own test in _copy_result_to_cpu: hidden states, DSpark):

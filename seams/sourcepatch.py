@@ -155,6 +155,40 @@ class PatchSet:
         return self.patches
 
 
+@dataclass(frozen=True)
+class FirstFitting:
+    """One change written against the code of several releases: the first alternative
+    whose snippets all fit the installed function is applied -- the release's code picks
+    it, never its version number. None fitting is a ``PatchError`` naming each one's
+    problem. (Each alternative still has its snippets occur exactly once, so a release
+    that moves the code breaks the patch loudly, as a plain one does.)"""
+    alternatives: Tuple[SourcePatch, ...]
+    label: str = ""
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        problems = []
+        for alternative in self.alternatives:
+            stack = contextlib.ExitStack()
+            try:
+                stack.enter_context(alternative.applied())
+            except PatchError as exc:
+                problems.append(str(exc))
+                continue
+            with stack:
+                yield
+            return
+        raise PatchError(f"{self.label or 'patch'}: no alternative fits: "
+                         + "; ".join(problems))
+
+    def check(self) -> None:
+        with self.applied():
+            pass
+
+    def parts(self) -> Tuple["FirstFitting", ...]:
+        return (self,)  # one change: whichever alternative fits is the part
+
+
 _COMPILED: Dict[Tuple[SourcePatch, Any], Any] = {}
 _ALIASES: Dict[Tuple[int, int], List[Tuple[Any, str]]] = {}
 # packages that bind another package's functions by name: the toy world's are bound by

@@ -134,9 +134,11 @@ class SglangTarget(Target):
                 return (f"the {name} slice needs {missing}, which sglang {self.version} "
                         f"does not have")
         for p in patches:
-            problem = self.patch_problem(p.target, p.edits)
-            if problem:
-                return f"{p.label} does not fit sglang {self.version}: {problem}"
+            # a change written for several releases' code fits if one alternative does
+            problems = [self.patch_problem(a.target, a.edits)
+                        for a in getattr(p, "alternatives", (p,))]
+            if all(problems):
+                return f"{p.label} does not fit sglang {self.version}: {'; '.join(problems)}"
         return ""
 
     def default_variant(self, scenario) -> str:

@@ -3,7 +3,7 @@ line (``x = 1`` inside ``xx = 10``) is refused, so an edit cannot land in the wr
 when upstream adds a line that contains the old one."""
 import pytest
 
-from seams.sourcepatch import PatchError, SourcePatch, snippet_problem
+from seams.sourcepatch import FirstFitting, PatchError, SourcePatch, snippet_problem
 
 SRC = "def f():\n    xx = 10\n    x = 1\n    return foo(a) + barfoo(a)\n"
 
@@ -33,3 +33,19 @@ def test_a_patch_with_a_piece_of_another_line_is_refused():
     SourcePatch(target, (("    x = 1\n", "    x = 2\n"),), "whole").check()
     with pytest.raises(PatchError, match="piece of a longer line"):
         SourcePatch(target, (("x = 1", "x = 2"),), "piece").check()
+
+
+def test_a_change_for_several_releases_applies_the_first_alternative_that_fits():
+    """``FirstFitting``: one release's code has one snippet, another's the other; the
+    alternative that fits the installed function is applied (the first, where both do),
+    and none fitting is a ``PatchError`` naming each alternative's problem."""
+    target = f"{__name__}:_victim"
+    older = SourcePatch(target, (("    xx = 10\n", "    xx = 20\n"),), "older")
+    newer = SourcePatch(target, (("    y = 5\n", "    y = 6\n"),), "newer")  # not here
+    with FirstFitting((newer, older), "fix").applied():
+        assert _victim() == 21  # the older code's alternative ran
+    assert _victim() == 11  # put back
+    with FirstFitting((older, older), "fix").applied():
+        assert _victim() == 21
+    with pytest.raises(PatchError, match="no alternative fits.*newer.*occurs 0 times"):
+        FirstFitting((newer,), "fix").check()

@@ -90,6 +90,8 @@ print(json.dumps({
     "readback": verdict(run("dspark-result-readback", "as-installed")),
     "eager_accept": verdict(run("dspark-result-readback", "eager-accept")),
     "readback_fix_fits": targets.get("sglang").variant_problem(fix),
+    "readback_fixed": {p: verdict(run("dspark-result-readback", "fixed", p))["outcome"]
+                       for p in POLICIES},
     "config_left": (before, config_left())}))
 """
 
@@ -103,8 +105,9 @@ def test_dspark_races_as_installed_and_the_ring_fix_is_clean(version):
     the folded result readback races the next graph replay (three graph-owned buffers)
     and the eager accept is clean; two runs in one process give the same trace, the same
     seed the same verdict; no run leaves its server config current behind it. The
-    readback's candidate fixes patch 0.5.23's code (``run_batch``'s ``gpu_only_lens``
-    branch, ``_copy_result_to_cpu``), which these releases do not have: named, not run."""
+    readback's fix (the next forward waits for the result copies) fits these releases'
+    ``run_batch`` by its second alternative (``FirstFitting``) and is clean under every
+    policy."""
     if version not in LINE.installed() or version == contract.installed_version():
         pytest.skip(f"sglang {version} is not set up here, or is the installed one")
     proc = subprocess.run(children.command(LINE.env_python(version), "-c", _CHILD),
@@ -121,5 +124,6 @@ def test_dspark_races_as_installed_and_the_ring_fix_is_clean(version):
     assert readback["outcome"] == "race" and len(readback["sites"]) == 3, readback
     assert all("async_d2h" in s and "replayed at" in s for s in readback["sites"])
     assert got["eager_accept"]["outcome"] == "clean", got["eager_accept"]
-    assert "forward-waits-result-copy does not fit" in got["readback_fix_fits"]
+    assert got["readback_fix_fits"] == ""
+    assert set(got["readback_fixed"].values()) == {"clean"}, got["readback_fixed"]
     assert got["config_left"] == [False, False]  # the runs left none behind
