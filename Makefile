@@ -111,9 +111,12 @@ vllm-release-tests: setup
 # e.g. `make releases PREFIX_RELAY=0.5.17 FIXED_RELAY="0.5.18 0.5.23"`.
 PREFIX_RELAY ?= 0.5.14 0.5.15 0.5.16 0.5.17
 FIXED_RELAY  ?= 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23
+# trials a cell (CI: 2 -- upstream's runner and graphs now run on 0.5.19-0.5.23, and five
+# a cell took 17 minutes of the 2-core box; a race shows in the first trial of each cell)
+RELEASE_TRIALS ?= 5
 # The lists reach the shell as variables too (word-split, never evaluated): each is
 # "--release V" per word, which specrace checks against the version grammar.
-export PREFIX_RELAY FIXED_RELAY
+export PREFIX_RELAY FIXED_RELAY RELEASE_TRIALS
 each = $$(for v in $(1); do printf -- '--release %s ' "$$v"; done)
 
 # The release variables hold text, never make syntax: make expands a variable's value
@@ -121,7 +124,7 @@ each = $$(for v in $(1); do printf -- '--release %s ' "$$v"; done)
 # `SGLANG='$$(shell ...)'` would run that command in make itself. Each one given is
 # re-bound here to its value as written ($$(value ...), into a simply-expanded variable:
 # never expanded again), then exported: the shell sees the text as a quoted variable.
-RELEASE_VARS := SGLANG VLLM VLLM_GATE PREFIX_RELAY FIXED_RELAY
+RELEASE_VARS := SGLANG VLLM VLLM_GATE PREFIX_RELAY FIXED_RELAY RELEASE_TRIALS
 $(foreach v,$(RELEASE_VARS),$(if $(filter-out undefined,$(origin $(v))),\
     $(eval override $(v) := $$(value $(v)))$(eval export $(v))))
 
@@ -129,11 +132,11 @@ upstream-releases: setup
 	for v in $$PREFIX_RELAY $$FIXED_RELAY; do $(PY) -m targets.envs sglang setup "$$v" || exit 1; done
 
 releases: setup
-	$(VENV)/bin/specrace releases ngram-filter-race $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 5 --expect clean
-	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$$PREFIX_RELAY) --trials 5 --expect race
-	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$$FIXED_RELAY) --trials 5 --expect clean
-	$(VENV)/bin/specrace releases dspark-result-readback --variant as-installed $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 3 --expect race
-	$(VENV)/bin/specrace releases eagle-v2 --variant as-installed $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials 2 --expect clean
+	$(VENV)/bin/specrace releases ngram-filter-race $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials "$$RELEASE_TRIALS" --expect clean
+	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$$PREFIX_RELAY) --trials "$$RELEASE_TRIALS" --expect race
+	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$$FIXED_RELAY) --trials "$$RELEASE_TRIALS" --expect clean
+	$(VENV)/bin/specrace releases dspark-result-readback --variant as-installed $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials "$$RELEASE_TRIALS" --expect race
+	$(VENV)/bin/specrace releases eagle-v2 --variant as-installed $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials "$$RELEASE_TRIALS" --expect clean
 
 # The release gate (issue 57; specrace/gate.py): every scenario of the sglang target on
 # every release set up, in every configuration the release ships (no patch), one trial a

@@ -155,7 +155,8 @@ def test_a_failed_step_is_one_short_error_not_pips_whole_output():
                                          ("SGLANG", "$(touch {marker})"),
                                          ("PREFIX_RELAY", "0.5.17; touch {marker}"),
                                          ("VLLM", "$(touch {marker})"),
-                                         ("VLLM_GATE", "0.17.0; touch {marker}")])
+                                         ("VLLM_GATE", "0.17.0; touch {marker}"),
+                                         ("RELEASE_TRIALS", "2; touch {marker}")])
 def test_the_makefile_never_runs_a_release_string(tmp_path, var, value):
     """A release reaches the shell as a quoted variable, never as recipe text: what make
     would run holds the variable's name, not the string."""
@@ -170,7 +171,7 @@ def test_the_makefile_never_runs_a_release_string(tmp_path, var, value):
 
 
 @pytest.mark.parametrize("var", ["SGLANG", "VLLM", "VLLM_GATE", "PREFIX_RELAY",
-                                 "FIXED_RELAY"])
+                                 "FIXED_RELAY", "RELEASE_TRIALS"])
 @pytest.mark.parametrize("origin", ["command line", "environment"])
 def test_the_makefile_never_expands_a_release_string(tmp_path, var, origin):
     """Make syntax in a release variable is text too: make would expand
