@@ -17,7 +17,7 @@ import inspect
 import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 
 class PatchError(RuntimeError):
@@ -63,6 +63,11 @@ class SourcePatch:
     def parts(self) -> Tuple["SourcePatch", ...]:
         """The one-function patches it is made of (a ``PatchSet`` has several)."""
         return (self,)
+
+    def problem(self, problem_of: Callable[[str, Tuple[Tuple[str, str], ...]], str]) -> str:
+        """Why it does not fit, as ``problem_of(target, edits)`` reads the code without
+        applying anything (a target's static check; "": it fits)."""
+        return problem_of(self.target, self.edits)
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
@@ -187,6 +192,11 @@ class FirstFitting:
 
     def parts(self) -> Tuple["FirstFitting", ...]:
         return (self,)  # one change: whichever alternative fits is the part
+
+    def problem(self, problem_of: Callable[[str, Tuple[Tuple[str, str], ...]], str]) -> str:
+        """"" where one alternative fits, else each one's problem."""
+        problems = [a.problem(problem_of) for a in self.alternatives]
+        return "" if not all(problems) else "; ".join(problems)
 
 
 _COMPILED: Dict[Tuple[SourcePatch, Any], Any] = {}

@@ -134,11 +134,9 @@ class SglangTarget(Target):
                 return (f"the {name} slice needs {missing}, which sglang {self.version} "
                         f"does not have")
         for p in patches:
-            # a change written for several releases' code fits if one alternative does
-            problems = [self.patch_problem(a.target, a.edits)
-                        for a in getattr(p, "alternatives", (p,))]
-            if all(problems):
-                return f"{p.label} does not fit sglang {self.version}: {'; '.join(problems)}"
+            problem = p.problem(self.patch_problem)
+            if problem:
+                return f"{p.label} does not fit sglang {self.version}: {problem}"
         return ""
 
     def default_variant(self, scenario) -> str:

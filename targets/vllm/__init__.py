@@ -140,7 +140,7 @@ class VllmTarget(Target):
         if variant.fix is not None:
             fix = variant.patch(self)
             for p in fix.parts():
-                problem = self.patch_problem(p.target, p.edits)
+                problem = p.problem(self.patch_problem)
                 if problem:
                     return f"{fix.label} does not fit vllm {self.version}: {problem}"
         return ""

@@ -49,3 +49,15 @@ def test_a_change_for_several_releases_applies_the_first_alternative_that_fits()
         assert _victim() == 21
     with pytest.raises(PatchError, match="no alternative fits.*newer.*occurs 0 times"):
         FirstFitting((newer,), "fix").check()
+
+
+def test_a_change_for_several_releases_reads_as_fitting_where_one_alternative_does():
+    """The static check a target runs before a variant (``problem``): "" where one
+    alternative fits the code, else every alternative's problem."""
+    def problem_of(target, edits):
+        return "" if edits[0][0] == "fits" else f"{edits[0][0]} is absent"
+    fits, absent = (SourcePatch("m:f", ((old, "x"),)) for old in ("fits", "gone"))
+    assert FirstFitting((absent, fits)).problem(problem_of) == ""
+    assert FirstFitting((absent, absent)).problem(problem_of) == \
+        "gone is absent; gone is absent"
+    assert absent.problem(problem_of) == "gone is absent"
