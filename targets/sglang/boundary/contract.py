@@ -135,13 +135,16 @@ FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
 _RC = "sglang.srt.runtime_context"
 # How a release makes a run's server config current (``upstream.server_config``): the
 # first way whose code it has -- a context of the run's own under ``use_context`` (0.5.22),
-# or the process's one context snapshotted, reset, set and restored, as ``Engine``'s
-# launch restores it when it fails (0.5.19-0.5.21)
+# the process's one context snapshotted, reset, set and restored, as ``Engine``'s launch
+# restores it when it fails (0.5.19-0.5.21), or reset and set by the scheduler's publish
+# shim, last publish wins, as a process rebuilding an engine does (0.5.16-0.5.18)
 SERVER_CONFIG_WAYS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("use_context", (f"{_RC}:use_context",)),
     ("snapshot_context", tuple(f"{_RC}:{n}" for n in (
         "snapshot_context", "restore_context", "reset_context", "get_context",
-        "RuntimeContext.set_server_args"))))
+        "RuntimeContext.set_server_args"))),
+    ("publish", (f"{_RC}:reset_context",
+                 "sglang.srt.server_args:set_global_server_args_for_scheduler")))
 # What specrace's slice of a feature needs of the release beyond the feature's own code:
 # where the release has the code but not these, the code is there and specrace cannot
 # drive it -- "not driven", never "not applicable". Every slice makes its server config

@@ -67,6 +67,17 @@ def import_named(names):
     return {k: importlib.import_module(v) for k, v in names.items()}
 
 
+def with_server_args(fn, *args, **kwargs):
+    """Call upstream's ``fn`` as its own caller does: where it has a ``server_args``
+    parameter (0.5.16-0.5.18's, before the runtime context held the config) the current
+    server's args are passed; later releases' read the context themselves."""
+    import inspect
+    if "server_args" in inspect.signature(fn).parameters:
+        from sglang.srt.server_args import get_global_server_args
+        kwargs["server_args"] = get_global_server_args()
+    return fn(*args, **kwargs)
+
+
 @contextlib.contextmanager
 def server_config(speculative_algorithm: str, **server_args):
     """Upstream's runtime context for one run, projected from ``ServerArgs(...)`` by its
@@ -91,7 +102,11 @@ def server_config(speculative_algorithm: str, **server_args):
     # writer (write_cache_indices) take its host-looped path -- its Triton kernel reads
     # the prefix rows through raw device pointers, which neither the simulator nor a CUDA
     # trace can see
-    args = ServerArgs(model_path="specrace-toy", page_size=1,
+    # a ServerArgs without ``resolve_once`` resolves in its constructor (0.5.16-0.5.18),
+    # loading the model's HF config: "dummy" is upstream's own name for a run without a
+    # model, which stops that resolution before it reads one
+    resolves = not hasattr(ServerArgs, "resolve_once")
+    args = ServerArgs(model_path="dummy" if resolves else "specrace-toy", page_size=1,
                       attention_backend="torch_native",
                       speculative_algorithm=speculative_algorithm, **server_args)
     if way == "use_context":
@@ -99,6 +114,15 @@ def server_config(speculative_algorithm: str, **server_args):
         ctx.set_server_args(args)
         with rc.use_context(ctx):
             yield
+        return
+    if way == "publish":
+        from sglang.srt.server_args import set_global_server_args_for_scheduler
+        rc.reset_context()
+        try:
+            set_global_server_args_for_scheduler(args)
+            yield
+        finally:
+            rc.reset_context()  # nothing of the run's config outlives it
         return
     state = rc.snapshot_context()
     try:

@@ -117,7 +117,8 @@ def _set_spec_worker(s, args, dev, model, pools, attention) -> None:
         # confidence; needs_cpu_seq_lens is the attention backend's answer (an axis)
         s.future_map = s.spec_algorithm.create_future_map(
             dev, s.req_to_token_pool, needs_cpu_seq_lens=args.needs_cpu_seq_lens,
-            needs_confidence_relay=upstream.overlap_utils.decide_needs_confidence_relay())
+            needs_confidence_relay=upstream.with_server_args(
+                upstream.overlap_utils.decide_needs_confidence_relay))
         s._confidence_budget_prepare = planner.confidence_budget_prepare()
         s.model_worker = dspark.ToyDSparkWorker(model, dev, args, planner)
         dspark.install_probes(s, s.model_worker)

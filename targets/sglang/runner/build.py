@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from targets.sglang.boundary import contract
+from targets.sglang.boundary import contract, upstream
 from targets.sglang.runner import attention, graphs, ranks
 from targets.sglang.runner.model import ARCHITECTURE, StandInCausalLM
 
@@ -106,6 +106,9 @@ def graph_config(max_bs: int) -> None:
         buckets = sorted({1 << k for k in range(max_bs.bit_length())} | {max_bs})
         decode = PhaseConfig(backend=Backend.FULL, max_bs=max_bs, bs=buckets)
     config = CudaGraphConfig(decode=decode, prefill=PhaseConfig(backend=Backend.DISABLED))
+    # where a resolved server keeps it: its args' field (what 0.5.16-0.5.18's capture
+    # reads) and the context's projection of it (later releases')
+    rc.get_server_args().cuda_graph_config = config
     rc.get_context().override("specrace.runner", cuda_graph_config=config)
 
 
@@ -155,8 +158,9 @@ def _set_init_attributes(mr, m, toy, device, draft) -> None:
     mr.model_config = _model_config(toy, draft)
     mr.is_draft_worker = draft
     mr.lora_manager = None
-    mr.draft_attention_backend = m["model_runner"].resolve_draft_attention_backend(
-        draft_attention_backend=None, is_draft_worker=draft)
+    mr.draft_attention_backend = upstream.with_server_args(
+        m["model_runner"].resolve_draft_attention_backend, draft_attention_backend=None,
+        is_draft_worker=draft)
     mr.device = str(device)
     mr.is_generation = True
     mr.device_timer = None

@@ -66,7 +66,8 @@ def publish(device) -> None:
         import importlib
         ps, dpa = importlib.import_module(_PS), importlib.import_module(_DPA)
         for name in GROUP_GLOBALS:
-            setattr(ps, name, g)
+            if hasattr(ps, name):  # those the release declares (0.5.18 has no _SELF_PP)
+                setattr(ps, name, g)
         for name, value in DP_ATTENTION_GLOBALS.items():
             setattr(dpa, name, value)
         return
@@ -97,7 +98,8 @@ def scope() -> Iterator[None]:
     import importlib
     saved = [(m, n, getattr(m, n)) for m, names in (
         (importlib.import_module(_PS), GROUP_GLOBALS),
-        (importlib.import_module(_DPA), tuple(DP_ATTENTION_GLOBALS))) for n in names]
+        (importlib.import_module(_DPA), tuple(DP_ATTENTION_GLOBALS))) for n in names
+        if hasattr(m, n)]
     try:
         yield
     finally:

@@ -19,18 +19,17 @@ from targets.sglang.environments import LINE, SglangEnvironments
 RC = "sglang.srt.runtime_context"
 SEAM = "sglang.srt.speculative.eagle_worker_common:assign_draft_cache_locs_contiguous_func"
 # What each release lacks of what each slice needs, as measured (None: driven). 0.5.16 -
-# 0.5.18 have neither server-config way (the first way's piece is named); 0.5.19 - 0.5.21
-# make it current by snapshot / reset / restore_context; EAGLE v2 up to 0.5.22 launches
-# its Triton kernels directly, where the slice's stand-ins bind to launchers
-UNDRIVEN = {
-    **{f"0.5.{n}": {"dspark": f"{RC}:use_context", "eagle_v2": f"{RC}:use_context"}
-       for n in (16, 17, 18)},
-    **{f"0.5.{n}": {"dspark": None, "eagle_v2": SEAM} for n in (19, 20, 21, 22)},
-}
+# 0.5.18 make the config current by the scheduler's publish shim, 0.5.19 - 0.5.21 by
+# snapshot / reset / restore_context, 0.5.22 by use_context; EAGLE v2 up to 0.5.22
+# launches its Triton kernels directly, where the slice's stand-ins bind to launchers
+UNDRIVEN = {f"0.5.{n}": {"dspark": None, "eagle_v2": SEAM} for n in range(16, 23)}
+WAY = {**{f"0.5.{n}": "publish" for n in (16, 17, 18)},
+       **{f"0.5.{n}": "snapshot_context" for n in (19, 20, 21)}, "0.5.22": "use_context"}
 SCENARIOS = {"dspark": ("dspark-confidence-ring", "dspark-result-readback"),
              "eagle_v2": ("eagle-v2", "eagle-v2-grammar")}
-# the releases this change made driven (DSpark), newest first
-NEWLY_DRIVEN = ("0.5.21", "0.5.20", "0.5.19")
+# one release of each way of making the config current, and of each fence (0.5.16's
+# coarse, 0.5.18's fine), that drives DSpark's upstream code
+NEWLY_DRIVEN = ("0.5.19", "0.5.18", "0.5.16")
 
 
 @pytest.mark.parametrize("version", sorted(UNDRIVEN))
@@ -41,9 +40,7 @@ def test_each_release_drives_each_slice_or_names_what_it_lacks(version):
     if version not in LINE.installed():
         pytest.skip(f"sglang {version} is not set up here")
     root = LINE.release_root(version)
-    assert contract.server_config_way(root) == (
-        None if UNDRIVEN[version]["dspark"] else
-        "use_context" if version == "0.5.22" else "snapshot_context")
+    assert contract.server_config_way(root) == WAY[version]
     envs = SglangEnvironments()
     for feature, lacks in UNDRIVEN[version].items():
         assert contract.missing_code(root, feature) is None  # the code is there
@@ -100,13 +97,13 @@ print(json.dumps({
 @pytest.mark.parametrize("version", NEWLY_DRIVEN)
 def test_dspark_races_as_installed_and_the_ring_fix_is_clean(version):
     """In the release's own environment (DSpark's server config made current by the
-    snapshot way): the ring copy races the next scatter (one site, upstream's
+    release's way): the ring copy races the next scatter (one site, upstream's
     ``issue_ring_copy`` vs ``scatter``) and the fenced ring is clean under every policy;
     the folded result readback races the next graph replay (three graph-owned buffers)
     and the eager accept is clean; two runs in one process give the same trace, the same
     seed the same verdict; no run leaves its server config current behind it. The
     readback's fix (the next forward waits for the result copies) fits these releases'
-    ``run_batch`` by its second alternative (``FirstFitting``) and is clean under every
+    ``run_batch`` (by its second alternative, ``FirstFitting``) and is clean under every
     policy."""
     if version not in LINE.installed() or version == contract.installed_version():
         pytest.skip(f"sglang {version} is not set up here, or is the installed one")

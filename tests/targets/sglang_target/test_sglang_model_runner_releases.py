@@ -23,13 +23,19 @@ RC = "sglang.srt.runtime_context"
 # 0.5.19 and 0.5.20 make their config current as 0.5.21 does (snapshot_context); their
 # parallel context reads the ranks and groups through parallel_state's getters, so the
 # one-rank groups go where initialize_model_parallel puts them (contract.RANK_WAYS)
+# 0.5.15 - 0.5.18 publish it by the scheduler's shim; 0.5.15 keeps no rank of a
+# parallel context; 0.5.16 and 0.5.17 resolve no draft backend in the runner's module
 UNDRIVEN = {
-    **{f"0.5.{n}": f"{RC}:use_context" for n in range(14, 19)},
-    "0.5.19": None, "0.5.20": None, "0.5.21": None, "0.5.22": None,
+    "0.5.14": f"{RC}:use_context",
+    "0.5.15": f"{RC}:ParallelContext.override_permanently",
+    **{f"0.5.{n}": "sglang.srt.model_executor.model_runner:resolve_draft_attention_backend"
+       for n in (16, 17)},
+    **{f"0.5.{n}": None for n in range(18, 23)},
 }
 # How each driven release keeps a one-rank server's ranks and groups, and what it lacks
 # of the other way (0.5.19: the context's override_permanently too)
-RANK_WAY = {"0.5.19": ("parallel_state_globals", f"{RC}:ParallelContext.override_permanently"),
+RANK_WAY = {"0.5.18": ("parallel_state_globals", f"{RC}:ParallelContext.override_permanently"),
+            "0.5.19": ("parallel_state_globals", f"{RC}:ParallelContext.override_permanently"),
             "0.5.20": ("parallel_state_globals", f"{RC}:ParallelContext.clear_stamp"),
             "0.5.21": ("context_stamp", None), "0.5.22": ("context_stamp", None)}
 
@@ -66,7 +72,8 @@ def test_a_release_with_neither_way_of_keeping_ranks_names_what_it_lacks(tmp_pat
 
 def test_the_server_config_is_made_current_by_whichever_way_the_source_has(tmp_path):
     """``use_context`` where the release has it; else the process context snapshotted,
-    reset and restored; a release with neither is not driven, the first way named."""
+    reset and restored; else reset and published by the scheduler's shim; a release
+    with none of them is not driven, the first way named."""
     from targets import static
     root = static.package_root("sglang")
     assert contract.server_config_way(root) == "use_context"
@@ -80,8 +87,15 @@ def test_the_server_config_is_made_current_by_whichever_way_the_source_has(tmp_p
     neither = shadow(tmp_path / "b", rel, lambda t: t.replace(
         "def use_context(", "def use_context_v0(").replace(
         "def snapshot_context(", "def snapshot_context_v0("))
-    assert contract.server_config_way(neither) is None
-    assert contract.undriven(neither, "model_runner") == f"{RC}:use_context"
+    assert contract.server_config_way(neither) == "publish"  # the scheduler's shim
+    assert contract.undriven(neither, "model_runner") is None
+    (tmp_path / "c").mkdir()
+    none = shadow(tmp_path / "c", rel, lambda t: t.replace(
+        "def use_context(", "def use_context_v0(").replace(
+        "def snapshot_context(", "def snapshot_context_v0(").replace(
+        "def reset_context(", "def reset_context_v0("))
+    assert contract.server_config_way(none) is None
+    assert contract.undriven(none, "model_runner") == f"{RC}:use_context"
 
 
 _CHILD = r"""
