@@ -171,7 +171,6 @@ DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
                      tuple(needs for _, needs in RANK_WAYS),
                      "sglang.srt.runtime_context:get_server_args",
                      *(f"{_MR}:ModelRunner.{step}" for step in MODEL_RUNNER_INIT_STEPS),
-                     f"{_MR}:resolve_draft_attention_backend",
                      "sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS",
                      "sglang.srt.layers.attention.torch_native_backend:"
                      "TorchNativeAttnBackend.forward_extend",

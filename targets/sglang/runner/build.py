@@ -83,9 +83,9 @@ def ngram_model_runner(args, device, toy, pools):
     graphs.as_a_new_process()  # the engine's runners start from none of another's
     graph_config(args.cuda_graph_max_bs if args.cuda_graph else 0)
     # a server serving hidden states captures its graphs with them (the capture mode
-    # upstream's runner checks every replay against)
-    modules()["rc"].get_context().override(
-        "specrace.runner", enable_return_hidden_states=bool(args.return_hidden_states))
+    # upstream's runner checks every replay against), read from the context's projection
+    # or -- 0.5.16-0.5.17 -- from the server's args themselves
+    _server_config(enable_return_hidden_states=bool(args.return_hidden_states))
     return build_model_runner(toy, pools, device, max_running_requests=args.req_pool_size)
 
 
@@ -96,7 +96,6 @@ def graph_config(max_bs: int) -> None:
     runtime context, which the server config made for this run alone."""
     from sglang.srt.model_executor.cuda_graph_config import (Backend, CudaGraphConfig,
                                                              PhaseConfig)
-    rc = modules()["rc"]
     decode = PhaseConfig(backend=Backend.DISABLED)
     if max_bs:
         # the buckets as a server given ``--cuda-graph-config '{"decode": {"bs": [1, 2,
@@ -105,11 +104,22 @@ def graph_config(max_bs: int) -> None:
         # a batch between two buckets replays padded, which drives the padding too)
         buckets = sorted({1 << k for k in range(max_bs.bit_length())} | {max_bs})
         decode = PhaseConfig(backend=Backend.FULL, max_bs=max_bs, bs=buckets)
-    config = CudaGraphConfig(decode=decode, prefill=PhaseConfig(backend=Backend.DISABLED))
-    # where a resolved server keeps it: its args' field (what 0.5.16-0.5.18's capture
-    # reads) and the context's projection of it (later releases')
-    rc.get_server_args().cuda_graph_config = config
-    rc.get_context().override("specrace.runner", cuda_graph_config=config)
+    _server_config(
+        cuda_graph_config=CudaGraphConfig(decode=decode,
+                                          prefill=PhaseConfig(backend=Backend.DISABLED)))
+
+
+def _server_config(**fields) -> None:
+    """Set on the run's config where a resolved server keeps it: the server's args (what
+    0.5.16-0.5.18's runners read) and, where the context projects them (``override``:
+    later releases' runners read the projection), the context."""
+    rc = modules()["rc"]
+    args = rc.get_server_args()
+    for name, value in fields.items():
+        setattr(args, name, value)
+    ctx = rc.get_context()
+    if hasattr(ctx, "override"):
+        ctx.override("specrace.runner", **fields)
 
 
 def build_model_runner(toy, pools, device, *, max_running_requests: int,
@@ -158,17 +168,18 @@ def _set_init_attributes(mr, m, toy, device, draft) -> None:
     mr.model_config = _model_config(toy, draft)
     mr.is_draft_worker = draft
     mr.lora_manager = None
-    mr.draft_attention_backend = upstream.with_server_args(
-        m["model_runner"].resolve_draft_attention_backend, draft_attention_backend=None,
-        is_draft_worker=draft)
+    resolve = getattr(m["model_runner"], "resolve_draft_attention_backend", None)
+    if resolve is not None:  # 0.5.16-0.5.17's runner has no draft backend of its own
+        mr.draft_attention_backend = upstream.with_server_args(
+            resolve, draft_attention_backend=None, is_draft_worker=draft)
     mr.device = str(device)
     mr.is_generation = True
     mr.device_timer = None
     mr.is_multimodal = False
     mr.spec_algorithm = m["spec_info"].SpeculativeAlgorithm.from_string(
-        rc.get_spec().speculative_algorithm)
+        mr.server_args.speculative_algorithm)
     mr.capture_tail_hooks, mr.capture_head_hooks = [], []
-    mr.page_size = rc.get_schedule().page_size
+    mr.page_size = mr.server_args.page_size  # the projections' source (0.5.16: no get_spec)
     mr.mtp_draft_device_pools = mr.mtp_draft_mamba_pools = ()
     mr.is_hybrid_swa = mr.is_hybrid_swa_compress = False
     mr.use_mla_backend = False
@@ -182,6 +193,13 @@ def _set_init_attributes(mr, m, toy, device, draft) -> None:
     mr._sampling_observer = None
     mr.forward_stream = torch.get_device_module(torch.device(device)).Stream()
     mr.shared_read_done_event = None
+    # what 0.5.16-0.5.17's __init__ keeps on the runner itself (later: the context's, and
+    # the event renamed shared_read_done_event): a one-rank server's DCP placement
+    sets = type(mr).__init__.__code__.co_names
+    if "dcp_size" in sets:
+        mr.dcp_size, mr.dcp_rank = mr.server_args.dcp_size, 0
+    if "war_fastpath_read_done_event" in sets:
+        mr.war_fastpath_read_done_event = None
     mr.hisparse_coordinator = None
     mr.startup_weight_load = None
     mr.support_pp = False
