@@ -164,7 +164,10 @@ def _set_init_attributes(mr, m, toy, device, draft) -> None:
     mr.server_args = rc.get_server_args()
     mr.mem_fraction_static = 0.0
     mr.memory_pool_config = None
-    mr.gpu_id = 0
+    # upstream's runner holds the device's type (``server_args.device``, "cuda") and its
+    # index apart (``gpu_id``): its helpers branch on the type alone
+    # (``get_available_gpu_memory`` rejects "cuda:0")
+    mr.gpu_id = torch.device(device).index or 0
     mr.model_config = _model_config(toy, draft)
     mr.is_draft_worker = draft
     mr.lora_manager = None
@@ -172,7 +175,7 @@ def _set_init_attributes(mr, m, toy, device, draft) -> None:
     if resolve is not None:  # 0.5.16-0.5.17's runner has no draft backend of its own
         mr.draft_attention_backend = upstream.with_server_args(
             resolve, draft_attention_backend=None, is_draft_worker=draft)
-    mr.device = str(device)
+    mr.device = torch.device(device).type
     mr.is_generation = True
     mr.device_timer = None
     mr.is_multimodal = False
