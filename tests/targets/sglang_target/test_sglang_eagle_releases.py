@@ -61,8 +61,8 @@ def run(variant):
     j = r.to_json()
     return {"outcome": j["outcome"], "divergence": j["first_divergence"],
             "races": len(j["races"]),
-            "upstream": sorted({f.split("sglang/", 1)[1] for f in files
-                                if "sglang/srt/speculative/" in f}),
+            "upstream": sorted({"srt/" + f.rsplit("/sglang/srt/", 1)[1] for f in files
+                                if "/sglang/srt/speculative/" in f}),
             "ours": sorted({(r.name, r.frame[2]) for r in r.trace.records
                             if isinstance(r, OpRecord) and r.frame
                             and "eagle_launch" in r.frame[0]})}
