@@ -52,7 +52,7 @@ CHANGES: Dict[str, Tuple[str, str]] = {
         "mirror and confidence ring exist only on CUDA, and the simulator stands for "
         "that GPU (set once, after the contract checked the attribute exists)"),
     "sglang-kernel-seams": (
-        "targets/sglang/slices/eagle_kernels.py: install (and eagle_fused.py: install); "
+        "targets/sglang/slices/eagle_launch.py: install (and eagle_fused.py: install); "
         "targets/sglang/engine/kv_lifecycle.py: install",
         "upstream modules' module-level names of Triton kernel launchers (EAGLE's tree "
         "build and verify, the fused chain-tree / commit / draft-extend kernels of the "

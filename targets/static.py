@@ -170,11 +170,15 @@ def dataclass_fields(root: str, target: str) -> Tuple[Optional[FrozenSet[str]], 
                      if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)), ""
 
 
-def has_module_attribute(root: str, module: str, name: str) -> bool:
-    """Is ``name`` bound at the top level of ``module`` (assigned, def, class, import)?"""
+def has_module_attribute(root: str, module: str, name: str, gated: bool = False) -> bool:
+    """Is ``name`` bound at the top level of ``module`` (assigned, def, class, import)?
+    ``gated``: an import under a top-level ``if`` / ``try`` counts too (a kernel imported
+    only on some platforms: ``if _is_cuda: from ... import k``)."""
     parsed = parse(module_path(root, module))
     if parsed is None:
         return False
+    if gated and name in _gated_imports(parsed[0].body):
+        return True
     for stmt in parsed[0].body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             if stmt.name == name:
@@ -187,6 +191,21 @@ def has_module_attribute(root: str, module: str, name: str) -> bool:
             if any((a.asname or a.name.split(".")[0]) == name for a in stmt.names):
                 return True
     return False
+
+
+def _gated_imports(body) -> FrozenSet[str]:
+    """The names imported in the ``if`` / ``try`` blocks of ``body``, nested ones included
+    (not inside a function or class: those bind no module attribute)."""
+    names, todo = set(), [s for s in body if isinstance(s, (ast.If, ast.Try))]
+    while todo:
+        block = todo.pop()
+        for part in ("body", "orelse", "finalbody", "handlers"):
+            for s in getattr(block, part, ()):
+                if isinstance(s, (ast.Import, ast.ImportFrom)):
+                    names.update(a.asname or a.name.split(".")[0] for a in s.names)
+                elif isinstance(s, (ast.If, ast.Try, ast.ExceptHandler)):
+                    todo.append(s)
+    return frozenset(names)
 
 
 def imported_names(root: str, module: str) -> Dict[str, str]:

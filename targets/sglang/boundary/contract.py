@@ -31,7 +31,7 @@ from typing import Dict, List, Optional, Tuple, Union
 from packaging.specifiers import SpecifierSet
 
 from targets import driven, static, tiers
-from targets.sglang.boundary import bootstrap, loop_contract
+from targets.sglang.boundary import bootstrap, eagle_seams, loop_contract
 
 SUPPORTED = SpecifierSet(">=0.5.14,<0.6", prereleases=True)
 
@@ -97,18 +97,6 @@ PASSED_THROUGH = (f"{_SCHED}:Scheduler.is_disable_overlap_for_batch",)
 CALLED_KEYWORDS: Dict[str, Tuple[str, ...]] = {
     f"{_SB}:ScheduleBatch.filter_batch": ("keep_indices",),
 }
-# The names upstream's EAGLE v2 modules imported its GPU kernels' launchers under, to which
-# the EAGLE slice binds its declared stand-ins (``eagle_kernels.install``)
-EAGLE_KERNEL_SEAMS: Dict[str, Tuple[str, ...]] = {
-    "sglang.srt.managers.overlap_utils": ("gather_spec_extras",),
-    "sglang.srt.speculative.eagle_worker_common": ("assign_draft_cache_locs_contiguous_func",
-                                                   "fill_bonus_tokens_func"),
-    "sglang.srt.speculative.eagle_utils": ("build_tree_kernel_efficient_func",
-                                           "verify_tree_greedy_func"),
-    # topk > 1: the accepted tree path's KV move (move_accept_tokens_to_target_kvcache)
-    "sglang.srt.speculative.spec_utils": ("fill_front_out_cache_loc_func",
-                                          "fill_accept_out_cache_loc_func"),
-}
 # Optional parts: absent in some releases, and then the scenarios that need them are
 # "not applicable" there (``features``), not a contract problem.
 # feature -> the code that has it: one target, or several that must all exist
@@ -124,9 +112,8 @@ FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
                f"{_OU}:ConfidenceRelay.issue_ring_copy",
                "sglang.srt.speculative.draft_worker_common:make_draft_input_v2"),
     # the EAGLE v2 slice (targets/sglang/slices/eagle.py): the shared verify step and the draft
-    # worker's decode extend of the v2 worker (its config and the kernel launchers its
-    # stand-ins are bound to: DRIVER_NEEDS; 0.5.16-0.5.22 launch its Triton kernels
-    # directly, ``kernel[grid](...)``, which has no stand-in here)
+    # worker's decode extend of the v2 worker (its config and the kernel launches its
+    # stand-ins are bound to: DRIVER_NEEDS)
     "eagle_v2": ("sglang.srt.speculative.eagle_worker_common:run_eagle_verify",
                  "sglang.srt.speculative.eagle_worker_v2:EagleDraftWorker._draft_extend_for_decode"),
     # upstream's model runner (targets/sglang/runner): its forward over a forward batch
@@ -148,9 +135,9 @@ SERVER_CONFIG_WAYS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 # What specrace's slice of a feature needs of the release beyond the feature's own code:
 # where the release has the code but not these, the code is there and specrace cannot
 # drive it -- "not driven", never "not applicable". Every slice makes its server config
-# current by one of SERVER_CONFIG_WAYS (0.5.19 on), and EAGLE's stand-ins bind to the
-# kernel launchers' module-level names (EAGLE_KERNEL_SEAMS; 0.5.16-0.5.22 launch its Triton
-# kernels directly, which has no stand-in here). A need: a "module:qualname", or ways
+# current by one of SERVER_CONFIG_WAYS (0.5.19 on), and EAGLE's stand-ins bind where the
+# release launches each kernel (eagle_seams.EAGLE_KERNEL_WAYS: a launcher function, or the
+# Triton kernel object launched by its grid). A need: a "module:qualname", or ways
 # (tuples of them), any one of which meets it.
 _ANY_SERVER_CONFIG_WAY = tuple(needs for _, needs in SERVER_CONFIG_WAYS)
 # A one-rank server's ranks and groups (runner/ranks.py): on the context until clear_stamp
@@ -188,8 +175,8 @@ DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
                      "sglang.srt.model_executor.cuda_graph_config:CudaGraphConfig"),
     "dspark": (_ANY_SERVER_CONFIG_WAY,),
     "eagle_v2": (_ANY_SERVER_CONFIG_WAY,
-                 *(f"{module}:{name}" for module, names in EAGLE_KERNEL_SEAMS.items()
-                   for name in names)),
+                 *(tuple((seam,) for seam in seams)
+                   for _, seams in eagle_seams.EAGLE_KERNEL_WAYS)),
 }
 
 # Optional parts recognised by a line of their code rather than a name: feature -> (what
@@ -349,9 +336,10 @@ def _first_absent(root: str, targets) -> Optional[str]:
     for target in targets:
         node, _ = static.find(root, target)
         module, _, name = target.partition(":")
-        # a module-level name may be imported there (a kernel launcher the module calls)
-        if node is None and ("." in name
-                             or not static.has_module_attribute(root, module, name)):
+        # a module-level name may be imported there (a kernel launcher the module calls),
+        # on some platforms only (imported behind ``if _is_cuda:``; the slice binds it)
+        if node is None and ("." in name or not static.has_module_attribute(
+                root, module, name, gated=True)):
             return target
     return None
 

@@ -33,6 +33,7 @@ draft reads them and ignores their values.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import types
 from typing import Iterator
 
@@ -41,8 +42,9 @@ import torch
 from seams.faults import observe
 from toys.graph_runner import graphs_supported
 
-from targets.sglang.slices import eagle_kernels
+from targets.sglang.slices import eagle_launch
 from targets.sglang.boundary import upstream
+from targets.sglang.runner import ranks
 from targets.sglang.slices.eagle_graphs import ToyDraftExtendGraphs, ToyDraftGraphs, ToyVerifyGraphs
 from targets.sglang.slices.eagle_runners import ToyModelRunner, ToyTargetWorker
 from targets.sglang.engine.worker import finish_result, launch_rows
@@ -66,7 +68,8 @@ def server_context(args) -> Iterator[None]:
     """What EAGLE's code reads of the server's config, for one run: upstream's runtime
     context for ``speculative_algorithm="EAGLE"`` and the run's draft shape
     (``upstream.server_config``); the plan stream switch set to the run's
-    (``envs...override``)."""
+    (``envs...override``); where a release keeps a one-rank server's groups in module
+    globals, those the run publishes restored after it (``ranks.scope``)."""
     if args.spec_algorithm != "eagle-v2":
         yield
         return
@@ -74,7 +77,8 @@ def server_context(args) -> Iterator[None]:
             upstream.server_config(algorithm(args).name,
                                    speculative_eagle_topk=args.eagle_topk,
                                    speculative_num_steps=args.draft_token_num - 1,
-                                   speculative_num_draft_tokens=args.draft_token_num):
+                                   speculative_num_draft_tokens=args.draft_token_num), \
+            ranks.scope():
         # the MoE runtime flags the draft's contexts read, seeded as the scheduler's
         # init seeds them (the toy has no MoE: only the defaults are looked up)
         from sglang.srt.layers.moe.utils import initialize_moe_config
@@ -110,7 +114,13 @@ def build_worker(args, device, model, pools, attention):
     """``EAGLEWorkerV2`` and its ``EagleDraftWorker``, built with ``__new__`` plus the
     attributes their methods read; upstream's plan streams (one each, as their
     constructors make them); the stand-in kernels bound into upstream's modules."""
-    eagle_kernels.install()
+    eagle_launch.install()
+    if ranks.way() == "parallel_state_globals":
+        # 0.5.19/0.5.20 read a one-rank server's groups through parallel_state's getters
+        # (the forward batch asks get_parallel().moe_ep_size): published as
+        # init_torch_distributed leaves them, for the run (server_context restores them).
+        # Releases that keep them on the context answer what the slice reaches unstamped.
+        ranks.publish(device)
     m = modules()
     V2 = m["v2"]
     dev = str(torch.device(device))
@@ -134,7 +144,7 @@ def build_worker(args, device, model, pools, attention):
         cuda_graph_runner_for_draft_extend=None, hot_token_id=None,
         index_share_for_mtp_iteration=False, seed_dsa_topk_from_draft_extend=False,
         tree_mask_mode=m["utils"].TreeMaskMode.QLEN_ONLY, server_args=types.SimpleNamespace(),
-        parallel_layout=types.SimpleNamespace(tp_group=None, disable_cp=False, local_dp=True),
+        **_draft_placement(V2, spec_utils.draft_tp_context, draft_runner),
         draft_attn_backend=types.SimpleNamespace(
             attn_backends=[draft_runner.attn_backend] * max(steps, 1),
             init_forward_metadata=draft_runner.attn_backend.init_forward_metadata),
@@ -148,7 +158,7 @@ def build_worker(args, device, model, pools, attention):
         dw.cuda_graph_runner = ToyDraftGraphs(dw, args.cuda_graph_max_bs)
         dw.cuda_graph_runner_for_draft_extend = ToyDraftExtendGraphs(
             draft_runner, D, target_runner.model_config.spec_hidden_size
-            * target_runner.aux_layers, args.cuda_graph_max_bs)
+            * target_runner.aux_layers, args.cuda_graph_max_bs, _extend_selects())
     if pools.allocator.get_kvcache() is None:
         # the KV pool upstream's allocator is constructed with (ours: built after it):
         # a tree draft's accepted path moves in it
@@ -164,6 +174,36 @@ def build_worker(args, device, model, pools, attention):
     torch.get_device_module(dev_t).synchronize()  # the tables are part of "the checkpoint"
     _install_result_shim(w, target, D)
     return w
+
+
+def _extend_selects() -> bool:
+    """Does the release's draft-extend graph runner select the rows inside its graph
+    (``execute(forward_batch, select_index)``: 0.5.20 on), as its worker calls it?"""
+    from sglang.srt.speculative import eagle_draft_extend_cuda_graph_runner as r
+    execute = r.EAGLEDraftExtendCudaGraphRunner.execute
+    return "select_index" in inspect.signature(execute).parameters
+
+
+def _draft_placement(V2, draft_tp_context, draft_runner) -> dict:
+    """The draft worker's TP placement on a one-rank server, as its constructor resolves
+    it, in the form the release's ``draft_tp_context`` takes (its parameters say which):
+    a resolved layout with no group of its own (0.5.23); whether the draft owns
+    attention -- it does not: attention DP is off on one rank (0.5.22); or, where the
+    context takes the runner's group (0.5.19-0.5.21), the context the worker keeps for
+    its methods -- upstream's ``empty_context`` without DP attention, which ignores the
+    group it is handed (the runner's ``tp_group``: none of its own here)."""
+    params = tuple(inspect.signature(draft_tp_context).parameters)
+    if params == ("layout",):
+        return {"parallel_layout": types.SimpleNamespace(tp_group=None, disable_cp=False,
+                                                         local_dp=True)}
+    if params == ("owns_attention",):
+        return {"draft_owns_attention": False}
+    if params in (("tp_group",), ("tp_group", "owns_attention")):
+        draft_runner.tp_group = None
+        return {"draft_tp_context": V2.empty_context,
+                **({"draft_owns_attention": False} if "owns_attention" in params else {})}
+    raise NotImplementedError(f"specrace: a draft TP placement taking {params} is not "
+                              f"modelled")
 
 
 def _install_result_shim(worker, target: ToyTargetWorker, D: int) -> None:

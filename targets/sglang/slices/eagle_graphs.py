@@ -12,8 +12,10 @@ captures graphs (torch.cuda and the simulator; ``ServerArgs.cuda_graph``).
   clones the one output it reads after the target forward (``draft_probs``).
 * ``ToyDraftExtendGraphs`` -- its ``cuda_graph_runner_for_draft_extend``: the draft
   runner's forward over the verify window plus the row selection (``select_index``)
-  before the head, as upstream's runner moves it; the hidden states it returns are a
-  copy (they survive into the next step's draft), the logits a view.
+  before the head, as upstream's runner moves it (0.5.20 on); the hidden states it
+  returns are a copy (they survive into the next step's draft), the logits a view.
+  Where the release's runner takes no ``select_index`` (0.5.19), the window's rows are
+  handed out as views and the worker selects them itself, as that runner does.
 
 Each graph's outputs live in the graph's static buffers, which the bucket's next replay
 overwrites: whatever upstream's code keeps of them across a step is judged by the race
@@ -200,9 +202,15 @@ class ToyDraftExtendGraphs(_BucketGraphs):
     each request's verify window, the rows ``select_index`` picks (each request's last
     accepted position) selected inside the graph."""
 
-    def __init__(self, draft_runner, D: int, hidden_in: int, max_bs: int) -> None:
+    def __init__(self, draft_runner, D: int, hidden_in: int, max_bs: int,
+                 selects: bool = True) -> None:
         super().__init__(draft_runner, max_bs)
         self.D, self.hidden_in = D, hidden_in
+        # the interface of the release's runner: the row selection inside the graph
+        # (``execute(forward_batch, select_index)``, 0.5.20 on), or the whole window's
+        # rows handed out as views of the graph's buffers, the worker selecting them
+        # after the replay (``execute(forward_batch)``, 0.5.19)
+        self.selects = selects
         self.capture()
 
     def static_inputs(self, bs: int) -> Dict[str, torch.Tensor]:
@@ -219,9 +227,11 @@ class ToyDraftExtendGraphs(_BucketGraphs):
             req_pool_indices=s["req_pool_indices"], seq_lens=s["seq_lens"],
             spec_info=types.SimpleNamespace(hidden_states=s["hidden_states"]))
         hidden, logits = self.runner.forward_all(fb)
+        if not self.selects:
+            return logits, hidden
         return logits[s["select_index"]], hidden[s["select_index"]]
 
-    def execute(self, forward_batch, select_index):
+    def execute(self, forward_batch, select_index=None):
         fb, bs = forward_batch, forward_batch.batch_size
         b = self.bucket(bs)
         s, n = self.inputs[b], fb.input_ids.shape[0]
@@ -230,6 +240,10 @@ class ToyDraftExtendGraphs(_BucketGraphs):
         s["hidden_states"][:n].copy_(fb.spec_info.hidden_states)
         s["req_pool_indices"][:bs].copy_(fb.req_pool_indices)
         s["seq_lens"][:bs].copy_(fb.seq_lens)
+        if not self.selects:  # the worker's own row selection copies out of the views
+            logits, hidden = self.replay(b)
+            return upstream.LogitsProcessorOutput(next_token_logits=logits[:n],
+                                                  hidden_states=hidden[:n])
         s["select_index"][:bs].copy_(select_index)
         logits, hidden = self.replay(b)
         # the hidden states survive into the next step's draft: out of the graph's buffer

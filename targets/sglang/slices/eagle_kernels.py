@@ -5,27 +5,32 @@ schema says what it writes): the race detector sees one read/write set at one po
 one stream, as for the fused kernel's single launch. Each body is plain
 vectorised torch on the device -- no host synchronisation, which would drain the stream
 and hide the very races under test -- and each has a brute-force reference in the tests
-(``tests/targets/sglang_target/test_eagle_kernels.py``). ``install()`` binds them where upstream's
-modules imported the kernel functions by name, and the fused kernels of the GPU path
-(``eagle_fused``: simulated tensors answer ``is_cuda`` as a GPU's do).
+(``tests/targets/sglang_target/test_eagle_kernels.py``). ``eagle_launch.install()`` binds them
+where the release launches each kernel (a launcher function of the same name here, or
+the Triton kernel object: ``eagle_launch.TritonKernel``, onto the same op), and
+``install_rest()`` the fused kernels of the GPU path (``eagle_fused``: simulated tensors
+answer ``is_cuda`` as a GPU's do).
 
 What they model, and what not (docs/sglang-target.md#eagle-v2):
 
 * ``gather_spec_extras``: the FutureMap's fused row gather of the relayed draft state
   (``topk_p``, ``topk_index``, bonus tokens, hidden states) by the future indices --
   upstream's Triton kernel; all four reads at one point.
-* ``assign_draft_cache_locs_contiguous_func``: each row's draft window of KV slots from
+* ``assign_draft_cache_locs_contiguous_func`` (or the kernel object
+  ``assign_draft_cache_locs_contiguous``): each row's draft window of KV slots from
   ``req_to_token`` (and the draft positions). ``mrope`` is not modelled (it raises).
-* ``build_tree_kernel_efficient_func``: the verify tree's links, positions, retrieve
-  indices and the ``QLEN_ONLY`` mask from the draft's parent lists; ``FULL_MASK`` (the
-  prefix columns) is not modelled (it raises).
+* ``build_tree_kernel_efficient_func`` (or the wrapper's ``sgl_build_tree_kernel_efficient``,
+  the same arguments): the verify tree's links, positions, retrieve indices and the
+  ``QLEN_ONLY`` mask from the draft's parent lists; ``FULL_MASK`` (the prefix columns) is
+  not modelled (it raises).
 * ``verify_tree_greedy_func``: greedy tree acceptance (``toys.verify``'s kernel, mapped to
   upstream's outputs: the accepted path's retrieve indices and the number of accepted
   drafts).
 * ``fill_bonus_tokens_func``: each request's last accepted token.
 * ``extend_cache_locs`` (the simulator platform's ``get_speculative_cache_locs_fn``,
   upstream's seam for out-of-tree devices): the verify window's slots when the draft did
-  not plan them (topk > 1).
+  not plan them (topk > 1); and, as the kernel object ``assign_extend_cache_locs``, the
+  accepted tree path's target slots where a release reads them from ``req_to_token``.
 * ``fill_front_out_cache_loc_func`` / ``fill_accept_out_cache_loc_func`` (topk > 1): the
   KV slots the accepted tree path moves to (the front of each request's verify window,
   packed) and from (its accepted nodes' slots, compacted in order).
@@ -36,11 +41,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from seams import process
 from toys.kernel_op import declare_kernel
 from toys.verify import _verify_kernel
-
-from targets.sglang.boundary.contract import EAGLE_KERNEL_SEAMS
 
 
 def _gather_body(indices, topk_p_buf, topk_index_buf, tokens_buf, hidden_buf,
@@ -304,16 +306,10 @@ def fill_accept_out_cache_loc_func(accept_index, out_cache_loc, accept_out_cache
                                                  accept_out_cache_loc, size)
 
 
-def install() -> None:
-    """Bind the stand-ins into upstream's modules (idempotent; a run-time patch of the
-    names the modules imported, never of their source)."""
+def install_rest() -> None:
+    """What the slice replaces beside the kernel seams (``eagle_launch.install`` binds
+    those, then calls this; idempotent, run-time patches only)."""
     import importlib
-    for module, names in EAGLE_KERNEL_SEAMS.items():
-        m = importlib.import_module(module)
-        for name in names:
-            if not hasattr(m, name):  # the contract's eagle_v2 feature names each
-                raise TypeError(f"{module} has no {name} to bind a stand-in to")
-            setattr(m, name, globals()[name])
     # the verify's grammar mask: xgrammar's bitmask kernel has no simulator path; impl's
     # plain-torch apply, on the grammar classes that define it
     from toys.bitmask import apply_vocab_mask
@@ -329,4 +325,3 @@ def install() -> None:
     # the fused kernels of the GPU path (simulated tensors say is_cuda: eagle_fused)
     from targets.sglang.slices import eagle_fused
     eagle_fused.install()
-    process.note("sglang-kernel-seams")

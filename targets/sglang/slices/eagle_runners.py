@@ -14,6 +14,7 @@ import torch
 from seams.faults import fault_point
 
 from targets.sglang.boundary import upstream
+from targets.sglang.runner import ranks
 from targets.sglang.runner.build import HFConfig
 from targets.sglang.engine.worker import SharedReadRunner, apply_extend_grammar, take_staged_extend
 
@@ -80,8 +81,20 @@ class ToyModelRunner(SharedReadRunner):
         self.decode_cuda_graph_runner = None
         self.attn_backend = ToyAttnBackend(args.context_len)
         self.watermark_state = None
-        self.prefill_attention_backend_str = "specrace-toy"
+        # the simulator has no Triton: named as a torch backend, upstream's helpers take
+        # their torch paths there (compute_position; 0.5.22 on asks the platform too,
+        # which answers no Triton, 0.5.19-0.5.21 only the name); on a GPU a name that
+        # keeps their Triton kernels
+        self.prefill_attention_backend_str = (
+            "torch_native" if torch.device(device).type == "sim" else "specrace-toy")
         self.canary_manager = None
+        # a one-rank server's placement, where a release's forward batch reads it off the
+        # runner: no decode context parallelism (before 0.5.22), and on 0.5.19/0.5.20 the
+        # ParallelState its constructor is handed (runner/ranks.py)
+        self.attn_dcp_size, self.attn_dcp_rank = 1, 0
+        ps = ranks.parallel_state()
+        if ps is not None:
+            self.ps = ps
         self.in_capture = False  # a graph runner is capturing this runner's forward
         self._init_shared_read()
         self.last_shared_read_runner = None  # a runner is not a worker
@@ -128,6 +141,10 @@ class ToyModelRunner(SharedReadRunner):
         return hidden, logits
 
 
+def _result_fields():
+    return {f.name for f in dataclasses.fields(upstream.GenerationBatchResult)}
+
+
 class ToyTargetWorker:
     """The target worker's two calls from the EAGLE worker: the prefill (with the full
     hidden states the draft extends from) and the verify forward. Both attend through the
@@ -164,10 +181,13 @@ class ToyTargetWorker:
         if batch.has_grammar:  # the first token is constrained too
             apply_extend_grammar(batch, logits, torch.device(self.model_runner.device))
         next_token_ids = logits.argmax(dim=-1).to(torch.int32)
+        # no plan of the prefill's KV slots (the toy writes them itself), where the
+        # release's result carries one (0.5.22 on: the KVLocPlan)
+        plan = {"kv_loc_plan": None} if "kv_loc_plan" in _result_fields() else {}
         return upstream.GenerationBatchResult(
             logits_output=upstream.LogitsProcessorOutput(next_token_logits=logits,
                                                          hidden_states=hidden),
-            next_token_ids=next_token_ids, kv_loc_plan=None, can_run_cuda_graph=False)
+            next_token_ids=next_token_ids, can_run_cuda_graph=False, **plan)
 
     def _verify(self, fb):
         batch = self.batch

@@ -182,32 +182,39 @@ def test_grammar_runs_behind_upstreams_barrier_and_matches_ngram(monkeypatch):
 
 
 def test_the_slice_needs_the_kernel_seams_it_binds(tmp_path):
-    """The EAGLE slice's driver needs name every launcher its stand-ins bind (0.5.16-0.5.22
-    launch Triton kernels directly: their rows are "not driven", not a crash), found where
-    the module imported it; a release without one has the feature's code and cannot be
-    driven -- never "not applicable"."""
+    """The EAGLE slice's driver needs name every seam its stand-ins bind, as ways (a
+    launcher function, or the Triton kernel object 0.5.19-0.5.22 launch directly), found
+    where the module imported it; a release with neither way has the feature's code and
+    cannot be driven -- never "not applicable"."""
     import os
     import shutil
     from targets import static
-    from targets.sglang.boundary import contract
+    from targets.sglang.boundary import contract, eagle_seams
     root = static.package_root("sglang")
     assert contract.missing_code(root, "eagle_v2") is None
     assert contract.undriven(root, "eagle_v2") is None
-    seams = [f"{m}:{n}" for m, names in contract.EAGLE_KERNEL_SEAMS.items() for n in names]
-    assert set(seams) <= set(contract.DRIVER_NEEDS["eagle_v2"])
-    # a copy of the feature's modules whose eagle_worker_common imports no draft-locs
-    # launcher (0.5.22's form)
-    copy = tmp_path / "sglang"
+    seams = [seam for _, ways in eagle_seams.EAGLE_KERNEL_WAYS for seam in ways]
     needs = [way_target for need in contract.DRIVER_NEEDS["eagle_v2"]
              for way_target in ((need,) if isinstance(need, str) else sum(need, ()))]
+    assert set(seams) <= set(needs)
+    # a copy of the feature's modules whose eagle_worker_common imports the Triton
+    # kernel object instead of the launcher (0.5.22's form): driven, by that way
+    copy = tmp_path / "sglang"
     for target in (*contract.FEATURES["eagle_v2"], *needs):
         src = static.module_path(root, target.partition(":")[0])
         dst = copy / os.path.relpath(src, root)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
     common = copy / "srt/speculative/eagle_worker_common.py"
-    common.write_text(common.read_text().replace("assign_draft_cache_locs_contiguous_func",
-                                                 "assign_draft_cache_locs_contiguous"))
+    text = common.read_text()
+    common.write_text(text.replace("assign_draft_cache_locs_contiguous_func",
+                                   "assign_draft_cache_locs_contiguous"))
     assert contract.missing_code(str(copy), "eagle_v2") is None  # the code is there
+    assert contract.undriven(str(copy), "eagle_v2") is None
+    assert "sglang.srt.speculative.eagle_worker_common:assign_draft_cache_locs_contiguous" \
+        in eagle_seams.seams_in(str(copy))
+    # neither way: not driven, the first way named
+    common.write_text(text.replace("assign_draft_cache_locs_contiguous_func",
+                                   "some_other_launcher"))
     assert contract.undriven(str(copy), "eagle_v2") == (
         "sglang.srt.speculative.eagle_worker_common:assign_draft_cache_locs_contiguous_func")

@@ -1,0 +1,102 @@
+"""Upstream's EAGLE v2 worker on the other releases set up here (``.releases/sglang/<V>``),
+each run in its own environment: the slice binds its kernel stand-ins where that
+release launches each kernel (``boundary/eagle_seams``: the launcher functions of 0.5.23,
+the Triton kernel objects and the tree-build wrapper's platform kernel of 0.5.19-0.5.22,
+the verify window's launcher of 0.5.19/0.5.20), and the release's worker drafts,
+verifies and extends clean, its own frames in the trace. The installed release's checks:
+test_sglang_eagle.py; the static driven / not-driven table: test_sglang_dspark_releases.py.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from seams import children
+from targets.sglang.boundary import contract, eagle_seams
+from targets.sglang.environments import LINE
+
+_EWC = "sglang.srt.speculative.eagle_worker_common"
+_EU = "sglang.srt.speculative.eagle_utils"
+_SU = "sglang.srt.speculative.spec_utils"
+_CL = "sglang.kernels.ops.speculative.cache_locs"
+# the seams each release's source gives the three kernels whose launch changed, as read
+# (the rest are the same names on every release)
+OLDER = (f"{_EWC}:assign_draft_cache_locs_contiguous", f"{_EU}:sgl_build_tree_kernel_efficient",
+         f"{_SU}:assign_extend_cache_locs")
+SEAMS = {
+    "0.5.22": OLDER,
+    "0.5.21": OLDER,
+    "0.5.20": (*OLDER, f"{_CL}:assign_extend_cache_locs_func"),
+    "0.5.19": (*OLDER, f"{_CL}:assign_extend_cache_locs_func"),
+}
+
+
+@pytest.mark.parametrize("version", sorted(SEAMS))
+def test_each_release_binds_the_seams_its_source_has(version):
+    if version not in LINE.installed():
+        pytest.skip(f"sglang {version} is not set up here")
+    root = LINE.release_root(version)
+    assert contract.undriven(root, "eagle_v2") is None
+    chosen = eagle_seams.seams_in(root)
+    assert set(SEAMS[version]) <= set(chosen), chosen
+    # one seam per kernel, never a second way beside the first
+    assert not {f"{_EWC}:assign_draft_cache_locs_contiguous_func",
+                f"{_EU}:build_tree_kernel_efficient_func",
+                f"{_SU}:fill_front_out_cache_loc_func"} & set(chosen)
+
+
+_CHILD = r"""
+import importlib, json
+import targets
+targets.get("sglang")  # the stand-ins in place before sglang is imported
+from harness.policies import parse_policy
+from harness.runtime.trace import OpRecord
+from scenarios.resolve import run_scenario_result
+def run(variant):
+    r = run_scenario_result("eagle-v2", target="sglang", variant=variant, backend="sim",
+                            trials=1, policy=parse_policy("eager"))
+    files = [r.frame[0] for r in r.trace.records if isinstance(r, OpRecord) and r.frame]
+    j = r.to_json()
+    return {"outcome": j["outcome"], "divergence": j["first_divergence"],
+            "races": len(j["races"]),
+            "upstream": sorted({"srt/" + f.rsplit("/sglang/srt/", 1)[1] for f in files
+                                if "/sglang/srt/speculative/" in f}),
+            "ours": sorted({(r.name, r.frame[2]) for r in r.trace.records
+                            if isinstance(r, OpRecord) and r.frame
+                            and "eagle_launch" in r.frame[0]})}
+out = {v: run(v) for v in ("as-installed", "topk2")}
+from targets.sglang.slices import eagle_launch
+bound = {}
+for seam in SEAMS:
+    module, _, name = seam.partition(":")
+    bound[seam] = getattr(importlib.import_module(module), name, None) is eagle_launch.stand_in(name)
+out["bound"] = bound
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("version", sorted(SEAMS))
+def test_upstreams_eagle_worker_runs_clean_on_each_release(version):
+    """In the release's own environment: a chain draft and a tree draft (topk 2, the
+    accepted path's KV move) clean, with no stale value; the trace holds upstream's
+    worker, verify and utility frames; the kernel-object stand-ins launched their ops
+    (the draft's slots on both; the accepted path's target slots on the tree); each
+    seam the release has bound to its stand-in."""
+    if version not in LINE.installed() or version == contract.installed_version():
+        pytest.skip(f"sglang {version} is not set up here, or is the installed one")
+    code = f"SEAMS = {list(SEAMS[version])!r}\n" + _CHILD
+    proc = subprocess.run(children.command(LINE.env_python(version), "-c", code),
+                          env=children.env(), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for variant in ("as-installed", "topk2"):
+        run = got[variant]
+        assert run["outcome"] == "clean" and run["divergence"] is None, run
+        assert {"srt/speculative/eagle_worker_v2.py", "srt/speculative/eagle_worker_common.py",
+                "srt/speculative/eagle_utils.py"} <= set(run["upstream"]), run["upstream"]
+    assert ["assign_draft_cache_locs.default", "_draft_locs"] in got["as-installed"]["ours"]
+    assert ["extend_cache_locs.default", "_extend_locs"] in got["topk2"]["ours"]
+    assert all(got["bound"].values()), got["bound"]
