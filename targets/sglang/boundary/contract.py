@@ -174,7 +174,9 @@ DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
                      f"{_MR}:resolve_layer_indices",
                      "sglang.srt.model_executor.cuda_graph_config:CudaGraphConfig"),
     "dspark": (_ANY_SERVER_CONFIG_WAY,),
+    # (the graphs' KV index translator: 0.5.19 on)
     "eagle_v2": (_ANY_SERVER_CONFIG_WAY,
+                 "sglang.srt.mem_cache.kv_index_translator:KVIndexTranslator",
                  *(tuple((seam,) for seam in seams)
                    for _, seams in eagle_seams.EAGLE_KERNEL_WAYS)),
 }

@@ -82,7 +82,7 @@ def server_context(args) -> Iterator[None]:
         # the MoE runtime flags the draft's contexts read, seeded as the scheduler's
         # init seeds them (the toy has no MoE: only the defaults are looked up)
         from sglang.srt.layers.moe.utils import initialize_moe_config
-        initialize_moe_config()
+        upstream.with_server_args(initialize_moe_config)  # 0.5.16-0.5.18: passed its args
         yield
 
 
