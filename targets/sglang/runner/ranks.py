@@ -49,8 +49,12 @@ def single_rank_group(device):
     g.rank_in_group, g.local_rank, g.local_size = 0, 0, 1
     g.device_module = torch.get_device_module(torch.device(device))
     g.device = torch.device(device)
+    # one rank: no communicator of any kind (the graph runner asks for the PCIe-IPC
+    # all-reduce's before capture on a GPU)
     g.ca_comm = g.pynccl_comm = g.pymscclpp_comm = g.qr_comm = None
-    g.torch_symm_mem_comm = None
+    g.torch_symm_mem_comm = g.pcie_ipc_comm = None
+    g.hpu_communicator = g.xpu_communicator = None
+    g.use_hpu_communicator = g.use_xpu_communicator = False
     g.cpu_group = g.device_group = None
     return g
 
