@@ -126,11 +126,20 @@ def test_a_kernel_object_stands_in_only_for_the_kernel_it_models(sglang):
     el.assign_draft_cache_locs_contiguous.replaces(cache_locs.assign_draft_cache_locs_contiguous)
     el.assign_extend_cache_locs.replaces(cache_locs.assign_extend_cache_locs)
 
+    def older(req_pool_indices, req_to_token, seq_lens, out_cache_loc, pool_len, topk,
+              speculative_num_steps):  # 0.5.19-0.5.21's: no positions to write
+        pass
+    el.assign_draft_cache_locs_contiguous.replaces(older)
+
     def other(req_pool_indices, req_to_token, seq_lens, out_cache_loc, topk, pool_len,
               speculative_num_steps):
         pass
-    with pytest.raises(TypeError, match="models a kernel taking"):
-        el.assign_draft_cache_locs_contiguous.replaces(other)
+
+    def fewer(req_pool_indices, req_to_token, seq_lens, out_cache_loc, pool_len, topk):
+        pass
+    for kernel in (other, fewer):
+        with pytest.raises(TypeError, match="models a kernel taking"):
+            el.assign_draft_cache_locs_contiguous.replaces(kernel)
 
 
 # --- the seam choice ------------------------------------------------------------------
