@@ -116,7 +116,10 @@ def test_the_pytest_entry_point_fails_a_servers_test_on_the_seeded_race(tmp_path
         def test_no_new_race(specrace_audit):
             specrace_audit(target="sglang", scenarios=["{BITES}"])
     """))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([checkout, REPO_ROOT])}
+    # the checkout first (it shadows the installed sglang), the rest of the path kept: on
+    # a GPU image sglang itself is on PYTHONPATH (the bundle), not installed
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (checkout, REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            *pytest_plugin_args(), str(test)], capture_output=True, text=True,
                           env=env, cwd=str(tmp_path), timeout=900)
