@@ -70,7 +70,28 @@ def _run_one(run: Run, i: int, mutation, want_trace: bool) -> TrialResult:
             f"{target.label()} does not fit the {target.name} target: "
             f"{res.divergence.message} (no verdict: the code ran without any overlap)",
             problems=["run with SPECRACE_TRACEBACK=1 to see where it raised"])
+    if _unfit_crash(res.divergence):
+        raise DoesNotFit(
+            f"{target.label()} does not fit the {target.name} target: "
+            f"{res.divergence.message} (no verdict: an exception that says the code was "
+            f"called with what it does not take -- a path only the trial ran, which "
+            f"specrace's build of the server does not fit -- not a stale value)",
+            problems=["run with SPECRACE_TRACEBACK=1 to see where it raised"])
     return res
+
+
+# Exceptions that say code was handed what it does not take (an attribute, a signature, a
+# module, a stand-in refusing a shape): a trial that raises one took a path specrace's
+# build of the server does not fit. A stale value makes wrong values -- an index out of
+# range, a device assert, a failed check -- not these; a crash of any other kind in the
+# trial, which the reference run did not have, stays a divergence.
+UNFIT_EXCEPTIONS = ("AttributeError", "TypeError", "NameError", "ImportError",
+                    "ModuleNotFoundError", "NotImplementedError")
+
+
+def _unfit_crash(d: Optional["Divergence"]) -> bool:
+    return (d is not None and d.kind == "crash" and d.where != "reference"
+            and str(d.observed).split(":", 1)[0] in UNFIT_EXCEPTIONS)
 
 
 @dataclasses.dataclass
