@@ -182,7 +182,8 @@ def _set_init_attributes(mr, m, toy, device, draft) -> None:
     mr.spec_algorithm = m["spec_info"].SpeculativeAlgorithm.from_string(
         mr.server_args.speculative_algorithm)
     mr.capture_tail_hooks, mr.capture_head_hooks = [], []
-    mr.page_size = mr.server_args.page_size  # the projections' source (0.5.16: no get_spec)
+    # the args the context projects (0.5.16 has no get_spec / get_schedule to read)
+    mr.page_size = mr.server_args.page_size
     mr.mtp_draft_device_pools = mr.mtp_draft_mamba_pools = ()
     mr.is_hybrid_swa = mr.is_hybrid_swa_compress = False
     mr.use_mla_backend = False
