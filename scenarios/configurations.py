@@ -43,6 +43,15 @@ def _dspark_only(text: Callable[[Any], Optional[str]]) -> Describe:
     return lambda v, args: text(v) if args.get("spec_algorithm") == "dspark" else None
 
 
+def _backend_seq_lens(value: Any, args: Mapping[str, Any]) -> Optional[str]:
+    """The attention backend's ``needs_cpu_seq_lens``: what DSpark's and EAGLE v2's
+    relay and draft extend branch on (the toy NGRAM worker reads neither)."""
+    if args.get("spec_algorithm") not in ("dspark", "eagle-v2"):
+        return None
+    return ("(an attention backend that needs CPU seq lens: FlashInfer)" if value else
+            "(an attention backend without CPU seq lens: FA3, Triton, TRT-LLM, DSV4)")
+
+
 # sglang: server arg -> its flag / env var at that value (None: upstream's default, or
 # meaningless in this configuration)
 SGLANG: Dict[str, Describe] = {
@@ -54,9 +63,7 @@ SGLANG: Dict[str, Describe] = {
                                           "their hidden states)" if v else None),
     "ragged_verify_mode": _dspark_only(
         lambda v: None if v == "static" else f"SGLANG_RAGGED_VERIFY_MODE={v}"),
-    "needs_cpu_seq_lens": _dspark_only(
-        lambda v: "(an attention backend that needs CPU seq lens: FlashInfer)" if v else
-        "(an attention backend without CPU seq lens: FA3, Triton, TRT-LLM, DSV4)"),
+    "needs_cpu_seq_lens": _backend_seq_lens,
     "folded_accept": _dspark_only(
         lambda v: "(greedy, grammar-free batches: the accept folded into the verify graph)"
         if v else "(sampling or grammar in the batch: the accept runs eagerly)"),

@@ -39,6 +39,11 @@ EAGLE_V2 = Scenario(
               # KV moved to the window's front, move_accept_tokens_to_target_kvcache)
               "topk2": {**_EAGLE, **engage("tree-topk")},
               "topk2-plan-stream": {**_EAGLE, **engage("tree-topk"), "plan_stream": True},
+              # an attention backend without CPU seq lens (FA3, Triton, TRT-LLM MHA): the
+              # relay skips its host mirror and the draft extend plans on the GPU alone
+              "no-cpu-seq-lens": {**_EAGLE, "needs_cpu_seq_lens": False},
+              "no-cpu-seq-lens-plan-stream": {**_EAGLE, "needs_cpu_seq_lens": False,
+                                              "plan_stream": True},
               # EAGLE3's shape: the target's aux hidden states (three layers) feed the
               # draft, through the same v2 worker
               "eagle3": {**_EAGLE, "eagle3": True},
@@ -56,6 +61,7 @@ EAGLE_V2 = Scenario(
     default_variant=AS_INSTALLED,
     expect={(AS_INSTALLED, None): "clean", ("plan-stream", None): "clean",
             ("topk2", None): "clean", ("topk2-plan-stream", None): "clean",
+            ("no-cpu-seq-lens", None): "clean", ("no-cpu-seq-lens-plan-stream", None): "clean",
             ("eagle3", None): "clean", ("retract", None): "clean",
             ("chunked-retract", None): "clean",
             ("no-war-barrier", None): "race"},

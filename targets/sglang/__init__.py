@@ -102,8 +102,9 @@ class SglangTarget(Target):
             eagle.modules()  # imported with the machine's flags, then masked for the run
         if runner.fits():
             runner.modules()  # the same for upstream's runner and its KV pool
-        with variant_patches(args), dspark.server_context(args), eagle.server_context(args), \
-                kv_lifecycle.server_context(args), as_without_gpu(device), \
+        with variant_patches(args), dspark.server_context(args, device), \
+                eagle.server_context(args, device), \
+                kv_lifecycle.server_context(args, device), as_without_gpu(device), \
                 as_platform(args.platform):
             yield
 

@@ -26,6 +26,7 @@ _EWC = "sglang.srt.speculative.eagle_worker_common"
 _EU = "sglang.srt.speculative.eagle_utils"
 _SU = "sglang.srt.speculative.spec_utils"
 _CL = "sglang.kernels.ops.speculative.cache_locs"
+_FBI = "sglang.srt.model_executor.forward_batch_info"
 
 # kernel -> the "module:name" seams a release launches it through, the newest way first
 # (the first is the one named when a release has none). A seam's stand-in is the
@@ -52,6 +53,8 @@ EAGLE_KERNEL_WAYS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     # has no branch for another device and returns None (0.5.19, 0.5.20)
     ("the verify window's slots", (f"{_CL}:_get_oot_speculative_cache_locs_fn",
                                    f"{_CL}:assign_extend_cache_locs_func")),
+    # an extend's positions (the forward batch's, on a backend that supports Triton)
+    ("the extend positions", (f"{_FBI}:compute_position_triton",)),
 )
 # ways the platform answers (targets/sglang/boundary/platform.py): found, nothing bound
 PLATFORM_WAYS = (f"{_CL}:_get_oot_speculative_cache_locs_fn",)

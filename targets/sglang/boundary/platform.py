@@ -61,8 +61,10 @@ def as_without_gpu(device) -> Iterator[None]:
     every loaded sglang module's host flags read as on a machine without a GPU: upstream
     takes the code paths CI runs, so a simulator verdict is the same on any machine;
     likewise a JIT kernel's probe (``JIT_PROBES``) answers that it does not compile.
-    Restored after the run. (A module first imported during the run keeps its own
-    flags: the slices import theirs when the engine is built, before this.)"""
+    Restored after the run; a module first imported during the run (the slices import
+    theirs before it, but upstream imports some lazily) is given the GPU platform and
+    the machine's flags, which it computed from the simulator's: a CUDA run later in
+    the process must not take the simulator's paths."""
     import torch
     if str(device).split(":")[0] != "sim" or not torch.cuda.is_available():
         yield
@@ -72,6 +74,7 @@ def as_without_gpu(device) -> Iterator[None]:
     import sglang.srt.platforms as platforms
     gpu_platform = platforms.current_platform
     sim_platform = _platform_class()()
+    before = set(sys.modules)
     saved = [(platforms, "_current_platform", platforms._current_platform)]
     platforms._current_platform = sim_platform
     for name, module in list(sys.modules.items()):
@@ -94,6 +97,17 @@ def as_without_gpu(device) -> Iterator[None]:
     finally:
         for module, attr, value in reversed(saved):
             setattr(module, attr, value)
+        machine_flags = {attr for _, attr, _ in saved if attr in HOST_FLAGS}
+        for name in set(sys.modules) - before:
+            module = sys.modules[name]
+            if not name.startswith("sglang.") or module is None:
+                continue
+            values = vars(module)
+            if values.get("current_platform") is sim_platform:
+                module.current_platform = gpu_platform
+            for flag in machine_flags:
+                if values.get(flag) is False:
+                    setattr(module, flag, True)
 
 
 def _platform_class():

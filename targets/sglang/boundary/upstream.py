@@ -79,10 +79,11 @@ def with_server_args(fn, *args, **kwargs):
 
 
 @contextlib.contextmanager
-def server_config(speculative_algorithm: str, **server_args):
-    """Upstream's runtime context for one run, projected from ``ServerArgs(...)`` by its
-    ``set_server_args`` (the resolution pipeline, which loads the model's HF config, is
-    not run: what it would resolve is given here -- page size 1, the toy's) and made
+def server_config(speculative_algorithm: str, device, **server_args):
+    """Upstream's runtime context for one run on ``device``, projected from
+    ``ServerArgs(...)`` by its ``set_server_args`` (the resolution pipeline, which loads
+    the model's HF config, is not run: what it would resolve is given here -- the
+    device's type, page size 1, the toy's) and made
     current the way the release makes a server's config current
     (``contract.SERVER_CONFIG_WAYS``, read from its source): a context of the run's own
     under ``use_context``, or -- where the context is one per process -- that context
@@ -106,8 +107,14 @@ def server_config(speculative_algorithm: str, **server_args):
     # loading the model's HF config: "dummy" is upstream's own name for a run without a
     # model, which stops that resolution before it reads one
     resolves = not hasattr(ServerArgs, "resolve_once")
+    # the device's type, as a launched server resolves it: a ServerArgs without one
+    # leaves upstream to ask torch for the current accelerator (the runtime context's
+    # named streams), and torch answers with a registered PrivateUse1 backend before
+    # CUDA -- once the simulator has run in the process, a CUDA run's capture stream
+    # would be the simulator's (measured on an H100)
+    import torch
     args = ServerArgs(model_path="dummy" if resolves else "specrace-toy", page_size=1,
-                      attention_backend="torch_native",
+                      attention_backend="torch_native", device=torch.device(device).type,
                       speculative_algorithm=speculative_algorithm, **server_args)
     if way == "use_context":
         ctx = rc.RuntimeContext(parallel=rc.ParallelContext())

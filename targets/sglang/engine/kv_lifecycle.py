@@ -221,7 +221,7 @@ class UpstreamKVCache(KVCacheManager):
 
 
 @contextlib.contextmanager
-def server_context(args) -> Iterator[None]:
+def server_context(args, device) -> Iterator[None]:
     """What the lifecycle functions read of the server's config (the decode reserve, the
     page size; an over-allocated tail is freed only under speculative decoding), and
     upstream's model runner (``targets.sglang.runner``: the spec algorithm, the page
@@ -234,6 +234,7 @@ def server_context(args) -> Iterator[None]:
         return
     from targets.sglang.boundary import upstream
     from targets.sglang.runner import ranks
-    with upstream.server_config("NGRAM", speculative_num_draft_tokens=args.draft_token_num), \
+    with upstream.server_config("NGRAM", device,
+                                   speculative_num_draft_tokens=args.draft_token_num), \
             ranks.scope():
         yield

@@ -125,7 +125,9 @@ def _set_spec_worker(s, args, dev, model, pools, attention) -> None:
     elif args.spec_algorithm == "eagle-v2":
         from targets.sglang.slices import eagle
         s.spec_algorithm = eagle.algorithm(args)
-        s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool)
+        # the attention backend's answer (an axis), as Scheduler.init_overlap passes it
+        s.future_map = upstream.FutureMap(dev, s.spec_algorithm, s.req_to_token_pool,
+                                          needs_cpu_seq_lens=args.needs_cpu_seq_lens)
         s.model_worker = eagle.build_worker(args, dev, model, pools, attention)
     else:
         s.spec_algorithm = upstream.SpeculativeAlgorithm.NGRAM

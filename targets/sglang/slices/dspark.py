@@ -56,7 +56,7 @@ def modules() -> Dict[str, Any]:
 
 
 @contextlib.contextmanager
-def server_context(args) -> Iterator[None]:
+def server_context(args, device) -> Iterator[None]:
     """What DSpark's code reads of the server's config, for one run: upstream's runtime
     context for ``speculative_algorithm="DSPARK"``, made current the way the release's
     source does (``upstream.server_config``: ``use_context``, or on 0.5.19-0.5.21 the
@@ -66,7 +66,7 @@ def server_context(args) -> Iterator[None]:
         yield
         return
     with upstream.envs.SGLANG_RAGGED_VERIFY_MODE.override(args.ragged_verify_mode), \
-            upstream.server_config("DSPARK"):
+            upstream.server_config("DSPARK", device):
         yield
 
 

@@ -64,7 +64,7 @@ def algorithm(args):
 
 
 @contextlib.contextmanager
-def server_context(args) -> Iterator[None]:
+def server_context(args, device) -> Iterator[None]:
     """What EAGLE's code reads of the server's config, for one run: upstream's runtime
     context for ``speculative_algorithm="EAGLE"`` and the run's draft shape
     (``upstream.server_config``); the plan stream switch set to the run's
@@ -74,7 +74,7 @@ def server_context(args) -> Iterator[None]:
         yield
         return
     with upstream.envs.SGLANG_ENABLE_OVERLAP_PLAN_STREAM.override(args.plan_stream), \
-            upstream.server_config(algorithm(args).name,
+            upstream.server_config(algorithm(args).name, device,
                                    speculative_eagle_topk=args.eagle_topk,
                                    speculative_num_steps=args.draft_token_num - 1,
                                    speculative_num_draft_tokens=args.draft_token_num), \

@@ -34,6 +34,12 @@ What they model, and what not (docs/sglang-target.md#eagle-v2):
 * ``fill_front_out_cache_loc_func`` / ``fill_accept_out_cache_loc_func`` (topk > 1): the
   KV slots the accepted tree path moves to (the front of each request's verify window,
   packed) and from (its accepted nodes' slots, compacted in order).
+* ``compute_position_triton``: an extend's positions (each request's prefix length on)
+  and start offsets, where ``ForwardBatch.init_new`` computes them on a backend that
+  supports Triton -- every GPU backend but ``torch_native`` / ``intel_amx``. Upstream's
+  torch path for those two reads each length with ``.item()``: a host sync per request
+  that drains the forward (and a plan) stream, which a server on FA3 or FlashInfer never
+  does. Plain vectorised torch, not a declared op: its reads are the lengths alone.
 """
 from __future__ import annotations
 
@@ -188,6 +194,25 @@ def _extend_locs_body(req_pool_indices, req_to_token, start_offset, end_offset,
         out_cache_loc.dtype))
 
 
+def _position_body(extend_prefix_lens, extend_seq_lens, has_prefix, positions,
+                   extend_start_loc) -> None:
+    # each token finds its request by a search of the running ends (a request of no
+    # tokens is passed over, as the kernel's loop of zero blocks writes nothing); as the
+    # kernel, only the lengths' tokens are written -- a caller whose token count is
+    # larger leaves the rest of ``positions`` as allocated
+    lens = extend_seq_lens.to(torch.int64)
+    ends = torch.cumsum(lens, 0)
+    start = ends - lens
+    written = int(ends[-1]) if lens.numel() else 0  # (the body runs on the data)
+    token = torch.arange(min(written, positions.shape[0]), device=positions.device)
+    which = torch.searchsorted(ends, token, right=True)
+    offset = token - start[which]
+    if has_prefix:
+        offset = offset + extend_prefix_lens.to(torch.int64)[which]
+    positions[:token.shape[0]].copy_(offset)
+    extend_start_loc.copy_(start.to(torch.int32))
+
+
 def _accept_locs_body(accept_index, out_cache_loc, accept_out_cache_loc, size) -> None:
     flat = accept_index.reshape(-1)[:size].to(torch.int64)
     valid = flat != -1
@@ -221,6 +246,9 @@ declare_kernel("extend_cache_locs(Tensor req_pool_indices, Tensor req_to_token, 
                lambda *a: _extend_locs_body(*a))
 declare_kernel("fill_front_out_cache_loc(Tensor num_front, Tensor out_cache_loc, "
                "Tensor(a!) front_out_cache_loc) -> ()", lambda *a: _front_body(*a))
+declare_kernel("compute_position(Tensor extend_prefix_lens, Tensor extend_seq_lens, "
+               "bool has_prefix, Tensor(a!) positions, Tensor(b!) extend_start_loc) -> ()",
+               lambda *a: _position_body(*a))
 declare_kernel("fill_accept_out_cache_loc(Tensor accept_index, Tensor out_cache_loc, "
                "Tensor(a!) accept_out_cache_loc, int size) -> ()",
                lambda *a: _accept_locs_body(*a))
@@ -306,6 +334,28 @@ def fill_accept_out_cache_loc_func(accept_index, out_cache_loc, accept_out_cache
                                                  accept_out_cache_loc, size)
 
 
+def compute_position_triton(extend_prefix_lens: torch.Tensor, extend_seq_lens: torch.Tensor,
+                            extend_seq_lens_sum: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``kernels/ops/attention/position.py``'s launcher: ``positions`` (int64, one per
+    extend token: the request's prefix length, then on by one) and ``extend_start_loc``
+    (int32, each request's first token), sized by the host-known token count. A prefix
+    tensor shorter than the batch means no prefix, as the kernel's ``has_prefix`` says."""
+    bs = extend_seq_lens.shape[0]
+    positions = torch.empty(extend_seq_lens_sum, dtype=torch.int64,
+                            device=extend_seq_lens.device)
+    extend_start_loc = torch.empty(bs, dtype=torch.int32, device=extend_seq_lens.device)
+    torch.ops.specrace.compute_position(extend_prefix_lens, extend_seq_lens,
+                                        extend_prefix_lens.shape[0] == bs, positions,
+                                        extend_start_loc)
+    return positions, extend_start_loc
+
+
+def support_triton_by_name(backend: str) -> bool:
+    """A CUDA server's answer to ``support_triton`` (0.5.22 on also asks the platform,
+    which on the simulator answers no Triton): by the backend's name alone."""
+    return backend not in ("torch_native", "intel_amx")
+
+
 def install_rest() -> None:
     """What the slice replaces beside the kernel seams (``eagle_launch.install`` binds
     those, then calls this; idempotent, run-time patches only)."""
@@ -322,6 +372,11 @@ def install_rest() -> None:
     spec_utils = importlib.import_module("sglang.srt.speculative.spec_utils")
     later = spec_utils._select_top_k_tokens_later
     spec_utils._select_top_k_tokens_later = getattr(later, "_torchdynamo_orig_callable", later)
+    # an extend's positions: ForwardBatch.init_new launches the Triton kernel (its
+    # stand-in is bound as a seam) where the runner's backend supports Triton, asked as
+    # a CUDA server answers -- only this module's name, whose one use is that choice
+    fbi = importlib.import_module("sglang.srt.model_executor.forward_batch_info")
+    fbi.support_triton = support_triton_by_name
     # the fused kernels of the GPU path (simulated tensors say is_cuda: eagle_fused)
     from targets.sglang.slices import eagle_fused
     eagle_fused.install()

@@ -38,9 +38,11 @@ class ToyAttnBackend:
     attends to nothing a mask would restrict), the context length, metadata init (the
     runner's forward does its reads), and the plan stream's post-draft fix-up."""
 
-    needs_cpu_seq_lens = True  # FlashInfer's answer: seq_lens are mirrored to the host
-
-    def __init__(self, context_len: int) -> None:
+    def __init__(self, context_len: int, needs_cpu_seq_lens: bool) -> None:
+        # the backend's answer, an axis: FlashInfer's True (the relay mirrors seq_lens to
+        # the host each step), FA3's, Triton's and TRT-LLM MHA's False (the draft extend
+        # then takes its GPU-only path: no host read of the lengths before it plans)
+        self.needs_cpu_seq_lens = needs_cpu_seq_lens
         self.verify_mask = None
         self.max_context_len = context_len
         self.attn_backends = [self]  # the draft's per-step backends
@@ -79,14 +81,13 @@ class ToyModelRunner(SharedReadRunner):
         # EAGLE3: the target hands the draft three layers' hidden states side by side
         self.aux_layers = 3 if self.spec_algorithm.is_eagle3() and not draft else 1
         self.decode_cuda_graph_runner = None
-        self.attn_backend = ToyAttnBackend(args.context_len)
+        self.attn_backend = ToyAttnBackend(args.context_len, args.needs_cpu_seq_lens)
         self.watermark_state = None
-        # the simulator has no Triton: named as a torch backend, upstream's helpers take
-        # their torch paths there (compute_position; 0.5.22 on asks the platform too,
-        # which answers no Triton, 0.5.19-0.5.21 only the name); on a GPU a name that
-        # keeps their Triton kernels
-        self.prefill_attention_backend_str = (
-            "torch_native" if torch.device(device).type == "sim" else "specrace-toy")
+        # a backend that supports Triton, as every GPU backend but torch_native does: the
+        # forward batch's positions come from the Triton kernel (on the simulator its
+        # stand-in, eagle_kernels.compute_position_triton), not from the torch path's
+        # per-request .item() -- a host sync a server on FA3 or FlashInfer never makes
+        self.prefill_attention_backend_str = "specrace-toy"
         self.canary_manager = None
         # a one-rank server's placement, where a release's forward batch reads it off the
         # runner: no decode context parallelism (before 0.5.22), and on 0.5.19/0.5.20 the

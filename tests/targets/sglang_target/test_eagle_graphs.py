@@ -76,5 +76,8 @@ def test_the_detector_sees_the_reads_inside_a_replayed_draft_graph():
                      backend="sim", policy=parse_policy("eager"), trials=1, target="sglang")
     assert r["outcome"] == "race"
     replayed = [x["summary"] for x in r["races"] if "replayed at" in x["summary"]]
-    assert any("eagle_graphs.py" in s and "assign_req_to_token_pool" in s for s in replayed), \
+    # (which row write a replayed read pairs with first -- upstream's pool write or the
+    # toy's row assignment -- depends on the host's syncs, not on what is checked here)
+    assert any("eagle_graphs.py" in s and "is unordered with schedule" in s
+               and "memory_pool.py:406" in s for s in replayed), \
         [x["summary"] for x in r["races"]]

@@ -220,6 +220,35 @@ def test_the_verify_windows_slots(bs, D, data):
                             for j in range(D)]
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=5), st.booleans(), st.data())
+def test_the_extend_positions(lens, has_prefix, data):
+    """The kernel's walk: request ``b``'s tokens start at the sum of the lengths before
+    it and count on from its prefix length (from 0 without a prefix tensor)."""
+    bs = len(lens)
+    prefix = data.draw(st.lists(st.integers(0, 30), min_size=bs, max_size=bs))
+    prefix_t = torch.tensor(prefix if has_prefix else [], dtype=torch.int32)
+    positions, start = ek.compute_position_triton(prefix_t, torch.tensor(lens, dtype=torch.int32),
+                                                  sum(lens))
+    want, at = [], []
+    for b, n in enumerate(lens):
+        at.append(len(want))
+        want += [(prefix[b] if has_prefix else 0) + i for i in range(n)]
+    assert positions.dtype == torch.int64 and start.dtype == torch.int32
+    assert positions.tolist() == want and start.tolist() == at
+
+
+def test_the_extend_positions_are_upstreams_torch_paths(sglang):
+    """Where upstream has a torch path for the same kernel (the ``torch_native``
+    backend's), the stand-in computes what it does."""
+    from sglang.srt.model_executor.forward_batch_info import compute_position_torch
+    prefix = torch.tensor([14, 0, 7], dtype=torch.int32)
+    lens = torch.tensor([3, 1, 4], dtype=torch.int32)
+    got = ek.compute_position_triton(prefix, lens, 8)
+    ref = compute_position_torch(prefix, lens)
+    assert got[0].tolist() == ref[0].tolist() and got[1].tolist() == ref[1].tolist()
+
+
 def test_unmodelled_modes_refuse_loudly():
     import pytest
     z = torch.zeros(1, dtype=torch.int64)

@@ -149,6 +149,7 @@ _EU = "srt/speculative/eagle_utils.py"
 _SU = "srt/speculative/spec_utils.py"
 _OU = "srt/managers/overlap_utils.py"
 _CL = "kernels/ops/speculative/cache_locs.py"
+_FBI = "srt/model_executor/forward_batch_info.py"
 _K = "sglang.kernels.ops.speculative"
 
 
@@ -175,6 +176,7 @@ OLDER = {
           "def verify_tree_greedy_func(*a):\n    pass\n"),
     _SU: (f"from {_K}.cache_locs import assign_extend_cache_locs as assign_extend_cache_locs\n"
           f"from {_K}.cache_locs import fill_accept_out_cache_loc_func\n"),
+    _FBI: "from sglang.kernels.ops.attention.position import compute_position_triton\n",
 }
 
 
@@ -186,7 +188,8 @@ def test_the_seams_bound_are_the_ones_the_releases_source_binds(tmp_path):
     assert got == {"gather_spec_extras", "assign_draft_cache_locs_contiguous",
                    "fill_bonus_tokens_func", "sgl_build_tree_kernel_efficient",
                    "verify_tree_greedy_func", "assign_extend_cache_locs",
-                   "fill_accept_out_cache_loc_func", "assign_extend_cache_locs_func"}
+                   "fill_accept_out_cache_loc_func", "assign_extend_cache_locs_func",
+                   "compute_position_triton"}
     # where the platform answers the verify window's slots (0.5.21 on), nothing is bound
     # for them: the first way is the platform's
     files = dict(OLDER)

@@ -78,6 +78,21 @@ def test_the_findings_still_reproduce_and_their_fixes_stay_clean(scenario, varia
     assert r.outcome == outcome
 
 
+def test_the_servers_device_is_the_runs_not_torchs_accelerator():
+    """The run's server args name its device's type, as a launched server's resolve to.
+    Without it upstream asks torch for the current accelerator (the runtime context's
+    named streams: the graph capture stream), and torch answers with a registered
+    PrivateUse1 backend before CUDA: after a simulator run in the process a CUDA run
+    captured on the simulator's stream (measured on an H100)."""
+    from sglang.srt import runtime_context as rc
+    from sglang.srt.arg_groups.overrides import resolution_result
+    from targets.sglang.boundary import upstream
+    for device in ("cuda:0", "sim"):
+        with upstream.server_config("NGRAM", device):
+            assert resolution_result(rc.get_server_args(), "device") == \
+                torch.device(device).type
+
+
 def test_the_graph_replays_compute_what_the_eager_forward_does():
     """The same outputs and accept lengths with upstream's graphs on and off: the
     replay's static inputs carry the batch, its outputs are read for its rows."""
@@ -113,7 +128,8 @@ def test_the_stand_in_kernel_is_upstreams_torch_native_extend():
     H, D, rows, ctx = 8, 3, 4, 16
     # CPU tensors stand for the device, as in a simulator run: on a GPU machine upstream
     # must take the paths it takes without one (its KV write's JIT kernel is CUDA's)
-    with as_without_gpu("sim"), upstream.server_config("NGRAM", speculative_num_draft_tokens=D):
+    with as_without_gpu("sim"), \
+            upstream.server_config("NGRAM", "sim", speculative_num_draft_tokens=D):
         layer = RadixAttention(num_heads=1, head_dim=H, scaling=H ** -0.5, num_kv_heads=1,
                                layer_id=0)
         toy = SimpleNamespace(embed=torch.zeros(1, H))

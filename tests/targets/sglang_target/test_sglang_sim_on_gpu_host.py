@@ -57,3 +57,19 @@ def test_a_cuda_run_keeps_the_machines_platform_and_flags(gpu_host):
     with as_without_gpu("cuda:0"):
         assert module._is_cuda is True and module.current_platform is gpu_platform
         assert module.can_use_store_cache(64, 64) is True
+
+
+def test_a_module_first_imported_during_a_sim_run_is_given_the_machines_after(gpu_host,
+                                                                           monkeypatch):
+    """Upstream imports some modules lazily, inside the run: they compute their flags and
+    bind the platform from the simulator's. After the run they read as the machine's, or
+    a CUDA run later in the process would take the simulator's paths."""
+    _, gpu_platform = gpu_host
+    import sglang.srt.platforms as platforms
+    late = types.ModuleType("sglang.specrace_late")
+    with as_without_gpu("sim"):
+        late._is_cuda, late._is_hip = False, False  # as is_cuda() answers under the sim
+        late.current_platform = platforms.current_platform
+        monkeypatch.setitem(sys.modules, late.__name__, late)
+    assert late.current_platform is gpu_platform
+    assert late._is_cuda is True and late._is_hip is False
