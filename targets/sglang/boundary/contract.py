@@ -135,7 +135,7 @@ SERVER_CONFIG_WAYS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 # What specrace's slice of a feature needs of the release beyond the feature's own code:
 # where the release has the code but not these, the code is there and specrace cannot
 # drive it -- "not driven", never "not applicable". Every slice makes its server config
-# current by one of SERVER_CONFIG_WAYS (0.5.19 on), and EAGLE's stand-ins bind where the
+# current by one of SERVER_CONFIG_WAYS, and EAGLE's stand-ins bind where the
 # release launches each kernel (eagle_seams.EAGLE_KERNEL_WAYS: a launcher function, or the
 # Triton kernel object launched by its grid). A need: a "module:qualname", or ways
 # (tuples of them), any one of which meets it.
@@ -174,9 +174,9 @@ DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
                      f"{_MR}:resolve_layer_indices",
                      "sglang.srt.model_executor.cuda_graph_config:CudaGraphConfig"),
     "dspark": (_ANY_SERVER_CONFIG_WAY,),
-    # (the graphs' KV index translator: 0.5.19 on)
+    # (no KV index translator: the toy runners build one where the release's runner does,
+    # 0.5.19 on -- eagle_runners.builds_translator -- and 0.5.16-0.5.18's code reads none)
     "eagle_v2": (_ANY_SERVER_CONFIG_WAY,
-                 "sglang.srt.mem_cache.kv_index_translator:KVIndexTranslator",
                  *(tuple((seam,) for seam in seams)
                    for _, seams in eagle_seams.EAGLE_KERNEL_WAYS)),
 }

@@ -6,7 +6,8 @@ Upstream's, unmodified: ``EAGLEWorkerV2.forward_batch_generation`` (prefill:
 ``EagleDraftWorker.draft`` -> ``run_eagle_verify`` -> publish -> ``_draft_extend_for_decode``),
 ``prepare_for_draft`` / ``build_eagle_verify_input`` / ``eagle_prepare_for_verify`` /
 ``eagle_sample`` / ``prepare_for_draft_extend``, ``ForwardBatch.init_new``, the
-``KVIndexTranslator`` and ``KVLocPlan``, the plan stream (``get_plan_stream``, under
+``KVIndexTranslator`` and ``KVLocPlan`` (where the release has them: its runner builds a
+translator from 0.5.19), the plan stream (``get_plan_stream``, under
 ``SGLANG_ENABLE_OVERLAP_PLAN_STREAM``), ``record_stream_for_v2_verify``, the FutureMap's
 EAGLE relay (``RelayPayload.from_draft_input``, the lazy relay buffers, the
 ``future_indices`` resolve) and ``EagleDraftInput.filter_batch`` / ``merge_batch``. The
@@ -143,7 +144,10 @@ def build_worker(args, device, model, pools, attention):
         req_to_token_pool=pools.req_to_token_pool, cuda_graph_runner=None,
         cuda_graph_runner_for_draft_extend=None, hot_token_id=None,
         index_share_for_mtp_iteration=False, seed_dsa_topk_from_draft_extend=False,
-        tree_mask_mode=m["utils"].TreeMaskMode.QLEN_ONLY, server_args=types.SimpleNamespace(),
+        tree_mask_mode=m["utils"].TreeMaskMode.QLEN_ONLY,
+        # the server's args its constructor keeps (0.5.16's draft extend reads
+        # speculative_use_rejection_sampling off them; later releases the context)
+        server_args=draft_runner.server_args,
         **_draft_placement(V2, spec_utils.draft_tp_context, draft_runner),
         draft_attn_backend=types.SimpleNamespace(
             attn_backends=[draft_runner.attn_backend] * max(steps, 1),

@@ -1,10 +1,12 @@
 """Upstream's EAGLE v2 worker on the other releases set up here (``.releases/sglang/<V>``),
 each run in its own environment: the slice binds its kernel stand-ins where that
 release launches each kernel (``boundary/eagle_seams``: the launcher functions of 0.5.23,
-the Triton kernel objects and the tree-build wrapper's platform kernel of 0.5.19-0.5.22,
-the verify window's launcher of 0.5.19/0.5.20), and the release's worker drafts,
-verifies and extends clean, its own frames in the trace. The installed release's checks:
-test_sglang_eagle.py; the static driven / not-driven table: test_sglang_dspark_releases.py.
+the Triton kernel objects and the tree-build wrapper's platform kernel of 0.5.16-0.5.22,
+the verify window's launcher of 0.5.16-0.5.20), the toy runners carry a KV index
+translator only where the release's runner builds one (0.5.19 on), and the release's
+worker drafts, verifies and extends clean, its own frames in the trace. The installed
+release's checks: test_sglang_eagle.py; the static driven / not-driven table:
+test_sglang_dspark_releases.py.
 """
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ import subprocess
 import pytest
 
 from seams import children
+from targets import static
 from targets.sglang.boundary import contract, eagle_seams
 from targets.sglang.environments import LINE
+from targets.sglang.slices import eagle_runners
 
 _EWC = "sglang.srt.speculative.eagle_worker_common"
 _EU = "sglang.srt.speculative.eagle_utils"
@@ -28,9 +32,10 @@ OLDER = (f"{_EWC}:assign_draft_cache_locs_contiguous", f"{_EU}:sgl_build_tree_ke
 SEAMS = {
     "0.5.22": OLDER,
     "0.5.21": OLDER,
-    "0.5.20": (*OLDER, f"{_CL}:assign_extend_cache_locs_func"),
-    "0.5.19": (*OLDER, f"{_CL}:assign_extend_cache_locs_func"),
+    **{f"0.5.{n}": (*OLDER, f"{_CL}:assign_extend_cache_locs_func") for n in range(16, 21)},
 }
+# does the release's ModelRunner build a KV index translator (init_kv_index_translator)?
+TRANSLATOR = {f"0.5.{n}": n >= 19 for n in range(16, 24)}
 
 
 @pytest.mark.parametrize("version", sorted(SEAMS))
@@ -45,6 +50,17 @@ def test_each_release_binds_the_seams_its_source_has(version):
     assert not {f"{_EWC}:assign_draft_cache_locs_contiguous_func",
                 f"{_EU}:build_tree_kernel_efficient_func",
                 f"{_SU}:fill_front_out_cache_loc_func"} & set(chosen)
+
+
+@pytest.mark.parametrize("version", sorted(TRANSLATOR))
+def test_the_toy_runner_builds_a_translator_where_the_releases_runner_does(version):
+    """Read from the release's source, never its version: 0.5.16-0.5.18's runner builds
+    no KV index translator (and their forward batch and EAGLE code read none), 0.5.19
+    on builds one."""
+    if version not in LINE.installed() and version != contract.installed_version():
+        pytest.skip(f"sglang {version} is not set up here")
+    root = LINE.release_root(version) or static.package_root("sglang")
+    assert eagle_runners.builds_translator(root) is TRANSLATOR[version]
 
 
 _CHILD = r"""
@@ -73,6 +89,8 @@ for seam in SEAMS:
     module, _, name = seam.partition(":")
     bound[seam] = getattr(importlib.import_module(module), name, None) is eagle_launch.stand_in(name)
 out["bound"] = bound
+from targets.sglang.slices import eagle_runners
+out["translator"] = eagle_runners.builds_translator()
 print(json.dumps(out))
 """
 
@@ -100,3 +118,6 @@ def test_upstreams_eagle_worker_runs_clean_on_each_release(version):
     assert ["assign_draft_cache_locs.default", "_draft_locs"] in got["as-installed"]["ours"]
     assert ["extend_cache_locs.default", "_extend_locs"] in got["topk2"]["ours"]
     assert all(got["bound"].values()), got["bound"]
+    # the runs went through the release's forward batch and EAGLE code with a translator
+    # exactly where its runner has one (none on 0.5.16-0.5.18)
+    assert got["translator"] is TRANSLATOR[version]
