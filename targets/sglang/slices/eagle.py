@@ -137,7 +137,8 @@ def build_worker(args, device, model, pools, attention):
             target_runner.aux_layers)
     target = ToyTargetWorker(target_runner, attention)
     dw = V2.EagleDraftWorker.__new__(V2.EagleDraftWorker)
-    dw.plan_stream, dw.plan_stream_ctx = spec_utils.get_plan_stream(dev)
+    get_plan_stream = _plan_stream_maker(V2, spec_utils)
+    dw.plan_stream, dw.plan_stream_ctx = get_plan_stream(dev)
     dw.__dict__.update(
         device=dev, topk=topk, speculative_num_steps=steps, speculative_num_draft_tokens=D,
         speculative_algorithm=EAGLE, target_worker=target, draft_runner=draft_runner,
@@ -168,7 +169,7 @@ def build_worker(args, device, model, pools, attention):
         # a tree draft's accepted path moves in it
         pools.allocator._kvcache = pools.kv
     w = V2.EAGLEWorkerV2.__new__(V2.EAGLEWorkerV2)
-    w.plan_stream, w.plan_stream_ctx = spec_utils.get_plan_stream(dev)
+    w.plan_stream, w.plan_stream_ctx = get_plan_stream(dev)
     w.__dict__.update(
         topk=topk, speculative_num_steps=steps, speculative_num_draft_tokens=D, device=dev,
         _target_worker=target, _draft_worker=dw, speculative_algorithm=EAGLE,
@@ -178,6 +179,13 @@ def build_worker(args, device, model, pools, attention):
     torch.get_device_module(dev_t).synchronize()  # the tables are part of "the checkpoint"
     _install_result_shim(w, target, D)
     return w
+
+
+def _plan_stream_maker(V2, spec_utils):
+    """The function the workers' constructors make their plan streams with: spec_utils'
+    ``get_plan_stream`` (0.5.16 on), or the worker module's own ``_get_plan_stream``
+    (0.5.15) -- the same switch, read where the release has it."""
+    return getattr(spec_utils, "get_plan_stream", None) or V2._get_plan_stream
 
 
 def _extend_selects() -> bool:

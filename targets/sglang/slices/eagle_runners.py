@@ -7,6 +7,7 @@ attention metadata) and then publishes read-done, as upstream's runners do.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 
 import torch
@@ -100,7 +101,11 @@ class ToyModelRunner(SharedReadRunner):
                 req_to_token=req_to_token_pool.req_to_token,
                 token_to_kv_pool_allocator=object(), token_to_kv_pool=object(), page_size=1,
                 device=self.device)
+        # no n-gram embedding, in each release's spelling (0.5.15 reads a flag)
         self.ngram_embedding_manager = types.SimpleNamespace(enabled=False)
+        self.use_ngram_embedding = False
+        self.model_is_mrope = False  # 0.5.15 asks the runner, later releases its config
+        self.mambaish_config = None  # no mamba state to commit after a verify (0.5.15 asks)
         self.lora_manager = None
         self.spec_algorithm = spec_algorithm
         # EAGLE3: the target hands the draft three layers' hidden states side by side
@@ -116,9 +121,11 @@ class ToyModelRunner(SharedReadRunner):
             "torch_native" if torch.device(device).type == "sim" else "specrace-toy")
         self.canary_manager = None
         # a one-rank server's placement, where a release's forward batch reads it off the
-        # runner: no decode context parallelism (before 0.5.22), and on 0.5.19/0.5.20 the
-        # ParallelState its constructor is handed (runner/ranks.py)
+        # runner: no decode context parallelism (before 0.5.22; 0.5.15 names it dcp_*),
+        # and on 0.5.15-0.5.20 the ParallelState its constructor is handed
+        # (runner/ranks.py)
         self.attn_dcp_size, self.attn_dcp_rank = 1, 0
+        self.dcp_size, self.dcp_rank = 1, 0
         ps = ranks.parallel_state()
         if ps is not None:
             self.ps = ps
@@ -194,8 +201,12 @@ class ToyTargetWorker:
                                  return_kv_loc_plan=False, **kw):
         if is_verify:
             return self._verify(forward_batch)
-        fb = _modules()["forward_batch"].ForwardBatch.init_new(
-            batch, self.model_runner, return_hidden_states_before_norm=False)
+        init_new = _modules()["forward_batch"].ForwardBatch.init_new
+        # as the release's target worker calls it: the keyword where it takes one
+        # (0.5.16 on; 0.5.15's has none)
+        kw = ({"return_hidden_states_before_norm": False} if "return_hidden_states_before_norm"
+              in inspect.signature(init_new).parameters else {})
+        fb = init_new(batch, self.model_runner, **kw)
         fwd = torch.get_device_module(torch.device(self.model_runner.device)).current_stream()
         extend = take_staged_extend(batch, fwd)
         meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,

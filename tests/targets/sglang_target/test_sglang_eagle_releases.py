@@ -29,13 +29,20 @@ _CL = "sglang.kernels.ops.speculative.cache_locs"
 # (the rest are the same names on every release)
 OLDER = (f"{_EWC}:assign_draft_cache_locs_contiguous", f"{_EU}:sgl_build_tree_kernel_efficient",
          f"{_SU}:assign_extend_cache_locs")
+_TCL = "sglang.srt.speculative.triton_ops.cache_locs"
 SEAMS = {
     "0.5.22": OLDER,
     "0.5.21": OLDER,
     **{f"0.5.{n}": (*OLDER, f"{_CL}:assign_extend_cache_locs_func") for n in range(16, 21)},
+    # the kernels in their old module, two launched as kernel objects (eagle_launch)
+    "0.5.15": (f"{_TCL}:assign_draft_cache_locs_contiguous",
+               f"{_EU}:sgl_build_tree_kernel_efficient",
+               f"{_SU}:assign_extend_cache_locs", f"{_TCL}:assign_extend_cache_locs_func",
+               "sglang.srt.speculative.eagle_worker_v2:fill_bonus_tokens",
+               f"{_SU}:fill_accept_out_cache_loc"),
 }
 # does the release's ModelRunner build a KV index translator (init_kv_index_translator)?
-TRANSLATOR = {f"0.5.{n}": n >= 19 for n in range(16, 24)}
+TRANSLATOR = {f"0.5.{n}": n >= 19 for n in range(15, 24)}
 
 
 @pytest.mark.parametrize("version", sorted(SEAMS))
@@ -110,13 +117,21 @@ def test_upstreams_eagle_worker_runs_clean_on_each_release(version):
                           env=children.env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the worker's own modules (0.5.15's verify and draft helpers are its methods and
+    # base_spec_worker's; eagle_worker_common starts in 0.5.16)
+    common = not static.module_problem(LINE.release_root(version), _EWC)
+    modules = {"srt/speculative/eagle_worker_v2.py", "srt/speculative/eagle_utils.py",
+               "srt/speculative/eagle_worker_common.py" if common
+               else "srt/speculative/base_spec_worker.py"}
     for variant in ("as-installed", "topk2"):
         run = got[variant]
         assert run["outcome"] == "clean" and run["divergence"] is None, run
-        assert {"srt/speculative/eagle_worker_v2.py", "srt/speculative/eagle_worker_common.py",
-                "srt/speculative/eagle_utils.py"} <= set(run["upstream"]), run["upstream"]
+        assert modules <= set(run["upstream"]), run["upstream"]
     assert ["assign_draft_cache_locs.default", "_draft_locs"] in got["as-installed"]["ours"]
     assert ["extend_cache_locs.default", "_extend_locs"] in got["topk2"]["ours"]
+    if version == "0.5.15":  # the bonus and the accepted path's source slots, as kernels
+        assert ["fill_bonus_tokens.default", "_bonus"] in got["as-installed"]["ours"]
+        assert ["fill_accept_out_cache_loc.default", "_accept_locs"] in got["topk2"]["ours"]
     assert all(got["bound"].values()), got["bound"]
     # the runs went through the release's forward batch and EAGLE code with a translator
     # exactly where its runner has one (none on 0.5.16-0.5.18)
