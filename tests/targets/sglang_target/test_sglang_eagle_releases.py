@@ -1,8 +1,8 @@
 """Upstream's EAGLE v2 worker on the other releases set up here (``.releases/sglang/<V>``),
 each run in its own environment: the slice binds its kernel stand-ins where that
 release launches each kernel (``boundary/eagle_seams``: the launcher functions of 0.5.23,
-the Triton kernel objects and the tree-build wrapper's platform kernel of 0.5.16-0.5.22,
-the verify window's launcher of 0.5.16-0.5.20), the toy runners carry a KV index
+the Triton kernel objects and the tree-build wrapper's platform kernel of 0.5.15-0.5.22,
+the verify window's launcher of 0.5.15-0.5.20), the toy runners carry a KV index
 translator only where the release's runner builds one (0.5.19 on), and the release's
 worker drafts, verifies and extends clean, its own frames in the trace. The installed
 release's checks: test_sglang_eagle.py; the static driven / not-driven table:
