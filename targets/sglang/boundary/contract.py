@@ -71,6 +71,7 @@ _SB = "sglang.srt.managers.schedule_batch"
 _SCHED = "sglang.srt.managers.scheduler"
 _SPEC = "sglang.srt.speculative.spec_utils"
 _MR = "sglang.srt.model_executor.model_runner"
+_EV2 = "sglang.srt.speculative.eagle_worker_v2"
 _FB = "sglang.srt.model_executor.forward_batch_info"
 # upstream's ModelRunner init steps the runner room calls, in ``__init__``'s order
 MODEL_RUNNER_INIT_STEPS = ("init_spec_aux_hidden_state", "init_token_oracle",
@@ -111,11 +112,11 @@ FEATURES: Dict[str, Union[str, Tuple[str, ...]]] = {
                "DSparkVerifyPlanner.prepare_verify_budget",
                f"{_OU}:ConfidenceRelay.issue_ring_copy",
                "sglang.srt.speculative.draft_worker_common:make_draft_input_v2"),
-    # the EAGLE v2 slice (targets/sglang/slices/eagle.py): the shared verify step and the draft
-    # worker's decode extend of the v2 worker (its config and the kernel launches its
-    # stand-ins are bound to: DRIVER_NEEDS)
-    "eagle_v2": ("sglang.srt.speculative.eagle_worker_common:run_eagle_verify",
-                 "sglang.srt.speculative.eagle_worker_v2:EagleDraftWorker._draft_extend_for_decode"),
+    # the EAGLE v2 slice (targets/sglang/slices/eagle.py): the v2 worker's step and draft
+    # extend, in every release that ships it (the verify is run_eagle_verify from 0.5.16, a
+    # worker method before); its config and kernel seams: DRIVER_NEEDS
+    "eagle_v2": (f"{_EV2}:EAGLEWorkerV2.forward_batch_generation",
+                 f"{_EV2}:EagleDraftWorker._draft_extend_for_decode"),
     # upstream's model runner (targets/sglang/runner): its forward over a forward batch
     "model_runner": (f"{_MR}:ModelRunner.forward", f"{_FB}:ForwardBatch.init_new"),
 }
@@ -135,18 +136,20 @@ SERVER_CONFIG_WAYS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
 # What specrace's slice of a feature needs of the release beyond the feature's own code:
 # where the release has the code but not these, the code is there and specrace cannot
 # drive it -- "not driven", never "not applicable". Every slice makes its server config
-# current by one of SERVER_CONFIG_WAYS (0.5.19 on), and EAGLE's stand-ins bind where the
+# current by one of SERVER_CONFIG_WAYS, and EAGLE's stand-ins bind where the
 # release launches each kernel (eagle_seams.EAGLE_KERNEL_WAYS: a launcher function, or the
 # Triton kernel object launched by its grid). A need: a "module:qualname", or ways
 # (tuples of them), any one of which meets it.
 _ANY_SERVER_CONFIG_WAY = tuple(needs for _, needs in SERVER_CONFIG_WAYS)
 # A one-rank server's ranks and groups (runner/ranks.py): on the context until clear_stamp
-# (0.5.21 on), else in the globals its getters read, as initialize_model_parallel sets them
+# (0.5.21 on), else in the globals its getters read, as initialize_model_parallel sets them,
+# beside the ParallelState placement the scheduler builds (its ``trivial`` factory from
+# 0.5.16; 0.5.15's scheduler fills the fields itself)
 _PS, _DPA = "sglang.srt.distributed.parallel_state", "sglang.srt.layers.dp_attention"
 RANK_WAYS = (("context_stamp", tuple(f"{_RC}:ParallelContext.{n}" for n in (
     "override_permanently", "clear_stamp"))), ("parallel_state_globals", (*(f"{_PS}:{g}" for g in (
         "_WORLD", "_TP", "_PP", "_ATTN_TP")), f"{_DPA}:_ATTN_DP_RANK",
-    "sglang.srt.distributed.parallel_state_wrapper:ParallelState.trivial")))
+    "sglang.srt.distributed.parallel_state_wrapper:ParallelState")))
 DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
     # the run's server config made current (any of SERVER_CONFIG_WAYS); a one-rank
     # server's ranks and groups kept the release's way (any of RANK_WAYS); the
@@ -174,9 +177,11 @@ DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
                      f"{_MR}:resolve_layer_indices",
                      "sglang.srt.model_executor.cuda_graph_config:CudaGraphConfig"),
     "dspark": (_ANY_SERVER_CONFIG_WAY,),
-    # (the graphs' KV index translator: 0.5.19 on)
+    # the run's server config, a one-rank server's ranks and groups (the forward batch asks
+    # for them), the kernel seams; no KV index translator: the toy runners build one where
+    # the release's runner does (eagle_runners.builds_translator: 0.5.19 on)
     "eagle_v2": (_ANY_SERVER_CONFIG_WAY,
-                 "sglang.srt.mem_cache.kv_index_translator:KVIndexTranslator",
+                 tuple(needs for _, needs in RANK_WAYS),
                  *(tuple((seam,) for seam in seams)
                    for _, seams in eagle_seams.EAGLE_KERNEL_WAYS)),
 }

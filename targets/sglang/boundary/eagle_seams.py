@@ -27,6 +27,9 @@ _EU = "sglang.srt.speculative.eagle_utils"
 _SU = "sglang.srt.speculative.spec_utils"
 _CL = "sglang.kernels.ops.speculative.cache_locs"
 _FBI = "sglang.srt.model_executor.forward_batch_info"
+_EV2 = "sglang.srt.speculative.eagle_worker_v2"
+# the kernels' module before they moved to sglang.kernels (0.5.15)
+_TCL = "sglang.srt.speculative.triton_ops.cache_locs"
 
 # kernel -> the "module:name" seams a release launches it through, the newest way first
 # (the first is the one named when a release has none). A seam's stand-in is the
@@ -34,9 +37,12 @@ _FBI = "sglang.srt.model_executor.forward_batch_info"
 EAGLE_KERNEL_WAYS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("the relayed draft state's row gather", (f"{_OU}:gather_spec_extras",)),
     # the launcher function (0.5.23), or the Triton kernel launched by its grid
+    # (0.5.15: the kernel in its own module, which prepare_for_draft imports at each call)
     ("the draft's KV slots", (f"{_EWC}:assign_draft_cache_locs_contiguous_func",
-                              f"{_EWC}:assign_draft_cache_locs_contiguous")),
-    ("the bonus tokens", (f"{_EWC}:fill_bonus_tokens_func",)),
+                              f"{_EWC}:assign_draft_cache_locs_contiguous",
+                              f"{_TCL}:assign_draft_cache_locs_contiguous")),
+    # the launcher function, or the Triton kernel the worker's verify launches (0.5.15)
+    ("the bonus tokens", (f"{_EWC}:fill_bonus_tokens_func", f"{_EV2}:fill_bonus_tokens")),
     # the launcher function (0.5.23), or the platform kernel the tree-build wrapper calls
     # on CUDA / HIP (and on the simulator: its other branches are NPU, XPU, CPU engine)
     ("the verify tree's build", (f"{_EU}:build_tree_kernel_efficient_func",
@@ -46,13 +52,15 @@ EAGLE_KERNEL_WAYS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     # target slots from the verify window's front (0.5.23), or from req_to_token
     ("the accepted path's target slots", (f"{_SU}:fill_front_out_cache_loc_func",
                                           f"{_SU}:assign_extend_cache_locs")),
-    ("the accepted path's source slots", (f"{_SU}:fill_accept_out_cache_loc_func",)),
+    ("the accepted path's source slots", (f"{_SU}:fill_accept_out_cache_loc_func",
+                                          f"{_SU}:fill_accept_out_cache_loc")),
     # the verify window's slots off a GPU: the out-of-tree platform's seam, which the
     # simulator platform answers (0.5.21 on: nothing to bind), or the launcher the
     # verify's uniform launcher falls back to there -- which, before the platform seam,
     # has no branch for another device and returns None (0.5.19, 0.5.20)
     ("the verify window's slots", (f"{_CL}:_get_oot_speculative_cache_locs_fn",
-                                   f"{_CL}:assign_extend_cache_locs_func")),
+                                   f"{_CL}:assign_extend_cache_locs_func",
+                                   f"{_TCL}:assign_extend_cache_locs_func")),
     # an extend's positions (the forward batch's, on a backend that supports Triton)
     ("the extend positions", (f"{_FBI}:compute_position_triton",)),
 )

@@ -130,6 +130,11 @@ def apply_extend_grammar(batch, logits, device) -> None:
             r.grammar.fill_vocab_mask(mask, i)
     mask = first.move_vocab_mask(mask, device)
     apply_vocab_mask(logits, mask)
+    if upstream.GrammarMask is None:
+        # before GrammarMask (0.5.14-0.5.16) the extend stage leaves the bare mask where
+        # upstream's update_regex_vocab_mask puts it, which the verify then clears
+        batch.sampling_info.vocab_mask = mask
+        return
     batch.sampling_info.grammar_mask = upstream.GrammarMask(first, mask)
 
 

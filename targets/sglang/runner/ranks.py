@@ -15,6 +15,7 @@ stamped on the runtime context's parallel namespace where that holds them until
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Iterator, Optional
 
 import torch
@@ -88,7 +89,13 @@ def parallel_state():
     if way() != "parallel_state_globals":
         return None
     from sglang.srt.distributed.parallel_state_wrapper import ParallelState
-    return ParallelState.trivial(dp_rank=None)
+    if hasattr(ParallelState, "trivial"):  # 0.5.16 on
+        return ParallelState.trivial(dp_rank=None)
+    # 0.5.15: no factory; the fields as its scheduler fills them for one rank (every rank
+    # 0, every width 1), no data-parallel controller
+    return ParallelState(**{f.name: None if f.name == "dp_rank" else
+                            1 if f.name.endswith("_size") else 0
+                            for f in dataclasses.fields(ParallelState)})
 
 
 @contextlib.contextmanager

@@ -6,7 +6,8 @@ Upstream's, unmodified: ``EAGLEWorkerV2.forward_batch_generation`` (prefill:
 ``EagleDraftWorker.draft`` -> ``run_eagle_verify`` -> publish -> ``_draft_extend_for_decode``),
 ``prepare_for_draft`` / ``build_eagle_verify_input`` / ``eagle_prepare_for_verify`` /
 ``eagle_sample`` / ``prepare_for_draft_extend``, ``ForwardBatch.init_new``, the
-``KVIndexTranslator`` and ``KVLocPlan``, the plan stream (``get_plan_stream``, under
+``KVIndexTranslator`` and ``KVLocPlan`` (where the release has them: its runner builds a
+translator from 0.5.19), the plan stream (``get_plan_stream``, under
 ``SGLANG_ENABLE_OVERLAP_PLAN_STREAM``), ``record_stream_for_v2_verify``, the FutureMap's
 EAGLE relay (``RelayPayload.from_draft_input``, the lazy relay buffers, the
 ``future_indices`` resolve) and ``EagleDraftInput.filter_batch`` / ``merge_batch``. The
@@ -136,14 +137,18 @@ def build_worker(args, device, model, pools, attention):
             target_runner.aux_layers)
     target = ToyTargetWorker(target_runner, attention)
     dw = V2.EagleDraftWorker.__new__(V2.EagleDraftWorker)
-    dw.plan_stream, dw.plan_stream_ctx = spec_utils.get_plan_stream(dev)
+    get_plan_stream = _plan_stream_maker(V2, spec_utils)
+    dw.plan_stream, dw.plan_stream_ctx = get_plan_stream(dev)
     dw.__dict__.update(
         device=dev, topk=topk, speculative_num_steps=steps, speculative_num_draft_tokens=D,
         speculative_algorithm=EAGLE, target_worker=target, draft_runner=draft_runner,
         req_to_token_pool=pools.req_to_token_pool, cuda_graph_runner=None,
         cuda_graph_runner_for_draft_extend=None, hot_token_id=None,
         index_share_for_mtp_iteration=False, seed_dsa_topk_from_draft_extend=False,
-        tree_mask_mode=m["utils"].TreeMaskMode.QLEN_ONLY, server_args=types.SimpleNamespace(),
+        tree_mask_mode=m["utils"].TreeMaskMode.QLEN_ONLY,
+        # the server's args its constructor keeps (0.5.16's draft extend reads
+        # speculative_use_rejection_sampling off them; later releases the context)
+        server_args=draft_runner.server_args,
         **_draft_placement(V2, spec_utils.draft_tp_context, draft_runner),
         draft_attn_backend=types.SimpleNamespace(
             attn_backends=[draft_runner.attn_backend] * max(steps, 1),
@@ -164,7 +169,7 @@ def build_worker(args, device, model, pools, attention):
         # a tree draft's accepted path moves in it
         pools.allocator._kvcache = pools.kv
     w = V2.EAGLEWorkerV2.__new__(V2.EAGLEWorkerV2)
-    w.plan_stream, w.plan_stream_ctx = spec_utils.get_plan_stream(dev)
+    w.plan_stream, w.plan_stream_ctx = get_plan_stream(dev)
     w.__dict__.update(
         topk=topk, speculative_num_steps=steps, speculative_num_draft_tokens=D, device=dev,
         _target_worker=target, _draft_worker=dw, speculative_algorithm=EAGLE,
@@ -174,6 +179,13 @@ def build_worker(args, device, model, pools, attention):
     torch.get_device_module(dev_t).synchronize()  # the tables are part of "the checkpoint"
     _install_result_shim(w, target, D)
     return w
+
+
+def _plan_stream_maker(V2, spec_utils):
+    """The function the workers' constructors make their plan streams with: spec_utils'
+    ``get_plan_stream`` (0.5.16 on), or the worker module's own ``_get_plan_stream``
+    (0.5.15) -- the same switch, read where the release has it."""
+    return getattr(spec_utils, "get_plan_stream", None) or V2._get_plan_stream
 
 
 def _extend_selects() -> bool:

@@ -95,8 +95,33 @@ def _extend_locs(rows, req_pool_indices, req_to_token, start_offset, end_offset,
                                          end_offset, out_cache_loc)
 
 
+def _bonus(rows, accept_tokens, accept_lens, bonus_tokens_ptr, accept_stride) -> None:
+    """``eagle.fill_bonus_tokens``: program ``pid`` writes row ``pid``'s last accepted
+    token (the ``fill_bonus_tokens`` op, which the launcher function launches)."""
+    if rows != bonus_tokens_ptr.numel():
+        raise NotImplementedError(f"specrace: a grid of {rows} programs over "
+                                  f"{bonus_tokens_ptr.numel()} rows is not modelled")
+    torch.ops.specrace.fill_bonus_tokens(accept_tokens, accept_lens, bonus_tokens_ptr,
+                                         accept_stride)
+
+
+def _accept_locs(rows, accept_index, out_cache_loc, accept_out_cache_loc,
+                 size_upper) -> None:
+    """``eagle.fill_accept_out_cache_loc``: program ``pid`` moves ``accept_index[pid]``'s
+    slot to the count of accepted entries before it, which it sums over ``size_upper``
+    lanes (the ``fill_accept_out_cache_loc`` op over the grid's ``size`` entries)."""
+    if size_upper < rows:  # the counts would miss entries: not the packing modelled
+        raise NotImplementedError(f"specrace: size_upper {size_upper} < {rows} entries")
+    torch.ops.specrace.fill_accept_out_cache_loc(accept_index, out_cache_loc,
+                                                 accept_out_cache_loc, rows)
+
+
 assign_draft_cache_locs_contiguous = TritonKernel(_draft_locs)
 assign_extend_cache_locs = TritonKernel(_extend_locs)
+# the kernels 0.5.15 launches itself where later releases call their launcher functions
+# (fill_bonus_tokens_func, fill_accept_out_cache_loc_func launch these same kernels)
+fill_bonus_tokens = TritonKernel(_bonus)
+fill_accept_out_cache_loc = TritonKernel(_accept_locs)
 # the tree-build wrapper's platform kernel (``tree.build_tree_kernel_efficient``, imported
 # as ``sgl_build_tree_kernel_efficient``): the launcher function's call, argument for
 # argument

@@ -7,22 +7,38 @@ attention metadata) and then publishes read-done, as upstream's runners do.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 
 import torch
 
 from seams.faults import fault_point
 
+from targets import static
 from targets.sglang.boundary import upstream
 from targets.sglang.runner import ranks
 from targets.sglang.runner.build import HFConfig
 from targets.sglang.engine.worker import SharedReadRunner, apply_extend_grammar, take_staged_extend
 
 
+# Where upstream's runner builds a KV index translator (0.5.19 on), which the release's
+# forward batch reads off the runner (``rebind_write_loc``) and later releases' EAGLE code
+# and graph runners plan and bind through; before it the runner has none and nothing asks
+TRANSLATOR_INIT = "sglang.srt.model_executor.model_runner:ModelRunner.init_kv_index_translator"
+
+
+def builds_translator(root=None) -> bool:
+    """Does the release at ``root`` (default: the installed one) build a KV index
+    translator in its ``ModelRunner``? Read from its source: the toy runner has one
+    exactly where upstream's does."""
+    return static.find(root or static.package_root("sglang"), TRANSLATOR_INIT)[0] is not None
+
+
 def _modules():
     return upstream.import_named({
-        "translator": "sglang.srt.mem_cache.kv_index_translator",
-        "forward_batch": "sglang.srt.model_executor.forward_batch_info"})
+        "forward_batch": "sglang.srt.model_executor.forward_batch_info",
+        **({"translator": "sglang.srt.mem_cache.kv_index_translator"}
+           if builds_translator() else {})})
 
 
 def aux_hidden(hidden: torch.Tensor, layers: int) -> torch.Tensor:
@@ -50,6 +66,11 @@ class ToyAttnBackend:
     def init_forward_metadata(self, forward_batch) -> None:
         pass
 
+    def get_verify_buffers_to_fill_after_draft(self):
+        # the same answer as verify_mask's, asked the way 0.5.16 asks it (the base
+        # backend's: no tree-mask or position buffer of its own)
+        return [None, None]
+
     def update_verify_buffers_to_fill_after_draft(self, verify_input, bs) -> None:
         pass
 
@@ -60,6 +81,10 @@ class ToyModelRunner(SharedReadRunner):
     def __init__(self, model, device, req_to_token_pool, args, draft: bool,
                  spec_algorithm) -> None:
         self.model = model
+        # the server's args, which upstream's runner keeps (0.5.16-0.5.18's forward batch
+        # reads them off it: enable_lora); the run's, made current by server_context
+        from sglang.srt.runtime_context import get_server_args
+        self.server_args = get_server_args()
         self.device = str(device)
         self.mod = torch.get_device_module(torch.device(device))
         self.req_to_token = req_to_token_pool.req_to_token
@@ -69,13 +94,20 @@ class ToyModelRunner(SharedReadRunner):
             model_is_mrope=False, vocab_size=V, hf_config=HFConfig(), is_draft_model=draft,
             spec_hidden_size=H, dtype=model.embed.dtype, linear_attn_registry_result=None,
             requires_mm_token_modalities=None, hidden_size=H)
-        T = _modules()["translator"]
-        # upstream's translator, non-translating (page size 1, no SWA): it plans and binds
-        # the KV locations the draft and the verify write
-        self.kv_index_translator = T.KVIndexTranslator(
-            req_to_token=req_to_token_pool.req_to_token, token_to_kv_pool_allocator=object(),
-            token_to_kv_pool=object(), page_size=1, device=self.device)
+        if builds_translator():
+            # upstream's translator, non-translating (page size 1, no SWA), where the
+            # release's runner has one (TRANSLATOR_INIT): it plans and binds the KV
+            # locations the draft and the verify write
+            T = _modules()["translator"]
+            self.kv_index_translator = T.KVIndexTranslator(
+                req_to_token=req_to_token_pool.req_to_token,
+                token_to_kv_pool_allocator=object(), token_to_kv_pool=object(), page_size=1,
+                device=self.device)
+        # no n-gram embedding, in each release's spelling (0.5.15 reads a flag)
         self.ngram_embedding_manager = types.SimpleNamespace(enabled=False)
+        self.use_ngram_embedding = False
+        self.model_is_mrope = False  # 0.5.15 asks the runner, later releases its config
+        self.mambaish_config = None  # no mamba state to commit after a verify (0.5.15 asks)
         self.lora_manager = None
         self.spec_algorithm = spec_algorithm
         # EAGLE3: the target hands the draft three layers' hidden states side by side
@@ -90,9 +122,11 @@ class ToyModelRunner(SharedReadRunner):
         self.prefill_attention_backend_str = "specrace-toy"
         self.canary_manager = None
         # a one-rank server's placement, where a release's forward batch reads it off the
-        # runner: no decode context parallelism (before 0.5.22), and on 0.5.19/0.5.20 the
-        # ParallelState its constructor is handed (runner/ranks.py)
+        # runner: no decode context parallelism (before 0.5.22; 0.5.15 names it dcp_*),
+        # and on 0.5.15-0.5.20 the ParallelState its constructor is handed
+        # (runner/ranks.py)
         self.attn_dcp_size, self.attn_dcp_rank = 1, 0
+        self.dcp_size, self.dcp_rank = 1, 0
         ps = ranks.parallel_state()
         if ps is not None:
             self.ps = ps
@@ -168,8 +202,12 @@ class ToyTargetWorker:
                                  return_kv_loc_plan=False, **kw):
         if is_verify:
             return self._verify(forward_batch)
-        fb = _modules()["forward_batch"].ForwardBatch.init_new(
-            batch, self.model_runner, return_hidden_states_before_norm=False)
+        init_new = _modules()["forward_batch"].ForwardBatch.init_new
+        # as the release's target worker calls it: the keyword where it takes one
+        # (0.5.16 on; 0.5.15's has none)
+        kw = ({"return_hidden_states_before_norm": False} if "return_hidden_states_before_norm"
+              in inspect.signature(init_new).parameters else {})
+        fb = init_new(batch, self.model_runner, **kw)
         fwd = torch.get_device_module(torch.device(self.model_runner.device)).current_stream()
         extend = take_staged_extend(batch, fwd)
         meta = self.attn.init_forward_metadata(batch.req_pool_indices, batch.reqs,

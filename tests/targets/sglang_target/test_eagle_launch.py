@@ -99,6 +99,54 @@ def test_extend_locs_kernel_object_matches_the_kernels_walk(bs, data):
     assert ops.names == ["specrace.extend_cache_locs.default"]
 
 
+def reference_bonus(accept_tokens, accept_lens, bonus, stride):
+    """``eagle.fill_bonus_tokens``: program ``pid`` writes the token at its row's last
+    accepted slot."""
+    flat = accept_tokens.reshape(-1)
+    for pid in range(bonus.numel()):
+        bonus[pid] = flat[stride * pid + int(accept_lens[pid]) - 1]
+
+
+def reference_accept_locs(accept_index, out_cache_loc, accept_out, size):
+    """``eagle.fill_accept_out_cache_loc``: program ``pid`` moves ``accept_index[pid]``'s
+    slot to the count of accepted (not -1) entries before it."""
+    flat = accept_index.reshape(-1)
+    for pid in range(size):
+        dst = sum(int(flat[i]) != -1 for i in range(pid))
+        if int(flat[pid]) > -1:
+            accept_out[dst] = out_cache_loc[int(flat[pid])]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 4), st.data())
+def test_the_bonus_and_accept_kernel_objects_match_the_kernels_walk(bs, width, data):
+    """0.5.15 launches these two kernels itself (later releases through
+    ``fill_bonus_tokens_func`` / ``fill_accept_out_cache_loc_func``, which launch the same
+    kernels): one launch of the same declared op, the same result."""
+    tokens = torch.tensor(data.draw(st.lists(st.integers(0, 99), min_size=bs * width,
+                                             max_size=bs * width))).view(bs, width)
+    lens = torch.tensor(data.draw(st.lists(st.integers(1, width), min_size=bs,
+                                           max_size=bs)), dtype=torch.int32)
+    bonus, want = (torch.full((bs,), -7, dtype=torch.int32) for _ in "ab")
+    with _Ops() as ops:
+        el.fill_bonus_tokens[(bs,)](tokens, lens, bonus, width)
+    reference_bonus(tokens, lens, want, width)
+    assert torch.equal(bonus, want)
+    assert ops.names == ["specrace.fill_bonus_tokens.default"]
+    # an accepted tree path per row: its node indices, -1 past the accepted length
+    index = torch.tensor([[r * width + k if k < int(lens[r]) else -1 for k in range(width)]
+                          for r in range(bs)])
+    slots = torch.tensor(data.draw(st.lists(st.integers(0, 999), min_size=bs * width,
+                                            max_size=bs * width)))
+    size = bs * width
+    got, want = (torch.full((size,), -7, dtype=torch.int64) for _ in "ab")
+    with _Ops() as ops:
+        el.fill_accept_out_cache_loc[(size,)](index, slots, got, 1 << (size - 1).bit_length())
+    reference_accept_locs(index, slots, want, size)
+    assert torch.equal(got, want)
+    assert ops.names == ["specrace.fill_accept_out_cache_loc.default"]
+
+
 def test_what_a_kernel_object_launch_cannot_model_raises():
     z = torch.zeros(2, dtype=torch.int64)
     r2t = torch.zeros((2, 8), dtype=torch.int64)
@@ -116,6 +164,10 @@ def test_what_a_kernel_object_launch_cannot_model_raises():
     with pytest.raises(NotImplementedError, match="bs_upper 1 < 2"):
         el.assign_extend_cache_locs[(2,)](z, r2t, z, z + 1, torch.zeros(4, dtype=torch.int64),
                                           8, 1)
+    with pytest.raises(NotImplementedError, match="grid of 1 programs over 2 rows"):
+        el.fill_bonus_tokens[(1,)](z, z, torch.zeros(2, dtype=torch.int32), 1)
+    with pytest.raises(NotImplementedError, match="size_upper 2 < 3"):
+        el.fill_accept_out_cache_loc[(3,)](z, z, z, 2)
 
 
 def test_a_kernel_object_stands_in_only_for_the_kernel_it_models(sglang):
@@ -123,8 +175,12 @@ def test_a_kernel_object_stands_in_only_for_the_kernel_it_models(sglang):
     without triton its ``@triton.jit`` leaves the function) take exactly the modelled
     parameters; one that takes others is refused, never launched with shifted meaning."""
     from sglang.kernels.ops.speculative import cache_locs
+    from sglang.kernels.ops.speculative import eagle
     el.assign_draft_cache_locs_contiguous.replaces(cache_locs.assign_draft_cache_locs_contiguous)
     el.assign_extend_cache_locs.replaces(cache_locs.assign_extend_cache_locs)
+    # the kernels 0.5.15 launches itself, which the installed launcher functions launch
+    el.fill_bonus_tokens.replaces(eagle.fill_bonus_tokens)
+    el.fill_accept_out_cache_loc.replaces(eagle.fill_accept_out_cache_loc)
 
     def older(req_pool_indices, req_to_token, seq_lens, out_cache_loc, pool_len, topk,
               speculative_num_steps):  # 0.5.19-0.5.21's: no positions to write
@@ -221,5 +277,51 @@ def test_a_release_with_neither_way_is_not_driven_and_the_first_way_is_named(tmp
     root = _release(tmp_path / "b", files)
     assert eagle_seams.missing(root) == (
         "sglang.srt.speculative.eagle_utils:build_tree_kernel_efficient_func")
-    for need in contract.DRIVER_NEEDS["eagle_v2"][1:]:  # the kernels' needs, as ways
+    # the kernels' needs, as ways (after the server config's and the ranks' ways)
+    for need in contract.DRIVER_NEEDS["eagle_v2"][2:]:
         assert all(len(way) == 1 for way in need)
+
+
+# 0.5.15's form: the kernels in srt/speculative/triton_ops, the draft's slots and the
+# verify window's launcher imported inside the functions that call them (so bound in the
+# kernels' own module), the bonus and the accepted path's source slots launched as kernel
+# objects by the modules that import them
+_TCL = "srt/speculative/triton_ops/cache_locs.py"
+_T = "sglang.srt.speculative.triton_ops"
+OLDEST = {
+    _TCL: ("def assign_draft_cache_locs_contiguous(req_pool_indices):\n    pass\n"
+           "def assign_extend_cache_locs_func(*, req_pool_indices):\n    pass\n"),
+    _OU: f"from {_T}.gather_spec_extras import gather_spec_extras\n",
+    "srt/speculative/base_spec_worker.py": (
+        f"def prepare_for_draft():\n    from {_T}.cache_locs import (\n"
+        "        assign_draft_cache_locs_contiguous,\n    )\n"),
+    "srt/speculative/eagle_worker_v2.py": f"from {_T}.eagle import fill_bonus_tokens\n",
+    _EU: OLDER[_EU],
+    _SU: (f"from {_T}.cache_locs import assign_extend_cache_locs as assign_extend_cache_locs\n"
+          f"from {_T}.eagle import fill_accept_out_cache_loc as fill_accept_out_cache_loc\n"),
+    _FBI: ("from sglang.srt.model_executor.triton_ops.position import "
+           "compute_position_triton\n"),
+}
+
+
+def test_the_oldest_layout_binds_its_kernels_where_they_are_looked_up(tmp_path):
+    from targets.sglang.boundary import eagle_seams
+    root = _release(tmp_path, OLDEST)
+    assert eagle_seams.missing(root) is None
+    assert set(eagle_seams.seams_in(root)) == {
+        "sglang.srt.managers.overlap_utils:gather_spec_extras",
+        f"{_T}.cache_locs:assign_draft_cache_locs_contiguous",
+        "sglang.srt.speculative.eagle_worker_v2:fill_bonus_tokens",
+        "sglang.srt.speculative.eagle_utils:sgl_build_tree_kernel_efficient",
+        "sglang.srt.speculative.eagle_utils:verify_tree_greedy_func",
+        "sglang.srt.speculative.spec_utils:assign_extend_cache_locs",
+        "sglang.srt.speculative.spec_utils:fill_accept_out_cache_loc",
+        f"{_T}.cache_locs:assign_extend_cache_locs_func",
+        "sglang.srt.model_executor.forward_batch_info:compute_position_triton"}
+    assert isinstance(el.stand_in("fill_bonus_tokens"), el.TritonKernel)
+    assert isinstance(el.stand_in("fill_accept_out_cache_loc"), el.TritonKernel)
+    # without the bonus kernel's import there is no way left for it: named, the first way
+    files = dict(OLDEST)
+    files["srt/speculative/eagle_worker_v2.py"] = "\n"
+    assert eagle_seams.missing(_release(tmp_path / "b", files)) == (
+        "sglang.srt.speculative.eagle_worker_common:fill_bonus_tokens_func")

@@ -1,10 +1,12 @@
 """Upstream's EAGLE v2 worker on the other releases set up here (``.releases/sglang/<V>``),
 each run in its own environment: the slice binds its kernel stand-ins where that
 release launches each kernel (``boundary/eagle_seams``: the launcher functions of 0.5.23,
-the Triton kernel objects and the tree-build wrapper's platform kernel of 0.5.19-0.5.22,
-the verify window's launcher of 0.5.19/0.5.20), and the release's worker drafts,
-verifies and extends clean, its own frames in the trace. The installed release's checks:
-test_sglang_eagle.py; the static driven / not-driven table: test_sglang_dspark_releases.py.
+the Triton kernel objects and the tree-build wrapper's platform kernel of 0.5.15-0.5.22,
+the verify window's launcher of 0.5.15-0.5.20), the toy runners carry a KV index
+translator only where the release's runner builds one (0.5.19 on), and the release's
+worker drafts, verifies and extends clean, its own frames in the trace. The installed
+release's checks: test_sglang_eagle.py; the static driven / not-driven table:
+test_sglang_dspark_releases.py.
 """
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ import subprocess
 import pytest
 
 from seams import children
+from targets import static
 from targets.sglang.boundary import contract, eagle_seams
 from targets.sglang.environments import LINE
+from targets.sglang.slices import eagle_runners
 
 _EWC = "sglang.srt.speculative.eagle_worker_common"
 _EU = "sglang.srt.speculative.eagle_utils"
@@ -25,12 +29,20 @@ _CL = "sglang.kernels.ops.speculative.cache_locs"
 # (the rest are the same names on every release)
 OLDER = (f"{_EWC}:assign_draft_cache_locs_contiguous", f"{_EU}:sgl_build_tree_kernel_efficient",
          f"{_SU}:assign_extend_cache_locs")
+_TCL = "sglang.srt.speculative.triton_ops.cache_locs"
 SEAMS = {
     "0.5.22": OLDER,
     "0.5.21": OLDER,
-    "0.5.20": (*OLDER, f"{_CL}:assign_extend_cache_locs_func"),
-    "0.5.19": (*OLDER, f"{_CL}:assign_extend_cache_locs_func"),
+    **{f"0.5.{n}": (*OLDER, f"{_CL}:assign_extend_cache_locs_func") for n in range(16, 21)},
+    # the kernels in their old module, two launched as kernel objects (eagle_launch)
+    "0.5.15": (f"{_TCL}:assign_draft_cache_locs_contiguous",
+               f"{_EU}:sgl_build_tree_kernel_efficient",
+               f"{_SU}:assign_extend_cache_locs", f"{_TCL}:assign_extend_cache_locs_func",
+               "sglang.srt.speculative.eagle_worker_v2:fill_bonus_tokens",
+               f"{_SU}:fill_accept_out_cache_loc"),
 }
+# does the release's ModelRunner build a KV index translator (init_kv_index_translator)?
+TRANSLATOR = {f"0.5.{n}": n >= 19 for n in range(15, 24)}
 
 
 @pytest.mark.parametrize("version", sorted(SEAMS))
@@ -45,6 +57,17 @@ def test_each_release_binds_the_seams_its_source_has(version):
     assert not {f"{_EWC}:assign_draft_cache_locs_contiguous_func",
                 f"{_EU}:build_tree_kernel_efficient_func",
                 f"{_SU}:fill_front_out_cache_loc_func"} & set(chosen)
+
+
+@pytest.mark.parametrize("version", sorted(TRANSLATOR))
+def test_the_toy_runner_builds_a_translator_where_the_releases_runner_does(version):
+    """Read from the release's source, never its version: 0.5.16-0.5.18's runner builds
+    no KV index translator (and their forward batch and EAGLE code read none), 0.5.19
+    on builds one."""
+    if version not in LINE.installed() and version != contract.installed_version():
+        pytest.skip(f"sglang {version} is not set up here")
+    root = LINE.release_root(version) or static.package_root("sglang")
+    assert eagle_runners.builds_translator(root) is TRANSLATOR[version]
 
 
 _CHILD = r"""
@@ -73,6 +96,8 @@ for seam in SEAMS:
     module, _, name = seam.partition(":")
     bound[seam] = getattr(importlib.import_module(module), name, None) is eagle_launch.stand_in(name)
 out["bound"] = bound
+from targets.sglang.slices import eagle_runners
+out["translator"] = eagle_runners.builds_translator()
 print(json.dumps(out))
 """
 
@@ -92,11 +117,22 @@ def test_upstreams_eagle_worker_runs_clean_on_each_release(version):
                           env=children.env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the worker's own modules (0.5.15's verify and draft helpers are its methods and
+    # base_spec_worker's; eagle_worker_common starts in 0.5.16)
+    common = not static.module_problem(LINE.release_root(version), _EWC)
+    modules = {"srt/speculative/eagle_worker_v2.py", "srt/speculative/eagle_utils.py",
+               "srt/speculative/eagle_worker_common.py" if common
+               else "srt/speculative/base_spec_worker.py"}
     for variant in ("as-installed", "topk2"):
         run = got[variant]
         assert run["outcome"] == "clean" and run["divergence"] is None, run
-        assert {"srt/speculative/eagle_worker_v2.py", "srt/speculative/eagle_worker_common.py",
-                "srt/speculative/eagle_utils.py"} <= set(run["upstream"]), run["upstream"]
+        assert modules <= set(run["upstream"]), run["upstream"]
     assert ["assign_draft_cache_locs.default", "_draft_locs"] in got["as-installed"]["ours"]
     assert ["extend_cache_locs.default", "_extend_locs"] in got["topk2"]["ours"]
+    if version == "0.5.15":  # the bonus and the accepted path's source slots, as kernels
+        assert ["fill_bonus_tokens.default", "_bonus"] in got["as-installed"]["ours"]
+        assert ["fill_accept_out_cache_loc.default", "_accept_locs"] in got["topk2"]["ours"]
     assert all(got["bound"].values()), got["bound"]
+    # the runs went through the release's forward batch and EAGLE code with a translator
+    # exactly where its runner has one (none on 0.5.16-0.5.18)
+    assert got["translator"] is TRANSLATOR[version]

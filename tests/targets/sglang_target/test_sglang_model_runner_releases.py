@@ -23,11 +23,12 @@ RC = "sglang.srt.runtime_context"
 # 0.5.19 and 0.5.20 make their config current as 0.5.21 does (snapshot_context); their
 # parallel context reads the ranks and groups through parallel_state's getters, so the
 # one-rank groups go where initialize_model_parallel puts them (contract.RANK_WAYS)
-# 0.5.15 - 0.5.18 publish it by the scheduler's shim, and 0.5.15 has neither way of
-# keeping the ranks (no ParallelState placement)
+# 0.5.15 - 0.5.18 publish it by the scheduler's shim and keep the ranks in
+# parallel_state's globals (0.5.15's ParallelState without its trivial factory), and
+# 0.5.15's runner lacks the init steps the runner room calls
 UNDRIVEN = {
     "0.5.14": f"{RC}:use_context",
-    "0.5.15": f"{RC}:ParallelContext.override_permanently",
+    "0.5.15": "sglang.srt.model_executor.model_runner:ModelRunner.init_spec_aux_hidden_state",
     **{f"0.5.{n}": None for n in range(16, 23)},
 }
 # How each driven release keeps a one-rank server's ranks and groups, and what it lacks
