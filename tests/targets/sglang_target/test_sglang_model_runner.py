@@ -93,6 +93,20 @@ def test_the_servers_device_is_the_runs_not_torchs_accelerator():
                 torch.device(device).type
 
 
+def test_a_cuda_run_after_a_simulator_run_captures_on_cuda(specrace_backend):
+    """On a GPU: a simulator run first (it registers the simulator's PrivateUse1 backend
+    in the process), then upstream's runner capturing its decode graphs on CUDA. The
+    whole CUDA suite at cf4aa01 failed here, the capture stream the simulator's ("the
+    sim device is not set up"), wherever a worker had run a simulator test before."""
+    if specrace_backend != "cuda":
+        pytest.skip("a CUDA run after a simulator run: on a GPU (--specrace-backend cuda)")
+    assert _seed_run().outcome == "clean"  # the release's own relay, as installed
+    # (before the mend this raised: the capture failed, so the release "did not fit")
+    r = run_scenario_result("ngram-filter-race", target="sglang", variant="as-installed",
+                            backend="cuda", trials=1)
+    assert r.outcome == "clean", (r.first_divergence, r.races[:2])
+
+
 def test_the_graph_replays_compute_what_the_eager_forward_does():
     """The same outputs and accept lengths with upstream's graphs on and off: the
     replay's static inputs carry the batch, its outputs are read for its rows."""
