@@ -33,8 +33,9 @@ def _configurations(scenario):
 
 
 def _why_not(v, s):
-    """As the releases are: DSpark from 0.5.22, EAGLE v2 driven on 0.5.23 (its code from
-    0.5.14), GrammarTree from 0.5.17, the leaf result copy from 0.5.15."""
+    """A made-up release line for the planner (not the real releases' table): DSpark from
+    0.5.22, EAGLE v2 driven on 0.5.23 alone (its code from 0.5.14), GrammarTree from
+    0.5.17, the leaf result copy from 0.5.15."""
     n = int(v.split(".")[2])
     if s.startswith("dspark") and n < 22:
         return "not applicable", "the release has no DSparkVerifyPlanner"
