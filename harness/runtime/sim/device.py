@@ -30,7 +30,7 @@ from harness.runtime.policy import Policy, RunAll
 from harness.runtime.sim.allocator import SimAllocator
 from harness.runtime.sim.arbiter import Arbiter
 from harness.runtime.trace import (Frame, HostAccess, OpKind, OpRecord, Position, QueryRecord,
-                                   SyncRecord, Trace, user_frame)
+                                   SyncRecord, Trace, short_path, user_frame)
 from harness.runtime.sim.errors import SimDeadlock, SimDeviceError, check_session  # noqa: F401 (re-exported)
 from harness.runtime.load import NONE
 from harness.runtime.sim import load
@@ -134,7 +134,9 @@ class SimDevice:
                 with _NoDispatch(), _NoSubclassFunction():
                     fn()
             except Exception as exc:  # the sticky device error; raised at the next sync
-                where = f" ({op.frame[0]}:{op.frame[1]})" if op.frame else ""
+                # the file as reports show it (no checkout's absolute path: a committed
+                # report's crash must read the same on any machine that replays it)
+                where = f" ({short_path(op.frame[0])}:{op.frame[1]})" if op.frame else ""
                 self.error = SimDeviceError(
                     f"device-side error in {op.name} on {self.trace.stream_name(s.sid)}"
                     f"{where}: {type(exc).__name__}: {exc}")
