@@ -39,7 +39,8 @@ What they model, and what not (docs/sglang-target.md#eagle-v2):
   supports Triton -- every GPU backend but ``torch_native`` / ``intel_amx``. Upstream's
   torch path for those two reads each length with ``.item()``: a host sync per request
   that drains the forward (and a plan) stream, which a server on FA3 or FlashInfer never
-  does. Plain vectorised torch, not a declared op: its reads are the lengths alone.
+  does. A declared op like the rest: its outputs are sized by the host's token count,
+  and its body finds each token's request by searching the lengths' running ends.
 """
 from __future__ import annotations
 
