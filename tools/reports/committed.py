@@ -3,6 +3,7 @@ replays with its recorded verdict.
 
     python tools/reports/committed.py check        # `make check-reports` (CI)
     python tools/reports/committed.py regenerate   # `make example-reports`
+    python tools/reports/committed.py regenerate reports/.../report.json ...  # just those
 
 ``check`` replays every committed simulator report (``specrace replay``: the same verdict,
 the same trace) and loads every CUDA report (validated; replaying one needs a GPU: the H200
@@ -73,9 +74,12 @@ def _interpreter(path: str) -> List[str]:
     return SPECRACE if python is None else [python, "-m", "specrace.cli"]
 
 
-def regenerate() -> int:
+def regenerate(only: List[str]) -> int:
+    """Re-run the recorded command of every simulator report, or of those named in ``only``
+    (after an edit that moved lines one report points at, the rest need not run again)."""
+    wanted = {os.path.realpath(p) for p in only}
     for path, doc in committed():
-        if doc.get("backend") != "sim":
+        if doc.get("backend") != "sim" or (wanted and os.path.realpath(path) not in wanted):
             continue
         folder = os.path.dirname(path)
         argv = shlex.split(doc["command"])
@@ -96,5 +100,5 @@ def regenerate() -> int:
 
 if __name__ == "__main__":
     what = sys.argv[1:] or ["check"]
-    sys.exit(check() if what == ["check"] else regenerate() if what == ["regenerate"]
+    sys.exit(check() if what == ["check"] else regenerate(what[1:]) if what[0] == "regenerate"
              else 2)
