@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 XGRAMMAR ?= xgrammar==0.2.9
 
-.PHONY: setup upstream upstream-releases repro test matrix bench litmus upstream-gate releases release-gate release-gate-ci lock clean example-reports check-reports vllm-gate vllm-release-tests
+.PHONY: setup upstream upstream-releases repro test matrix bench litmus upstream-gate releases releases-ci release-gate release-gate-ci lock clean example-reports check-reports vllm-gate vllm-release-tests
 
 setup: $(VENV)/.specrace-ready
 
@@ -111,8 +111,8 @@ vllm-release-tests: setup
 # e.g. `make releases PREFIX_RELAY=0.5.17 FIXED_RELAY="0.5.18 0.5.23"`.
 PREFIX_RELAY ?= 0.5.14 0.5.15 0.5.16 0.5.17
 FIXED_RELAY  ?= 0.5.18 0.5.19 0.5.20 0.5.21 0.5.22 0.5.23
-# trials a cell (CI: 2 -- upstream's runner and graphs now run on 0.5.19-0.5.23, and five
-# a cell took 17 minutes of the 2-core box; a race shows in the first trial of each cell)
+# trials a cell (five a cell took 17 minutes of the 2-core box, two 9; CI runs the rows no
+# test covers, releases-ci, one trial each: a race shows in the first trial of each cell)
 RELEASE_TRIALS ?= 5
 # The lists reach the shell as variables too (word-split, never evaluated): each is
 # "--release V" per word, which specrace checks against the version grammar.
@@ -137,6 +137,17 @@ releases: setup
 	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine $(call each,$$FIXED_RELAY) --trials "$$RELEASE_TRIALS" --expect clean
 	$(VENV)/bin/specrace releases dspark-result-readback --variant as-installed $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials "$$RELEASE_TRIALS" --expect race
 	$(VENV)/bin/specrace releases eagle-v2 --variant as-installed $(call each,$$PREFIX_RELAY $$FIXED_RELAY) --trials "$$RELEASE_TRIALS" --expect clean
+
+# CI's rows of the sweep: those no per-release test of `make test` runs (.ci/run; the
+# others: test_sglang_model_runner_releases.py -- the released relay clean and the pre-fix
+# relay racing on 0.5.16-0.5.22 --, test_sglang_dspark_releases.py -- DSpark on 0.5.16,
+# 0.5.18, 0.5.19 --, test_sglang_eagle_releases.py -- EAGLE v2 on 0.5.15-0.5.22 -- and
+# release-gate-ci's DSpark cells on 0.5.20 and 0.5.21). One trial a row: a race shows in
+# the first.
+releases-ci: setup
+	$(VENV)/bin/specrace releases ngram-filter-race --release 0.5.14 --release 0.5.15 --trials 1 --expect clean
+	$(VENV)/bin/specrace releases ngram-filter-race --war-barrier fine --release 0.5.14 --release 0.5.15 --trials 1 --expect race
+	$(VENV)/bin/specrace releases dspark-result-readback --variant as-installed --release 0.5.17 --release 0.5.22 --trials 1 --expect race
 
 # The release gate (issue 57; specrace/gate.py): every scenario of the sglang target on
 # every release set up, in every configuration the release ships (no patch), one trial a

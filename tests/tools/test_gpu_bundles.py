@@ -2,7 +2,8 @@
 a built bundle imports its target's driven path in an empty folder with nothing beside
 the GPU image's set (``tools/gpu/check_bundle.py``) -- so a package a bundle lacks fails
 here, on the CPU, not on a GPU run. The import checks skip only where the bundle is not
-built (``make gpu-bundle-sglang`` / ``make gpu-bundle-vllm``; CI builds both).
+built (``make gpu-bundle-sglang`` / ``make gpu-bundle-vllm``; CI builds neither: they serve
+a device call, and ``make gpu-bundles gpu-check`` runs before one, docs/gpus.md).
 """
 from __future__ import annotations
 
@@ -105,8 +106,8 @@ def test_a_built_bundle_imports_its_driven_path_beside_the_image_alone(folder):
         pytest.skip(f"{folder} is not built by make (no MANIFEST.json): "
                     f"make gpu-bundle-{'sglang' if folder == '.sgbundle' else 'vllm'}")
     if not IMAGE_PYTHON.exists():
-        # CI builds it beside the bundles; a GPU machine carries a bundle without it (it
-        # is the image itself there)
+        # `make gpu-bundles` builds it beside the bundles; a GPU machine carries a bundle
+        # without it (it is the image itself there)
         assert not _ON_CI, "a bundle is built but the image stand-in is not: make gpu-image"
         pytest.skip("the GPU image's stand-in is not built here (make gpu-image)")
     m = json.loads(manifest.read_text())

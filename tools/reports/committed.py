@@ -22,6 +22,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import List, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -41,26 +42,32 @@ def committed() -> List[Tuple[str, dict]]:
     return found
 
 
+def _check_one(path: str, doc: dict) -> Tuple[bool, str]:
+    """(replays as recorded, the line that says so) for one committed report."""
+    rel = os.path.relpath(path, ROOT)
+    if doc.get("backend") != "sim":
+        # validated by loading it; a fresh GPU sample is the H200 scripts' to take
+        proc = subprocess.run([*SPECRACE, "replay", path, "--max-trials", "1"],
+                              capture_output=True, text=True, cwd=ROOT)
+        ok = "asks for" in proc.stderr or "recorded on cuda" in proc.stderr
+        return ok, (f"ok   {rel}: valid (a CUDA report: replayed on a GPU only)" if ok
+                    else f"BAD  {rel}: {proc.stderr.strip()[-300:]}")
+    proc = subprocess.run([*SPECRACE, "replay", path], capture_output=True, text=True,
+                          cwd=ROOT)
+    line = (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines()
+            or [f"exit {proc.returncode}"])[-1]
+    ok = proc.returncode == 0 and "DIFFERENT" not in line
+    return ok, f"{'ok  ' if ok else 'BAD '} {rel}: {line}"
+
+
 def check() -> int:
-    bad = 0
-    for path, doc in committed():
-        rel = os.path.relpath(path, ROOT)
-        if doc.get("backend") != "sim":
-            # validated by loading it; a fresh GPU sample is the H200 scripts' to take
-            proc = subprocess.run([*SPECRACE, "replay", path, "--max-trials", "1"],
-                                  capture_output=True, text=True, cwd=ROOT)
-            ok = "asks for" in proc.stderr or "recorded on cuda" in proc.stderr
-            print(f"{'ok  ' if ok else 'BAD '} {rel}: valid (a CUDA report: replayed on a "
-                  f"GPU only)" if ok else f"BAD  {rel}: {proc.stderr.strip()[-300:]}")
-            bad += not ok
-            continue
-        proc = subprocess.run([*SPECRACE, "replay", path], capture_output=True, text=True,
-                              cwd=ROOT)
-        line = (proc.stdout.strip().splitlines() or proc.stderr.strip().splitlines()
-                or [f"exit {proc.returncode}"])[-1]
-        ok = proc.returncode == 0 and "DIFFERENT" not in line
-        print(f"{'ok  ' if ok else 'BAD '} {rel}: {line}")
-        bad += not ok
+    # each replay is a child of one process at a time: one per core (CI has two), the
+    # lines printed in the reports' order
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        results = list(pool.map(lambda pd: _check_one(*pd), committed()))
+    for _, line in results:
+        print(line)
+    bad = sum(not ok for ok, _ in results)
     print(f"{bad} committed report(s) do not replay with their verdict" if bad
           else "every committed report replays with its verdict")
     return 1 if bad else 0
