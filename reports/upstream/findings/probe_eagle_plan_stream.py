@@ -1,7 +1,7 @@
 """The GPU probe for the draft extend's plan-stream entry (releases.md, "The plan stream's
 two unordered entries", (B)): does ``prepare_for_draft_extend`` on the draft worker's plan
 stream read the sequence lengths before the schedule stream's ``resolve_seq_lens_cpu``
-gather writes them? (sglang 0.5.15-0.5.21 with ``SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1``;
+gather writes them? (sglang 0.5.14-0.5.21 with ``SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1``;
 0.5.22 added the wait.)
 
 It runs the ``eagle-v2`` scenario on the installed release (outputs only: no trace, so the

@@ -124,15 +124,18 @@ _RC = "sglang.srt.runtime_context"
 # How a release makes a run's server config current (``upstream.server_config``): the
 # first way whose code it has -- a context of the run's own under ``use_context`` (0.5.22),
 # the process's one context snapshotted, reset, set and restored, as ``Engine``'s launch
-# restores it when it fails (0.5.19-0.5.21), or reset and set by the scheduler's publish
-# shim, last publish wins, as a process rebuilding an engine does (0.5.16-0.5.18)
+# restores it when it fails (0.5.19-0.5.21), reset and set by the scheduler's publish shim,
+# last publish wins, as a process rebuilding an engine does (0.5.15-0.5.18), or with no
+# context to reset (0.5.14) the same shim's module global, saved and put back after the run
+_SA = "sglang.srt.server_args"
 SERVER_CONFIG_WAYS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("use_context", (f"{_RC}:use_context",)),
     ("snapshot_context", tuple(f"{_RC}:{n}" for n in (
         "snapshot_context", "restore_context", "reset_context", "get_context",
         "RuntimeContext.set_server_args"))),
-    ("publish", (f"{_RC}:reset_context",
-                 "sglang.srt.server_args:set_global_server_args_for_scheduler")))
+    ("publish", (f"{_RC}:reset_context", f"{_SA}:set_global_server_args_for_scheduler")),
+    ("module_global", (f"{_SA}:set_global_server_args_for_scheduler",
+                       f"{_SA}:_global_server_args")))
 # What specrace's slice of a feature needs of the release beyond the feature's own code:
 # where the release has the code but not these, the code is there and specrace cannot
 # drive it -- "not driven", never "not applicable". Every slice makes its server config
@@ -159,7 +162,6 @@ DRIVER_NEEDS: Dict[str, Tuple[Union[str, Tuple[Tuple[str, ...], ...]], ...]] = {
     # the NGRAM worker's target forward stays the toy model's
     "model_runner": (_ANY_SERVER_CONFIG_WAY,
                      tuple(needs for _, needs in RANK_WAYS),
-                     "sglang.srt.runtime_context:get_server_args",
                      *(f"{_MR}:ModelRunner.{step}" for step in MODEL_RUNNER_INIT_STEPS),
                      "sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS",
                      "sglang.srt.layers.attention.torch_native_backend:"

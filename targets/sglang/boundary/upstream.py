@@ -67,6 +67,16 @@ def import_named(names):
     return {k: importlib.import_module(v) for k, v in names.items()}
 
 
+def current_server_args():
+    """The run's server args (made current by ``server_config``) where the release keeps
+    them: its runtime context (0.5.15 on), else the server_args module's global (0.5.14)."""
+    from sglang.srt import runtime_context as rc
+    if hasattr(rc, "get_server_args"):
+        return rc.get_server_args()
+    from sglang.srt.server_args import get_global_server_args
+    return get_global_server_args()
+
+
 def with_server_args(fn, *args, **kwargs):
     """Call upstream's ``fn`` as its own caller does: where it has a ``server_args``
     parameter (0.5.16-0.5.18's, before the runtime context held the config) the current
@@ -130,6 +140,15 @@ def server_config(speculative_algorithm: str, device, **server_args):
             yield
         finally:
             rc.reset_context()  # nothing of the run's config outlives it
+        return
+    if way == "module_global":
+        from sglang.srt import server_args as sa
+        before = sa._global_server_args
+        try:
+            sa.set_global_server_args_for_scheduler(args)
+            yield
+        finally:
+            sa._global_server_args = before  # nothing of the run's config outlives it
         return
     state = rc.snapshot_context()
     try:

@@ -114,7 +114,7 @@ def _server_config(**fields) -> None:
     0.5.16-0.5.18's runners read) and, where the context projects them (``override``:
     later releases' runners read the projection), the context."""
     rc = modules()["rc"]
-    args = rc.get_server_args()
+    args = upstream.current_server_args()
     for name, value in fields.items():
         setattr(args, name, value)
     ctx = rc.get_context()
@@ -160,8 +160,7 @@ def build_model_runner(toy, pools, device, *, max_running_requests: int,
 def _set_init_attributes(mr, m, toy, device, draft) -> None:
     """What ``ModelRunner.__init__`` sets before ``initialize()``, as a single-rank
     generation server without LoRA, MoE, hisparse or elastic EP has them."""
-    rc = m["rc"]
-    mr.server_args = rc.get_server_args()
+    mr.server_args = upstream.current_server_args()
     mr.mem_fraction_static = 0.0
     mr.memory_pool_config = None
     # upstream's runner holds the device's type (``server_args.device``, "cuda") and its

@@ -83,8 +83,7 @@ class ToyModelRunner(SharedReadRunner):
         self.model = model
         # the server's args, which upstream's runner keeps (0.5.16-0.5.18's forward batch
         # reads them off it: enable_lora); the run's, made current by server_context
-        from sglang.srt.runtime_context import get_server_args
-        self.server_args = get_server_args()
+        self.server_args = upstream.current_server_args()
         self.device = str(device)
         self.mod = torch.get_device_module(torch.device(device))
         self.req_to_token = req_to_token_pool.req_to_token

@@ -19,15 +19,15 @@ from targets.sglang.environments import LINE, SglangEnvironments
 RC = "sglang.srt.runtime_context"
 # What each release lacks of what each slice needs, as measured (None: driven). 0.5.15 -
 # 0.5.18 make the config current by the scheduler's publish shim, 0.5.19 - 0.5.21 by
-# snapshot / reset / restore_context, 0.5.22 by use_context, and 0.5.14 by none of them
-# (its server args are a module global: no runtime context to reset); EAGLE v2's kernel
-# stand-ins bind where 0.5.15 - 0.5.22 launch the Triton kernels
+# snapshot / reset / restore_context, 0.5.22 by use_context, and 0.5.14 -- with no runtime
+# context to reset -- by the publish shim's module global, saved and put back; EAGLE v2's
+# kernel stand-ins bind where 0.5.14 - 0.5.22 launch the Triton kernels
 # (test_sglang_eagle_releases.py), and its toy runners build a KV index translator only
 # where the release's runner does (0.5.19 on): 0.5.15 - 0.5.18's code reads none.
 # DSpark ships from 0.5.16.
-UNDRIVEN = {"0.5.14": {"eagle_v2": f"{RC}:use_context"}, "0.5.15": {"eagle_v2": None},
+UNDRIVEN = {"0.5.14": {"eagle_v2": None}, "0.5.15": {"eagle_v2": None},
             **{f"0.5.{n}": {"dspark": None, "eagle_v2": None} for n in range(16, 23)}}
-WAY = {"0.5.14": None, **{f"0.5.{n}": "publish" for n in (15, 16, 17, 18)},
+WAY = {"0.5.14": "module_global", **{f"0.5.{n}": "publish" for n in (15, 16, 17, 18)},
        **{f"0.5.{n}": "snapshot_context" for n in (19, 20, 21)}, "0.5.22": "use_context"}
 SCENARIOS = {"dspark": ("dspark-confidence-ring", "dspark-result-readback"),
              "eagle_v2": ("eagle-v2", "eagle-v2-grammar")}

@@ -1,7 +1,7 @@
 """Upstream's EAGLE v2 worker on the other releases set up here (``.releases/sglang/<V>``),
 each run in its own environment: the slice binds its kernel stand-ins where that
 release launches each kernel (``boundary/eagle_seams``: the launcher functions of 0.5.23,
-the Triton kernel objects and the tree-build wrapper's platform kernel of 0.5.15-0.5.22,
+the Triton kernel objects and the tree-build wrapper's platform kernel of 0.5.14-0.5.22,
 the verify window's launcher of 0.5.15-0.5.20), the toy runners carry a KV index
 translator only where the release's runner builds one (0.5.19 on), and the release's
 worker drafts, verifies and extends clean, its own frames in the trace. The installed
@@ -35,14 +35,14 @@ SEAMS = {
     "0.5.21": OLDER,
     **{f"0.5.{n}": (*OLDER, f"{_CL}:assign_extend_cache_locs_func") for n in range(16, 21)},
     # the kernels in their old module, two launched as kernel objects (eagle_launch)
-    "0.5.15": (f"{_TCL}:assign_draft_cache_locs_contiguous",
+    **{v: (f"{_TCL}:assign_draft_cache_locs_contiguous",
                f"{_EU}:sgl_build_tree_kernel_efficient",
                f"{_SU}:assign_extend_cache_locs", f"{_TCL}:assign_extend_cache_locs_func",
                "sglang.srt.speculative.eagle_worker_v2:fill_bonus_tokens",
-               f"{_SU}:fill_accept_out_cache_loc"),
+               f"{_SU}:fill_accept_out_cache_loc") for v in ("0.5.14", "0.5.15")},
 }
 # does the release's ModelRunner build a KV index translator (init_kv_index_translator)?
-TRANSLATOR = {f"0.5.{n}": n >= 19 for n in range(15, 24)}
+TRANSLATOR = {f"0.5.{n}": n >= 19 for n in range(14, 24)}
 
 
 @pytest.mark.parametrize("version", sorted(SEAMS))
@@ -89,7 +89,11 @@ def run(variant):
             "ours": sorted({(r.name, r.frame[2]) for r in r.trace.records
                             if isinstance(r, OpRecord) and r.frame
                             and "eagle_launch" in r.frame[0]})}
+from sglang.srt import server_args as sa
+before = getattr(sa, "_global_server_args", None)  # 0.5.14-0.5.18's scheduler global
 out = {v: run(v) for v in ("as-installed", "topk2")}
+# the run's config set for it and put back after it (0.5.14: the module global itself)
+out["global_args_restored"] = getattr(sa, "_global_server_args", None) is before
 from targets.sglang.slices import eagle_launch
 bound = {}
 for seam in SEAMS:
@@ -129,10 +133,11 @@ def test_upstreams_eagle_worker_runs_clean_on_each_release(version):
         assert modules <= set(run["upstream"]), run["upstream"]
     assert ["assign_draft_cache_locs.default", "_draft_locs"] in got["as-installed"]["ours"]
     assert ["extend_cache_locs.default", "_extend_locs"] in got["topk2"]["ours"]
-    if version == "0.5.15":  # the bonus and the accepted path's source slots, as kernels
+    if version in ("0.5.14", "0.5.15"):  # the bonus and the accepted path's source slots, as kernels
         assert ["fill_bonus_tokens.default", "_bonus"] in got["as-installed"]["ours"]
         assert ["fill_accept_out_cache_loc.default", "_accept_locs"] in got["topk2"]["ours"]
     assert all(got["bound"].values()), got["bound"]
+    assert got["global_args_restored"]
     # the runs went through the release's forward batch and EAGLE code with a translator
     # exactly where its runner has one (none on 0.5.16-0.5.18)
     assert got["translator"] is TRANSLATOR[version]

@@ -27,8 +27,8 @@ RC = "sglang.srt.runtime_context"
 # parallel_state's globals (0.5.15's ParallelState without its trivial factory), and
 # 0.5.15's runner lacks the init steps the runner room calls
 UNDRIVEN = {
-    "0.5.14": f"{RC}:use_context",
-    "0.5.15": "sglang.srt.model_executor.model_runner:ModelRunner.init_spec_aux_hidden_state",
+    **{v: "sglang.srt.model_executor.model_runner:ModelRunner.init_spec_aux_hidden_state"
+       for v in ("0.5.14", "0.5.15")},
     **{f"0.5.{n}": None for n in range(16, 23)},
 }
 # How each driven release keeps a one-rank server's ranks and groups, and what it lacks
