@@ -82,6 +82,16 @@ KNOWN: Tuple[Known, ...] = (
     *_graph_readbacks((f"{_SG}/utils/common.py", "async_d2h")),
     # the same two before the D2H helper moved to utils/common.py (0.5.15 - 0.5.16)
     *_graph_readbacks((f"{_SG}/managers/utils.py", "_async_d2h")),
+    # upstream's loop before #31687 (0.5.14 - 0.5.15): the WAR barrier at the loop's top, so
+    # result processing after a launch -- a finished request's free clearing its SWA
+    # mapping -- is unordered with the launched forward's translate. The pair is in
+    # specrace's SWA allocator and attention (toys/), upstream's SWATokenToKVPoolAllocator
+    # and backend metadata in shape; the ordering is upstream's event_loop_overlap
+    Known("swa-free-before-war-barrier", "a finished request's SWA mapping cleared in "
+          "result processing vs the launched forward's translate (before #31687)", "sglang",
+          (("toys/mem_cache.py", "free"), ("toys/attention.py", "init_forward_metadata")),
+          "reports/upstream/releases.md#the-war-barrier-before-result-processing-0514---0515",
+          scenarios=("kv-row-reuse",), fixed_in="0.5.16"),
     Known("vllm-seq-lens", "the drafter's in-place seq_lens increment vs its queued upload",
           "vllm", (("vllm/v1/utils.py", "copy_to_gpu"), ("vllm/v1/spec_decode/eagle.py", "propose")),
           "docs/vllm-target.md#scenarios", fixed_in="0.19.0"),

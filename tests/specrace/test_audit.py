@@ -71,6 +71,17 @@ def test_known_races_match_by_file_and_function_on_their_scenarios_and_regress_p
     assert findings.match("sglang", "slot-reuse", hidden) is None  # not on its scenarios
 
 
+def test_the_swa_free_before_the_barrier_is_known_on_0_5_14_and_a_regression_from_0_5_16():
+    """The pair 0.5.14-0.5.15's loop ships (kv-row-reuse:swa, measured), as a report
+    names it; the same pair on 0.5.16 on (upstream moved the barrier: #31687) is a
+    regression, and on another scenario it is nobody's."""
+    frames = [("toys/attention.py", "init_forward_metadata"), ("toys/mem_cache.py", "free")]
+    known = findings.match("sglang", "kv-row-reuse", frames, "0.5.14")
+    assert known["name"] == "swa-free-before-war-barrier" and not known["regression"]
+    assert findings.match("sglang", "kv-row-reuse", frames, "0.5.23")["regression"]
+    assert findings.match("sglang", "slot-reuse", frames, "0.5.14") is None
+
+
 def test_every_write_up_a_known_race_links_exists():
     for known in findings.KNOWN:
         assert os.path.isfile(os.path.join(findings_root(), known.writeup.split("#")[0])), known
