@@ -102,7 +102,7 @@ vllm-gate: setup
 # `make vllm-release-tests VLLM="0.34.0 0.27.1"`: those environments only (CI: the gate's
 # 0.17.0 runs them in vllm-gate).
 vllm-release-tests: setup
-	for py in $$(if [ -n "$$VLLM" ]; then for v in $$VLLM; do echo ".releases/vllm/$$v/bin/python"; done; else echo .releases/vllm/*/bin/python; fi); do echo "== $$py"; "$$py" -m pytest -q -p no:cacheprovider tests/targets/vllm_v1/test_mrv2_releases.py tests/targets/vllm_v1/test_mrv2_evs.py || exit 1; done
+	for py in $$(if [ -n "$$VLLM" ]; then printf '.releases/vllm/%s/bin/python\n' $$VLLM; else echo .releases/vllm/*/bin/python; fi); do echo "== $$py"; "$$py" -m pytest -q -p no:cacheprovider tests/targets/vllm_v1/test_mrv2_releases.py tests/targets/vllm_v1/test_mrv2_evs.py || exit 1; done
 
 # The release gate, on every release from the first with the NGRAM relay slice to the
 # newest (`make upstream-releases` sets them all up; CI does): each as shipped (its own

@@ -16,7 +16,6 @@ from seams import children
 from targets.sglang.boundary import contract
 from targets.sglang.environments import LINE, SglangEnvironments
 
-RC = "sglang.srt.runtime_context"
 # What each release lacks of what each slice needs, as measured (None: driven). 0.5.15 -
 # 0.5.18 make the config current by the scheduler's publish shim, 0.5.19 - 0.5.21 by
 # snapshot / reset / restore_context, 0.5.22 by use_context, and 0.5.14 -- with no runtime

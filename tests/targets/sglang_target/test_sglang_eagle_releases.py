@@ -36,10 +36,10 @@ SEAMS = {
     **{f"0.5.{n}": (*OLDER, f"{_CL}:assign_extend_cache_locs_func") for n in range(16, 21)},
     # the kernels in their old module, two launched as kernel objects (eagle_launch)
     **{v: (f"{_TCL}:assign_draft_cache_locs_contiguous",
-               f"{_EU}:sgl_build_tree_kernel_efficient",
-               f"{_SU}:assign_extend_cache_locs", f"{_TCL}:assign_extend_cache_locs_func",
-               "sglang.srt.speculative.eagle_worker_v2:fill_bonus_tokens",
-               f"{_SU}:fill_accept_out_cache_loc") for v in ("0.5.14", "0.5.15")},
+           f"{_EU}:sgl_build_tree_kernel_efficient",
+           f"{_SU}:assign_extend_cache_locs", f"{_TCL}:assign_extend_cache_locs_func",
+           "sglang.srt.speculative.eagle_worker_v2:fill_bonus_tokens",
+           f"{_SU}:fill_accept_out_cache_loc") for v in ("0.5.14", "0.5.15")},
 }
 # does the release's ModelRunner build a KV index translator (init_kv_index_translator)?
 TRANSLATOR = {f"0.5.{n}": n >= 19 for n in range(14, 24)}
@@ -133,7 +133,7 @@ def test_upstreams_eagle_worker_runs_clean_on_each_release(version):
         assert modules <= set(run["upstream"]), run["upstream"]
     assert ["assign_draft_cache_locs.default", "_draft_locs"] in got["as-installed"]["ours"]
     assert ["extend_cache_locs.default", "_extend_locs"] in got["topk2"]["ours"]
-    if version in ("0.5.14", "0.5.15"):  # the bonus and the accepted path's source slots, as kernels
+    if version in ("0.5.14", "0.5.15"):  # the bonus and the accepted path's slots, as kernels
         assert ["fill_bonus_tokens.default", "_bonus"] in got["as-installed"]["ours"]
         assert ["fill_accept_out_cache_loc.default", "_accept_locs"] in got["topk2"]["ours"]
     assert all(got["bound"].values()), got["bound"]
