@@ -49,7 +49,7 @@ from toys.requests import (accept_tokens, extend_last_tokens, form_prefill,
 from targets.sglang.engine import kv_lifecycle, result_processor
 from targets.sglang.boundary import upstream
 from targets.sglang.engine.scheduler_object import build_scheduler
-from targets.sglang.engine.worker import SamplingInfo, launch_rows
+from targets.sglang.engine.worker import launch_rows, sampling_info_for
 
 
 _UNSET = object()
@@ -337,7 +337,7 @@ class UpstreamLoop(EngineLoop):
             self.sched.model_config,
             enable_overlap=True, spec_algorithm=self.sched.spec_algorithm)
         batch.forward_mode = forward_mode
-        batch.sampling_info = SamplingInfo(self.vocab_size)
+        batch.sampling_info = sampling_info_for(batch, self.vocab_size)
         batch.split_index = 0
         batch.extend_num_tokens = 0
         return batch

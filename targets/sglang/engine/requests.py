@@ -80,7 +80,9 @@ def _define():
 
         def __init__(self, rid: int, prompt: List[int], max_new_tokens: int,
                      grammar: Any = None) -> None:
-            params = SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=[EOS_ID])
+            # greedy, as the toy models decode (normalize makes temperature 0 top_k 1)
+            params = SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=[EOS_ID],
+                                    temperature=0.0)
             params.normalize(None)
             super().__init__(rid, "", array("q", prompt), params,
                              eos_token_ids={EOS_ID}, vocab_size=VOCAB_SIZE)

@@ -31,7 +31,7 @@ from targets.sglang.runner import forward as upstream_forward
 
 
 class SamplingInfo:
-    """The sampling state filter/merge carry along (none of it is under test here)."""
+    """The sampling state before 0.5.22 (``sampling_info_for``): inert, greedy."""
 
     # what EAGLE's sampling reads: greedy, no penalties, bias or watermark
     is_all_greedy = True
@@ -343,3 +343,16 @@ class ToyNgramWorker(SharedReadRunner):
             apply_vocab_mask(logits, info.grammar_mask.vocab_mask)
         if grammar_mask is not None:
             apply_vocab_mask(logits, grammar_mask.vocab_mask)
+
+
+def sampling_info_for(batch, vocab_size: int):
+    """The batch's sampling state: upstream's ``SamplingBatchInfo.from_schedule_batch``
+    where the requests are upstream's ``Req`` (``requests.fits``; a test may run
+    specrace's ``Req`` on such a release) -- so the per-request
+    sampling tensors are built, filtered and merged on the schedule stream by upstream's
+    code -- else ``SamplingInfo``. Both are greedy (the requests ask temperature 0)."""
+    from targets.sglang.engine import requests
+    if not requests.fits() or not all(hasattr(r, "sampling_params") for r in batch.reqs):
+        return SamplingInfo(vocab_size)
+    from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+    return SamplingBatchInfo.from_schedule_batch(batch, vocab_size)

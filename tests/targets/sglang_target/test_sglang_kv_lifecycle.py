@@ -161,3 +161,21 @@ def test_the_older_releases_request_has_upstreams_extend_range(monkeypatch):
     assert req.extend_range == Range(1, 4)
     req.extend_end = None  # as a retraction leaves it
     assert req.extend_range is None
+
+
+def test_a_batch_samples_through_upstreams_sampling_batch_info(sglang):
+    """Where the requests are upstream's ``Req``, a batch's sampling state is upstream's
+    ``SamplingBatchInfo`` (built from the requests' greedy ``SamplingParams``) and the
+    loop's merge and filter run upstream's on it: its per-request tensors follow the rows."""
+    from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+    from targets.sglang.engine.requests import make_request
+    a, b, c = (make_request(i, [5, 6, 7], 4) for i in range(3))
+    with _loop(sglang) as loop:
+        first = _prefill(loop, a, b)
+        info = first.sampling_info
+        assert type(info) is SamplingBatchInfo and info.is_all_greedy
+        assert info.top_ks.tolist() == [1, 1]
+        first.merge_batch(_prefill(loop, c))
+        assert first.sampling_info.top_ks.tolist() == [1, 1, 1]  # upstream's merge ran
+        first.filter_batch(keep_indices=[0, 2])
+        assert first.sampling_info.temperatures.shape == (2, 1)  # and its filter
