@@ -74,6 +74,35 @@ def _graph_readbacks(d2h: Tuple[str, str]) -> Tuple[Known, Known]:
                   scenarios=("ngram-hidden-readback",)))
 
 
+_PLAN = "reports/upstream/releases.md#the-plan-streams-two-unordered-entries-2026-12-07-evening-where-they-stand"
+
+
+def _plan_stream_entries() -> Tuple[Known, ...]:
+    """EAGLE v2's overlap plan stream (``SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1``) entered with
+    no wait: (A) for the verify's prep (0.5.14 - 0.5.19), (B) for the draft extend's
+    (0.5.14 - 0.5.21). A pair matches by the plan-stream end alone -- upstream's function,
+    or the slice's stand-in at the point upstream calls a kernel there (``extend_cache_locs``,
+    the verify graph's ``load_batch``: (A); ``compute_position_triton``: (B)) -- since its
+    other end is whatever wrote the value first (the schedule stream's lengths, the draft's
+    tree, a block freed by the forward)."""
+    spec, stand_in = f"{_SG}/speculative", "targets/sglang/slices"
+    plan = ("eagle-v2", "eagle-v2-grammar")
+    verify = [(f"{spec}/eagle_utils.py", "eagle_prepare_for_verify"),
+              ("sglang/kernels/ops/speculative/cache_locs.py",
+               "assign_extend_cache_locs_uniform_func"),
+              (f"{stand_in}/eagle_kernels.py", "extend_cache_locs"),
+              (f"{stand_in}/eagle_graphs.py", "load_batch")]
+    extend = [(f"{spec}/eagle_worker_common.py", "prepare_for_draft_extend"),
+              (f"{spec}/base_spec_worker.py", "prepare_for_draft_extend"),  # to 0.5.15
+              (f"{stand_in}/eagle_kernels.py", "compute_position_triton")]
+    return (*(Known("eagle-plan-stream-verify", "(A) the verify's prep on the plan stream "
+                    "before the draft and the lengths it reads", "sglang", (site,), _PLAN,
+                    scenarios=plan, fixed_in="0.5.20") for site in verify),
+            *(Known("eagle-plan-stream-draft-extend", "(B) the draft extend's prep on the "
+                    "plan stream before the lengths it reads", "sglang", (site,), _PLAN,
+                    scenarios=plan, fixed_in="0.5.22") for site in extend))
+
+
 KNOWN: Tuple[Known, ...] = (
     Known("dspark-confidence-ring", "DSpark's confidence ring copy vs the next scatter",
           "sglang", ((f"{_SG}/managers/overlap_utils.py", "issue_ring_copy"),
@@ -92,6 +121,7 @@ KNOWN: Tuple[Known, ...] = (
           (("toys/mem_cache.py", "free"), ("toys/attention.py", "init_forward_metadata")),
           "reports/upstream/releases.md#the-war-barrier-before-result-processing-0514---0515",
           scenarios=("kv-row-reuse",), fixed_in="0.5.16"),
+    *_plan_stream_entries(),
     Known("vllm-seq-lens", "the drafter's in-place seq_lens increment vs its queued upload",
           "vllm", (("vllm/v1/utils.py", "copy_to_gpu"), ("vllm/v1/spec_decode/eagle.py", "propose")),
           "docs/vllm-target.md#scenarios", fixed_in="0.19.0"),

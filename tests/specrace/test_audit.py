@@ -82,6 +82,28 @@ def test_the_swa_free_before_the_barrier_is_known_on_0_5_14_and_a_regression_fro
     assert findings.match("sglang", "slot-reuse", frames, "0.5.14") is None
 
 
+def test_the_plan_stream_pairs_are_known_by_their_plan_stream_end_each_to_its_fix():
+    """(A), the verify's prep, was fixed in 0.5.20; (B), the draft extend's, in 0.5.22:
+    a pair is told apart by its plan-stream end, upstream's function or the stand-in at
+    the point upstream launches a kernel there."""
+    lengths = ("sglang/srt/managers/overlap_utils.py", "resolve_seq_lens_cpu")
+    verify = [lengths, ("sglang/srt/speculative/eagle_utils.py", "eagle_prepare_for_verify")]
+    extend = [lengths, ("sglang/srt/speculative/eagle_worker_common.py",
+                        "prepare_for_draft_extend")]
+    stand_in = [("targets/sglang/slices/eagle_graphs.py", "execute"),
+                ("targets/sglang/slices/eagle_kernels.py", "compute_position_triton")]
+    a = findings.match("sglang", "eagle-v2", verify, "0.5.19")
+    assert a["name"] == "eagle-plan-stream-verify" and not a["regression"]
+    assert findings.match("sglang", "eagle-v2", verify, "0.5.20")["regression"]
+    for frames in (extend, stand_in):
+        b = findings.match("sglang", "eagle-v2-grammar", frames, "0.5.21")
+        assert b["name"] == "eagle-plan-stream-draft-extend" and not b["regression"]
+        assert findings.match("sglang", "eagle-v2", frames, "0.5.22")["regression"]
+    # the lengths' writer alone names no plan stream; another scenario is not EAGLE's
+    assert findings.match("sglang", "eagle-v2", [lengths], "0.5.19") is None
+    assert findings.match("sglang", "ngram-filter-race", extend, "0.5.19") is None
+
+
 def test_every_write_up_a_known_race_links_exists():
     for known in findings.KNOWN:
         assert os.path.isfile(os.path.join(findings_root(), known.writeup.split("#")[0])), known
