@@ -31,11 +31,29 @@ __all__ = ["install", "session", "module", "SimDevice", "SimDeviceError", "Strea
 _INSTALLED = False
 
 
+def _gpu_outside_a_session():
+    """``torch.cuda`` where no simulator session is open on a machine with a GPU, else
+    None. Once ``sim`` is registered torch names it the accelerator, so device-less
+    calls (``torch.get_device_module().current_stream()``: upstream's
+    ``get_current_device_stream_fast`` in its graph capture) reach this module during a
+    CUDA run too; they mean the GPU there (measured on an H100: a CUDA run after a
+    simulator run in one process captured nothing)."""
+    if current().sim_device is None and torch.cuda.is_available():
+        return torch.cuda
+    return None
+
+
 def _current_stream(device=None) -> Stream:
+    gpu = _gpu_outside_a_session()
+    if gpu is not None:
+        return gpu.current_stream(device)
     return current_device().current
 
 
 def _default_stream(device=None) -> Stream:
+    gpu = _gpu_outside_a_session()
+    if gpu is not None:
+        return gpu.default_stream(device)
     return current_device().default_stream
 
 
@@ -65,6 +83,9 @@ class _StreamContext:
 
 
 def _synchronize(device=None) -> None:
+    gpu = _gpu_outside_a_session()
+    if gpu is not None:
+        return gpu.synchronize(device)
     current_device().synchronize_all()
 
 

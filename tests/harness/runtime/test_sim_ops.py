@@ -639,3 +639,20 @@ def test_compiled_function_runs_eagerly_on_the_simulator():
         y = double(x)
         assert y.cpu().tolist() == [2.0, 2.0, 2.0]
         assert "mul.Tensor" in [op.name for op in rt.trace.ops()]
+
+
+def test_device_less_stream_calls_mean_the_gpu_outside_a_simulator_session(monkeypatch):
+    """Once ``sim`` is registered torch names it the accelerator, so a device-less
+    ``torch.get_device_module().current_stream()`` (upstream's graph capture) reaches the
+    simulator's module during a CUDA run too: outside a session, on a machine with a GPU,
+    it answers with the GPU's stream; inside one, with the simulator's."""
+    from harness.runtime import sim
+    gpu_stream = object()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: gpu_stream)
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: gpu_stream)
+    assert sim.module.current_stream() is gpu_stream
+    assert sim.module.default_stream(0) is gpu_stream
+    with sim_runtime(parse_policy("eager")) as rt:
+        assert isinstance(sim.module.current_stream(), sim.Stream)
+        assert sim.module.current_stream() is torch.get_device_module(rt.device).current_stream()
