@@ -30,6 +30,10 @@ MAX_TRIALS = 10_000
 # candidate fix where the scenario has one), and "as-installed", the code under test with
 # no patch at all (what a release shipped; on impl/ the same as "fixed")
 AS_INSTALLED, FIXED = "as-installed", "fixed"
+# How a run refused because its variant cannot be built on this code says so (a patch that
+# no longer fits, a configuration the target drives only on other releases): a release
+# table reads it as "not driven" -- the code may be there, specrace did not run it
+VARIANT_DISABLED = "is disabled here"
 
 
 @dataclass(frozen=True)

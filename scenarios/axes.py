@@ -75,6 +75,10 @@ AXES: Tuple[Axis, ...] = (
     Axis("hidden-states", "--enable-return-hidden-states", "return_hidden_states", True,
          False, driven_by=(("ngram-hidden-readback", "as-installed"),
                            ("ngram-hidden-readback", "eager-verify"))),
+    Axis("penalties", "requests with frequency / presence / repetition penalties, "
+         "min_new_tokens and logit_bias (penaltylib: state accumulated on the schedule "
+         "stream, applied in the verify)", "sampling_penalties", True, False,
+         driven_by=(("eagle-v2", "penalties"),)),
     Axis("logprobs", "requests with return_logprob",
          not_modelled="the result processor's logprob_result_processor is a declared "
                       "not-modelled stand-in (targets/sglang/engine/result_processor.py): "

@@ -75,6 +75,9 @@ SGLANG: Dict[str, Describe] = {
                                "pool runs short)" if v == "optimistic" else None),
     "eagle_topk": lambda v, a: f"--speculative-eagle-topk {v}" if v and v > 1 else None,
     "plan_stream": lambda v, a: "SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1" if v else None,
+    "sampling_penalties": lambda v, a: ("(requests ask frequency, presence and repetition "
+                                        "penalties, min_new_tokens and a logit bias)"
+                                        if v else None),
 }
 
 def _vllm_graphs(value: Any, args: Mapping[str, Any]) -> Optional[str]:
@@ -205,3 +208,4 @@ def shipped(target: str, scenario: Scenario) -> List[Configuration]:
         seen.add(key)
         out.append(Configuration(name, flags(target, scenario, variant.args)))
     return out
+

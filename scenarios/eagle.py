@@ -47,6 +47,11 @@ EAGLE_V2 = Scenario(
               # EAGLE3's shape: the target's aux hidden states (three layers) feed the
               # draft, through the same v2 worker
               "eagle3": {**_EAGLE, "eagle3": True},
+              # every request asks penalties (upstream's penalizers: their state filtered,
+              # merged and accumulated on the schedule stream, folded into the forward's
+              # copy of the sampling info and added to the verify's logits), small enough
+              # that the greedy output stays the target model's
+              "penalties": {**_EAGLE, **engage("penalties")},
               # retraction (upstream's release_req): the long request and two short ones
               # give their rows back with a step in flight and are prefilled again
               "retract": {**_EAGLE, "retract_at": ((0, 9), (3, 2), (6, 2))},
@@ -63,6 +68,7 @@ EAGLE_V2 = Scenario(
             ("topk2", None): "clean", ("topk2-plan-stream", None): "clean",
             ("no-cpu-seq-lens", None): "clean", ("no-cpu-seq-lens-plan-stream", None): "clean",
             ("eagle3", None): "clean", ("retract", None): "clean",
+            ("penalties", None): "clean",
             ("chunked-retract", None): "clean",
             ("no-war-barrier", None): "race"},
     sim_trials=6,

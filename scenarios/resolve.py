@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from harness.policies import SchedulePolicy
-from harness.run import MAX_TRIALS, Run, Variant
+from harness.run import MAX_TRIALS, VARIANT_DISABLED, Run, Variant
 from harness.runtime import resolve_backend
 from harness.runtime.load import get_load
 from harness.trials.repro import run_repro
@@ -96,7 +96,7 @@ def _check_variant(target, variant: Variant) -> None:
     """A variant whose patch no longer fits the installed code is disabled, named."""
     problem = target.variant_problem(variant)
     if problem:
-        raise ResolveError(f"variant {variant.name!r} is disabled here: {problem}")
+        raise ResolveError(f"variant {variant.name!r} {VARIANT_DISABLED}: {problem}")
     patch = variant.patch(target)
     if patch is not None:
         from mutations import MutationError

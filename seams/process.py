@@ -58,7 +58,10 @@ CHANGES: Dict[str, Tuple[str, str]] = {
         "build and verify, the fused chain-tree / commit / draft-extend kernels of the "
         "GPU path, the KV-column write `assign_req_to_token_pool_func`, ...) bound "
         "to specrace's declared ops of the same effect: a Triton kernel has no simulator "
-        "path, and on CUDA its reads and writes would be outside the happens-before trace"),
+        "path, and on CUDA its reads and writes would be outside the happens-before trace; "
+        "torch.compile'd plain-torch functions (the draft's later top-k, the repetition "
+        "penalty's `apply_scaling_penalties`: engine/worker.py penalties_run_eagerly) bound "
+        "to their eager originals, as inductor has no simulator backend"),
     "vllm-env-defaults": (
         "targets/vllm/boundary/platform.py: set_env_defaults",
         "vLLM's environment for a one-machine offline run (gloo on loopback, no usage "

@@ -30,11 +30,15 @@ def add_parsers(sub) -> None:
     v = sub.add_parser("coverage", help="which census sites the scenarios run, and why the "
                                         "rest do not (coverage.py over the release's code)")
     v.add_argument("scenarios", nargs="*", metavar="SCENARIO[:VARIANT]",
-                   help="default: every scenario of the target that applies to the release")
+                   help="default: every shipped configuration of every scenario that "
+                        "applies to the release (vLLM: its coverage set)")
     v.add_argument("--target", choices=CENSUS_TARGETS, default="sglang")
     v.add_argument("--release", type=_release, default=None,
                    help="a release set up under .releases/ (default: the one installed here)")
     v.add_argument("--backend", choices=["sim", "cuda", "auto"], default="sim")
     v.add_argument("--trials", type=A.trials, default=1)
+    v.add_argument("--jobs", type=A.int_in(1, 256), default=None,
+                   help="scenarios run side by side, each its own child (default: one per "
+                        "core on the simulator, one at a time otherwise)")
     v.add_argument("--summary", action="store_true", help="no list of the sites not run")
     v.add_argument("--json", action="store_true")

@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any, Dict, List
 
+from harness.run import AS_INSTALLED
 from specrace import cli_args as A
 from specrace.parser import UsageError
 
@@ -73,6 +74,7 @@ def _census(args) -> int:
 def _coverage(args) -> int:
     from targets.census import census, spec_of
     from targets.coverage import coverage
+    from specrace.audit_fork import jobs_default
     import targets
     spec_of(args.target)  # an unknown target fails before any work
     declared = targets.declared(args.target)
@@ -82,16 +84,35 @@ def _coverage(args) -> int:
                              f"target; {declared.unsupported(s)}")
     c = A.with_progress(lambda prog: census(args.target, args.release, progress=prog), None,
                         f"census of {args.target}", quiet=args.json)
-    n = len(args.scenarios) or len(declared.scenarios or ())
+    asked = list(args.scenarios) or default_set(args.target, declared)
+    # on the simulator the children are independent processes: one per core; a GPU's
+    # runs go one at a time (they would share the card and its timing)
+    jobs = args.jobs or (jobs_default() if args.backend == "sim" else 1)
     res = A.with_progress(
-        lambda prog: coverage(args.target, args.release, args.scenarios, prog,
-                              backend=args.backend, trials=args.trials, census_of=c),
-        n, f"coverage of {c.package} {c.version}", quiet=args.json)
+        lambda prog: coverage(args.target, args.release, asked, prog,
+                              backend=args.backend, trials=args.trials, census_of=c,
+                              jobs=jobs),
+        len(asked), f"coverage of {c.package} {c.version}", quiet=args.json)
     if args.json:
         print(json.dumps(res.to_json()))
         return 0
     print_coverage(res, summary=args.summary)
     return 0 if all(r.status != "error" for r in res.runs) else 1
+
+
+def default_set(target: str, declared) -> List[str]:
+    """What ``specrace coverage`` runs when no scenario is named: the target's own set where
+    it declares one (vLLM: the axes measured to run sites of their own), else every
+    shipped configuration of every scenario (``scenarios.configurations.shipped``), as
+    ``specrace repro`` names them (``name``, ``name:variant``) -- the census counts what
+    a server runs in any configuration it ships, not in its defaults alone."""
+    from scenarios import registry
+    from scenarios.configurations import shipped
+    own = getattr(declared, "coverage_set", ())
+    if own:
+        return list(own)
+    return [name if conf.variant == AS_INSTALLED else f"{name}:{conf.variant}"
+            for name in declared.scenarios for conf in shipped(target, registry.get(name))]
 
 
 def _share(n: int, d: int) -> str:

@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -220,10 +221,11 @@ def _python_and_scenarios(target: str, release: Optional[str]):
 def coverage(target: str, release: Optional[str] = None, scenarios: Sequence[str] = (),
              progress: Callable[[int, Optional[int]], None] = lambda n, t=None: None,
              backend: str = "sim", trials: int = 1,
-             census_of: Optional[Census] = None) -> CoverageResult:
+             census_of: Optional[Census] = None, jobs: int = 1) -> CoverageResult:
     """Which of ``release``'s census sites ``scenarios`` run (default: every scenario of
     the target that applies to the release), each scenario in a child of the release's
-    environment (``release=None``: the package installed here, this interpreter)."""
+    environment (``release=None``: the package installed here, this interpreter), at most
+    ``jobs`` children at a time; the runs come back in the order asked."""
     c = census_of or census(target, release)
     spec = spec_of(target)
     python, declared, environments = _python_and_scenarios(target, release)
@@ -232,27 +234,29 @@ def coverage(target: str, release: Optional[str] = None, scenarios: Sequence[str
     for s in asked:
         if not declared.supports(_split(s)[0]):
             raise CensusError(f"scenario {s[:80]!r} does not run on the {target} target")
-    runs: List[ScenarioRun] = []
-    for i, s in enumerate(asked):
-        progress(i, len(asked))
+
+    def run_one(s: str) -> ScenarioRun:
         name = _split(s)[0]
         if environments is not None:
             why = environments.not_applicable(c.version, name)
             if why:
-                runs.append(ScenarioRun(s, "not applicable", why))
-                continue
+                return ScenarioRun(s, "not applicable", why)
             cannot = environments.not_driven(c.version, name)
             if cannot:
-                runs.append(ScenarioRun(s, "not driven", cannot))
-                continue
+                return ScenarioRun(s, "not driven", cannot)
         lines, note, outcome = measure(python, c.root, target, s, backend, trials,
                                        hop=None if release is None else c.version)
         if lines is None:
-            runs.append(ScenarioRun(s, "error", note))
-        else:
-            runs.append(ScenarioRun(s, "ran", note, outcome,
-                                    frozenset(ran_sites(c.sites, lines))))
-    progress(len(asked), len(asked))
+            return ScenarioRun(s, "error", note)
+        return ScenarioRun(s, "ran", note, outcome, frozenset(ran_sites(c.sites, lines)))
+
+    # each run is a child process: threads here only wait on them
+    progress(0, len(asked))
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(run_one, s) for s in asked]
+        for done, _ in enumerate(as_completed(futures), 1):
+            progress(done, len(asked))
+    runs = [f.result() for f in futures]
     return CoverageResult(c, runs, {x.key: classify(x, spec.RULES) for x in c.sites},
                           {x.key: rule_words(x, spec.RULES) for x in c.sites})
 

@@ -15,6 +15,7 @@ import subprocess
 from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
 from harness.report.pairs import frames, group
+from harness.run import VARIANT_DISABLED
 from harness.target import Environments
 from seams import children
 from seams.vocab import FENCED_TARGETS, Verdict
@@ -80,7 +81,10 @@ def run_release(environments: Environments, target: str, version: str, scenario:
     res = _result(proc.stdout)
     if res is None:
         note = child_error(proc.stderr) or f"exit {proc.returncode} without a result"
-        return _row(version, outcome="error", note=note)
+        # the child refused the variant on this release (its patch does not fit, or the
+        # configuration is driven elsewhere): no verdict, and no harness fault either
+        refused = proc.returncode == 2 and VARIANT_DISABLED in note
+        return _row(version, outcome="not driven" if refused else "error", note=note)
     if isinstance(res, str):  # a JSON object, but not a result: named, never counted
         return _row(version, outcome="error",
                     note=f"exit {proc.returncode} without a result: its JSON {res}"[:200])

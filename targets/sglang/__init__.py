@@ -125,6 +125,12 @@ class SglangTarget(Target):
         patches = list(relay_patches(args.get("relay", "future_map")))
         if variant.fix is not None:
             patches.extend(variant.patch(self).parts())
+        if args.get("sampling_penalties"):
+            from targets.sglang.engine import requests
+            if not requests.fits():
+                return (f"requests asking sampling penalties are driven where they are "
+                        f"upstream's Req, sampled through its SamplingBatchInfo (0.5.22 "
+                        f"on); sglang {self.version}'s Req does not fit")
         slices = {"dspark": ("dspark", "DSpark"), "eagle-v2": ("eagle_v2", "EAGLE v2")}
         if args.get("spec_algorithm") in slices:
             feature, name = slices[args["spec_algorithm"]]

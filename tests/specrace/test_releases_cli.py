@@ -80,6 +80,21 @@ def test_any_child_outcome_is_a_row(tmp_path, body, says):
     assert row["outcome"] == "error" and says in row["note"], row
 
 
+def test_a_variant_the_release_refuses_is_not_driven_not_an_error(tmp_path):
+    """The child's resolve refused the variant there (a configuration specrace drives on
+    other releases, a patch that no longer fits): no verdict, named -- and only that
+    refusal; any other usage error stays an error."""
+    refused = ("print(\"specrace: error: variant 'penalties' is disabled here: no Req\", "
+               "file=sys.stderr); sys.exit(2)")
+    row = releases.run_release(ScriptRelease(_script(tmp_path, refused)), "sglang", "9.9",
+                               "eagle-v2", [], str(tmp_path / "out"))
+    assert row["outcome"] == "not driven" and "no Req" in row["note"], row
+    crashed = refused.replace("sys.exit(2)", "sys.exit(1)")
+    row = releases.run_release(ScriptRelease(_script(tmp_path, crashed)), "sglang", "9.9",
+                               "eagle-v2", [], str(tmp_path / "out"))
+    assert row["outcome"] == "error", row
+
+
 def test_a_lost_interpreter_is_a_row_and_the_next_release_still_runs(tmp_path):
     ok = _script(tmp_path, 'print(\'{"outcome": "clean", "trials": 1, "reproduced": 0}\')')
 

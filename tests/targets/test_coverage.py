@@ -141,3 +141,47 @@ def test_a_releases_row_runs_its_child_under_coverage_and_shows_a_column(monkeyp
     assert "coverage" in table.splitlines()[1] and "1/1 (100.0%)" in table
     plain = {k: v for k, v in row.items() if not k.startswith("coverage")}
     assert "coverage" not in format_table("sglang", "x", [plain])  # no column unasked
+
+
+def test_children_run_side_by_side_and_come_back_in_the_order_asked(monkeypatch):
+    """``jobs=2``: two children at once (a barrier both must reach, which one at a time
+    never does), the later-asked one finishing first -- the runs are still reported in
+    the order asked, each with its own sites."""
+    import threading
+    import targets.coverage as tc
+    site = _site()
+    fake = Census("sglang", "sglang", "0.5.23", "/pkg", ("srt",), (), 1, (site,), ())
+    both_in = threading.Barrier(2, timeout=20)
+    b_done = threading.Event()
+
+    def measure(python, root, target, spec, backend, trials, hop=None):
+        both_in.wait()  # BrokenBarrierError when the children run one at a time
+        if spec == "dp-idle":
+            assert b_done.wait(20)  # the second asked ends first
+            return {}, "", "clean"
+        b_done.set()
+        return {"srt/managers/x.py": [1]}, "", "race"
+
+    monkeypatch.setattr(tc, "measure", measure)
+    res = tc.coverage("sglang", None, ["dp-idle", "slot-reuse"], census_of=fake, jobs=2)
+    assert [(r.scenario, r.outcome, len(r.ran)) for r in res.runs] == [
+        ("dp-idle", "clean", 0), ("slot-reuse", "race", 1)]
+
+
+def test_coverage_runs_every_shipped_configuration_unless_the_target_names_its_set():
+    """With no scenario named, sglang's coverage runs each scenario's shipped
+    configurations (the plan stream, topk 2, SWA, ...), never one that patches code;
+    vLLM runs the set it declares."""
+    import targets
+    from specrace.census_cmd import default_set
+    sg = default_set("sglang", targets.declared("sglang"))
+    assert "eagle-v2" in sg and "eagle-v2:plan-stream" in sg and "kv-row-reuse:swa" in sg
+    from scenarios import registry
+    from scenarios.configurations import patched_by
+    for spec in sg:  # a variant that patches code (a seeded bug, a candidate fix) is not
+        name, _, variant = spec.partition(":")
+        assert not patched_by("sglang", registry.get(name).variants[variant or "as-installed"])
+    assert "ngram-filter-race:pre-fix" not in sg
+    assert len(sg) == len(set(sg)) > len(targets.declared("sglang").scenarios)
+    vl = targets.declared("vllm")
+    assert default_set("vllm", vl) == list(vl.coverage_set)

@@ -49,7 +49,7 @@ from toys.requests import (accept_tokens, extend_last_tokens, form_prefill,
 from targets.sglang.engine import kv_lifecycle, result_processor
 from targets.sglang.boundary import upstream
 from targets.sglang.engine.scheduler_object import build_scheduler
-from targets.sglang.engine.worker import launch_rows, sampling_info_for
+from targets.sglang.engine.worker import launch_rows, penalties_run_eagerly, sampling_info_for
 
 
 _UNSET = object()
@@ -276,6 +276,9 @@ class UpstreamLoop(EngineLoop):
 
     def add_request(self, req) -> None:
         req.ask_hidden_states(self.args.return_hidden_states)  # what the client asked
+        if self.args.sampling_penalties:
+            penalties_run_eagerly()
+            req.ask_penalties()
         self.waiting.append(req)
 
     # --- probe shims: upstream's methods, called unchanged -----------------------------

@@ -28,6 +28,9 @@ from toys.vocab import EOS_ID, VOCAB_SIZE
 from targets.sglang.boundary import upstream
 
 _CLASS: Any = None
+# What a request asks in a sampling-penalties configuration (``UpstreamReq.ask_penalties``)
+PENALTIES = {"frequency_penalty": 0.01, "presence_penalty": 0.01, "repetition_penalty": 1.01,
+             "min_new_tokens": 1, "logit_bias": {"1": 0.01}}
 # RequestState's fields that upstream's Req (0.5.22 on) sets in its constructor, under the
 # same names and meaning
 _UPSTREAM_FIELDS = ("is_retracted", "prefix_len", "extend_end", "inflight_middle_chunks")
@@ -113,6 +116,23 @@ def _define():
             self.return_hidden_states = wanted
             self.return_hidden_states_mode = get_return_hidden_states_mode(wanted)
 
+        def ask_penalties(self) -> None:
+            """What the client asked (``PENALTIES``): every penalty upstream's penalizers
+            keep state for, and a logit bias (the tokenizer manager leaves these as
+            sent). Small against the toy model's logit margin (its successor's logit
+            4.0, the rest about -1.0: a frequency and presence penalty of 0.01 a token,
+            a repetition factor of 1.01 and a bias of 0.01 move no argmax), so the greedy
+            output stays
+            the target model's and the output oracle stays exact; ``min_new_tokens=1``
+            is met by the prefill's token. There is no tokenizer: the min-new-tokens
+            penalizer reads its stop ids from ``req.tokenizer``, here the stop token
+            alone."""
+            import types
+            for name, value in PENALTIES.items():
+                setattr(self.sampling_params, name, value)
+            self.tokenizer = types.SimpleNamespace(additional_stop_token_ids=None,
+                                                   eos_token_id=EOS_ID)
+
         def mark_finished(self) -> None:
             """A commit of ours finished it on its last token (EOS) or its budget: the
             finish reason upstream's ``update_finish_state`` gives those."""
@@ -188,6 +208,11 @@ class Req(RequestState):
 
     def ask_hidden_states(self, wanted: bool) -> None:
         self.return_hidden_states = wanted  # the capture mode is computed from it
+
+    def ask_penalties(self) -> None:
+        # the sampling state before 0.5.22 is specrace's inert one: nothing would apply
+        # them (the target refuses the configuration there: ``variant_problem``)
+        raise TypeError("sampling penalties need upstream's Req and SamplingBatchInfo")
 
     def mark_finished(self) -> None:
         """The commit finished it (EOS or its budget)."""

@@ -356,3 +356,17 @@ def sampling_info_for(batch, vocab_size: int):
         return SamplingInfo(vocab_size)
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
     return SamplingBatchInfo.from_schedule_batch(batch, vocab_size)
+
+
+def penalties_run_eagerly() -> None:
+    """The repetition penalty's ``apply_scaling_penalties`` is torch.compile'd (an
+    optimisation of a plain-torch ``where``); inductor has no simulator backend, so it runs
+    as written -- its eager original, bound where the penalizer and the EAGLE verify look
+    it up (a run-time patch of the module's name, idempotent; as the draft's top-k:
+    ``slices.eagle_kernels.install_rest``)."""
+    import importlib
+    from seams import process
+    rp = importlib.import_module("sglang.srt.sampling.penaltylib.repetition_penalty")
+    f = rp.apply_scaling_penalties
+    rp.apply_scaling_penalties = getattr(f, "_torchdynamo_orig_callable", f)
+    process.note("sglang-kernel-seams")

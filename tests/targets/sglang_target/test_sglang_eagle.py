@@ -64,7 +64,7 @@ def test_the_output_is_the_target_models_greedy_output(specrace_backend):
 
 CLEAN_CASES = (
     [("eagle-v2", v, p) for v in ("as-installed", "plan-stream", "topk2",
-                                  "topk2-plan-stream", "eagle3")
+                                  "topk2-plan-stream", "eagle3", "penalties")
      for p in ("eager", "lazy", "random(3)")]
     + [("eagle-v2-grammar", v, p) for v in ("as-installed", "plan-stream", "topk2")
        for p in ("eager", "lazy")])
@@ -220,3 +220,40 @@ def test_the_slice_needs_the_kernel_seams_it_binds(tmp_path):
                                    "some_other_launcher"))
     assert contract.undriven(str(copy), "eagle_v2") == (
         "sglang.srt.speculative.eagle_worker_common:assign_draft_cache_locs_contiguous_func")
+
+
+def test_penalties_reach_the_verify_and_leave_the_greedy_output(monkeypatch):
+    """Requests asking penalties: upstream's penalizers accumulate each step's tokens and
+    fold them into the verify's logits, and the greedy output is unchanged (the penalties
+    are below the toy model's logit margin). With a penalty that outweighs the margin the
+    output changes -- the penalties do reach the verify's logits."""
+    from targets.sglang.engine import requests
+    if not requests.fits():
+        pytest.skip("penalties are driven where requests are upstream's Req (0.5.22 on)")
+    from sglang.srt.sampling.penaltylib import orchestrator
+    calls = collections.Counter()
+    for name in ("cumulate_output_tokens", "accumulate_additive_penalties",
+                 "accumulate_scaling_penalties"):
+        real = getattr(orchestrator.BatchedPenalizerOrchestrator, name)
+        monkeypatch.setattr(orchestrator.BatchedPenalizerOrchestrator, name,
+                            lambda self, *a, _real=real, _n=name: (calls.update([_n]),
+                                                                   _real(self, *a))[1])
+    _, greedy, _ = _run("sim")
+    _, penalized, _ = _run("sim", "penalties")
+    assert penalized == greedy
+    assert min(calls.values()) > 0 and len(calls) == 3, calls
+    monkeypatch.setitem(requests.PENALTIES, "frequency_penalty", 50.0)
+    _, heavy, _ = _run("sim", "penalties")
+    assert heavy != greedy
+
+
+def test_penalties_are_not_driven_before_upstreams_req(monkeypatch):
+    """On a release whose Req specrace does not drive, the configuration is refused
+    (named), not run with the penalties silently dropped."""
+    from targets.sglang.engine import requests
+    from scenarios.eagle import EAGLE_V2
+    monkeypatch.setattr(requests, "fits", lambda: False)
+    why = targets.get("sglang").variant_problem(EAGLE_V2.variants["penalties"])
+    assert "upstream's Req" in why
+    with pytest.raises(TypeError):
+        requests.Req(0, [1, 2], 4).ask_penalties()
