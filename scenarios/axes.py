@@ -53,9 +53,10 @@ AXES: Tuple[Axis, ...] = (
          not_modelled="the toy scheduler keeps the chunked request out of the running batch "
                       "(toys.requests.form_prefill): a chunk and decodes are never one batch"),
     Axis("radix-cache", "the radix cache on (prefix match, insert in result processing)",
-         not_modelled="the pools run upstream's RadixCache disabled, as with "
-                      "--disable-radix-cache (targets/sglang/engine/kv_lifecycle.py): the toy "
-                      "prefill has no real prompt to match or insert"),
+         not_modelled="the pools run the tree cache the release builds for "
+                      "--disable-radix-cache, disabled (0.5.23: UnifiedRadixCache; "
+                      "targets/sglang/engine/kv_lifecycle.py): the toy prefill has no real "
+                      "prompt to match or insert"),
     Axis("retraction", "running requests retracted (retract_decode), at fixed points",
          "retract_at", ((0, 8),), (),
          driven_by=(("kv-row-reuse", "retract"), ("kv-row-reuse", "chunked-retract"),

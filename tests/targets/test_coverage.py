@@ -83,6 +83,39 @@ def test_reason_rules_name_hardware_transfer_engines_and_configuration():
     assert classify(_site(function="HiCacheController.write"), RULES) == CONFIG
 
 
+def test_every_sglang_rule_says_in_words_what_its_sites_need():
+    from targets.sglang.environments.census import RULES
+    assert all(len(rule) == 4 and rule[3] for rule in RULES), \
+        [rule[:3] for rule in RULES if len(rule) != 4 or not rule[3]]
+
+
+@pytest.mark.parametrize("site, category, words", [
+    # 0.5.23 memory_pool.py:2803, a retracted request's KV copied to the host
+    (_site(file="srt/mem_cache/memory_pool.py", function="MHATokenToKVPool.get_cpu_copy"),
+     CONFIG, "PD decode's retraction backup"),
+    # schedule_batch.py:3048, a logprobs request's pinned token ids
+    (_site(file="srt/managers/schedule_batch.py", function="ScheduleBatch.prepare_for_extend",
+           guards=("self.return_logprob",)), CONFIG, "logprobs"),
+    # :2876, the prefill's seq lens: a configuration specrace drives, its own staging runs
+    # instead -- the words say why, the category stays "not reached"
+    (_site(file="srt/managers/schedule_batch.py", function="ScheduleBatch.prepare_for_extend"),
+     NOT_REACHED, "the prefill's staging"),
+    (_site(file="srt/speculative/dspark_components/dspark_kv_inject.py",
+           function="TargetHiddenKvInjector._inject"), NOT_REACHED, "DSpark's worker"),
+    (_site(file="srt/layers/attention/flashinfer_backend.py", function="fast_prefill_plan"),
+     CONFIG, "upstream's attention backends"),
+    (_site(file="srt/managers/scheduler.py", function="_prewarm_hccl_group"), HARDWARE,
+     "another platform"),
+    # nobody has said why yet: no words
+    (_site(file="srt/managers/scheduler.py", function="Scheduler.run_batch"), NOT_REACHED, ""),
+])
+def test_an_sglang_site_gets_the_words_of_the_rule_that_names_it(site, category, words):
+    from targets.coverage import rule_words
+    from targets.sglang.environments.census import RULES
+    assert classify(site, RULES) == category
+    assert words in rule_words(site, RULES) and (words or rule_words(site, RULES) == "")
+
+
 def test_figures_come_from_the_census_and_the_runs():
     sites = [_site(file=f"srt/a/{i}.py") for i in range(3)] + \
         [_site(file="srt/disaggregation/mooncake/conn.py")]

@@ -8,8 +8,9 @@ the admission reserve and the decode over-allocation stay ours -- upstream's
   ``ReqKvInfo``) to a row, bumps its generation, and hands rows back last-freed-first;
 * each decode launch: ``ScheduleBatch.prepare_for_decode`` -> ``spec_prepare_for_decode``
   -> ``eagle_prepare_for_decode`` (NGRAM and EAGLE share it) -> ``alloc_for_spec_decode``:
-  ``alloc_token_slots`` on a disabled ``RadixCache`` (the tree a server with
-  ``--disable-radix-cache`` runs), then the ``assign_req_to_token_pool`` write of the new
+  ``alloc_token_slots`` on the disabled tree a server with ``--disable-radix-cache``
+  builds (``disabled_tree_cache``: the release's own factory picks it -- 0.5.23's
+  ``UnifiedRadixCache``), then the ``assign_req_to_token_pool`` write of the new
   columns on the schedule stream (the WAR barrier's reason to exist);
 * between two chunks of a chunked prefill: ``checkpoint_kv_cache`` (what upstream's
   ``stash_chunked_request`` calls), which sets where the next chunk resumes;
@@ -53,7 +54,8 @@ def fits() -> bool:
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: F401
         from sglang.srt.mem_cache.common import checkpoint_kv_cache  # noqa: F401
         from sglang.srt.mem_cache.common import release_kv_cache
-        from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: F401
+        from sglang.srt.mem_cache.registry import (  # noqa: F401
+            TreeCacheBuildContext, create_tree_cache)
         from sglang.srt import runtime_context  # noqa: F401
         inspect.signature(release_kv_cache).bind(None, None, checkpoint=True)
         inspect.signature(alloc_for_extend).bind(None)
@@ -82,6 +84,23 @@ def install() -> None:
     process.note("sglang-kernel-seams")
 
 
+def disabled_tree_cache(req_to_token_pool, allocator):
+    """The tree cache a one-GPU server started with ``--disable-radix-cache`` builds, chosen
+    by the release's own factory (``registry.create_tree_cache``, as
+    ``kv_cache_builder`` calls it): on 0.5.22 and 0.5.23 a disabled ``UnifiedRadixCache``
+    (``RadixCache`` is no longer what a server gets). The build context is a one-rank,
+    full-attention, no-HiCache server's; the run's server args are current."""
+    from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+    from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_tree_cache
+    from targets.sglang.boundary import upstream
+    params = CacheInitParams(disable=True, req_to_token_pool=req_to_token_pool,
+                             token_to_kv_pool_allocator=allocator, page_size=1)
+    return create_tree_cache(TreeCacheBuildContext(
+        server_args=upstream.current_server_args(), params=params, is_hybrid_swa=False,
+        is_hybrid_ssm=False, enable_hierarchical_cache=False, disable_radix_cache=True,
+        tp_worker=None, model_config=None, tp_size=1, tp_rank=0, tp_group=None))
+
+
 class UpstreamKVCache(KVCacheManager):
     """``KVCacheManager`` whose pool operations are upstream's (module docstring)."""
 
@@ -89,12 +108,16 @@ class UpstreamKVCache(KVCacheManager):
                  admission: str = "lifetime") -> None:
         super().__init__(req_to_token_pool, allocator, draft_token_num, admission)
         self._pending_rows = 0  # admitted into the prefill being formed, no row yet
-        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.radix_cache import RadixCache
         install()
-        self.tree_cache = RadixCache(CacheInitParams(
-            disable=True, req_to_token_pool=req_to_token_pool,
-            token_to_kv_pool_allocator=allocator, page_size=1))
+        self._tree_cache = None
+
+    @property
+    def tree_cache(self):
+        """Built when a run first asks (``disabled_tree_cache``): the release's factory
+        reads the run's server config, which pools built outside a run do not have."""
+        if self._tree_cache is None:
+            self._tree_cache = disabled_tree_cache(self.req_to_token_pool, self.allocator)
+        return self._tree_cache
 
     @property
     def free_rows(self) -> List[int]:

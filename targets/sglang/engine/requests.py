@@ -156,6 +156,7 @@ class Req(RequestState):
     return_logprob: bool = False
     is_prefill_only: bool = False
     return_hidden_states: bool = False  # releases before 0.5.17 read it (later: the mode)
+    session: Any = None  # no streaming session (0.5.23's UnifiedRadixCache asks)
 
     grammar_seen: int = 0  # tokens its grammar has accepted (the EAGLE grammar barrier)
     decode_batch_idx: int = 0  # counted by upstream's prepare_for_decode

@@ -1,6 +1,6 @@
 """A request's row and slots through upstream's own functions on the sglang target:
 ``alloc_for_extend`` (rows through ``alloc_req_slots``), ``alloc_for_spec_decode``
-over a disabled ``RadixCache``, ``checkpoint_kv_cache`` between chunks, ``release_kv_cache`` -- what they hand out and take back, under upstream's loop."""
+over the disabled tree the release's factory builds, ``checkpoint_kv_cache`` between chunks, ``release_kv_cache`` -- what they hand out and take back, under upstream's loop."""
 from __future__ import annotations
 
 import contextlib
@@ -20,13 +20,19 @@ def _pools(layout="full"):
 
 
 def test_the_release_functions_run_where_the_release_has_them(sglang):
-    from sglang.srt.mem_cache.radix_cache import RadixCache
+    """Upstream's pool operations, over the tree cache the release's own factory builds
+    for a ``--disable-radix-cache`` server: on 0.5.23 a disabled ``UnifiedRadixCache``,
+    not the ``RadixCache`` class a server no longer gets."""
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+    from targets.sglang.boundary.server_args import SglangArgs
     from targets.sglang.engine import kv_lifecycle
+    args = SglangArgs(req_pool_size=4, kv_pool_size=64, draft_token_num=4)
     pools = _pools()
     assert kv_lifecycle.fits() and pools.lifecycle == "upstream"
     assert type(pools.manager) is kv_lifecycle.UpstreamKVCache
-    tree = pools.manager.tree_cache
-    assert type(tree) is RadixCache and tree.disable
+    with open_runtime("sim", trace=False) as rt, sglang.variant(args, rt.device):
+        tree = pools.manager.tree_cache  # built in the run: the factory reads its config
+    assert type(tree) is UnifiedRadixCache and tree.disable
     assert sglang.describe()["kv_lifecycle"] == "upstream"
     # the SWA layout's allocator is specrace's mirror: the lifecycle stays specrace's
     assert _pools("swa").lifecycle == "specrace"
