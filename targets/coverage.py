@@ -28,11 +28,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from harness.run import VARIANT_DISABLED
 from seams import children
 from targets.census import Census, CensusError, Site, census, spec_of
 from targets.census_rules import NOT_REACHED, OFF_NODE
 
 CHILD_TIMEOUT_S = 1800  # a scenario's run that has not answered by then is a harness error
+REFUSED = "refused"  # measure's outcome when the child refused the variant on this release
 Key = Tuple[str, int, int, str]
 
 
@@ -182,7 +184,8 @@ def measure(python: str, root: str, target: str, spec: str, backend: str = "sim"
             ) -> Tuple[Optional[Dict[str, List[int]]], str, Optional[str]]:
     """One scenario under coverage.py in a child (started as ``seams.children`` starts
     every Python child; ``hop``: the release it is handed): (lines by package-relative
-    file, or None; the note when there are none; the repro's outcome)."""
+    file, or None; the note when there are none; the repro's outcome -- ``REFUSED``
+    when the release refused the variant, with no lines: nothing of it ran)."""
     name, variant = _split(spec)
     argv = ["repro", name, "--target", target, "--trials", str(trials), "--seed", "0",
             "--backend", backend, "--no-report", "--json"]
@@ -204,7 +207,13 @@ def measure(python: str, root: str, target: str, spec: str, backend: str = "sim"
             err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
             return None, (err[-1] if err else f"exit {proc.returncode}")[:200], None
     outcome = _outcome(proc.stdout)
-    note = "" if proc.returncode == 0 else f"repro exited {proc.returncode}"
+    note = ""
+    if proc.returncode != 0:
+        from targets.releases import child_error
+        note = f"repro exited {proc.returncode}: {child_error(proc.stderr)}"[:300]
+        if proc.returncode == 2 and VARIANT_DISABLED in note:
+            # the release refused the configuration before any trial: not a run
+            return None, child_error(proc.stderr), REFUSED
     return lines, note, outcome
 
 
@@ -246,6 +255,8 @@ def coverage(target: str, release: Optional[str] = None, scenarios: Sequence[str
                 return ScenarioRun(s, "not driven", cannot)
         lines, note, outcome = measure(python, c.root, target, s, backend, trials,
                                        hop=None if release is None else c.version)
+        if outcome == REFUSED:
+            return ScenarioRun(s, "not driven", note)
         if lines is None:
             return ScenarioRun(s, "error", note)
         return ScenarioRun(s, "ran", note, outcome, frozenset(ran_sites(c.sites, lines)))

@@ -218,3 +218,29 @@ def test_coverage_runs_every_shipped_configuration_unless_the_target_names_its_s
     assert len(sg) == len(set(sg)) > len(targets.declared("sglang").scenarios)
     vl = targets.declared("vllm")
     assert default_set("vllm", vl) == list(vl.coverage_set)
+
+
+def test_a_configuration_the_release_refuses_is_not_driven(monkeypatch):
+    """The child refused the variant before any trial (exit 2, "is disabled here"): the
+    row is ``not driven`` with the child's reason, and its import lines count for nothing;
+    any other failing child keeps its lines and says how it exited."""
+    import subprocess
+    import targets.coverage as tc
+    site = _site()
+    fake = Census("sglang", "sglang", "0.5.21", "/pkg", ("srt",), (), 1, (site,), ())
+
+    def run(cmd, **kw):  # the child: coverage.py wrote the lines of the import
+        out = cmd[cmd.index("specrace.coverage_child") + 1]
+        with open(out, "w") as f:
+            f.write('{"files": {"srt/managers/x.py": [1]}, "status": 2}')
+        refused = "eagle-v2" in cmd and "penalties" in cmd
+        err = ("specrace: error: variant 'penalties' is disabled here: no Req" if refused
+               else "specrace: error: something else")
+        return subprocess.CompletedProcess(cmd, 2, "", err)
+    monkeypatch.setattr(tc.subprocess, "run", run)
+    res = tc.coverage("sglang", None, ["eagle-v2:penalties", "eagle-v2:plan-stream"],
+                      census_of=fake)
+    refused, other = res.runs
+    assert (refused.status, refused.ran) == ("not driven", frozenset())
+    assert "disabled here: no Req" in refused.note
+    assert other.status == "ran" and "exited 2" in other.note and len(other.ran) == 1
