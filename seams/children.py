@@ -70,3 +70,14 @@ def env(hop: Optional[str] = None, base: Optional[Dict[str, str]] = None,
 def handed_off() -> Optional[str]:
     """The release this process was handed (``HOP``), or None: not a hand-off."""
     return os.environ.get(HOP) or None
+
+
+def child_error(stderr: str) -> str:
+    """Why a child gave no result, in one line: its ``specrace: error:`` line -- the cause
+    (``... engine crashed in the synchronous reference run: AttributeError: ...``), not
+    the pointer to SPECRACE_TRACEBACK printed under it -- else its last line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("specrace: error:"):
+            return ln[len("specrace: error:"):].strip()[:400]
+    return lines[-1][:400] if lines else ""

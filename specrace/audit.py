@@ -294,7 +294,7 @@ def audit_child(python: str, version: str, options: Options,
     (its environment's interpreter). Whatever the child does, every cell gets a row."""
     release = Release(version, python)
     from seams import children
-    from targets.releases import child_error
+    from seams.children import child_error
     # the working directory off its path, the hash seed pinned, one hop (seams.children)
     cmd = children.command(python, "-m", "specrace.cli", "audit", "--target", options.target,
                            "--jsonl", "--trials", str(options.trials), "--seed",

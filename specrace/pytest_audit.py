@@ -51,7 +51,7 @@ def run_audit(target: str = "sglang", scenarios: Sequence[str] = (), trials: int
                           env=children.env())
     lines = proc.stdout.strip().splitlines()
     if proc.returncode not in (0, 1) or not lines:
-        from targets.releases import child_error
+        from seams.children import child_error
         raise AuditError(child_error(proc.stderr) or f"specrace audit exited {proc.returncode}")
     return json.loads(lines[-1])
 

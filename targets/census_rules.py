@@ -316,3 +316,12 @@ MULTI_NODE = "multi-node / transfer engine"
 CONFIG = "configuration not driven"
 NOT_REACHED = "not reached by any scenario"
 OFF_NODE = (HARDWARE, MULTI_NODE)
+
+# A target's reason rule: (category, what it reads -- path / function / guard / text --,
+# pattern, its own words: which configuration or hardware the site needs)
+Rule = Tuple[str, str, str, str]
+
+
+def rules(category: str, words: str, *reads: Tuple[str, str]) -> Tuple[Rule, ...]:
+    """The rules of one reason, one per (what it reads, pattern) of ``reads``, in order."""
+    return tuple((category, what, pattern, words) for what, pattern in reads)

@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 
 from harness.run import VARIANT_DISABLED
 from seams import children
+from seams.children import child_error
 from targets.census import Census, CensusError, Site, census, spec_of
 from targets.census_rules import NOT_REACHED, OFF_NODE
 
@@ -209,7 +210,6 @@ def measure(python: str, root: str, target: str, spec: str, backend: str = "sim"
     outcome = _outcome(proc.stdout)
     note = ""
     if proc.returncode != 0:
-        from targets.releases import child_error
         note = f"repro exited {proc.returncode}: {child_error(proc.stderr)}"[:300]
         if proc.returncode == 2 and VARIANT_DISABLED in note:
             # the release refused the configuration before any trial: not a run

@@ -18,6 +18,7 @@ from harness.report.pairs import frames, group
 from harness.run import VARIANT_DISABLED
 from harness.target import Environments
 from seams import children
+from seams.children import child_error
 from seams.vocab import FENCED_TARGETS, Verdict
 
 CHILD_TIMEOUT_S = 1800  # a release's run that has not answered by then is a harness error
@@ -106,17 +107,6 @@ def racing_pairs(res: Dict[str, Any]) -> List[Dict[str, Any]]:
     return [{"text": p["text"], "sites": p["sites"],
              "frames": sorted({f for r in p["races"] for f in frames(r)})}
             for p in group(races)]
-
-
-def child_error(stderr: str) -> str:
-    """Why a child gave no result, in one line: its ``specrace: error:`` line -- the cause
-    (``... engine crashed in the synchronous reference run: AttributeError: ...``), not
-    the pointer to SPECRACE_TRACEBACK printed under it -- else its last line."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    for ln in lines:
-        if ln.startswith("specrace: error:"):
-            return ln[len("specrace: error:"):].strip()[:400]
-    return lines[-1][:400] if lines else ""
 
 
 def _result(stdout: str) -> Union[None, str, Dict[str, Any]]:

@@ -9,6 +9,7 @@ import pytest
 from harness.report import markdown, pairs, report_name
 from scenarios import configurations, findings
 from scenarios.registry import SCENARIOS
+from seams import children
 from specrace import audit, audit_fork, audit_view, cli
 from targets import releases
 
@@ -185,7 +186,7 @@ def test_an_error_row_carries_its_cause_not_a_pointer_to_the_traceback():
     assert "AttributeError: 'Req' object has no attribute 'extend_range'" in audit._cause(exc)
     stderr = (f"specrace: error: {exc}\n"
               "specrace:   run with SPECRACE_TRACEBACK=1 to see where it raised\n")
-    assert releases.child_error(stderr).endswith("'extend_range'")
+    assert children.child_error(stderr).endswith("'extend_range'")
     assert audit._cause(KeyError("x")) == "KeyError: 'x'"
 
 

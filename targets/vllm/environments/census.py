@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from targets.census_rules import CONFIG, HARDWARE, MULTI_NODE
-
-Rule = Tuple[str, str, str, str]  # (category, what it reads, pattern, its own words)
+from targets.census_rules import CONFIG, HARDWARE, MULTI_NODE, Rule, rules
 
 PACKAGE = "vllm"
 AREAS = ("v1/worker", "v1/spec_decode", "v1/structured_output", "v1/core", "v1/sample",
@@ -36,54 +34,49 @@ _GRAPHS = ("CUDA graphs the target does not capture (the V1 runner runs eager; h
            "builders' graph buffers, encoder graphs, graph memory profiling)")
 
 
-def _rules(category: str, reason: str, *reads: Tuple[str, str]) -> Tuple[Rule, ...]:
-    """The rules of one reason, one per (what it reads, pattern) of ``reads``, in order."""
-    return tuple((category, what, pattern, reason) for what, pattern in reads)
-
-
 RULES: Tuple[Rule, ...] = (
     (HARDWARE, "path", rf"(^|/|_){_OTHER_HW}(_|/|\.py$)", "another platform's backend"),
-    *_rules(HARDWARE, "another platform's branch",
-            ("guard", r"^(?!not \().*\b(current_platform\.)?is_(rocm|tpu|xpu|cpu|hpu|"
-                      r"neuron)\(\)(?!.*cuda)"),
-            ("guard", r"^not \(.*\bis_cuda(_alike)?\(\)")),
+    *rules(HARDWARE, "another platform's branch",
+           ("guard", r"^(?!not \().*\b(current_platform\.)?is_(rocm|tpu|xpu|cpu|hpu|"
+                     r"neuron)\(\)(?!.*cuda)"),
+           ("guard", r"^not \(.*\bis_cuda(_alike)?\(\)")),
     (HARDWARE, "text", r"\btorch\.(npu|xpu|hpu|xla)\b", "another platform's device module"),
-    *_rules(MULTI_NODE, "KV / encoder-cache transfer connectors",
-            ("path", r"(kv_connector|kv_transfer|nixl|mooncake|lmcache|p2p|ec_connector)"),
-            ("function", r"(kv_connector|kv_transfer|nixl|ec_connector)")),
+    *rules(MULTI_NODE, "KV / encoder-cache transfer connectors",
+           ("path", r"(kv_connector|kv_transfer|nixl|mooncake|lmcache|p2p|ec_connector)"),
+           ("function", r"(kv_connector|kv_transfer|nixl|ec_connector)")),
     (CONFIG, "path", r"(ubatch|dp_utils)", _SEVERAL_GPUS + "data parallel and dual-batch "
                                              "overlap (micro-batching)"),
-    *_rules(CONFIG, _SEVERAL_GPUS + "pipeline parallel",
-            ("path", r"pp_utils"), ("function", r"intermediate_tensors")),
+    *rules(CONFIG, _SEVERAL_GPUS + "pipeline parallel",
+           ("path", r"pp_utils"), ("function", r"intermediate_tensors")),
     (CONFIG, "guard", r"\b(dcp|total_cp|pcp)_world_size\b", _SEVERAL_GPUS + "context parallel"),
     (CONFIG, "text", r"_has_fault_gpu|all2all", _SEVERAL_GPUS + "expert parallel"),
     (CONFIG, "path", r"(eplb|sentinel)", _SEVERAL_GPUS + "expert load balancing, the "
                                          "elastic worker sentinel"),
     (CONFIG, "function", r"eplb", _SEVERAL_GPUS + "expert load balancing"),
     # before the model kinds': a hybrid builder's padding for full graphs is a graph site
-    *_rules(CONFIG, _GRAPHS, ("path", r"cudagraph"), ("guard", r"(cuda_?graph)"),
-            ("function", r"(cudagraph|capture)")),
-    *_rules(CONFIG, _HYBRID, ("path", r"(mamba|linear_attn|gdn|short_conv)"),
-            ("function", r"(mamba|causal_conv1d)")),
+    *rules(CONFIG, _GRAPHS, ("path", r"cudagraph"), ("guard", r"(cuda_?graph)"),
+           ("function", r"(cudagraph|capture)")),
+    *rules(CONFIG, _HYBRID, ("path", r"(mamba|linear_attn|gdn|short_conv)"),
+           ("function", r"(mamba|causal_conv1d)")),
     (CONFIG, "path", r"(sparse|mla/|flashinfer|flex|tree|triton_attn|xformers|hpc_attn|"
                      r"flash_attn\.py)",
      "upstream's attention backends (the target's attention is a toy backend: their "
      "metadata builders need the compiled kernels they plan for)"),
     (CONFIG, "function", r"(local_attention|kv_sharing)",
      "model-specific attention (chunked local attention, KV sharing)"),
-    *_rules(CONFIG, _MULTIMODAL, ("path", r"(pooling|encoder|multimodal|mm_|mm/|mrope)"),
-            ("function", r"(pool(ing|er)|encoder|mm_|mrope|xdrope)"),
-            ("guard", r"(supports_mm_inputs|uses_mrope|uses_xdrope|is_mm_prefix_lm|"
-                      r"mm_ranges|inputs_embeds|actual_num_sched)")),
-    *_rules(CONFIG, "LoRA adapters", ("path", r"lora"), ("function", r"lora")),
+    *rules(CONFIG, _MULTIMODAL, ("path", r"(pooling|encoder|multimodal|mm_|mm/|mrope)"),
+           ("function", r"(pool(ing|er)|encoder|mm_|mrope|xdrope)"),
+           ("guard", r"(supports_mm_inputs|uses_mrope|uses_xdrope|is_mm_prefix_lm|"
+                     r"mm_ranges|inputs_embeds|actual_num_sched)")),
+    *rules(CONFIG, "LoRA adapters", ("path", r"lora"), ("function", r"lora")),
     (CONFIG, "path", r"(medusa|suffix|draft_model|dflash)",
      "the Medusa, suffix, draft-model (MRv2) and DFlash proposers"),
     (CONFIG, "path", r"adaptive_verification", "MRv2's adaptive verification (opt-in: "
                                                "enable_adaptive_verification)"),
     (CONFIG, "path", r"trace_replay", "MRv2's sampler trace replay (opt-in)"),
     (CONFIG, "function", r"StepTimingCollector", "MRv2's step timing (collected only when asked)"),
-    *_rules(CONFIG, "KV offloading", ("path", r"(kv_offload|offload)"),
-            ("function", r"offload")),
+    *rules(CONFIG, "KV offloading", ("path", r"(kv_offload|offload)"),
+           ("function", r"offload")),
     (CONFIG, "function", r"(warmup|profil|dummy_run|_dummy|timed_)",
      "start-up: warm-up, profiling and dummy runs (the target starts with a fixed KV "
      "budget, no warm-up)"),
