@@ -165,7 +165,14 @@ MUTATIONS: List[Mutation] = [
       "build_grammar_vocab_mask does not clear the extend-stage sampling_info.grammar_mask",
       "PR #32393 / M14", f"{_SPEC}:build_grammar_vocab_mask",
       [("    sampling_info.grammar_mask = None\n", "")],
-      GRAMMAR),
+      GRAMMAR,
+      equivalent="where the batch's sampling state is upstream's SamplingBatchInfo (0.5.22 "
+                 "on, engine/worker.py sampling_info_for): the extend stage's mask is set "
+                 "on the forward-only copy (copy_for_forward), which _forward_isolation "
+                 "drops after the forward, so no later verify sees it -- the leak PR #32393 "
+                 "closed cannot happen there. Before 0.5.22 (specrace's SamplingInfo "
+                 "forwards itself) the stale mask reaches the verify and the probes kill "
+                 "it (measured at 6d6058a: killed by a crash on grammar-ngram)"),
     M("missing-rollback",
       "traverse_tree never rolls an accepted node's token back",
       "M17", f"{_SPEC}:traverse_tree",
