@@ -36,6 +36,12 @@ AS_INSTALLED, FIXED = "as-installed", "fixed"
 VARIANT_DISABLED = "is disabled here"
 
 
+def refused_variant(returncode: int, error: str) -> bool:
+    """Did a ``specrace repro`` child refuse its variant on this code (usage exit, the
+    refusal's words in its error line) rather than fail?"""
+    return returncode == 2 and VARIANT_DISABLED in error
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str

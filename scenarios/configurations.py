@@ -208,4 +208,3 @@ def shipped(target: str, scenario: Scenario) -> List[Configuration]:
         seen.add(key)
         out.append(Configuration(name, flags(target, scenario, variant.args)))
     return out
-

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from harness.run import VARIANT_DISABLED
+from harness.run import refused_variant
 from seams import children
 from seams.children import child_error
 from targets.census import Census, CensusError, Site, census, spec_of
@@ -210,10 +210,11 @@ def measure(python: str, root: str, target: str, spec: str, backend: str = "sim"
     outcome = _outcome(proc.stdout)
     note = ""
     if proc.returncode != 0:
-        note = f"repro exited {proc.returncode}: {child_error(proc.stderr)}"[:300]
-        if proc.returncode == 2 and VARIANT_DISABLED in note:
+        error = child_error(proc.stderr)
+        if refused_variant(proc.returncode, error):
             # the release refused the configuration before any trial: not a run
-            return None, child_error(proc.stderr), REFUSED
+            return None, error, REFUSED
+        note = f"repro exited {proc.returncode}: {error}"[:300]
     return lines, note, outcome
 
 

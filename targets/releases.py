@@ -15,7 +15,7 @@ import subprocess
 from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
 
 from harness.report.pairs import frames, group
-from harness.run import VARIANT_DISABLED
+from harness.run import refused_variant
 from harness.target import Environments
 from seams import children
 from seams.children import child_error
@@ -84,7 +84,7 @@ def run_release(environments: Environments, target: str, version: str, scenario:
         note = child_error(proc.stderr) or f"exit {proc.returncode} without a result"
         # the child refused the variant on this release (its patch does not fit, or the
         # configuration is driven elsewhere): no verdict, and no harness fault either
-        refused = proc.returncode == 2 and VARIANT_DISABLED in note
+        refused = refused_variant(proc.returncode, note)
         return _row(version, outcome="not driven" if refused else "error", note=note)
     if isinstance(res, str):  # a JSON object, but not a result: named, never counted
         return _row(version, outcome="error",

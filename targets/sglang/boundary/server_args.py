@@ -33,9 +33,8 @@ class SglangArgs(ServerArgs):
     plan_stream: bool = False
     eagle3: bool = False  # EAGLE3: the draft reads three target layers' hidden states
     # Every request asks frequency, presence and repetition penalties, min_new_tokens and a
-    # logit bias:
-    # upstream's penalizers (penaltylib) then keep per-request state that the schedule
-    # stream accumulates each step and the verify applies on the forward stream
+    # logit bias: upstream's penalizers (penaltylib) then keep per-request state that the
+    # schedule stream accumulates each step and the verify applies on the forward stream
     sampling_penalties: bool = False
 
     def validate(self) -> None:

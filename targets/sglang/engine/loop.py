@@ -200,6 +200,8 @@ class UpstreamLoop(EngineLoop):
                                    if result_processor.in_use(self.sched) else None)
         self.future_map = self.sched.future_map
         self.vocab_size = self.sched.model_config.vocab_size
+        if args.sampling_penalties:
+            penalties_run_eagerly()  # before any verify applies them
         self.waiting: Deque[Any] = collections.deque()
         self.chunked_req: Any = None  # mid-prefill: its next chunk comes next (ours: the
         # scheduler object's chunked_req is upstream's, read on paths not modelled)
@@ -277,7 +279,6 @@ class UpstreamLoop(EngineLoop):
     def add_request(self, req) -> None:
         req.ask_hidden_states(self.args.return_hidden_states)  # what the client asked
         if self.args.sampling_penalties:
-            penalties_run_eagerly()
             req.ask_penalties()
         self.waiting.append(req)
 
